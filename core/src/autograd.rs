@@ -1,0 +1,292 @@
+//! Compile-time autograd: `differentiate` appends backward nodes to a copy of the graph, one
+//! vector-Jacobian rule per op, building only gradients that some trainable tensor needs.
+
+use crate::builder::OutputSpec;
+use crate::graph::{Graph, GraphError, Node, Phase};
+use crate::op::Op;
+use crate::tensor::{Role, TensorId};
+use alloc::format;
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// A training graph: the model, its backward pass, and each trainable tensor's gradient.
+#[derive(Clone)]
+pub struct Differentiated {
+    pub graph: Graph,
+    pub loss: TensorId,
+    /// `(parameter, gradient)` pairs, in the order the parameters were given.
+    pub gradients: Vec<(TensorId, TensorId)>,
+}
+
+/// Appends the backward pass of `loss` with respect to `trainable` (which become trainable
+/// parameters; every other parameter stays frozen and gets no gradient work).
+pub fn differentiate(
+    model: &Graph,
+    loss: TensorId,
+    trainable: &[TensorId],
+) -> Result<Differentiated, GraphError> {
+    model.check_id(loss)?;
+    let loss_info = model.tensor(loss);
+    if loss_info.shape.numel() != 1 {
+        return Err(GraphError::LossNotScalar {
+            name: loss_info.name.clone(),
+            shape: loss_info.shape,
+        });
+    }
+    let mut graph = model.clone();
+    graph.eager = None;
+    for &p in trainable {
+        graph.check_id(p)?;
+        let t = graph.tensor(p);
+        if !matches!(t.role, Role::FrozenParam | Role::TrainableParam) {
+            return Err(GraphError::NotAParameter { name: t.name.clone(), role: t.role });
+        }
+        graph.set_role(p, Role::TrainableParam);
+    }
+
+    let wants = wanted_gradients(&graph, loss, trainable);
+    let forward: Vec<Node> = graph.nodes().to_vec();
+    let mut pending: Vec<Vec<TensorId>> = vec![Vec::new(); graph.tensors().len()];
+    let seed = graph.record(
+        "loss.grad_seed",
+        Op::Fill(1.0),
+        Vec::new(),
+        Vec::new(),
+        vec![grad_spec(&graph, loss)],
+        Phase::MicroBatch,
+    )?[0];
+    pending[loss.index()].push(seed);
+
+    for node in forward.iter().rev() {
+        let Some(&y) = node.outputs.first() else { continue };
+        if pending[y.index()].is_empty() {
+            continue;
+        }
+        let dy = sum_contributions(&mut graph, y, core::mem::take(&mut pending[y.index()]))?;
+        for (input, grad) in vjp(&mut graph, node, dy, &wants)? {
+            pending[input.index()].push(grad);
+        }
+    }
+
+    let mut gradients = Vec::with_capacity(trainable.len());
+    for &p in trainable {
+        let contributions = core::mem::take(&mut pending[p.index()]);
+        if contributions.is_empty() {
+            return Err(GraphError::Invalid {
+                op: "differentiate",
+                node: graph.tensor(p).name.clone(),
+                detail: format!(
+                    "the loss '{}' does not depend on this parameter",
+                    graph.tensor(loss).name
+                ),
+            });
+        }
+        gradients.push((p, sum_contributions(&mut graph, p, contributions)?));
+    }
+    Ok(Differentiated { graph, loss, gradients })
+}
+
+/// Which inputs of an op a gradient can flow into.
+fn differentiable_inputs(op: &Op) -> &'static [usize] {
+    match op {
+        Op::Linear | Op::Conv2d(_) | Op::BatchNorm2d(_) => &[0, 1, 2],
+        Op::Add => &[0, 1],
+        Op::Relu
+        | Op::Relu6
+        | Op::MaxPool2d(_)
+        | Op::AvgPool2d(_)
+        | Op::GlobalAvgPool
+        | Op::Dropout(_)
+        | Op::Reshape
+        | Op::Softmax
+        | Op::CrossEntropy
+        | Op::Mse => &[0],
+        // Detach stops gradients; backward ops and training plumbing are not differentiated
+        // again (no double backward).
+        _ => &[],
+    }
+}
+
+/// `wants[t]`: the gradient of `t` is needed, i.e. `t` lies on a path from a trainable
+/// tensor to the loss.
+fn wanted_gradients(graph: &Graph, loss: TensorId, trainable: &[TensorId]) -> Vec<bool> {
+    let n = graph.tensors().len();
+    let mut depends_on_trainable = vec![false; n];
+    for &p in trainable {
+        depends_on_trainable[p.index()] = true;
+    }
+    for node in graph.nodes() {
+        let flows = differentiable_inputs(&node.op)
+            .iter()
+            .filter_map(|&i| node.inputs.get(i))
+            .any(|t| depends_on_trainable[t.index()]);
+        if flows {
+            for o in &node.outputs {
+                depends_on_trainable[o.index()] = true;
+            }
+        }
+    }
+    let mut reaches_loss = vec![false; n];
+    reaches_loss[loss.index()] = true;
+    for node in graph.nodes().iter().rev() {
+        if node.outputs.iter().any(|o| reaches_loss[o.index()]) {
+            for &i in differentiable_inputs(&node.op) {
+                if let Some(t) = node.inputs.get(i) {
+                    reaches_loss[t.index()] = true;
+                }
+            }
+        }
+    }
+    (0..n).map(|i| depends_on_trainable[i] && reaches_loss[i]).collect()
+}
+
+/// The gradient of `x`: its single contribution, or the sum of several (fan-out).
+fn sum_contributions(
+    graph: &mut Graph,
+    x: TensorId,
+    contributions: Vec<TensorId>,
+) -> Result<TensorId, GraphError> {
+    let mut iter = contributions.into_iter();
+    let mut total = iter.next().expect("callers pass at least one contribution");
+    for c in iter {
+        let name = format!("{}.grad_sum", graph.tensor(x).name);
+        total = backward(graph, &name, Op::Add, vec![total, c], x)?;
+    }
+    Ok(total)
+}
+
+fn grad_spec(graph: &Graph, like: TensorId) -> OutputSpec {
+    let t = graph.tensor(like);
+    OutputSpec::f32(format!("{}.grad", t.name), t.shape, Role::Gradient)
+}
+
+/// Records one backward node producing a gradient shaped like `like`.
+fn backward(
+    graph: &mut Graph,
+    name: &str,
+    op: Op,
+    inputs: Vec<TensorId>,
+    like: TensorId,
+) -> Result<TensorId, GraphError> {
+    let spec = grad_spec(graph, like);
+    Ok(graph.record(name, op, inputs, Vec::new(), vec![spec], Phase::MicroBatch)?[0])
+}
+
+/// The vector-Jacobian product of one node: gradient contributions for its inputs.
+fn vjp(
+    graph: &mut Graph,
+    node: &Node,
+    dy: TensorId,
+    wants: &[bool],
+) -> Result<Vec<(TensorId, TensorId)>, GraphError> {
+    let want = |i: usize| node.inputs.get(i).copied().filter(|t| wants[t.index()]);
+    let y = node.outputs[0];
+    let name = |what: &str| format!("{}.{what}", node.name);
+    let mut out = Vec::new();
+    match node.op {
+        Op::Linear | Op::Conv2d(_) => {
+            let (grad_input, grad_weight) = match node.op {
+                Op::Conv2d(p) => (Op::Conv2dGradInput(p), Op::Conv2dGradWeight(p)),
+                _ => (Op::LinearGradInput, Op::LinearGradWeight),
+            };
+            let (x, w) = (node.inputs[0], node.inputs[1]);
+            if want(0).is_some() {
+                out.push((x, backward(graph, &name("grad_input"), grad_input, vec![dy, w], x)?));
+            }
+            if want(1).is_some() {
+                out.push((w, backward(graph, &name("grad_weight"), grad_weight, vec![dy, x], w)?));
+            }
+            if let Some(b) = want(2) {
+                out.push((b, backward(graph, &name("grad_bias"), Op::BiasGrad, vec![dy], b)?));
+            }
+        }
+        Op::Relu | Op::Relu6 => {
+            let op = if node.op == Op::Relu { Op::ReluGrad } else { Op::Relu6Grad };
+            if let Some(x) = want(0) {
+                out.push((x, backward(graph, &name("grad"), op, vec![y, dy], x)?));
+            }
+        }
+        Op::MaxPool2d(p) => {
+            if let Some(x) = want(0) {
+                out.push((
+                    x,
+                    backward(graph, &name("grad"), Op::MaxPool2dGrad(p), vec![x, dy], x)?,
+                ));
+            }
+        }
+        Op::AvgPool2d(p) => {
+            if let Some(x) = want(0) {
+                out.push((x, backward(graph, &name("grad"), Op::AvgPool2dGrad(p), vec![dy], x)?));
+            }
+        }
+        Op::GlobalAvgPool => {
+            if let Some(x) = want(0) {
+                out.push((x, backward(graph, &name("grad"), Op::GlobalAvgPoolGrad, vec![dy], x)?));
+            }
+        }
+        Op::Add => {
+            // The gradient passes unchanged to both operands; no copy is made.
+            out.extend([want(0), want(1)].into_iter().flatten().map(|t| (t, dy)));
+        }
+        Op::BatchNorm2d(_) => {
+            let (x, gamma) = (node.inputs[0], node.inputs[1]);
+            let (mean, invstd) = (node.outputs[1], node.outputs[2]);
+            if want(0).is_some() {
+                let inputs = vec![dy, x, gamma, mean, invstd];
+                out.push((
+                    x,
+                    backward(graph, &name("grad_input"), Op::BatchNormGradInput, inputs, x)?,
+                ));
+            }
+            if want(1).is_some() || want(2).is_some() {
+                let (gamma, beta) = (node.inputs[1], node.inputs[2]);
+                let specs = vec![grad_spec(graph, gamma), grad_spec(graph, beta)];
+                let ids = graph.record(
+                    &name("grad_params"),
+                    Op::BatchNormGradParams,
+                    vec![dy, x, mean, invstd],
+                    Vec::new(),
+                    specs,
+                    Phase::MicroBatch,
+                )?;
+                out.extend(
+                    [(want(1), ids[0]), (want(2), ids[1])]
+                        .into_iter()
+                        .filter_map(|(t, g)| t.map(|t| (t, g))),
+                );
+            }
+        }
+        Op::Dropout(cfg) => {
+            if let Some(x) = want(0) {
+                out.push((x, backward(graph, &name("grad"), Op::DropoutGrad(cfg), vec![dy], x)?));
+            }
+        }
+        Op::Reshape => {
+            if let Some(x) = want(0) {
+                out.push((x, backward(graph, &name("grad"), Op::Reshape, vec![dy], x)?));
+            }
+        }
+        Op::Softmax => {
+            if let Some(x) = want(0) {
+                out.push((x, backward(graph, &name("grad"), Op::SoftmaxGrad, vec![y, dy], x)?));
+            }
+        }
+        Op::CrossEntropy => {
+            if let Some(logits) = want(0) {
+                let inputs = vec![logits, node.inputs[1], dy];
+                out.push((
+                    logits,
+                    backward(graph, &name("grad"), Op::CrossEntropyGrad, inputs, logits)?,
+                ));
+            }
+        }
+        Op::Mse => {
+            if let Some(pred) = want(0) {
+                let inputs = vec![pred, node.inputs[1], dy];
+                out.push((pred, backward(graph, &name("grad"), Op::MseGrad, inputs, pred)?));
+            }
+        }
+        _ => {}
+    }
+    Ok(out)
+}

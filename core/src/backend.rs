@@ -1,0 +1,219 @@
+//! The backend trait: one method per kernel. Every method defaults to the portable scalar
+//! reference kernel, so a backend overrides what it accelerates and inherits the rest.
+
+use crate::error::KernelError;
+use crate::geometry::{
+    AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, LinearDims,
+    Pool2dGeometry, RowDims, SgdConfig,
+};
+use crate::reference as r;
+
+/// Kernels a plan calls. Slices always have the lengths the kernel's signature states;
+/// backward kernels overwrite their outputs.
+#[allow(clippy::too_many_arguments)]
+pub trait Kernels {
+    fn linear(&mut self, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearDims) {
+        r::linear(x, w, b, y, d)
+    }
+    fn linear_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], d: LinearDims) {
+        r::linear_grad_input(dy, w, dx, d)
+    }
+    fn linear_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], d: LinearDims) {
+        r::linear_grad_weight(dy, x, dw, d)
+    }
+    fn bias_grad(&mut self, dy: &[f32], db: &mut [f32], d: ChannelDims) {
+        r::bias_grad(dy, db, d)
+    }
+    fn conv2d(
+        &mut self,
+        x: &[f32],
+        w: &[f32],
+        b: Option<&[f32]>,
+        y: &mut [f32],
+        g: &Conv2dGeometry,
+    ) {
+        r::conv2d(x, w, b, y, g)
+    }
+    fn conv2d_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
+        r::conv2d_grad_input(dy, w, dx, g)
+    }
+    fn conv2d_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], g: &Conv2dGeometry) {
+        r::conv2d_grad_weight(dy, x, dw, g)
+    }
+    fn relu(&mut self, x: &[f32], y: &mut [f32]) {
+        r::relu(x, y)
+    }
+    fn relu6(&mut self, x: &[f32], y: &mut [f32]) {
+        r::relu6(x, y)
+    }
+    fn relu_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
+        r::relu_grad(y, dy, dx)
+    }
+    fn relu6_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
+        r::relu6_grad(y, dy, dx)
+    }
+    fn max_pool2d(&mut self, x: &[f32], y: &mut [f32], g: &Pool2dGeometry) {
+        r::max_pool2d(x, y, g)
+    }
+    fn max_pool2d_grad(&mut self, x: &[f32], dy: &[f32], dx: &mut [f32], g: &Pool2dGeometry) {
+        r::max_pool2d_grad(x, dy, dx, g)
+    }
+    fn avg_pool2d(&mut self, x: &[f32], y: &mut [f32], g: &Pool2dGeometry) {
+        r::avg_pool2d(x, y, g)
+    }
+    fn avg_pool2d_grad(&mut self, dy: &[f32], dx: &mut [f32], g: &Pool2dGeometry) {
+        r::avg_pool2d_grad(dy, dx, g)
+    }
+    fn global_avg_pool(&mut self, x: &[f32], y: &mut [f32], d: ChannelDims) {
+        r::global_avg_pool(x, y, d)
+    }
+    fn global_avg_pool_grad(&mut self, dy: &[f32], dx: &mut [f32], d: ChannelDims) {
+        r::global_avg_pool_grad(dy, dx, d)
+    }
+    fn add(&mut self, a: &[f32], b: &[f32], y: &mut [f32]) {
+        r::add(a, b, y)
+    }
+    fn copy(&mut self, x: &[f32], y: &mut [f32]) {
+        r::copy(x, y)
+    }
+    fn batch_norm_train(
+        &mut self,
+        x: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        running_mean: &mut [f32],
+        running_var: &mut [f32],
+        y: &mut [f32],
+        saved_mean: &mut [f32],
+        saved_invstd: &mut [f32],
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        r::batch_norm_train(
+            x,
+            gamma,
+            beta,
+            running_mean,
+            running_var,
+            y,
+            saved_mean,
+            saved_invstd,
+            d,
+            cfg,
+        )
+    }
+    fn batch_norm_eval(
+        &mut self,
+        x: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        running_mean: &[f32],
+        running_var: &[f32],
+        y: &mut [f32],
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        r::batch_norm_eval(x, gamma, beta, running_mean, running_var, y, d, cfg)
+    }
+    fn batch_norm_grad_input(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        gamma: &[f32],
+        saved_mean: &[f32],
+        saved_invstd: &[f32],
+        dx: &mut [f32],
+        d: ChannelDims,
+    ) {
+        r::batch_norm_grad_input(dy, x, gamma, saved_mean, saved_invstd, dx, d)
+    }
+    fn batch_norm_grad_params(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        saved_mean: &[f32],
+        saved_invstd: &[f32],
+        dgamma: &mut [f32],
+        dbeta: &mut [f32],
+        d: ChannelDims,
+    ) {
+        r::batch_norm_grad_params(dy, x, saved_mean, saved_invstd, dgamma, dbeta, d)
+    }
+    fn dropout(&mut self, x: &[f32], y: &mut [f32], cfg: DropoutConfig, step: u64) {
+        r::dropout(x, y, cfg, step)
+    }
+    fn dropout_grad(&mut self, dy: &[f32], dx: &mut [f32], cfg: DropoutConfig, step: u64) {
+        r::dropout_grad(dy, dx, cfg, step)
+    }
+    fn softmax(&mut self, x: &[f32], y: &mut [f32], d: RowDims) {
+        r::softmax(x, y, d)
+    }
+    fn softmax_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32], d: RowDims) {
+        r::softmax_grad(y, dy, dx, d)
+    }
+    fn cross_entropy(
+        &mut self,
+        logits: &[f32],
+        labels: &[i32],
+        loss: &mut [f32],
+        d: RowDims,
+    ) -> Result<(), KernelError> {
+        r::cross_entropy(logits, labels, loss, d)
+    }
+    fn cross_entropy_grad(
+        &mut self,
+        logits: &[f32],
+        labels: &[i32],
+        dloss: &[f32],
+        dlogits: &mut [f32],
+        d: RowDims,
+    ) -> Result<(), KernelError> {
+        r::cross_entropy_grad(logits, labels, dloss, dlogits, d)
+    }
+    fn mse(&mut self, pred: &[f32], target: &[f32], loss: &mut [f32]) {
+        r::mse(pred, target, loss)
+    }
+    fn mse_grad(&mut self, pred: &[f32], target: &[f32], dloss: &[f32], dpred: &mut [f32]) {
+        r::mse_grad(pred, target, dloss, dpred)
+    }
+    fn fill(&mut self, y: &mut [f32], value: f32) {
+        r::fill(y, value)
+    }
+    fn accumulate(&mut self, acc: &mut [f32], g: &[f32], scale: f32) {
+        r::accumulate(acc, g, scale)
+    }
+    fn sum_squares(&mut self, g: &[f32], acc: &mut [f32]) {
+        r::sum_squares(g, acc)
+    }
+    fn sgd_update(
+        &mut self,
+        param: &mut [f32],
+        grad: &[f32],
+        momentum: Option<&mut [f32]>,
+        lr: f32,
+        grad_scale: f32,
+        cfg: SgdConfig,
+    ) {
+        r::sgd_update(param, grad, momentum, lr, grad_scale, cfg)
+    }
+    fn adamw_update(
+        &mut self,
+        param: &mut [f32],
+        grad: &[f32],
+        m: &mut [f32],
+        v: &mut [f32],
+        lr: f32,
+        grad_scale: f32,
+        step: u32,
+        cfg: AdamWConfig,
+    ) {
+        r::adamw_update(param, grad, m, v, lr, grad_scale, step, cfg)
+    }
+}
+
+/// The portable scalar backend: every kernel is the reference kernel. The oracle that other
+/// backends are tested against.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Reference;
+
+impl Kernels for Reference {}

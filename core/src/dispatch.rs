@@ -1,0 +1,189 @@
+//! Calling one kernel: typed views of a step's operands, consumed in signature order, and
+//! the match from [`Kernel`] to a [`Kernels`] method. Shared by the executor and eager mode.
+
+use crate::backend::Kernels;
+use crate::error::KernelError;
+use crate::kernel::{Kernel, MAX_OPERANDS};
+
+/// One operand's memory, borrowed for the length of a kernel call.
+pub enum View<'a> {
+    Read(&'a [u8]),
+    Write(&'a mut [u8]),
+}
+
+/// Values a kernel reads from outside its operands.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepContext {
+    /// Learning rate of this update (from a schedule).
+    pub learning_rate: f32,
+    /// Optimizer updates completed before this one (AdamW's bias correction uses `update + 1`).
+    pub update: u32,
+    /// Micro-batches run before this one; seeds dropout masks.
+    pub micro_batch: u64,
+}
+
+/// Why a kernel call did not happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The operands do not match the kernel (a corrupt plan).
+    Malformed(&'static str),
+    Kernel(KernelError),
+}
+
+impl From<KernelError> for Fault {
+    fn from(e: KernelError) -> Self {
+        Fault::Kernel(e)
+    }
+}
+
+/// A step's operands, handed out in order.
+pub struct Operands<'a> {
+    views: heapless::Deque<View<'a>, MAX_OPERANDS>,
+}
+
+impl<'a> Operands<'a> {
+    pub fn new(views: heapless::Vec<View<'a>, MAX_OPERANDS>) -> Self {
+        let mut deque = heapless::Deque::new();
+        for v in views {
+            // Both hold MAX_OPERANDS, so this cannot overflow.
+            let _ = deque.push_back(v);
+        }
+        Self { views: deque }
+    }
+
+    fn next(&mut self) -> Result<View<'a>, Fault> {
+        self.views.pop_front().ok_or(Fault::Malformed("too few operands"))
+    }
+
+    fn read_bytes(&mut self) -> Result<&'a [u8], Fault> {
+        match self.next()? {
+            View::Read(b) => Ok(b),
+            View::Write(_) => Err(Fault::Malformed("a written operand where a read one belongs")),
+        }
+    }
+
+    fn write_bytes(&mut self) -> Result<&'a mut [u8], Fault> {
+        match self.next()? {
+            View::Write(b) => Ok(b),
+            View::Read(_) => {
+                Err(Fault::Malformed("a read-only operand where a written one belongs"))
+            }
+        }
+    }
+
+    fn f32(&mut self) -> Result<&'a [f32], Fault> {
+        bytemuck::try_cast_slice(self.read_bytes()?).map_err(|_| Fault::Malformed("misaligned"))
+    }
+
+    fn f32_if(&mut self, present: bool) -> Result<Option<&'a [f32]>, Fault> {
+        present.then(|| self.f32()).transpose()
+    }
+
+    fn i32(&mut self) -> Result<&'a [i32], Fault> {
+        bytemuck::try_cast_slice(self.read_bytes()?).map_err(|_| Fault::Malformed("misaligned"))
+    }
+
+    fn f32_mut(&mut self) -> Result<&'a mut [f32], Fault> {
+        bytemuck::try_cast_slice_mut(self.write_bytes()?)
+            .map_err(|_| Fault::Malformed("misaligned"))
+    }
+
+    fn scalar(&mut self) -> Result<f32, Fault> {
+        self.f32()?.first().copied().ok_or(Fault::Malformed("an empty scalar"))
+    }
+}
+
+/// Runs `kernel` on `ops` (which must follow the kernel's signature).
+pub fn run_kernel<K: Kernels + ?Sized>(
+    k: &mut K,
+    kernel: &Kernel,
+    mut ops: Operands<'_>,
+    ctx: &StepContext,
+) -> Result<(), Fault> {
+    let o = &mut ops;
+    match *kernel {
+        Kernel::Linear { dims, bias } => {
+            let (x, w, b) = (o.f32()?, o.f32()?, o.f32_if(bias)?);
+            k.linear(x, w, b, o.f32_mut()?, dims)
+        }
+        Kernel::LinearGradInput(d) => k.linear_grad_input(o.f32()?, o.f32()?, o.f32_mut()?, d),
+        Kernel::LinearGradWeight(d) => k.linear_grad_weight(o.f32()?, o.f32()?, o.f32_mut()?, d),
+        Kernel::BiasGrad(d) => k.bias_grad(o.f32()?, o.f32_mut()?, d),
+        Kernel::Conv2d { geometry, bias } => {
+            let (x, w, b) = (o.f32()?, o.f32()?, o.f32_if(bias)?);
+            k.conv2d(x, w, b, o.f32_mut()?, &geometry)
+        }
+        Kernel::Conv2dGradInput(g) => k.conv2d_grad_input(o.f32()?, o.f32()?, o.f32_mut()?, &g),
+        Kernel::Conv2dGradWeight(g) => k.conv2d_grad_weight(o.f32()?, o.f32()?, o.f32_mut()?, &g),
+        Kernel::Relu(_) => k.relu(o.f32()?, o.f32_mut()?),
+        Kernel::Relu6(_) => k.relu6(o.f32()?, o.f32_mut()?),
+        Kernel::ReluGrad(_) => k.relu_grad(o.f32()?, o.f32()?, o.f32_mut()?),
+        Kernel::Relu6Grad(_) => k.relu6_grad(o.f32()?, o.f32()?, o.f32_mut()?),
+        Kernel::MaxPool2d(g) => k.max_pool2d(o.f32()?, o.f32_mut()?, &g),
+        Kernel::MaxPool2dGrad(g) => k.max_pool2d_grad(o.f32()?, o.f32()?, o.f32_mut()?, &g),
+        Kernel::AvgPool2d(g) => k.avg_pool2d(o.f32()?, o.f32_mut()?, &g),
+        Kernel::AvgPool2dGrad(g) => k.avg_pool2d_grad(o.f32()?, o.f32_mut()?, &g),
+        Kernel::GlobalAvgPool(d) => k.global_avg_pool(o.f32()?, o.f32_mut()?, d),
+        Kernel::GlobalAvgPoolGrad(d) => k.global_avg_pool_grad(o.f32()?, o.f32_mut()?, d),
+        Kernel::Add(_) => k.add(o.f32()?, o.f32()?, o.f32_mut()?),
+        Kernel::Copy(_) => k.copy(o.f32()?, o.f32_mut()?),
+        Kernel::BatchNormTrain(d, cfg) => {
+            let (x, gamma, beta) = (o.f32()?, o.f32()?, o.f32()?);
+            let (rm, rv) = (o.f32_mut()?, o.f32_mut()?);
+            let (y, mean, invstd) = (o.f32_mut()?, o.f32_mut()?, o.f32_mut()?);
+            k.batch_norm_train(x, gamma, beta, rm, rv, y, mean, invstd, d, cfg)
+        }
+        Kernel::BatchNormEval(d, cfg) => {
+            let (x, gamma, beta, rm, rv) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?, o.f32()?);
+            k.batch_norm_eval(x, gamma, beta, rm, rv, o.f32_mut()?, d, cfg)
+        }
+        Kernel::BatchNormGradInput(d) => {
+            let (dy, x, gamma, mean, invstd) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?, o.f32()?);
+            k.batch_norm_grad_input(dy, x, gamma, mean, invstd, o.f32_mut()?, d)
+        }
+        Kernel::BatchNormGradParams(d) => {
+            let (dy, x, mean, invstd) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?);
+            k.batch_norm_grad_params(dy, x, mean, invstd, o.f32_mut()?, o.f32_mut()?, d)
+        }
+        Kernel::Dropout(cfg, _) => k.dropout(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch),
+        Kernel::DropoutGrad(cfg, _) => k.dropout_grad(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch),
+        Kernel::Softmax(d) => k.softmax(o.f32()?, o.f32_mut()?, d),
+        Kernel::SoftmaxGrad(d) => k.softmax_grad(o.f32()?, o.f32()?, o.f32_mut()?, d),
+        Kernel::CrossEntropy(d) => k.cross_entropy(o.f32()?, o.i32()?, o.f32_mut()?, d)?,
+        Kernel::CrossEntropyGrad(d) => {
+            let (logits, labels, dloss) = (o.f32()?, o.i32()?, o.f32()?);
+            k.cross_entropy_grad(logits, labels, dloss, o.f32_mut()?, d)?
+        }
+        Kernel::Mse(_) => k.mse(o.f32()?, o.f32()?, o.f32_mut()?),
+        Kernel::MseGrad(_) => k.mse_grad(o.f32()?, o.f32()?, o.f32()?, o.f32_mut()?),
+        Kernel::Fill(value, _) => k.fill(o.f32_mut()?, value),
+        Kernel::Accumulate(scale, _) => {
+            let g = o.f32()?;
+            k.accumulate(o.f32_mut()?, g, scale)
+        }
+        Kernel::SumSquares(_) => {
+            let g = o.f32()?;
+            k.sum_squares(g, o.f32_mut()?)
+        }
+        Kernel::ClipCoefficient(max_norm) => {
+            let sum = o.scalar()?;
+            k.fill(o.f32_mut()?, crate::reference::clip_coefficient(sum, max_norm))
+        }
+        Kernel::SgdUpdate { cfg, clipped, momentum, .. } => {
+            let grad = o.f32()?;
+            let scale = if clipped { o.scalar()? } else { 1.0 };
+            let param = o.f32_mut()?;
+            let buf = if momentum { Some(o.f32_mut()?) } else { None };
+            k.sgd_update(param, grad, buf, ctx.learning_rate, scale, cfg)
+        }
+        Kernel::AdamWUpdate { cfg, clipped, .. } => {
+            let grad = o.f32()?;
+            let scale = if clipped { o.scalar()? } else { 1.0 };
+            let (param, m, v) = (o.f32_mut()?, o.f32_mut()?, o.f32_mut()?);
+            let step = ctx.update.saturating_add(1);
+            k.adamw_update(param, grad, m, v, ctx.learning_rate, scale, step, cfg)
+        }
+        Kernel::Zero(_) => k.fill(o.f32_mut()?, 0.0),
+    }
+    Ok(())
+}

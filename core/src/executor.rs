@@ -1,0 +1,283 @@
+//! The executor: runs a validated [`PlanView`] over caller-provided memory with no heap.
+//! Each step's operands are carved out of the regions with safe, checked splits.
+
+use crate::backend::Kernels;
+use crate::dispatch::{run_kernel, Fault, Operands, StepContext, View};
+use crate::kernel::{Access, MAX_OPERANDS};
+use crate::plan::{ExecError, Operand, PlanView, Region, Step};
+use crate::tensor::{DType, Element};
+
+/// The memory a plan runs over.
+pub struct Regions<'m> {
+    /// Frozen weights, read-only (flash on a device).
+    pub frozen: &'m [u8],
+    /// Trainable weights, buffers and optimizer state; persists between steps.
+    pub state: &'m mut [u8],
+    /// Scratch memory for one step: inputs, activations, gradients.
+    pub arena: &'m mut [u8],
+}
+
+impl Regions<'_> {
+    fn bytes(&self, region: Region) -> &[u8] {
+        match region {
+            Region::Frozen => self.frozen,
+            Region::State => self.state,
+            Region::Arena => self.arena,
+        }
+    }
+
+    fn bytes_mut(&mut self, region: Region) -> Option<&mut [u8]> {
+        match region {
+            Region::Frozen => None,
+            Region::State => Some(self.state),
+            Region::Arena => Some(self.arena),
+        }
+    }
+
+    fn checked(&self, op: &Operand, dtype: DType, len: usize) -> Result<(), ExecError> {
+        if op.dtype != dtype {
+            return Err(ExecError::WrongDType { expected: op.dtype, actual: dtype });
+        }
+        if op.len != len {
+            return Err(ExecError::ValueLength { expected: op.len, actual: len });
+        }
+        let size = self.bytes(op.region).len();
+        if op.end() > size {
+            return Err(ExecError::OutOfBounds {
+                step: 0,
+                kernel: "binding",
+                region: op.region,
+                end: op.end(),
+                size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes `values` into a tensor's memory (feeding inputs, loading weights).
+    pub fn write<T: Element>(&mut self, op: &Operand, values: &[T]) -> Result<(), ExecError> {
+        self.checked(op, T::DTYPE, values.len())?;
+        let region = op.region;
+        let bytes = self.bytes_mut(region).ok_or(ExecError::ReadOnly { region })?;
+        bytes[op.offset..op.end()].copy_from_slice(bytemuck::cast_slice(values));
+        Ok(())
+    }
+
+    /// Reads a tensor's values (outputs, losses, trained weights).
+    pub fn read<T: Element>(&self, op: &Operand) -> Result<&[T], ExecError> {
+        self.checked(op, T::DTYPE, op.len)?;
+        let bytes = &self.bytes(op.region)[op.offset..op.end()];
+        bytemuck::try_cast_slice(bytes).map_err(|_| ExecError::Misaligned { region: op.region })
+    }
+}
+
+/// What a training call did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepOutcome {
+    /// Gradients were added to the accumulators; `remaining` micro-batches until the update.
+    Accumulated { remaining: u32 },
+    /// The optimizer updated the weights; `update` counts updates so far.
+    Updated { update: u32 },
+}
+
+/// Runs one plan with one backend. Holds the training counters, so accumulation and the
+/// update that consumes (and zeroes) the accumulators cannot be forgotten or doubled.
+pub struct Executor<'p, K> {
+    plan: PlanView<'p>,
+    kernels: K,
+    updates: u32,
+    micro_batches: u64,
+    pending: u32,
+}
+
+impl<'p, K: Kernels> Executor<'p, K> {
+    /// Checks the plan once; afterwards no step can reach outside its regions.
+    pub fn new(plan: PlanView<'p>, kernels: K) -> Result<Self, ExecError> {
+        plan.validate()?;
+        Ok(Self { plan, kernels, updates: 0, micro_batches: 0, pending: 0 })
+    }
+
+    pub fn kernels(&mut self) -> &mut K {
+        &mut self.kernels
+    }
+
+    /// Optimizer updates done so far.
+    pub fn updates(&self) -> u32 {
+        self.updates
+    }
+
+    /// Checks that the caller's memory is large enough and aligned.
+    pub fn check_regions(&self, regions: &Regions<'_>) -> Result<(), ExecError> {
+        for region in [Region::Frozen, Region::State, Region::Arena] {
+            let bytes = regions.bytes(region);
+            let needed = self.plan.sizes.get(region);
+            if bytes.len() < needed {
+                return Err(ExecError::RegionTooSmall { region, needed, actual: bytes.len() });
+            }
+            if bytes.as_ptr() as usize % 4 != 0 {
+                return Err(ExecError::Misaligned { region });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the plan's steps once without learning (inference, evaluation).
+    pub fn run(&mut self, regions: &mut Regions<'_>) -> Result<(), ExecError> {
+        self.check_regions(regions)?;
+        let ctx = self.context(0.0);
+        run_steps(&mut self.kernels, self.plan.steps, 0, regions, &ctx)
+    }
+
+    /// One training micro-batch: forward, backward, and, every `accumulation` calls, the
+    /// optimizer update at learning rate `learning_rate`.
+    pub fn train_step(
+        &mut self,
+        regions: &mut Regions<'_>,
+        learning_rate: f32,
+    ) -> Result<StepOutcome, ExecError> {
+        self.check_regions(regions)?;
+        let ctx = self.context(learning_rate);
+        run_steps(&mut self.kernels, self.plan.steps, 0, regions, &ctx)?;
+        self.micro_batches += 1;
+        self.pending += 1;
+        if self.pending < self.plan.accumulation {
+            return Ok(StepOutcome::Accumulated {
+                remaining: self.plan.accumulation - self.pending,
+            });
+        }
+        let first = self.plan.steps.len();
+        run_steps(&mut self.kernels, self.plan.update_steps, first, regions, &ctx)?;
+        self.pending = 0;
+        self.updates += 1;
+        Ok(StepOutcome::Updated { update: self.updates })
+    }
+
+    fn context(&self, learning_rate: f32) -> StepContext {
+        StepContext { learning_rate, update: self.updates, micro_batch: self.micro_batches }
+    }
+}
+
+fn run_steps<K: Kernels>(
+    kernels: &mut K,
+    steps: &[Step],
+    first_index: usize,
+    regions: &mut Regions<'_>,
+    ctx: &StepContext,
+) -> Result<(), ExecError> {
+    for (i, step) in steps.iter().enumerate() {
+        let index = first_index + i;
+        let kernel = step.kernel.name();
+        let views = split_operands(index, step, regions)?;
+        run_kernel(kernels, &step.kernel, Operands::new(views), ctx).map_err(|f| match f {
+            Fault::Malformed(detail) => ExecError::MalformedStep { step: index, kernel, detail },
+            Fault::Kernel(error) => ExecError::Kernel { step: index, kernel, error },
+        })?;
+    }
+    Ok(())
+}
+
+/// Borrows every operand of `step`: written operands mutably and alone, read operands
+/// shared (two reads of one tensor are fine; a read overlapping a write is not).
+fn split_operands<'a>(
+    index: usize,
+    step: &Step,
+    regions: &'a mut Regions<'_>,
+) -> Result<heapless::Vec<View<'a>, MAX_OPERANDS>, ExecError> {
+    let kernel = step.kernel.name();
+    let signature = step.kernel.signature();
+    let mut slots: [Option<View<'a>>; MAX_OPERANDS] = Default::default();
+    let frozen: &'a [u8] = regions.frozen;
+    for (i, op) in step.operands.iter().enumerate() {
+        if op.region == Region::Frozen {
+            let bytes = frozen.get(op.offset..op.end()).ok_or(ExecError::OutOfBounds {
+                step: index,
+                kernel,
+                region: Region::Frozen,
+                end: op.end(),
+                size: frozen.len(),
+            })?;
+            slots[i] = Some(View::Read(bytes));
+        }
+    }
+    let writes = |i: usize| signature.slots.get(i).map(|s| s.access != Access::Read);
+    let writes: [bool; MAX_OPERANDS] = core::array::from_fn(|i| writes(i).unwrap_or(false));
+    let (state, arena) = (&mut *regions.state, &mut *regions.arena);
+    split_region(index, kernel, step, Region::State, state, &writes, &mut slots)?;
+    split_region(index, kernel, step, Region::Arena, arena, &writes, &mut slots)?;
+    let mut views = heapless::Vec::new();
+    for slot in slots.into_iter().take(step.operands.len()) {
+        let view = slot.ok_or(ExecError::MalformedStep {
+            step: index,
+            kernel,
+            detail: "an operand was not placed",
+        })?;
+        // At most MAX_OPERANDS slots exist.
+        let _ = views.push(view);
+    }
+    Ok(views)
+}
+
+/// Carves the operands of `step` that live in `region` out of `bytes`.
+fn split_region<'a>(
+    index: usize,
+    kernel: &'static str,
+    step: &Step,
+    region: Region,
+    bytes: &'a mut [u8],
+    writes: &[bool; MAX_OPERANDS],
+    slots: &mut [Option<View<'a>>; MAX_OPERANDS],
+) -> Result<(), ExecError> {
+    let size = bytes.len();
+    let mine = |i: &usize| step.operands[*i].region == region;
+    let mut written: heapless::Vec<usize, MAX_OPERANDS> =
+        (0..step.operands.len()).filter(mine).filter(|i| writes[*i]).collect();
+    written.sort_unstable_by_key(|i| step.operands[*i].offset);
+
+    // Alternate gaps (shared, for reads) and written operands (exclusive).
+    let mut gaps: heapless::Vec<(usize, &'a [u8]), { MAX_OPERANDS + 1 }> = heapless::Vec::new();
+    let mut rest = bytes;
+    let mut position = 0;
+    for &i in &written {
+        let op = &step.operands[i];
+        if op.offset < position {
+            return Err(ExecError::Overlap { step: index, kernel });
+        }
+        if op.end() > size {
+            return Err(ExecError::OutOfBounds {
+                step: index,
+                kernel,
+                region,
+                end: op.end(),
+                size,
+            });
+        }
+        let (gap, tail) = core::mem::take(&mut rest).split_at_mut(op.offset - position);
+        let (mine, tail) = tail.split_at_mut(op.bytes());
+        let _ = gaps.push((position, gap));
+        slots[i] = Some(View::Write(mine));
+        rest = tail;
+        position = op.end();
+    }
+    let _ = gaps.push((position, rest));
+
+    for i in (0..step.operands.len()).filter(mine).filter(|i| !writes[*i]) {
+        let op = &step.operands[i];
+        let gap =
+            gaps.iter().find(|(start, gap)| op.offset >= *start && op.end() <= start + gap.len());
+        let (start, gap) = match gap {
+            Some(g) => *g,
+            None if op.end() > size => {
+                return Err(ExecError::OutOfBounds {
+                    step: index,
+                    kernel,
+                    region,
+                    end: op.end(),
+                    size,
+                })
+            }
+            None => return Err(ExecError::Overlap { step: index, kernel }),
+        };
+        slots[i] = Some(View::Read(&gap[op.offset - start..op.end() - start]));
+    }
+    Ok(())
+}

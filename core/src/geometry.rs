@@ -1,0 +1,154 @@
+//! Kernel geometry: the plain numbers a kernel needs to walk its buffers (batch, channels,
+//! spatial sizes, stride, padding, groups). Shared by the graph, the plan and every backend.
+
+/// A dense layer `y[n, m] = x[n, k] · w[m, k]ᵀ + b[m]` (PyTorch's `nn.Linear` layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinearDims {
+    /// Rows of the batch.
+    pub n: usize,
+    /// Input features.
+    pub k: usize,
+    /// Output features.
+    pub m: usize,
+}
+
+/// A 2-D convolution over NCHW input with OIHW weights (`w[c_out, c_in / groups, kh, kw]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dGeometry {
+    pub n: usize,
+    pub c_in: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c_out: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub groups: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+impl Conv2dGeometry {
+    /// Input channels seen by one output channel.
+    pub fn c_in_per_group(&self) -> usize {
+        self.c_in / self.groups
+    }
+    /// Output channels produced by one group.
+    pub fn c_out_per_group(&self) -> usize {
+        self.c_out / self.groups
+    }
+    pub fn input_len(&self) -> usize {
+        self.n * self.c_in * self.h * self.w
+    }
+    pub fn weight_len(&self) -> usize {
+        self.c_out * self.c_in_per_group() * self.kh * self.kw
+    }
+    pub fn output_len(&self) -> usize {
+        self.n * self.c_out * self.out_h * self.out_w
+    }
+    /// Multiply-accumulates of one forward pass.
+    pub fn macs(&self) -> usize {
+        self.output_len() * self.c_in_per_group() * self.kh * self.kw
+    }
+}
+
+/// A 2-D pooling window over NCHW input. Padding never wins a max; for averages,
+/// `count_include_pad` chooses PyTorch's default (`true`) or ONNX's (`false`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool2dGeometry {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub count_include_pad: bool,
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+impl Pool2dGeometry {
+    pub fn input_len(&self) -> usize {
+        self.n * self.c * self.h * self.w
+    }
+    pub fn output_len(&self) -> usize {
+        self.n * self.c * self.out_h * self.out_w
+    }
+}
+
+/// A tensor seen as `[outer, channels, inner]`: batch, channel axis, everything after it.
+/// Batch-norm statistics, bias gradients and global pooling reduce over `outer` and `inner`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelDims {
+    pub outer: usize,
+    pub channels: usize,
+    pub inner: usize,
+}
+
+impl ChannelDims {
+    pub fn len(&self) -> usize {
+        self.outer * self.channels * self.inner
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Elements that share one channel.
+    pub fn per_channel(&self) -> usize {
+        self.outer * self.inner
+    }
+}
+
+/// A 2-D row-wise problem: `rows` independent rows of `cols` values (softmax, cross-entropy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowDims {
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// Batch-norm hyper-parameters (PyTorch's meaning of `momentum`: weight of the new batch).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchNormConfig {
+    pub eps: f32,
+    pub momentum: f32,
+}
+
+impl Default for BatchNormConfig {
+    fn default() -> Self {
+        Self { eps: 1e-5, momentum: 0.1 }
+    }
+}
+
+/// Inverted dropout: kept elements are scaled by `1 / (1 - p)`. The mask is a pure function
+/// of `(seed, step, element index)`, so the backward pass recomputes it instead of storing it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DropoutConfig {
+    pub p: f32,
+    pub seed: u64,
+}
+
+/// SGD with PyTorch's semantics (no dampening): `g += wd·p; b = μ·b + g;
+/// g = nesterov ? g + μ·b : b; p -= lr·g`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdConfig {
+    pub momentum: f32,
+    pub weight_decay: f32,
+    pub nesterov: bool,
+}
+
+/// AdamW with decoupled weight decay (Loshchilov & Hutter), PyTorch's semantics.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWConfig {
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+}
+
+impl Default for AdamWConfig {
+    fn default() -> Self {
+        Self { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
+    }
+}

@@ -1,0 +1,305 @@
+//! The recorded graph: tensors (shape, dtype, role, initial value) and the nodes that
+//! produce them, in recording order. Model code builds it through [`crate::builder`].
+
+use crate::eager::Eager;
+use crate::op::Op;
+use crate::rng::SplitMix;
+use crate::shape::Shape;
+use crate::tensor::{DType, Role, TensorId};
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+
+/// How a parameter or buffer starts out.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Init {
+    Zeros,
+    Constant(f32),
+    /// Uniform in `[-bound, bound)`, drawn from `seed` (PyTorch's default for conv and linear
+    /// layers uses `bound = 1 / sqrt(fan_in)`).
+    Uniform {
+        bound: f32,
+        seed: u64,
+    },
+    /// Explicit values, e.g. loaded from a file or written by a test.
+    Values(Vec<f32>),
+}
+
+impl Init {
+    /// The initial values of a tensor of `numel` elements.
+    pub fn materialize(&self, numel: usize) -> Vec<f32> {
+        match self {
+            Init::Zeros => vec![0.0; numel],
+            Init::Constant(c) => vec![*c; numel],
+            Init::Uniform { bound, seed } => {
+                let mut rng = SplitMix::new(*seed);
+                (0..numel).map(|_| rng.uniform(-bound, *bound)).collect()
+            }
+            Init::Values(v) => v.clone(),
+        }
+    }
+}
+
+/// Everything the graph knows about one tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub shape: Shape,
+    pub dtype: DType,
+    pub role: Role,
+    /// Initial value of parameters, buffers and optimizer state.
+    pub init: Option<Init>,
+}
+
+impl TensorInfo {
+    pub fn bytes(&self) -> usize {
+        self.shape.numel() * self.dtype.size()
+    }
+}
+
+/// When a node runs in a training plan: once per micro-batch, or once per optimizer update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    MicroBatch,
+    Update,
+}
+
+/// One recorded operation with its operands (see [`Op`] for each op's operand order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub name: String,
+    pub op: Op,
+    pub inputs: Vec<TensorId>,
+    /// Tensors read and written in place (running statistics, parameters, optimizer state).
+    pub state: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+    pub phase: Phase,
+}
+
+/// A recorded model. Cloning it is how a training graph is derived from a model graph.
+#[derive(Clone, Default)]
+pub struct Graph {
+    tensors: Vec<TensorInfo>,
+    nodes: Vec<Node>,
+    seed: u64,
+    pub(crate) eager: Option<Box<Eager>>,
+}
+
+impl Graph {
+    /// An empty graph; `seed` drives every default initialiser so a model is reproducible.
+    pub fn new(seed: u64) -> Self {
+        Self { seed, ..Self::default() }
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    pub fn tensor(&self, id: TensorId) -> &TensorInfo {
+        &self.tensors[id.index()]
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn shape(&self, id: TensorId) -> Shape {
+        self.tensor(id).shape
+    }
+
+    /// The tensor with this name, if any.
+    pub fn find(&self, name: &str) -> Option<TensorId> {
+        self.tensors.iter().position(|t| t.name == name).map(|i| TensorId(i as u32))
+    }
+
+    /// Ids of every tensor with the given role, in creation order.
+    pub fn with_role(&self, role: Role) -> impl Iterator<Item = TensorId> + '_ {
+        self.tensors
+            .iter()
+            .enumerate()
+            .filter(move |(_, t)| t.role == role)
+            .map(|(i, _)| TensorId(i as u32))
+    }
+
+    /// All parameters (frozen and trainable), in creation order.
+    pub fn parameters(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| matches!(t.role, Role::FrozenParam | Role::TrainableParam))
+            .map(|(i, _)| TensorId(i as u32))
+    }
+
+    pub(crate) fn check_id(&self, id: TensorId) -> Result<(), GraphError> {
+        if id.index() < self.tensors.len() {
+            Ok(())
+        } else {
+            Err(GraphError::UnknownTensor { id: id.0 })
+        }
+    }
+
+    /// Adds a tensor; names are unique within a graph.
+    pub(crate) fn add_tensor(&mut self, info: TensorInfo) -> Result<TensorId, GraphError> {
+        if self.find(&info.name).is_some() {
+            return Err(GraphError::DuplicateName { name: info.name });
+        }
+        let id = TensorId(self.tensors.len() as u32);
+        if let Some(eager) = self.eager.as_mut() {
+            eager.on_new_tensor(&info);
+        }
+        self.tensors.push(info);
+        Ok(id)
+    }
+
+    /// A name not yet used in this graph, derived from `base`.
+    pub(crate) fn fresh_name(&self, base: &str) -> String {
+        if self.find(base).is_none() {
+            return String::from(base);
+        }
+        (1..)
+            .map(|i| alloc::format!("{base}#{i}"))
+            .find(|n| self.find(n).is_none())
+            .expect("an unused name exists")
+    }
+
+    pub(crate) fn set_role(&mut self, id: TensorId, role: Role) {
+        self.tensors[id.index()].role = role;
+    }
+
+    /// Appends a node whose operand shapes have already been checked, then runs it when
+    /// the graph is eager.
+    pub(crate) fn push_node(&mut self, node: Node) -> Result<(), GraphError> {
+        self.nodes.push(node);
+        if self.eager.is_some() {
+            let index = self.nodes.len() - 1;
+            let mut eager = self.eager.take().expect("checked above");
+            let result = eager.run_node(self, index);
+            self.eager = Some(eager);
+            result?;
+        }
+        Ok(())
+    }
+}
+
+/// What went wrong while building, differentiating or compiling a graph.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GraphError {
+    /// Two operands of an op do not fit together.
+    ShapeMismatch {
+        op: &'static str,
+        node: String,
+        detail: &'static str,
+        left: Shape,
+        right: Shape,
+    },
+    /// An operand has the wrong number of dimensions.
+    Rank {
+        op: &'static str,
+        node: String,
+        tensor: String,
+        expected: usize,
+        actual: Shape,
+    },
+    /// An operand has the wrong element type.
+    DType {
+        op: &'static str,
+        node: String,
+        tensor: String,
+        expected: DType,
+        actual: DType,
+    },
+    /// An op's settings are impossible for its operands.
+    Invalid {
+        op: &'static str,
+        node: String,
+        detail: String,
+    },
+    DuplicateName {
+        name: String,
+    },
+    UnknownTensor {
+        id: u32,
+    },
+    /// `differentiate` was asked to train something that is not a parameter.
+    NotAParameter {
+        name: String,
+        role: Role,
+    },
+    /// The loss of `differentiate` must be a scalar.
+    LossNotScalar {
+        name: String,
+        shape: Shape,
+    },
+    /// Anomaly mode: the first op whose output holds NaN or infinity.
+    Anomaly {
+        op: &'static str,
+        node: String,
+        tensor: String,
+        shape: Shape,
+        index: usize,
+        value: f32,
+    },
+    /// Eager execution reached a tensor nobody gave a value.
+    MissingValue {
+        tensor: String,
+    },
+    /// A value given to an eager tensor has the wrong length.
+    ValueLength {
+        tensor: String,
+        expected: usize,
+        actual: usize,
+    },
+    /// A kernel refused its data while running eagerly.
+    Kernel {
+        op: &'static str,
+        node: String,
+        error: crate::error::KernelError,
+    },
+}
+
+impl fmt::Display for GraphError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use GraphError::*;
+        match self {
+            ShapeMismatch { op, node, detail, left, right } => {
+                write!(f, "{op} '{node}': {detail}: {left} vs {right}")
+            }
+            Rank { op, node, tensor, expected, actual } => write!(
+                f,
+                "{op} '{node}': '{tensor}' must have {expected} dimensions, it has shape {actual}"
+            ),
+            DType { op, node, tensor, expected, actual } => {
+                write!(f, "{op} '{node}': '{tensor}' must be {expected:?}, it is {actual:?}")
+            }
+            Invalid { op, node, detail } => write!(f, "{op} '{node}': {detail}"),
+            DuplicateName { name } => write!(f, "a tensor named '{name}' already exists"),
+            UnknownTensor { id } => write!(f, "tensor #{id} does not belong to this graph"),
+            NotAParameter { name, role } => {
+                write!(f, "'{name}' cannot be trained: it is a {role:?}, not a parameter")
+            }
+            LossNotScalar { name, shape } => {
+                write!(f, "the loss '{name}' must be a scalar, it has shape {shape}")
+            }
+            Anomaly { op, node, tensor, shape, index, value } => write!(
+                f,
+                "anomaly: {op} '{node}' produced {value} at element {index} of '{tensor}' (shape {shape})"
+            ),
+            MissingValue { tensor } => {
+                write!(f, "eager: '{tensor}' has no value; feed it before using it")
+            }
+            ValueLength { tensor, expected, actual } => write!(
+                f,
+                "'{tensor}' holds {expected} elements, {actual} were given"
+            ),
+            Kernel { op, node, error } => write!(f, "{op} '{node}': {error}"),
+        }
+    }
+}
+
+impl core::error::Error for GraphError {}

@@ -1,0 +1,235 @@
+//! Plan-level kernels: each recorded op resolved to a concrete kernel with its geometry and
+//! mode (training or evaluation), and the signature that fixes its operands.
+
+use crate::geometry::{
+    AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, LinearDims,
+    Pool2dGeometry, RowDims, SgdConfig,
+};
+use crate::tensor::DType;
+
+/// The most operands one kernel takes (training batch-norm: 3 in, 2 in place, 3 out).
+pub const MAX_OPERANDS: usize = 8;
+
+/// One kernel call. Element-wise kernels carry their element count so every operand's
+/// length is known from the kernel alone.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kernel {
+    Linear { dims: LinearDims, bias: bool },
+    LinearGradInput(LinearDims),
+    LinearGradWeight(LinearDims),
+    BiasGrad(ChannelDims),
+    Conv2d { geometry: Conv2dGeometry, bias: bool },
+    Conv2dGradInput(Conv2dGeometry),
+    Conv2dGradWeight(Conv2dGeometry),
+    Relu(usize),
+    Relu6(usize),
+    ReluGrad(usize),
+    Relu6Grad(usize),
+    MaxPool2d(Pool2dGeometry),
+    MaxPool2dGrad(Pool2dGeometry),
+    AvgPool2d(Pool2dGeometry),
+    AvgPool2dGrad(Pool2dGeometry),
+    GlobalAvgPool(ChannelDims),
+    GlobalAvgPoolGrad(ChannelDims),
+    Add(usize),
+    Copy(usize),
+    BatchNormTrain(ChannelDims, BatchNormConfig),
+    BatchNormEval(ChannelDims, BatchNormConfig),
+    BatchNormGradInput(ChannelDims),
+    BatchNormGradParams(ChannelDims),
+    Dropout(DropoutConfig, usize),
+    DropoutGrad(DropoutConfig, usize),
+    Softmax(RowDims),
+    SoftmaxGrad(RowDims),
+    CrossEntropy(RowDims),
+    CrossEntropyGrad(RowDims),
+    Mse(usize),
+    MseGrad(usize),
+    Fill(f32, usize),
+    Accumulate(f32, usize),
+    SumSquares(usize),
+    ClipCoefficient(f32),
+    SgdUpdate { cfg: SgdConfig, len: usize, clipped: bool, momentum: bool },
+    AdamWUpdate { cfg: AdamWConfig, len: usize, clipped: bool },
+    Zero(usize),
+}
+
+/// How a kernel uses an operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    /// Read and written in place (running statistics, parameters, optimizer state).
+    Update,
+    /// Overwritten.
+    Write,
+}
+
+/// One operand slot of a kernel: how it is used, its element type and element count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub access: Access,
+    pub dtype: DType,
+    pub len: usize,
+}
+
+/// The operands a kernel expects, in order: reads, then in-place updates, then writes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Signature {
+    pub slots: heapless::Vec<Slot, MAX_OPERANDS>,
+}
+
+impl Signature {
+    fn slot(mut self, access: Access, dtype: DType, len: usize) -> Self {
+        // Every kernel below declares at most MAX_OPERANDS slots.
+        let _ = self.slots.push(Slot { access, dtype, len });
+        self
+    }
+    fn read(self, len: usize) -> Self {
+        self.slot(Access::Read, DType::F32, len)
+    }
+    fn read_if(self, yes: bool, len: usize) -> Self {
+        if yes {
+            self.read(len)
+        } else {
+            self
+        }
+    }
+    fn update(self, len: usize) -> Self {
+        self.slot(Access::Update, DType::F32, len)
+    }
+    fn write(self, len: usize) -> Self {
+        self.slot(Access::Write, DType::F32, len)
+    }
+    fn labels(self, len: usize) -> Self {
+        self.slot(Access::Read, DType::I32, len)
+    }
+}
+
+impl Kernel {
+    /// The kernel's operands; the executor checks every step against it before running.
+    pub fn signature(&self) -> Signature {
+        let s = Signature::default();
+        match *self {
+            Kernel::Linear { dims: d, bias } => {
+                s.read(d.n * d.k).read(d.m * d.k).read_if(bias, d.m).write(d.n * d.m)
+            }
+            Kernel::LinearGradInput(d) => s.read(d.n * d.m).read(d.m * d.k).write(d.n * d.k),
+            Kernel::LinearGradWeight(d) => s.read(d.n * d.m).read(d.n * d.k).write(d.m * d.k),
+            Kernel::BiasGrad(d) => s.read(d.len()).write(d.channels),
+            Kernel::Conv2d { geometry: g, bias } => s
+                .read(g.input_len())
+                .read(g.weight_len())
+                .read_if(bias, g.c_out)
+                .write(g.output_len()),
+            Kernel::Conv2dGradInput(g) => {
+                s.read(g.output_len()).read(g.weight_len()).write(g.input_len())
+            }
+            Kernel::Conv2dGradWeight(g) => {
+                s.read(g.output_len()).read(g.input_len()).write(g.weight_len())
+            }
+            Kernel::Relu(n) | Kernel::Relu6(n) | Kernel::Copy(n) | Kernel::Dropout(_, n) => {
+                s.read(n).write(n)
+            }
+            Kernel::DropoutGrad(_, n) => s.read(n).write(n),
+            Kernel::ReluGrad(n) | Kernel::Relu6Grad(n) | Kernel::Add(n) => {
+                s.read(n).read(n).write(n)
+            }
+            Kernel::MaxPool2d(p) | Kernel::AvgPool2d(p) => {
+                s.read(p.input_len()).write(p.output_len())
+            }
+            Kernel::MaxPool2dGrad(p) => {
+                s.read(p.input_len()).read(p.output_len()).write(p.input_len())
+            }
+            Kernel::AvgPool2dGrad(p) => s.read(p.output_len()).write(p.input_len()),
+            Kernel::GlobalAvgPool(d) => s.read(d.len()).write(d.outer * d.channels),
+            Kernel::GlobalAvgPoolGrad(d) => s.read(d.outer * d.channels).write(d.len()),
+            Kernel::BatchNormTrain(d, _) => {
+                let c = d.channels;
+                s.read(d.len()).read(c).read(c).update(c).update(c).write(d.len()).write(c).write(c)
+            }
+            Kernel::BatchNormEval(d, _) => {
+                let c = d.channels;
+                s.read(d.len()).read(c).read(c).read(c).read(c).write(d.len())
+            }
+            Kernel::BatchNormGradInput(d) => {
+                let c = d.channels;
+                s.read(d.len()).read(d.len()).read(c).read(c).read(c).write(d.len())
+            }
+            Kernel::BatchNormGradParams(d) => {
+                let c = d.channels;
+                s.read(d.len()).read(d.len()).read(c).read(c).write(c).write(c)
+            }
+            Kernel::Softmax(r) => s.read(r.rows * r.cols).write(r.rows * r.cols),
+            Kernel::SoftmaxGrad(r) => {
+                let n = r.rows * r.cols;
+                s.read(n).read(n).write(n)
+            }
+            Kernel::CrossEntropy(r) => s.read(r.rows * r.cols).labels(r.rows).write(1),
+            Kernel::CrossEntropyGrad(r) => {
+                s.read(r.rows * r.cols).labels(r.rows).read(1).write(r.rows * r.cols)
+            }
+            Kernel::Mse(n) => s.read(n).read(n).write(1),
+            Kernel::MseGrad(n) => s.read(n).read(n).read(1).write(n),
+            Kernel::Fill(_, n) => s.write(n),
+            Kernel::Accumulate(_, n) => s.read(n).update(n),
+            Kernel::SumSquares(n) => s.read(n).update(1),
+            Kernel::ClipCoefficient(_) => s.read(1).write(1),
+            Kernel::SgdUpdate { len, clipped, momentum, .. } => {
+                let s = s.read(len).read_if(clipped, 1).update(len);
+                if momentum {
+                    s.update(len)
+                } else {
+                    s
+                }
+            }
+            Kernel::AdamWUpdate { len, clipped, .. } => {
+                s.read(len).read_if(clipped, 1).update(len).update(len).update(len)
+            }
+            Kernel::Zero(n) => s.update(n),
+        }
+    }
+
+    /// A short name for errors and reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kernel::Linear { .. } => "linear",
+            Kernel::LinearGradInput(_) => "linear_grad_input",
+            Kernel::LinearGradWeight(_) => "linear_grad_weight",
+            Kernel::BiasGrad(_) => "bias_grad",
+            Kernel::Conv2d { .. } => "conv2d",
+            Kernel::Conv2dGradInput(_) => "conv2d_grad_input",
+            Kernel::Conv2dGradWeight(_) => "conv2d_grad_weight",
+            Kernel::Relu(_) => "relu",
+            Kernel::Relu6(_) => "relu6",
+            Kernel::ReluGrad(_) => "relu_grad",
+            Kernel::Relu6Grad(_) => "relu6_grad",
+            Kernel::MaxPool2d(_) => "max_pool2d",
+            Kernel::MaxPool2dGrad(_) => "max_pool2d_grad",
+            Kernel::AvgPool2d(_) => "avg_pool2d",
+            Kernel::AvgPool2dGrad(_) => "avg_pool2d_grad",
+            Kernel::GlobalAvgPool(_) => "global_avg_pool",
+            Kernel::GlobalAvgPoolGrad(_) => "global_avg_pool_grad",
+            Kernel::Add(_) => "add",
+            Kernel::Copy(_) => "copy",
+            Kernel::BatchNormTrain(..) => "batch_norm_train",
+            Kernel::BatchNormEval(..) => "batch_norm_eval",
+            Kernel::BatchNormGradInput(_) => "batch_norm_grad_input",
+            Kernel::BatchNormGradParams(_) => "batch_norm_grad_params",
+            Kernel::Dropout(..) => "dropout",
+            Kernel::DropoutGrad(..) => "dropout_grad",
+            Kernel::Softmax(_) => "softmax",
+            Kernel::SoftmaxGrad(_) => "softmax_grad",
+            Kernel::CrossEntropy(_) => "cross_entropy",
+            Kernel::CrossEntropyGrad(_) => "cross_entropy_grad",
+            Kernel::Mse(_) => "mse",
+            Kernel::MseGrad(_) => "mse_grad",
+            Kernel::Fill(..) => "fill",
+            Kernel::Accumulate(..) => "accumulate",
+            Kernel::SumSquares(_) => "sum_squares",
+            Kernel::ClipCoefficient(_) => "clip_coefficient",
+            Kernel::SgdUpdate { .. } => "sgd_update",
+            Kernel::AdamWUpdate { .. } => "adamw_update",
+            Kernel::Zero(_) => "zero",
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Lowering: one graph node to one plan kernel, with geometry read off the operand shapes
+//! and the behaviour of the mode (batch statistics or running ones, dropout on or off).
+
+use crate::geometry::{ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims};
+use crate::graph::{Graph, Node};
+use crate::kernel::Kernel;
+use crate::op::{ConvParams, Op, PoolParams};
+use crate::shape::Shape;
+use crate::tensor::TensorId;
+use alloc::vec::Vec;
+
+/// Whether a plan trains (batch statistics, dropout on) or evaluates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Train,
+    Eval,
+}
+
+/// The kernel for `node` and its operands in signature order.
+pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> (Kernel, Vec<TensorId>) {
+    let shape = |id: TensorId| graph.shape(id);
+    let input = |i: usize| shape(node.inputs[i]);
+    let output = |i: usize| shape(node.outputs[i]);
+    let numel = output(0).numel();
+    let all: Vec<TensorId> =
+        node.inputs.iter().chain(&node.state).chain(&node.outputs).copied().collect();
+    let kernel = match node.op {
+        Op::Linear => {
+            Kernel::Linear { dims: linear_dims(input(0), input(1)), bias: node.inputs.len() == 3 }
+        }
+        Op::LinearGradInput => {
+            let (dy, w) = (input(0), input(1));
+            Kernel::LinearGradInput(LinearDims { n: dy.dims()[0], k: w.dims()[1], m: w.dims()[0] })
+        }
+        Op::LinearGradWeight => Kernel::LinearGradWeight(linear_dims(input(1), output(0))),
+        Op::BiasGrad => Kernel::BiasGrad(channel_dims(input(0))),
+        Op::Conv2d(p) => Kernel::Conv2d {
+            geometry: conv_geometry(input(0), input(1), output(0), p),
+            bias: node.inputs.len() == 3,
+        },
+        Op::Conv2dGradInput(p) => {
+            Kernel::Conv2dGradInput(conv_geometry(output(0), input(1), input(0), p))
+        }
+        Op::Conv2dGradWeight(p) => {
+            Kernel::Conv2dGradWeight(conv_geometry(input(1), output(0), input(0), p))
+        }
+        Op::Relu => Kernel::Relu(numel),
+        Op::Relu6 => Kernel::Relu6(numel),
+        Op::ReluGrad => Kernel::ReluGrad(numel),
+        Op::Relu6Grad => Kernel::Relu6Grad(numel),
+        Op::MaxPool2d(p) => Kernel::MaxPool2d(pool_geometry(input(0), output(0), p)),
+        Op::MaxPool2dGrad(p) => Kernel::MaxPool2dGrad(pool_geometry(input(0), input(1), p)),
+        Op::AvgPool2d(p) => Kernel::AvgPool2d(pool_geometry(input(0), output(0), p)),
+        Op::AvgPool2dGrad(p) => Kernel::AvgPool2dGrad(pool_geometry(output(0), input(0), p)),
+        Op::GlobalAvgPool => Kernel::GlobalAvgPool(channel_dims(input(0))),
+        Op::GlobalAvgPoolGrad => Kernel::GlobalAvgPoolGrad(channel_dims(output(0))),
+        Op::Add => Kernel::Add(numel),
+        Op::Reshape | Op::Detach => Kernel::Copy(numel),
+        Op::BatchNorm2d(cfg) => match mode {
+            Mode::Train => Kernel::BatchNormTrain(channel_dims(input(0)), cfg),
+            Mode::Eval => {
+                // Evaluation reads the running statistics and saves nothing for a backward pass.
+                let operands = all[..all.len() - 2].to_vec();
+                return (Kernel::BatchNormEval(channel_dims(input(0)), cfg), operands);
+            }
+        },
+        Op::BatchNormGradInput => Kernel::BatchNormGradInput(channel_dims(input(0))),
+        Op::BatchNormGradParams => Kernel::BatchNormGradParams(channel_dims(input(0))),
+        Op::Dropout(cfg) => match mode {
+            Mode::Train => Kernel::Dropout(cfg, numel),
+            Mode::Eval => Kernel::Copy(numel),
+        },
+        Op::DropoutGrad(cfg) => Kernel::DropoutGrad(cfg, numel),
+        Op::Softmax => Kernel::Softmax(row_dims(input(0))),
+        Op::SoftmaxGrad => Kernel::SoftmaxGrad(row_dims(input(0))),
+        Op::CrossEntropy => Kernel::CrossEntropy(row_dims(input(0))),
+        Op::CrossEntropyGrad => Kernel::CrossEntropyGrad(row_dims(input(0))),
+        Op::Mse => Kernel::Mse(input(0).numel()),
+        Op::MseGrad => Kernel::MseGrad(numel),
+        Op::Fill(value) => Kernel::Fill(value, numel),
+        Op::Accumulate(scale) => Kernel::Accumulate(scale, input(0).numel()),
+        Op::SumSquares => Kernel::SumSquares(input(0).numel()),
+        Op::ClipCoefficient(max_norm) => Kernel::ClipCoefficient(max_norm),
+        Op::SgdUpdate(cfg) => Kernel::SgdUpdate {
+            cfg,
+            len: input(0).numel(),
+            clipped: node.inputs.len() == 2,
+            momentum: node.state.len() == 2,
+        },
+        Op::AdamWUpdate(cfg) => {
+            Kernel::AdamWUpdate { cfg, len: input(0).numel(), clipped: node.inputs.len() == 2 }
+        }
+        Op::Zero => Kernel::Zero(shape(node.state[0]).numel()),
+    };
+    (kernel, all)
+}
+
+fn linear_dims(x: Shape, w: Shape) -> LinearDims {
+    LinearDims { n: x.dims()[0], k: x.dims()[1], m: w.dims()[0] }
+}
+
+/// `[N, C, rest...]` seen as outer N, channels C, inner the product of the rest.
+fn channel_dims(s: Shape) -> ChannelDims {
+    let d = s.dims();
+    ChannelDims { outer: d[0], channels: d[1], inner: d[2..].iter().product() }
+}
+
+fn row_dims(s: Shape) -> RowDims {
+    RowDims { rows: s.dims()[0], cols: s.dims()[1] }
+}
+
+fn conv_geometry(x: Shape, w: Shape, y: Shape, p: ConvParams) -> Conv2dGeometry {
+    let (x, w, y) = (x.dims(), w.dims(), y.dims());
+    Conv2dGeometry {
+        n: x[0],
+        c_in: x[1],
+        h: x[2],
+        w: x[3],
+        c_out: w[0],
+        kh: w[2],
+        kw: w[3],
+        stride: p.stride,
+        padding: p.padding,
+        groups: p.groups,
+        out_h: y[2],
+        out_w: y[3],
+    }
+}
+
+fn pool_geometry(x: Shape, y: Shape, p: PoolParams) -> Pool2dGeometry {
+    let (x, y) = (x.dims(), y.dims());
+    Pool2dGeometry {
+        n: x[0],
+        c: x[1],
+        h: x[2],
+        w: x[3],
+        kh: p.kernel.0,
+        kw: p.kernel.1,
+        stride: p.stride,
+        padding: p.padding,
+        count_include_pad: p.count_include_pad,
+        out_h: y[2],
+        out_w: y[3],
+    }
+}

@@ -1,0 +1,210 @@
+//! Optimizers as graph steps: gradient accumulation, global-norm clipping and the SGD or
+//! AdamW update of every trainable tensor, appended after `differentiate`.
+
+use crate::autograd::{differentiate, Differentiated};
+use crate::builder::OutputSpec;
+use crate::compile::{compile_training, Plan};
+use crate::geometry::{AdamWConfig, SgdConfig};
+use crate::graph::{Graph, GraphError, Init, Phase, TensorInfo};
+use crate::op::Op;
+use crate::shape::Shape;
+use crate::tensor::{DType, Role, TensorId};
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// The update rule. The learning rate is not part of it: it comes from a schedule at run time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Optimizer {
+    Sgd(SgdConfig),
+    AdamW(AdamWConfig),
+}
+
+/// How a training step is put together.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainConfig {
+    pub optimizer: Optimizer,
+    /// Scale all gradients together so their global L2 norm is at most this.
+    pub clip_grad_norm: Option<f32>,
+    /// Micro-batches whose gradients are summed (averaged) before one update.
+    pub accumulation: u32,
+}
+
+impl TrainConfig {
+    /// Plain SGD with momentum, no clipping, one micro-batch per update.
+    pub fn sgd(momentum: f32) -> Self {
+        Self {
+            optimizer: Optimizer::Sgd(SgdConfig { momentum, weight_decay: 0.0, nesterov: false }),
+            clip_grad_norm: None,
+            accumulation: 1,
+        }
+    }
+}
+
+/// A compiled training step and the graph it came from.
+pub struct Training {
+    pub graph: Graph,
+    pub loss: TensorId,
+    pub gradients: Vec<(TensorId, TensorId)>,
+    pub plan: Plan,
+}
+
+/// Differentiates `loss` with respect to `trainable`, appends the optimizer and compiles the
+/// whole training step.
+pub fn compile_training_step(
+    model: &Graph,
+    loss: TensorId,
+    trainable: &[TensorId],
+    cfg: &TrainConfig,
+) -> Result<Training, GraphError> {
+    check_config(cfg)?;
+    let Differentiated { mut graph, loss, gradients } = differentiate(model, loss, trainable)?;
+    append_optimizer(&mut graph, &gradients, cfg)?;
+    let plan = compile_training(&graph, loss, cfg.accumulation)?;
+    Ok(Training { graph, loss, gradients, plan })
+}
+
+fn check_config(cfg: &TrainConfig) -> Result<(), GraphError> {
+    let problem = match cfg.optimizer {
+        Optimizer::Sgd(s) if !(0.0..1.0).contains(&s.momentum) => {
+            Some(format!("momentum {} must be in [0, 1)", s.momentum))
+        }
+        Optimizer::Sgd(s) if s.nesterov && s.momentum == 0.0 => {
+            Some("Nesterov momentum needs a momentum above 0".to_string())
+        }
+        Optimizer::Sgd(s) if s.weight_decay < 0.0 => {
+            Some(format!("weight decay {} must not be negative", s.weight_decay))
+        }
+        Optimizer::AdamW(a) if !(0.0..1.0).contains(&a.beta1) || !(0.0..1.0).contains(&a.beta2) => {
+            Some(format!("betas ({}, {}) must be in [0, 1)", a.beta1, a.beta2))
+        }
+        Optimizer::AdamW(a) if !(a.eps.is_finite() && a.eps > 0.0) || a.weight_decay < 0.0 => {
+            Some(format!(
+                "eps {} must be positive and weight decay {} not negative",
+                a.eps, a.weight_decay
+            ))
+        }
+        _ => None,
+    };
+    let problem = problem
+        .or_else(|| (cfg.accumulation == 0).then(|| "accumulation must be at least 1".into()))
+        .or_else(|| match cfg.clip_grad_norm {
+            Some(c) if !(c.is_finite() && c > 0.0) => {
+                Some(format!("gradient clipping norm {c} must be positive"))
+            }
+            _ => None,
+        });
+    match problem {
+        Some(detail) => Err(GraphError::Invalid { op: "optimizer", node: "train".into(), detail }),
+        None => Ok(()),
+    }
+}
+
+fn state_tensor(graph: &mut Graph, name: String, shape: Shape) -> Result<TensorId, GraphError> {
+    graph.add_tensor(TensorInfo {
+        name,
+        shape,
+        dtype: DType::F32,
+        role: Role::OptimizerState,
+        init: Some(Init::Zeros),
+    })
+}
+
+fn scratch(name: &str) -> OutputSpec {
+    OutputSpec::f32(name.to_string(), Shape::SCALAR, Role::Scratch)
+}
+
+fn append_optimizer(
+    graph: &mut Graph,
+    gradients: &[(TensorId, TensorId)],
+    cfg: &TrainConfig,
+) -> Result<(), GraphError> {
+    let accumulate = cfg.accumulation > 1;
+    let phase = if accumulate { Phase::Update } else { Phase::MicroBatch };
+
+    // With accumulation, each micro-batch adds its gradient into a persistent accumulator,
+    // and the update reads the accumulator and then zeroes it.
+    let mut effective = Vec::with_capacity(gradients.len());
+    for &(p, g) in gradients {
+        if !accumulate {
+            effective.push((p, g, None));
+            continue;
+        }
+        let pname = graph.tensor(p).name.clone();
+        let acc = state_tensor(graph, format!("{pname}.grad_accumulator"), graph.shape(p))?;
+        let scale = 1.0 / cfg.accumulation as f32;
+        let name = format!("{pname}.accumulate");
+        graph.record(
+            &name,
+            Op::Accumulate(scale),
+            vec![g],
+            vec![acc],
+            Vec::new(),
+            Phase::MicroBatch,
+        )?;
+        effective.push((p, acc, Some(acc)));
+    }
+
+    let coef = match cfg.clip_grad_norm {
+        Some(max_norm) => {
+            let sum = graph.record(
+                "grad_norm.zero",
+                Op::Fill(0.0),
+                Vec::new(),
+                Vec::new(),
+                vec![scratch("grad_norm.sum_squares")],
+                phase,
+            )?[0];
+            for (i, &(_, g, _)) in effective.iter().enumerate() {
+                let name = format!("grad_norm.add_{i}");
+                graph.record(&name, Op::SumSquares, vec![g], vec![sum], Vec::new(), phase)?;
+            }
+            let op = Op::ClipCoefficient(max_norm);
+            Some(
+                graph.record(
+                    "grad_norm.clip",
+                    op,
+                    vec![sum],
+                    Vec::new(),
+                    vec![scratch("grad_norm.coefficient")],
+                    phase,
+                )?[0],
+            )
+        }
+        None => None,
+    };
+
+    for (p, g, acc) in effective {
+        let pname = graph.tensor(p).name.clone();
+        let shape = graph.shape(p);
+        let mut inputs = vec![g];
+        inputs.extend(coef);
+        let (op, state) = match cfg.optimizer {
+            Optimizer::Sgd(s) => {
+                let mut state = vec![p];
+                if s.momentum != 0.0 {
+                    state.push(state_tensor(graph, format!("{pname}.momentum_buffer"), shape)?);
+                }
+                (Op::SgdUpdate(s), state)
+            }
+            Optimizer::AdamW(a) => {
+                let m = state_tensor(graph, format!("{pname}.exp_avg"), shape)?;
+                let v = state_tensor(graph, format!("{pname}.exp_avg_sq"), shape)?;
+                (Op::AdamWUpdate(a), vec![p, m, v])
+            }
+        };
+        graph.record(&format!("{pname}.update"), op, inputs, state, Vec::new(), phase)?;
+        if let Some(acc) = acc {
+            graph.record(
+                &format!("{pname}.zero_grad"),
+                Op::Zero,
+                Vec::new(),
+                vec![acc],
+                Vec::new(),
+                phase,
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! Activations (ReLU, ReLU6, row-wise softmax) and their gradients.
+
+use super::layout::{row, row_mut};
+use crate::geometry::RowDims;
+
+/// Elementwise `y = max(x, 0)`; NaN propagates.
+pub fn relu(x: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(x.len(), y.len());
+    for (out, &x) in y.iter_mut().zip(x) {
+        *out = if x < 0.0 { 0.0 } else { x };
+    }
+}
+
+/// Elementwise `y = clamp(x, 0, 6)`; NaN propagates.
+pub fn relu6(x: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(x.len(), y.len());
+    for (out, &x) in y.iter_mut().zip(x) {
+        *out = x.clamp(0.0, 6.0);
+    }
+}
+
+/// `dx = dy` where the forward output `y > 0`, else 0; overwrites `dx`.
+pub fn relu_grad(y: &[f32], dy: &[f32], dx: &mut [f32]) {
+    debug_assert_eq!(y.len(), dx.len());
+    debug_assert_eq!(dy.len(), dx.len());
+    for ((out, &y), &dy) in dx.iter_mut().zip(y).zip(dy) {
+        *out = if y > 0.0 { dy } else { 0.0 };
+    }
+}
+
+/// `dx = dy` where the forward output satisfies `0 < y < 6`, else 0; overwrites `dx`.
+pub fn relu6_grad(y: &[f32], dy: &[f32], dx: &mut [f32]) {
+    debug_assert_eq!(y.len(), dx.len());
+    debug_assert_eq!(dy.len(), dx.len());
+    for ((out, &y), &dy) in dx.iter_mut().zip(y).zip(dy) {
+        *out = if y > 0.0 && y < 6.0 { dy } else { 0.0 };
+    }
+}
+
+/// Softmax of one row, stabilised by subtracting the row maximum before `exp`.
+pub(super) fn softmax_row(x: &[f32], y: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for (out, &x) in y.iter_mut().zip(x) {
+        *out = libm::expf(x - max);
+    }
+    let sum: f32 = y.iter().sum();
+    for out in y.iter_mut() {
+        *out /= sum;
+    }
+}
+
+/// Row-wise softmax of `x[rows, cols]` into `y[rows, cols]` (numerically stable).
+pub fn softmax(x: &[f32], y: &mut [f32], d: RowDims) {
+    debug_assert_eq!(x.len(), d.rows * d.cols);
+    debug_assert_eq!(y.len(), d.rows * d.cols);
+    for r in 0..d.rows {
+        softmax_row(row(x, r, d.cols), row_mut(y, r, d.cols));
+    }
+}
+
+/// Softmax gradient from the forward output `y[rows, cols]`: per row,
+/// `dx = y · (dy − Σ_j dy_j · y_j)`; overwrites `dx`.
+pub fn softmax_grad(y: &[f32], dy: &[f32], dx: &mut [f32], d: RowDims) {
+    debug_assert_eq!(y.len(), d.rows * d.cols);
+    debug_assert_eq!(dy.len(), d.rows * d.cols);
+    debug_assert_eq!(dx.len(), d.rows * d.cols);
+    for r in 0..d.rows {
+        let (y, dy) = (row(y, r, d.cols), row(dy, r, d.cols));
+        let weighted: f32 = y.iter().zip(dy).map(|(y, dy)| y * dy).sum();
+        for ((out, y), dy) in row_mut(dx, r, d.cols).iter_mut().zip(y).zip(dy) {
+            *out = y * (dy - weighted);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::testing::assert_close;
+
+    #[test]
+    fn relu_and_relu6_clamp() {
+        let x = [-2.0, 0.0, 3.0, 7.5];
+        let mut y = [f32::NAN; 4];
+        relu(&x, &mut y);
+        assert_close(&y, &[0.0, 0.0, 3.0, 7.5], 0.0);
+        relu6(&x, &mut y);
+        assert_close(&y, &[0.0, 0.0, 3.0, 6.0], 0.0);
+    }
+
+    #[test]
+    fn relu_family_propagates_nan() {
+        let mut y = [0.0];
+        relu(&[f32::NAN], &mut y);
+        assert!(y[0].is_nan());
+        relu6(&[f32::NAN], &mut y);
+        assert!(y[0].is_nan());
+    }
+
+    #[test]
+    fn relu_grads_mask_by_forward_output() {
+        let y = [0.0, 0.5, 6.0, 3.0];
+        let dy = [1.0, 2.0, 3.0, 4.0];
+        let mut dx = [f32::NAN; 4];
+        relu_grad(&y, &dy, &mut dx);
+        assert_close(&dx, &[0.0, 2.0, 3.0, 4.0], 0.0);
+        relu6_grad(&y, &dy, &mut dx);
+        assert_close(&dx, &[0.0, 2.0, 0.0, 4.0], 0.0);
+    }
+
+    #[test]
+    fn softmax_rows_sum_to_one_and_big_logits_stay_finite() {
+        let d = RowDims { rows: 2, cols: 3 };
+        let x = [1.0, 2.0, 3.0, 1000.0, 1000.0, -1000.0];
+        let mut y = [f32::NAN; 6];
+        softmax(&x, &mut y, d);
+        assert!(y.iter().all(|v| v.is_finite()));
+        assert_close(&[y[0] + y[1] + y[2], y[3] + y[4] + y[5]], &[1.0, 1.0], 1e-6);
+        let e = [libm::expf(-2.0), libm::expf(-1.0), 1.0];
+        let total = e[0] + e[1] + e[2];
+        assert_close(&y[..3], &e.map(|v| v / total), 1e-6);
+        assert_close(&y[3..], &[0.5, 0.5, 0.0], 1e-6);
+    }
+
+    #[test]
+    fn softmax_grad_matches_hand_values() {
+        let d = RowDims { rows: 1, cols: 2 };
+        let y = [0.25, 0.75];
+        let mut dx = [f32::NAN; 2];
+        // Σ dy·y = 0.75, so dx = [0.25 · (0 − 0.75), 0.75 · (1 − 0.75)].
+        softmax_grad(&y, &[0.0, 1.0], &mut dx, d);
+        assert_close(&dx, &[-0.1875, 0.1875], 1e-7);
+        // A constant upstream gradient does not change a softmax output.
+        softmax_grad(&y, &[3.0, 3.0], &mut dx, d);
+        assert_close(&dx, &[0.0, 0.0], 1e-7);
+    }
+}

@@ -1,0 +1,145 @@
+//! Dense (fully connected) layers and their gradients, bias gradients, and the elementwise
+//! vector helpers (add, copy, scale, fill).
+
+use super::layout::{channel_indices, row, row_mut};
+use crate::geometry::{ChannelDims, LinearDims};
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(a, b)| a * b).sum()
+}
+
+/// `y[n, m] = x[n, k] · w[m, k]ᵀ + b[m]` (PyTorch `nn.Linear` layout); no bias when `b` is
+/// `None`.
+pub fn linear(x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearDims) {
+    debug_assert_eq!(x.len(), d.n * d.k);
+    debug_assert_eq!(w.len(), d.m * d.k);
+    debug_assert_eq!(y.len(), d.n * d.m);
+    for i in 0..d.n {
+        let x_row = row(x, i, d.k);
+        for (j, out) in row_mut(y, i, d.m).iter_mut().enumerate() {
+            let bias = b.map_or(0.0, |b| b[j]);
+            *out = dot(x_row, row(w, j, d.k)) + bias;
+        }
+    }
+}
+
+/// `dx[n, k] = dy[n, m] · w[m, k]`; overwrites `dx`.
+pub fn linear_grad_input(dy: &[f32], w: &[f32], dx: &mut [f32], d: LinearDims) {
+    debug_assert_eq!(dy.len(), d.n * d.m);
+    debug_assert_eq!(w.len(), d.m * d.k);
+    debug_assert_eq!(dx.len(), d.n * d.k);
+    for i in 0..d.n {
+        let dy_row = row(dy, i, d.m);
+        for (kk, out) in row_mut(dx, i, d.k).iter_mut().enumerate() {
+            *out = dy_row.iter().enumerate().map(|(j, g)| g * w[j * d.k + kk]).sum();
+        }
+    }
+}
+
+/// `dw[m, k] = dy[n, m]ᵀ · x[n, k]`; overwrites `dw`.
+pub fn linear_grad_weight(dy: &[f32], x: &[f32], dw: &mut [f32], d: LinearDims) {
+    debug_assert_eq!(dy.len(), d.n * d.m);
+    debug_assert_eq!(x.len(), d.n * d.k);
+    debug_assert_eq!(dw.len(), d.m * d.k);
+    for j in 0..d.m {
+        for (kk, out) in row_mut(dw, j, d.k).iter_mut().enumerate() {
+            *out = (0..d.n).map(|i| dy[i * d.m + j] * x[i * d.k + kk]).sum();
+        }
+    }
+}
+
+/// `db[c]` = sum of `dy` (viewed `[outer, channels, inner]`) over `outer` and `inner`;
+/// overwrites `db`. Serves linear biases (`inner = 1`) and conv biases (`inner = H·W`).
+pub fn bias_grad(dy: &[f32], db: &mut [f32], d: ChannelDims) {
+    debug_assert_eq!(dy.len(), d.len());
+    debug_assert_eq!(db.len(), d.channels);
+    for (c, out) in db.iter_mut().enumerate() {
+        *out = channel_indices(d, c).map(|i| dy[i]).sum();
+    }
+}
+
+/// Elementwise `y = a + b`.
+pub fn add(a: &[f32], b: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(a.len(), y.len());
+    debug_assert_eq!(b.len(), y.len());
+    for ((out, a), b) in y.iter_mut().zip(a).zip(b) {
+        *out = a + b;
+    }
+}
+
+/// `y = x`.
+pub fn copy(x: &[f32], y: &mut [f32]) {
+    y.copy_from_slice(x);
+}
+
+/// Elementwise `y = factor · x`.
+pub fn scale(x: &[f32], factor: f32, y: &mut [f32]) {
+    debug_assert_eq!(x.len(), y.len());
+    for (out, x) in y.iter_mut().zip(x) {
+        *out = factor * x;
+    }
+}
+
+/// Sets every element of `y` to `value`.
+pub fn fill(y: &mut [f32], value: f32) {
+    y.fill(value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::testing::assert_close;
+
+    // x[2, 3], w[2, 3]: two rows, three inputs, two outputs.
+    const DIMS: LinearDims = LinearDims { n: 2, k: 3, m: 2 };
+    const X: [f32; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    const W: [f32; 6] = [1.0, 0.0, -1.0, 0.5, 0.5, 0.5];
+
+    #[test]
+    fn linear_matches_hand_values() {
+        let mut y = [0.0; 4];
+        linear(&X, &W, Some(&[10.0, -1.0]), &mut y, DIMS);
+        // Row 0: [1 - 3, 0.5·6] + b; row 1: [4 - 6, 0.5·15] + b.
+        assert_close(&y, &[8.0, 2.0, 8.0, 6.5], 1e-6);
+        linear(&X, &W, None, &mut y, DIMS);
+        assert_close(&y, &[-2.0, 3.0, -2.0, 7.5], 1e-6);
+    }
+
+    #[test]
+    fn linear_grad_input_is_dy_times_w() {
+        let dy = [1.0, 2.0, -1.0, 0.0];
+        let mut dx = [f32::NAN; 6];
+        linear_grad_input(&dy, &W, &mut dx, DIMS);
+        assert_close(&dx, &[2.0, 1.0, 0.0, -1.0, 0.0, 1.0], 1e-6);
+    }
+
+    #[test]
+    fn linear_grad_weight_is_dy_transposed_times_x() {
+        let dy = [1.0, 2.0, -1.0, 0.0];
+        let mut dw = [f32::NAN; 6];
+        linear_grad_weight(&dy, &X, &mut dw, DIMS);
+        assert_close(&dw, &[-3.0, -3.0, -3.0, 2.0, 4.0, 6.0], 1e-6);
+    }
+
+    #[test]
+    fn bias_grad_sums_outer_and_inner_per_channel() {
+        let d = ChannelDims { outer: 2, channels: 2, inner: 3 };
+        let dy = [1.0, 2.0, 3.0, 10.0, 20.0, 30.0, 4.0, 5.0, 6.0, 40.0, 50.0, 60.0];
+        let mut db = [f32::NAN; 2];
+        bias_grad(&dy, &mut db, d);
+        assert_close(&db, &[21.0, 210.0], 1e-6);
+    }
+
+    #[test]
+    fn elementwise_helpers() {
+        let mut y = [0.0; 3];
+        add(&[1.0, 2.0, 3.0], &[0.5, -2.0, 1.0], &mut y);
+        assert_close(&y, &[1.5, 0.0, 4.0], 0.0);
+        scale(&[1.0, -2.0, 3.0], 2.0, &mut y);
+        assert_close(&y, &[2.0, -4.0, 6.0], 0.0);
+        copy(&[7.0, 8.0, 9.0], &mut y);
+        assert_close(&y, &[7.0, 8.0, 9.0], 0.0);
+        fill(&mut y, -1.5);
+        assert_close(&y, &[-1.5, -1.5, -1.5], 0.0);
+    }
+}

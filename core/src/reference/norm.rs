@@ -1,0 +1,313 @@
+//! Batch normalisation over `[outer = N, channels = C, inner = H·W]` tensors: training and
+//! evaluation forward passes and the training-mode gradients.
+
+use super::layout::channel_indices;
+use crate::geometry::{BatchNormConfig, ChannelDims};
+
+/// Batch statistics of one channel.
+struct ChannelStats {
+    mean: f32,
+    /// Sum of squared deviations from the mean.
+    squared_deviations: f32,
+}
+
+/// Mean and sum of squared deviations of channel `c`, two-pass (mean first).
+fn channel_stats(x: &[f32], d: ChannelDims, c: usize) -> ChannelStats {
+    let count = d.per_channel() as f32;
+    let mean = channel_indices(d, c).map(|i| x[i]).sum::<f32>() / count;
+    let squared_deviations = channel_indices(d, c).map(|i| (x[i] - mean) * (x[i] - mean)).sum();
+    ChannelStats { mean, squared_deviations }
+}
+
+/// `1 / sqrt(var + eps)`.
+fn inv_std(var: f32, eps: f32) -> f32 {
+    1.0 / libm::sqrtf(var + eps)
+}
+
+/// The affine map applied to one channel: `y = gamma · (x − mean) · invstd + beta`.
+#[derive(Clone, Copy)]
+struct ChannelNorm {
+    mean: f32,
+    invstd: f32,
+    gamma: f32,
+    beta: f32,
+}
+
+fn normalize_channel(x: &[f32], y: &mut [f32], d: ChannelDims, c: usize, norm: ChannelNorm) {
+    for i in channel_indices(d, c) {
+        y[i] = norm.gamma * (x[i] - norm.mean) * norm.invstd + norm.beta;
+    }
+}
+
+/// Exponential moving average with PyTorch's momentum: the new value weighs `momentum`.
+fn running_update(running: f32, batch: f32, momentum: f32) -> f32 {
+    (1.0 - momentum) * running + momentum * batch
+}
+
+fn debug_assert_per_channel(slices: &[&[f32]], d: ChannelDims) {
+    for s in slices {
+        debug_assert_eq!(s.len(), d.channels);
+    }
+}
+
+/// Training-mode batch norm of `x[outer, channels, inner]`: per channel, batch mean and
+/// biased variance over `outer · inner` elements give `y = gamma · (x − mean) · invstd + beta`
+/// with `invstd = 1 / sqrt(var + eps)`, saved to `saved_mean` / `saved_invstd` for the
+/// backward pass. The running statistics move towards the batch mean and the unbiased
+/// variance (biased when a channel has a single element) by `momentum`, as in PyTorch.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_train(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    running_mean: &mut [f32],
+    running_var: &mut [f32],
+    y: &mut [f32],
+    saved_mean: &mut [f32],
+    saved_invstd: &mut [f32],
+    d: ChannelDims,
+    cfg: BatchNormConfig,
+) {
+    debug_assert_eq!(x.len(), d.len());
+    debug_assert_eq!(y.len(), d.len());
+    debug_assert_per_channel(&[gamma, beta, running_mean, running_var], d);
+    debug_assert_per_channel(&[saved_mean, saved_invstd], d);
+    let count = d.per_channel();
+    let unbiased_divisor = if count > 1 { count - 1 } else { count };
+    for c in 0..d.channels {
+        let stats = channel_stats(x, d, c);
+        let invstd = inv_std(stats.squared_deviations / count as f32, cfg.eps);
+        let (mean, gamma, beta) = (stats.mean, gamma[c], beta[c]);
+        normalize_channel(x, y, d, c, ChannelNorm { mean, invstd, gamma, beta });
+        saved_mean[c] = mean;
+        saved_invstd[c] = invstd;
+        let unbiased_var = stats.squared_deviations / unbiased_divisor as f32;
+        running_mean[c] = running_update(running_mean[c], mean, cfg.momentum);
+        running_var[c] = running_update(running_var[c], unbiased_var, cfg.momentum);
+    }
+}
+
+/// Evaluation-mode batch norm of `x[outer, channels, inner]`: per channel,
+/// `y = gamma · (x − running_mean) · invstd + beta` with `invstd = 1 / sqrt(running_var + eps)`.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_eval(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    running_mean: &[f32],
+    running_var: &[f32],
+    y: &mut [f32],
+    d: ChannelDims,
+    cfg: BatchNormConfig,
+) {
+    debug_assert_eq!(x.len(), d.len());
+    debug_assert_eq!(y.len(), d.len());
+    debug_assert_per_channel(&[gamma, beta, running_mean, running_var], d);
+    for c in 0..d.channels {
+        let norm = ChannelNorm {
+            mean: running_mean[c],
+            invstd: inv_std(running_var[c], cfg.eps),
+            gamma: gamma[c],
+            beta: beta[c],
+        };
+        normalize_channel(x, y, d, c, norm);
+    }
+}
+
+/// Per-channel sums the backward pass needs.
+struct GradSums {
+    dy: f32,
+    dy_xhat: f32,
+}
+
+/// `Σ dy` and `Σ dy · xhat` over channel `c`, with `xhat = (x − mean) · invstd`.
+fn grad_sums(dy: &[f32], x: &[f32], d: ChannelDims, c: usize, mean: f32, invstd: f32) -> GradSums {
+    channel_indices(d, c).fold(GradSums { dy: 0.0, dy_xhat: 0.0 }, |sums, i| GradSums {
+        dy: sums.dy + dy[i],
+        dy_xhat: sums.dy_xhat + dy[i] * (x[i] - mean) * invstd,
+    })
+}
+
+/// Training-mode input gradient: with `xhat = (x − mean) · invstd` and `m = outer · inner`,
+/// `dx = gamma · invstd / m · (m · dy − Σ dy − xhat · Σ (dy · xhat))` per channel, using the
+/// batch statistics saved by `batch_norm_train`; overwrites `dx`.
+pub fn batch_norm_grad_input(
+    dy: &[f32],
+    x: &[f32],
+    gamma: &[f32],
+    saved_mean: &[f32],
+    saved_invstd: &[f32],
+    dx: &mut [f32],
+    d: ChannelDims,
+) {
+    debug_assert_eq!(dy.len(), d.len());
+    debug_assert_eq!(x.len(), d.len());
+    debug_assert_eq!(dx.len(), d.len());
+    debug_assert_per_channel(&[gamma, saved_mean, saved_invstd], d);
+    let count = d.per_channel() as f32;
+    for c in 0..d.channels {
+        let (mean, invstd) = (saved_mean[c], saved_invstd[c]);
+        let sums = grad_sums(dy, x, d, c, mean, invstd);
+        let factor = gamma[c] * invstd / count;
+        for i in channel_indices(d, c) {
+            let xhat = (x[i] - mean) * invstd;
+            dx[i] = factor * (count * dy[i] - sums.dy - xhat * sums.dy_xhat);
+        }
+    }
+}
+
+/// Parameter gradients: `dgamma[c] = Σ dy · xhat`, `dbeta[c] = Σ dy` over each channel,
+/// using the saved batch statistics; overwrites both.
+pub fn batch_norm_grad_params(
+    dy: &[f32],
+    x: &[f32],
+    saved_mean: &[f32],
+    saved_invstd: &[f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+    d: ChannelDims,
+) {
+    debug_assert_eq!(dy.len(), d.len());
+    debug_assert_eq!(x.len(), d.len());
+    debug_assert_per_channel(&[saved_mean, saved_invstd, dgamma, dbeta], d);
+    for c in 0..d.channels {
+        let sums = grad_sums(dy, x, d, c, saved_mean[c], saved_invstd[c]);
+        dgamma[c] = sums.dy_xhat;
+        dbeta[c] = sums.dy;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::testing::assert_close;
+
+    const CFG: BatchNormConfig = BatchNormConfig { eps: 1e-5, momentum: 0.1 };
+
+    /// Everything `batch_norm_train` writes.
+    struct TrainOutputs<const N: usize, const C: usize> {
+        y: [f32; N],
+        running_mean: [f32; C],
+        running_var: [f32; C],
+        saved_mean: [f32; C],
+        saved_invstd: [f32; C],
+    }
+
+    fn train<const N: usize, const C: usize>(
+        x: &[f32; N],
+        gamma: &[f32; C],
+        beta: &[f32; C],
+        d: ChannelDims,
+    ) -> TrainOutputs<N, C> {
+        let mut out = TrainOutputs {
+            y: [f32::NAN; N],
+            running_mean: [0.0; C],
+            running_var: [1.0; C],
+            saved_mean: [f32::NAN; C],
+            saved_invstd: [f32::NAN; C],
+        };
+        batch_norm_train(
+            x,
+            gamma,
+            beta,
+            &mut out.running_mean,
+            &mut out.running_var,
+            &mut out.y,
+            &mut out.saved_mean,
+            &mut out.saved_invstd,
+            d,
+            CFG,
+        );
+        out
+    }
+
+    #[test]
+    fn train_statistics_and_running_update_on_2x1x2() {
+        // N = 2, C = 1, H·W = 2: values 1, 2 | 3, 4 → mean 2.5, biased var 1.25,
+        // unbiased var 5/3.
+        let d = ChannelDims { outer: 2, channels: 1, inner: 2 };
+        let out = train(&[1.0, 2.0, 3.0, 4.0], &[2.0], &[1.0], d);
+        let invstd = 1.0 / libm::sqrtf(1.25 + 1e-5);
+        assert_close(&out.saved_mean, &[2.5], 1e-6);
+        assert_close(&out.saved_invstd, &[invstd], 1e-6);
+        assert_close(&out.running_mean, &[0.25], 1e-6);
+        assert_close(&out.running_var, &[0.9 + 0.1 * 5.0 / 3.0], 1e-6);
+        let y = [-1.5, -0.5, 0.5, 1.5].map(|dev| 2.0 * dev * invstd + 1.0);
+        assert_close(&out.y, &y, 1e-5);
+    }
+
+    #[test]
+    fn train_keeps_channels_apart() {
+        // N = 2, C = 2, H·W = 1: channel 0 sees {0, 2}, channel 1 sees {10, 30}.
+        let d = ChannelDims { outer: 2, channels: 2, inner: 1 };
+        let out = train(&[0.0, 10.0, 2.0, 30.0], &[1.0, 1.0], &[0.0, 0.0], d);
+        assert_close(&out.saved_mean, &[1.0, 20.0], 1e-6);
+        assert_close(&out.running_var, &[0.9 + 0.1 * 2.0, 0.9 + 0.1 * 200.0], 1e-4);
+        assert_close(&out.y, &[-1.0, -1.0, 1.0, 1.0], 1e-4);
+    }
+
+    #[test]
+    fn single_element_channel_uses_biased_variance_for_running_var() {
+        let d = ChannelDims { outer: 1, channels: 1, inner: 1 };
+        let out = train(&[3.0], &[1.0], &[0.0], d);
+        assert_close(&out.running_var, &[0.9], 1e-6);
+        assert_close(&out.y, &[0.0], 0.0);
+    }
+
+    #[test]
+    fn eval_uses_running_statistics() {
+        let d = ChannelDims { outer: 1, channels: 2, inner: 2 };
+        let cfg = BatchNormConfig { eps: 0.0, momentum: 0.1 };
+        let mut y = [f32::NAN; 4];
+        batch_norm_eval(
+            &[1.0, 3.0, 5.0, 9.0],
+            &[2.0, 1.0],
+            &[0.0, -1.0],
+            &[1.0, 5.0],
+            &[4.0, 16.0],
+            &mut y,
+            d,
+            cfg,
+        );
+        assert_close(&y, &[0.0, 2.0, -1.0, 0.0], 1e-6);
+    }
+
+    /// `Σ dy · y(x)` for a training-mode forward pass with fixed gamma and beta.
+    fn weighted_output(x: &[f32; 6], dy: &[f32; 6], d: ChannelDims) -> f32 {
+        let out = train(x, &[1.5, -0.5], &[0.3, 0.1], d);
+        out.y.iter().zip(dy).map(|(y, dy)| y * dy).sum()
+    }
+
+    #[test]
+    fn grad_input_matches_finite_differences() {
+        let d = ChannelDims { outer: 3, channels: 2, inner: 1 };
+        let gamma = [1.5, -0.5];
+        let x = [0.5, -1.0, 2.0, 0.25, -0.75, 1.5];
+        let dy = [1.0, -2.0, 0.5, 0.3, -1.0, 0.7];
+        let out = train(&x, &gamma, &[0.3, 0.1], d);
+        let mut dx = [f32::NAN; 6];
+        batch_norm_grad_input(&dy, &x, &gamma, &out.saved_mean, &out.saved_invstd, &mut dx, d);
+        let h = 1e-2;
+        let numeric: [f32; 6] = core::array::from_fn(|i| {
+            let (mut up, mut down) = (x, x);
+            up[i] += h;
+            down[i] -= h;
+            (weighted_output(&up, &dy, d) - weighted_output(&down, &dy, d)) / (2.0 * h)
+        });
+        assert_close(&dx, &numeric, 2e-2);
+    }
+
+    #[test]
+    fn grad_params_are_weighted_sums_of_dy() {
+        let d = ChannelDims { outer: 2, channels: 1, inner: 2 };
+        let x = [1.0, 2.0, 3.0, 4.0];
+        let out = train(&x, &[1.0], &[0.0], d);
+        let dy = [1.0, 0.0, 0.0, 2.0];
+        let (mut dgamma, mut dbeta) = ([f32::NAN], [f32::NAN]);
+        let (mean, invstd) = (&out.saved_mean, &out.saved_invstd);
+        batch_norm_grad_params(&dy, &x, mean, invstd, &mut dgamma, &mut dbeta, d);
+        assert_close(&dbeta, &[3.0], 0.0);
+        // xhat = ±1.5 · invstd at the two non-zero dy: −1.5 · 1 + 1.5 · 2.
+        assert_close(&dgamma, &[1.5 * out.saved_invstd[0]], 1e-6);
+    }
+}

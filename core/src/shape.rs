@@ -1,0 +1,127 @@
+//! Tensor shapes: up to four dimensions in NCHW order, stored inline so shapes live in plans
+//! and on devices without a heap.
+
+use core::fmt;
+
+/// The most dimensions a tensor may have (N, C, H, W).
+pub const MAX_RANK: usize = 4;
+
+/// A tensor shape of rank 0 to 4. Rank 0 is a scalar with one element.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shape {
+    dims: [usize; MAX_RANK],
+    rank: u8,
+}
+
+/// A shape with more than [`MAX_RANK`] dimensions was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankTooHigh {
+    pub rank: usize,
+}
+
+impl fmt::Display for RankTooHigh {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {} exceeds the maximum of {MAX_RANK}", self.rank)
+    }
+}
+
+impl core::error::Error for RankTooHigh {}
+
+impl Shape {
+    /// A scalar (one element).
+    pub const SCALAR: Shape = Shape { dims: [1; MAX_RANK], rank: 0 };
+
+    /// A shape from its dimensions, outermost first.
+    pub fn new(dims: &[usize]) -> Result<Self, RankTooHigh> {
+        if dims.len() > MAX_RANK {
+            return Err(RankTooHigh { rank: dims.len() });
+        }
+        let mut all = [1; MAX_RANK];
+        all[..dims.len()].copy_from_slice(dims);
+        Ok(Shape { dims: all, rank: dims.len() as u8 })
+    }
+
+    /// Shorthands for the ranks sprout uses; they cannot fail.
+    pub const fn d1(a: usize) -> Self {
+        Shape { dims: [a, 1, 1, 1], rank: 1 }
+    }
+    pub const fn d2(a: usize, b: usize) -> Self {
+        Shape { dims: [a, b, 1, 1], rank: 2 }
+    }
+    pub const fn d4(n: usize, c: usize, h: usize, w: usize) -> Self {
+        Shape { dims: [n, c, h, w], rank: 4 }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank as usize
+    }
+
+    pub fn dims(&self) -> &[usize] {
+        &self.dims[..self.rank as usize]
+    }
+
+    /// Dimension `axis`, if the shape has it.
+    pub fn dim(&self, axis: usize) -> Option<usize> {
+        self.dims().get(axis).copied()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.dims().iter().product()
+    }
+
+    /// All dimensions after the first, multiplied: the per-sample size of a batch.
+    pub fn per_sample(&self) -> usize {
+        self.dims().iter().skip(1).product()
+    }
+
+    /// The same shape with the first dimension replaced.
+    pub fn with_batch(&self, n: usize) -> Self {
+        let mut s = *self;
+        if s.rank > 0 {
+            s.dims[0] = n;
+        }
+        s
+    }
+}
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, d) in self.dims().iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numel_and_display() {
+        let s = Shape::d4(2, 3, 4, 5);
+        assert_eq!(s.numel(), 120);
+        assert_eq!(s.per_sample(), 60);
+        assert_eq!(s.with_batch(7).numel(), 420);
+        assert_eq!(Shape::SCALAR.numel(), 1);
+        extern crate std;
+        assert_eq!(std::format!("{s}"), "[2, 3, 4, 5]");
+    }
+
+    #[test]
+    fn rank_five_is_an_error() {
+        assert_eq!(Shape::new(&[1, 2, 3, 4, 5]), Err(RankTooHigh { rank: 5 }));
+        assert_eq!(Shape::new(&[3, 4]).unwrap(), Shape::d2(3, 4));
+    }
+}

@@ -1,0 +1,1 @@
+//! Shared helpers for sprout's cross-crate tests.

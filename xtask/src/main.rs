@@ -1,0 +1,91 @@
+//! sprout's developer tasks, run as `cargo xtask <command>` from anywhere in the workspace.
+//! This file parses the command line and dispatches to one module per command.
+
+mod cmd;
+mod demo;
+mod test;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+const USAGE: &str = "\
+Usage: cargo xtask <command>
+
+Commands:
+  demo    train a small CNN on a generated task (release build) and print
+          the falling loss and the final accuracy
+  test    everything CI checks: the thumbv7em-none-eabihf target (installed
+          if missing), rustfmt, clippy, the workspace tests, and the no_std
+          builds and clippy for the microcontroller target
+  help    print this message";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    let result = match args.as_slice() {
+        [] | ["help" | "-h" | "--help"] => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        ["test"] => test::run(&workspace_root()),
+        ["demo"] => demo::run(&workspace_root()),
+        [command @ ("test" | "demo"), extra, ..] => {
+            Err(anyhow::anyhow!("`cargo xtask {command}` takes no arguments, got `{extra}`"))
+        }
+        [unknown, ..] => {
+            eprintln!("error: unknown command `{unknown}`\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // The chain by hand rather than `{error:?}`, which adds a backtrace when
+            // RUST_BACKTRACE is set and buries the message in CI logs.
+            eprintln!("error: {error}");
+            for cause in error.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one folder below the workspace root")
+        .to_path_buf()
+}
+
+/// Formats a wall time the way people read it: `42.3s`, `3m12s`.
+fn format_duration(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    if seconds < 60 {
+        format!("{:.1}s", duration.as_secs_f64())
+    } else {
+        format!("{}m{:02}s", seconds / 60, seconds % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_seconds_then_minutes() {
+        assert_eq!(format_duration(Duration::from_millis(42_340)), "42.3s");
+        assert_eq!(format_duration(Duration::from_secs(192)), "3m12s");
+        assert_eq!(format_duration(Duration::from_secs(3605)), "60m05s");
+    }
+
+    #[test]
+    fn workspace_root_holds_the_workspace_manifest() {
+        let manifest = std::fs::read_to_string(workspace_root().join("Cargo.toml")).unwrap();
+        assert!(manifest.contains("[workspace]"));
+    }
+}
