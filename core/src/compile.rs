@@ -56,6 +56,22 @@ impl Plan {
         self.binding(name).map(|b| b.operand).ok_or_else(|| UnknownTensor { name: name.into() })
     }
 
+    /// Copies every parameter and buffer that `other` also has (matched by name) from this
+    /// plan's memory into `other`'s: how trained weights move from a training plan to an
+    /// evaluation plan.
+    pub fn copy_weights(&self, memory: &HostMemory, other: &Plan, other_memory: &mut HostMemory) {
+        let is_weight =
+            |r: Role| matches!(r, Role::FrozenParam | Role::TrainableParam | Role::Buffer);
+        for to in other.bindings.iter().filter(|b| is_weight(b.role)) {
+            if let Some(from) = self.binding(&to.name).filter(|b| is_weight(b.role)) {
+                let src =
+                    &memory.region(from.operand.region)[from.operand.offset..from.operand.end()];
+                other_memory.region_mut(to.operand.region)[to.operand.offset..to.operand.end()]
+                    .copy_from_slice(src);
+            }
+        }
+    }
+
     /// Region images holding the initial values of weights, buffers and optimizer state.
     pub fn initial_memory(&self, graph: &Graph) -> HostMemory {
         let mut mem = HostMemory::zeroed(self.sizes);
@@ -138,11 +154,21 @@ impl HostMemory {
 
 /// Compiles the nodes needed for `outputs` in evaluation mode (inference).
 pub fn compile_inference(graph: &Graph, outputs: &[TensorId]) -> Result<Plan, GraphError> {
+    compile_outputs(graph, outputs, Mode::Eval)
+}
+
+/// Compiles the nodes needed for `outputs` in the given mode, without optimizer steps: for
+/// example the loss and gradients of a differentiated graph, to inspect or check them.
+pub fn compile_outputs(
+    graph: &Graph,
+    outputs: &[TensorId],
+    mode: Mode,
+) -> Result<Plan, GraphError> {
     for &o in outputs {
         graph.check_id(o)?;
     }
     let needed = ancestors(graph, outputs);
-    compile(graph, &needed, Mode::Eval, 1)
+    compile(graph, &needed, mode, 1)
 }
 
 /// Compiles a differentiated graph with its optimizer steps in training mode.

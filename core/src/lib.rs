@@ -51,7 +51,7 @@ pub use tensor::{DType, Role, TensorId};
 #[cfg(feature = "alloc")]
 pub use autograd::{differentiate, Differentiated};
 #[cfg(feature = "alloc")]
-pub use compile::{compile_inference, Binding, HostMemory, Plan};
+pub use compile::{compile_inference, compile_outputs, Binding, HostMemory, Plan};
 #[cfg(feature = "alloc")]
 pub use eager::EagerOptions;
 #[cfg(feature = "alloc")]

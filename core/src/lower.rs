@@ -21,7 +21,7 @@ pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> (Kernel, Vec<Tens
     let shape = |id: TensorId| graph.shape(id);
     let input = |i: usize| shape(node.inputs[i]);
     let output = |i: usize| shape(node.outputs[i]);
-    let numel = output(0).numel();
+    let numel = || output(0).numel();
     let all: Vec<TensorId> =
         node.inputs.iter().chain(&node.state).chain(&node.outputs).copied().collect();
     let kernel = match node.op {
@@ -44,18 +44,18 @@ pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> (Kernel, Vec<Tens
         Op::Conv2dGradWeight(p) => {
             Kernel::Conv2dGradWeight(conv_geometry(input(1), output(0), input(0), p))
         }
-        Op::Relu => Kernel::Relu(numel),
-        Op::Relu6 => Kernel::Relu6(numel),
-        Op::ReluGrad => Kernel::ReluGrad(numel),
-        Op::Relu6Grad => Kernel::Relu6Grad(numel),
+        Op::Relu => Kernel::Relu(numel()),
+        Op::Relu6 => Kernel::Relu6(numel()),
+        Op::ReluGrad => Kernel::ReluGrad(numel()),
+        Op::Relu6Grad => Kernel::Relu6Grad(numel()),
         Op::MaxPool2d(p) => Kernel::MaxPool2d(pool_geometry(input(0), output(0), p)),
         Op::MaxPool2dGrad(p) => Kernel::MaxPool2dGrad(pool_geometry(input(0), input(1), p)),
         Op::AvgPool2d(p) => Kernel::AvgPool2d(pool_geometry(input(0), output(0), p)),
         Op::AvgPool2dGrad(p) => Kernel::AvgPool2dGrad(pool_geometry(output(0), input(0), p)),
         Op::GlobalAvgPool => Kernel::GlobalAvgPool(channel_dims(input(0))),
         Op::GlobalAvgPoolGrad => Kernel::GlobalAvgPoolGrad(channel_dims(output(0))),
-        Op::Add => Kernel::Add(numel),
-        Op::Reshape | Op::Detach => Kernel::Copy(numel),
+        Op::Add => Kernel::Add(numel()),
+        Op::Reshape | Op::Detach => Kernel::Copy(numel()),
         Op::BatchNorm2d(cfg) => match mode {
             Mode::Train => Kernel::BatchNormTrain(channel_dims(input(0)), cfg),
             Mode::Eval => {
@@ -67,17 +67,17 @@ pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> (Kernel, Vec<Tens
         Op::BatchNormGradInput => Kernel::BatchNormGradInput(channel_dims(input(0))),
         Op::BatchNormGradParams => Kernel::BatchNormGradParams(channel_dims(input(0))),
         Op::Dropout(cfg) => match mode {
-            Mode::Train => Kernel::Dropout(cfg, numel),
-            Mode::Eval => Kernel::Copy(numel),
+            Mode::Train => Kernel::Dropout(cfg, numel()),
+            Mode::Eval => Kernel::Copy(numel()),
         },
-        Op::DropoutGrad(cfg) => Kernel::DropoutGrad(cfg, numel),
+        Op::DropoutGrad(cfg) => Kernel::DropoutGrad(cfg, numel()),
         Op::Softmax => Kernel::Softmax(row_dims(input(0))),
         Op::SoftmaxGrad => Kernel::SoftmaxGrad(row_dims(input(0))),
         Op::CrossEntropy => Kernel::CrossEntropy(row_dims(input(0))),
         Op::CrossEntropyGrad => Kernel::CrossEntropyGrad(row_dims(input(0))),
         Op::Mse => Kernel::Mse(input(0).numel()),
-        Op::MseGrad => Kernel::MseGrad(numel),
-        Op::Fill(value) => Kernel::Fill(value, numel),
+        Op::MseGrad => Kernel::MseGrad(numel()),
+        Op::Fill(value) => Kernel::Fill(value, numel()),
         Op::Accumulate(scale) => Kernel::Accumulate(scale, input(0).numel()),
         Op::SumSquares => Kernel::SumSquares(input(0).numel()),
         Op::ClipCoefficient(max_norm) => Kernel::ClipCoefficient(max_norm),
