@@ -164,3 +164,117 @@ impl Graph {
         eager.values.get(tensor.index())?.as_deref()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Init;
+    use crate::shape::Shape;
+
+    fn options(detect_anomalies: bool) -> EagerOptions {
+        EagerOptions { mode: Mode::Train, detect_anomalies, context: StepContext::default() }
+    }
+
+    #[test]
+    fn every_intermediate_is_readable_as_it_is_recorded() {
+        let mut g = Graph::eager(1, options(false));
+        let x = g.input("x", Shape::d2(1, 3)).unwrap();
+        g.feed(x, &[-1.0f32, 2.0, -3.0]).unwrap();
+        let w = g
+            .parameter("w", Shape::d2(2, 3), Init::Values(vec![1.0, 0.0, 0.0, 0.0, 1.0, 1.0]))
+            .unwrap();
+        let h = g.linear("fc", x, w, None).unwrap();
+        assert_eq!(g.value(h), Some(&[-1.0, -1.0][..]));
+        let y = g.relu("act", x).unwrap();
+        assert_eq!(g.value(y), Some(&[0.0, 2.0, 0.0][..]));
+    }
+
+    #[test]
+    fn anomaly_mode_names_the_first_op_that_produces_nan_or_inf() {
+        let mut g = Graph::eager(1, options(true));
+        let x = g.input("x", Shape::d2(1, 2)).unwrap();
+        g.feed(x, &[1.0f32, 2.0]).unwrap();
+        let big = g.parameter("big", Shape::d2(2, 2), Init::Constant(f32::MAX)).unwrap();
+        let ok = g.relu("first", x).unwrap();
+        assert!(g.value(ok).is_some());
+        let err = g.linear("overflowing_fc", ok, big, None).unwrap_err();
+        match &err {
+            GraphError::Anomaly { op, node, tensor, shape, value, .. } => {
+                assert_eq!(*op, "linear");
+                assert_eq!(node, "overflowing_fc");
+                assert_eq!(tensor, "overflowing_fc");
+                assert_eq!(*shape, Shape::d2(1, 2));
+                assert!(value.is_infinite());
+            }
+            other => panic!("expected an anomaly, got {other:?}"),
+        }
+        let message = alloc::format!("{err}");
+        assert!(message.contains("linear 'overflowing_fc'"), "{message}");
+        assert!(message.contains("[1, 2]"), "{message}");
+    }
+
+    #[test]
+    fn without_anomaly_mode_non_finite_values_flow_on() {
+        let mut g = Graph::eager(1, options(false));
+        let x = g.input("x", Shape::d1(2)).unwrap();
+        g.feed(x, &[f32::NAN, 1.0]).unwrap();
+        let y = g.relu6("act", x).unwrap();
+        assert!(g.value(y).unwrap()[0].is_nan());
+    }
+
+    #[test]
+    fn using_an_unfed_input_is_an_error_naming_it() {
+        let mut g = Graph::eager(1, options(true));
+        let x = g.input("pixels", Shape::d1(4)).unwrap();
+        let err = g.relu("act", x).unwrap_err();
+        assert_eq!(err, GraphError::MissingValue { tensor: "pixels".into() });
+    }
+
+    #[test]
+    fn feeding_checks_type_and_length() {
+        let mut g = Graph::eager(1, options(true));
+        let x = g.input("x", Shape::d1(4)).unwrap();
+        let labels = g.labels("y", 2).unwrap();
+        assert!(matches!(
+            g.feed(x, &[1.0f32]),
+            Err(GraphError::ValueLength { expected: 4, actual: 1, .. })
+        ));
+        assert!(matches!(g.feed(labels, &[1.0f32, 2.0]), Err(GraphError::DType { .. })));
+        g.feed(labels, &[0i32, 1]).unwrap();
+    }
+
+    #[test]
+    fn the_same_model_code_runs_eagerly_and_compiled_with_equal_results() {
+        use crate::backend::Reference;
+        use crate::compile::compile_inference;
+        use crate::executor::Executor;
+        use crate::op::ConvParams;
+        fn model(g: &mut Graph, x: TensorId) -> Result<TensorId, GraphError> {
+            let same = ConvParams { stride: (1, 1), padding: (1, 1), groups: 1 };
+            let h = crate::nn::conv2d(g, "c", x, 3, 3, same, true)?;
+            let h = crate::nn::batch_norm2d(g, "bn", h)?;
+            let h = g.relu("r", h)?;
+            let h = g.global_avg_pool("gap", h)?;
+            crate::nn::linear(g, "fc", h, 2)
+        }
+        let shape = Shape::d4(2, 2, 4, 4);
+        let input: Vec<f32> = (0..64).map(|i| ((i * 37) % 11) as f32 / 5.0 - 1.0).collect();
+
+        let mut eager = Graph::eager(9, EagerOptions { mode: Mode::Eval, ..options(true) });
+        let x = eager.input("x", shape).unwrap();
+        eager.feed(x, &input).unwrap();
+        let eager_out = model(&mut eager, x).unwrap();
+
+        let mut g = Graph::new(9);
+        let x = g.input("x", shape).unwrap();
+        let out = model(&mut g, x).unwrap();
+        let plan = compile_inference(&g, &[out]).unwrap();
+        let mut mem = plan.initial_memory(&g);
+        let mut exec = Executor::new(plan.view(), Reference).unwrap();
+        let mut regions = mem.regions();
+        regions.write(&plan.operand("x").unwrap(), &input).unwrap();
+        exec.run(&mut regions).unwrap();
+        let compiled = regions.read::<f32>(&plan.operand("fc").unwrap()).unwrap();
+        assert_eq!(compiled, eager.value(eager_out).unwrap());
+    }
+}

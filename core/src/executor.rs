@@ -114,7 +114,8 @@ impl<'p, K: Kernels> Executor<'p, K> {
             if bytes.len() < needed {
                 return Err(ExecError::RegionTooSmall { region, needed, actual: bytes.len() });
             }
-            if bytes.as_ptr() as usize % 4 != 0 {
+            // An empty region holds no operand, so where it points does not matter.
+            if needed > 0 && bytes.as_ptr() as usize % 4 != 0 {
                 return Err(ExecError::Misaligned { region });
             }
         }
@@ -280,4 +281,94 @@ fn split_region<'a>(
         slots[i] = Some(View::Read(&gap[op.offset - start..op.end() - start]));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Reference;
+    use crate::kernel::Kernel;
+    use crate::plan::{PlanView, RegionSizes};
+
+    fn arena_operand(offset: usize, len: usize) -> Operand {
+        Operand { region: Region::Arena, offset, len, dtype: DType::F32 }
+    }
+
+    fn step(kernel: Kernel, operands: &[Operand]) -> Step {
+        Step { kernel, operands: operands.iter().copied().collect(), node: 0 }
+    }
+
+    fn run_one(s: Step, arena: &mut [u32]) -> Result<(), ExecError> {
+        let steps = [s];
+        let sizes = RegionSizes { frozen: 0, state: 0, arena: arena.len() * 4 };
+        let view = PlanView { steps: &steps, update_steps: &[], accumulation: 1, sizes };
+        let mut exec = Executor::new(view, Reference)?;
+        let mut regions =
+            Regions { frozen: &[], state: &mut [], arena: bytemuck::cast_slice_mut(arena) };
+        exec.run(&mut regions)
+    }
+
+    #[test]
+    fn one_tensor_may_be_read_twice() {
+        let mut arena = [0u32; 8];
+        arena[0] = 3.0f32.to_bits();
+        let s =
+            step(Kernel::Add(1), &[arena_operand(0, 1), arena_operand(0, 1), arena_operand(16, 1)]);
+        run_one(s, &mut arena).unwrap();
+        assert_eq!(f32::from_bits(arena[4]), 6.0);
+    }
+
+    #[test]
+    fn a_write_overlapping_a_read_is_refused() {
+        let mut arena = [0u32; 8];
+        let s = step(Kernel::Relu(8), &[arena_operand(0, 8), arena_operand(16, 4)]);
+        assert!(matches!(run_one(s, &mut arena), Err(ExecError::MalformedStep { .. })));
+        let s = step(Kernel::Relu(4), &[arena_operand(0, 4), arena_operand(0, 4)]);
+        assert_eq!(run_one(s, &mut arena), Err(ExecError::Overlap { step: 0, kernel: "relu" }));
+    }
+
+    #[test]
+    fn writing_into_frozen_weights_is_refused_before_running() {
+        let frozen = Operand { region: Region::Frozen, offset: 0, len: 4, dtype: DType::F32 };
+        let s = step(Kernel::Relu(4), &[arena_operand(0, 4), frozen]);
+        let mut arena = [0u32; 4];
+        assert!(matches!(
+            run_one(s, &mut arena),
+            Err(ExecError::MalformedStep { detail: "writes into the frozen-weight region", .. })
+        ));
+    }
+
+    #[test]
+    fn an_operand_past_the_region_is_refused_before_running() {
+        let s = step(Kernel::Relu(4), &[arena_operand(0, 4), arena_operand(16, 4)]);
+        let mut arena = [0u32; 6];
+        let err = run_one(s, &mut arena).unwrap_err();
+        let expected = ExecError::OutOfBounds {
+            step: 0,
+            kernel: "relu",
+            region: Region::Arena,
+            end: 32,
+            size: 24,
+        };
+        assert_eq!(err, expected);
+    }
+
+    #[test]
+    fn a_short_arena_says_how_many_bytes_the_plan_needs() {
+        let steps = [step(Kernel::Relu(4), &[arena_operand(0, 4), arena_operand(16, 4)])];
+        let sizes = RegionSizes { frozen: 0, state: 0, arena: 32 };
+        let view = PlanView { steps: &steps, update_steps: &[], accumulation: 1, sizes };
+        let mut exec = Executor::new(view, Reference).unwrap();
+        let mut arena = [0u32; 6];
+        let mut regions =
+            Regions { frozen: &[], state: &mut [], arena: bytemuck::cast_slice_mut(&mut arena) };
+        let err = exec.run(&mut regions).unwrap_err();
+        assert_eq!(
+            err,
+            ExecError::RegionTooSmall { region: Region::Arena, needed: 32, actual: 24 }
+        );
+        extern crate std;
+        let message = std::format!("{err}");
+        assert!(message.contains("needs 32 bytes"), "{message}");
+    }
 }
