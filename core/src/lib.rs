@@ -4,6 +4,42 @@
 //! Without the `alloc` feature the crate holds what a device needs to *run* a plan: the
 //! plan format, the executor, the backend trait and the reference kernels. With `alloc` it
 //! also records graphs, differentiates them and compiles plans.
+//!
+//! ```
+//! use sprout_core::{compile_training_step, nn, Executor, Graph, Reference, Shape, TrainConfig};
+//!
+//! # fn main() -> Result<(), Box<dyn core::error::Error>> {
+//! // Model code is ordinary Rust that records a graph.
+//! let mut g = Graph::new(7);
+//! let x = g.input("x", Shape::d2(4, 3))?;
+//! let labels = g.labels("y", 4)?;
+//! let h = nn::linear(&mut g, "hidden", x, 8)?;
+//! let h = g.relu("act", h)?;
+//! let logits = nn::linear(&mut g, "head", h, 2)?;
+//! let loss = g.cross_entropy("loss", logits, labels)?;
+//!
+//! // Train only the head: the hidden layer stays frozen and gets no gradient work.
+//! let head: Vec<_> = ["head.weight", "head.bias"].iter().filter_map(|n| g.find(n)).collect();
+//! let training = compile_training_step(&g, loss, &head, &TrainConfig::sgd(0.9))?;
+//! let plan = &training.plan;
+//!
+//! // Run it over fixed memory: the executor allocates nothing.
+//! let mut memory = plan.initial_memory(&training.graph);
+//! let mut exec = Executor::new(plan.view(), Reference)?;
+//! let mut regions = memory.regions();
+//! regions.write(&plan.operand("x")?, &[0.5f32, -1.0, 2.0, 1.0, 0.0, -0.5, 0.3, 0.3, 0.3, -2.0, 1.0, 0.0])?;
+//! regions.write(&plan.operand("y")?, &[1i32, 0, 1, 0])?;
+//! let first = {
+//!     exec.train_step(&mut regions, 0.1)?;
+//!     regions.read::<f32>(&plan.operand("loss")?)?[0]
+//! };
+//! for _ in 0..20 {
+//!     exec.train_step(&mut regions, 0.1)?;
+//! }
+//! assert!(regions.read::<f32>(&plan.operand("loss")?)?[0] < first);
+//! # Ok(())
+//! # }
+//! ```
 #![no_std]
 
 #[cfg(feature = "alloc")]
