@@ -172,6 +172,27 @@ fn backward(
     Ok(graph.record(name, op, inputs, Vec::new(), vec![spec], Phase::MicroBatch)?[0])
 }
 
+/// Rules of ops whose gradient flows into their first input only: the backward op and its
+/// operands.
+fn first_input_rule(node: &Node, dy: TensorId) -> Option<(Op, Vec<TensorId>)> {
+    let (x, y) = (node.inputs[0], node.outputs[0]);
+    Some(match node.op {
+        Op::Relu => (Op::ReluGrad, vec![y, dy]),
+        Op::Relu6 => (Op::Relu6Grad, vec![y, dy]),
+        Op::MaxPool2d(p) => (Op::MaxPool2dGrad(p), vec![x, dy]),
+        Op::AvgPool2d(p) => (Op::AvgPool2dGrad(p), vec![dy]),
+        Op::GlobalAvgPool => (Op::GlobalAvgPoolGrad, vec![dy]),
+        Op::Dropout(cfg) => (Op::DropoutGrad(cfg), vec![dy]),
+        // Reshaping the gradient back is itself a reshape.
+        Op::Reshape => (Op::Reshape, vec![dy]),
+        Op::Softmax => (Op::SoftmaxGrad, vec![y, dy]),
+        Op::CrossEntropy => (Op::CrossEntropyGrad, vec![x, node.inputs[1], dy]),
+        // The target of a mean squared error is a constant.
+        Op::Mse => (Op::MseGrad, vec![x, node.inputs[1], dy]),
+        _ => return None,
+    })
+}
+
 /// The vector-Jacobian product of one node: gradient contributions for its inputs.
 fn vjp(
     graph: &mut Graph,
@@ -180,9 +201,14 @@ fn vjp(
     wants: &[bool],
 ) -> Result<Vec<(TensorId, TensorId)>, GraphError> {
     let want = |i: usize| node.inputs.get(i).copied().filter(|t| wants[t.index()]);
-    let y = node.outputs[0];
     let name = |what: &str| format!("{}.{what}", node.name);
     let mut out = Vec::new();
+    if let Some((op, inputs)) = first_input_rule(node, dy) {
+        if let Some(x) = want(0) {
+            out.push((x, backward(graph, &name("grad"), op, inputs, x)?));
+        }
+        return Ok(out);
+    }
     match node.op {
         Op::Linear | Op::Conv2d(_) => {
             let (grad_input, grad_weight) = match node.op {
@@ -200,92 +226,35 @@ fn vjp(
                 out.push((b, backward(graph, &name("grad_bias"), Op::BiasGrad, vec![dy], b)?));
             }
         }
-        Op::Relu | Op::Relu6 => {
-            let op = if node.op == Op::Relu { Op::ReluGrad } else { Op::Relu6Grad };
-            if let Some(x) = want(0) {
-                out.push((x, backward(graph, &name("grad"), op, vec![y, dy], x)?));
-            }
-        }
-        Op::MaxPool2d(p) => {
-            if let Some(x) = want(0) {
-                out.push((
-                    x,
-                    backward(graph, &name("grad"), Op::MaxPool2dGrad(p), vec![x, dy], x)?,
-                ));
-            }
-        }
-        Op::AvgPool2d(p) => {
-            if let Some(x) = want(0) {
-                out.push((x, backward(graph, &name("grad"), Op::AvgPool2dGrad(p), vec![dy], x)?));
-            }
-        }
-        Op::GlobalAvgPool => {
-            if let Some(x) = want(0) {
-                out.push((x, backward(graph, &name("grad"), Op::GlobalAvgPoolGrad, vec![dy], x)?));
-            }
-        }
         Op::Add => {
             // The gradient passes unchanged to both operands; no copy is made.
             out.extend([want(0), want(1)].into_iter().flatten().map(|t| (t, dy)));
         }
         Op::BatchNorm2d(_) => {
-            let (x, gamma) = (node.inputs[0], node.inputs[1]);
+            let (x, gamma, beta) = (node.inputs[0], node.inputs[1], node.inputs[2]);
             let (mean, invstd) = (node.outputs[1], node.outputs[2]);
             if want(0).is_some() {
                 let inputs = vec![dy, x, gamma, mean, invstd];
-                out.push((
-                    x,
-                    backward(graph, &name("grad_input"), Op::BatchNormGradInput, inputs, x)?,
-                ));
+                let op = Op::BatchNormGradInput;
+                out.push((x, backward(graph, &name("grad_input"), op, inputs, x)?));
             }
             if want(1).is_some() || want(2).is_some() {
-                let (gamma, beta) = (node.inputs[1], node.inputs[2]);
+                // One kernel yields both; a frozen one of the pair costs C floats.
                 let specs = vec![grad_spec(graph, gamma), grad_spec(graph, beta)];
+                let inputs = vec![dy, x, mean, invstd];
                 let ids = graph.record(
                     &name("grad_params"),
                     Op::BatchNormGradParams,
-                    vec![dy, x, mean, invstd],
+                    inputs,
                     Vec::new(),
                     specs,
                     Phase::MicroBatch,
                 )?;
-                out.extend(
-                    [(want(1), ids[0]), (want(2), ids[1])]
-                        .into_iter()
-                        .filter_map(|(t, g)| t.map(|t| (t, g))),
-                );
+                let pairs = [(want(1), ids[0]), (want(2), ids[1])];
+                out.extend(pairs.into_iter().filter_map(|(t, g)| t.map(|t| (t, g))));
             }
         }
-        Op::Dropout(cfg) => {
-            if let Some(x) = want(0) {
-                out.push((x, backward(graph, &name("grad"), Op::DropoutGrad(cfg), vec![dy], x)?));
-            }
-        }
-        Op::Reshape => {
-            if let Some(x) = want(0) {
-                out.push((x, backward(graph, &name("grad"), Op::Reshape, vec![dy], x)?));
-            }
-        }
-        Op::Softmax => {
-            if let Some(x) = want(0) {
-                out.push((x, backward(graph, &name("grad"), Op::SoftmaxGrad, vec![y, dy], x)?));
-            }
-        }
-        Op::CrossEntropy => {
-            if let Some(logits) = want(0) {
-                let inputs = vec![logits, node.inputs[1], dy];
-                out.push((
-                    logits,
-                    backward(graph, &name("grad"), Op::CrossEntropyGrad, inputs, logits)?,
-                ));
-            }
-        }
-        Op::Mse => {
-            if let Some(pred) = want(0) {
-                let inputs = vec![pred, node.inputs[1], dy];
-                out.push((pred, backward(graph, &name("grad"), Op::MseGrad, inputs, pred)?));
-            }
-        }
+        // Detach, backward ops and training plumbing pass no gradient.
         _ => {}
     }
     Ok(out)

@@ -187,18 +187,16 @@ fn split_operands<'a>(
     let kernel = step.kernel.name();
     let signature = step.kernel.signature();
     let mut slots: [Option<View<'a>>; MAX_OPERANDS] = Default::default();
-    let frozen: &'a [u8] = regions.frozen;
-    for (i, op) in step.operands.iter().enumerate() {
-        if op.region == Region::Frozen {
-            let bytes = frozen.get(op.offset..op.end()).ok_or(ExecError::OutOfBounds {
-                step: index,
-                kernel,
-                region: Region::Frozen,
-                end: op.end(),
-                size: frozen.len(),
-            })?;
-            slots[i] = Some(View::Read(bytes));
+    for op in &step.operands {
+        let size = regions.bytes(op.region).len();
+        if op.end() > size {
+            let (region, end) = (op.region, op.end());
+            return Err(ExecError::OutOfBounds { step: index, kernel, region, end, size });
         }
+    }
+    let frozen: &'a [u8] = regions.frozen;
+    for (i, op) in step.operands.iter().enumerate().filter(|(_, op)| op.region == Region::Frozen) {
+        slots[i] = Some(View::Read(&frozen[op.offset..op.end()]));
     }
     let writes = |i: usize| signature.slots.get(i).map(|s| s.access != Access::Read);
     let writes: [bool; MAX_OPERANDS] = core::array::from_fn(|i| writes(i).unwrap_or(false));
@@ -218,7 +216,8 @@ fn split_operands<'a>(
     Ok(views)
 }
 
-/// Carves the operands of `step` that live in `region` out of `bytes`.
+/// Carves the operands of `step` that live in `region` out of `bytes` (all operands are
+/// known to lie inside their regions).
 fn split_region<'a>(
     index: usize,
     kernel: &'static str,
@@ -228,7 +227,6 @@ fn split_region<'a>(
     writes: &[bool; MAX_OPERANDS],
     slots: &mut [Option<View<'a>>; MAX_OPERANDS],
 ) -> Result<(), ExecError> {
-    let size = bytes.len();
     let mine = |i: &usize| step.operands[*i].region == region;
     let mut written: heapless::Vec<usize, MAX_OPERANDS> =
         (0..step.operands.len()).filter(mine).filter(|i| writes[*i]).collect();
@@ -243,15 +241,6 @@ fn split_region<'a>(
         if op.offset < position {
             return Err(ExecError::Overlap { step: index, kernel });
         }
-        if op.end() > size {
-            return Err(ExecError::OutOfBounds {
-                step: index,
-                kernel,
-                region,
-                end: op.end(),
-                size,
-            });
-        }
         let (gap, tail) = core::mem::take(&mut rest).split_at_mut(op.offset - position);
         let (mine, tail) = tail.split_at_mut(op.bytes());
         let _ = gaps.push((position, gap));
@@ -265,19 +254,7 @@ fn split_region<'a>(
         let op = &step.operands[i];
         let gap =
             gaps.iter().find(|(start, gap)| op.offset >= *start && op.end() <= start + gap.len());
-        let (start, gap) = match gap {
-            Some(g) => *g,
-            None if op.end() > size => {
-                return Err(ExecError::OutOfBounds {
-                    step: index,
-                    kernel,
-                    region,
-                    end: op.end(),
-                    size,
-                })
-            }
-            None => return Err(ExecError::Overlap { step: index, kernel }),
-        };
+        let &(start, gap) = gap.ok_or(ExecError::Overlap { step: index, kernel })?;
         slots[i] = Some(View::Read(&gap[op.offset - start..op.end() - start]));
     }
     Ok(())
