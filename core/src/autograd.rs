@@ -35,11 +35,15 @@ pub fn differentiate(
     }
     let mut graph = model.clone();
     graph.eager = None;
-    for &p in trainable {
+    for (i, &p) in trainable.iter().enumerate() {
         graph.check_id(p)?;
         let t = graph.tensor(p);
         if !matches!(t.role, Role::FrozenParam | Role::TrainableParam) {
             return Err(GraphError::NotAParameter { name: t.name.clone(), role: t.role });
+        }
+        if trainable[..i].contains(&p) {
+            let detail = "this parameter is listed twice among the trainable ones".into();
+            return Err(GraphError::Invalid { op: "differentiate", node: t.name.clone(), detail });
         }
         graph.set_role(p, Role::TrainableParam);
     }
@@ -258,4 +262,44 @@ fn vjp(
         _ => {}
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Init;
+    use crate::shape::Shape;
+
+    /// `loss = mse(x · wᵀ, t)` with one parameter `w`.
+    fn tiny() -> (Graph, TensorId, TensorId) {
+        let mut g = Graph::new(1);
+        let x = g.input("x", Shape::d2(2, 3)).unwrap();
+        let w = g.parameter("w", Shape::d2(1, 3), Init::Constant(0.5)).unwrap();
+        let t = g.target("t", Shape::d2(2, 1)).unwrap();
+        let y = g.linear("fc", x, w, None).unwrap();
+        let loss = g.mse("loss", y, t).unwrap();
+        (g, loss, w)
+    }
+
+    #[test]
+    fn a_parameter_listed_twice_is_refused() {
+        let (g, loss, w) = tiny();
+        let err = differentiate(&g, loss, &[w, w]).err().expect("duplicate must fail");
+        assert!(
+            matches!(err, GraphError::Invalid { op: "differentiate", ref node, .. } if node == "w")
+        );
+    }
+
+    #[test]
+    fn the_model_graph_is_left_untouched() {
+        let (g, loss, w) = tiny();
+        let d = differentiate(&g, loss, &[w]).unwrap();
+        assert_eq!(g.tensor(w).role, Role::FrozenParam);
+        assert_eq!(d.graph.tensor(w).role, Role::TrainableParam);
+        assert!(d.graph.nodes().len() > g.nodes().len());
+        // Only the weight's gradient is built: no gradient for the input x.
+        let kinds: Vec<&str> =
+            d.graph.nodes()[g.nodes().len()..].iter().map(|n| n.op.kind()).collect();
+        assert_eq!(kinds, ["fill", "mse_grad", "linear_grad_weight"]);
+    }
 }
