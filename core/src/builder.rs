@@ -1,7 +1,7 @@
 //! Recording ops: one method per forward op on [`Graph`], each checking its operands and
 //! inferring the output shape, so mistakes surface where the model code makes them.
 
-use crate::geometry::{BatchNormConfig, DropoutConfig};
+use crate::geometry::{window_output, BatchNormConfig, DropoutConfig};
 use crate::graph::{Graph, GraphError, Init, Node, Phase, TensorInfo};
 use crate::op::{ConvParams, Op, PoolParams};
 use crate::shape::Shape;
@@ -22,12 +22,6 @@ impl OutputSpec {
     pub fn f32(name: String, shape: Shape, role: Role) -> Self {
         Self { name, shape, dtype: DType::F32, role }
     }
-}
-
-/// Output size of a sliding window, or `None` when the window does not fit.
-fn window_out(size: usize, kernel: usize, stride: usize, pad: usize) -> Option<usize> {
-    let padded = size + 2 * pad;
-    (stride > 0 && kernel > 0 && padded >= kernel).then(|| (padded - kernel) / stride + 1)
 }
 
 impl Graph {
@@ -372,8 +366,8 @@ impl Graph {
         stride: (usize, usize),
         padding: (usize, usize),
     ) -> Result<(usize, usize), GraphError> {
-        let oh = window_out(size.0, kernel.0, stride.0, padding.0);
-        let ow = window_out(size.1, kernel.1, stride.1, padding.1);
+        let oh = window_output(size.0, kernel.0, stride.0, padding.0);
+        let ow = window_output(size.1, kernel.1, stride.1, padding.1);
         match (oh, ow) {
             (Some(oh), Some(ow)) => Ok((oh, ow)),
             _ => Err(invalid(

@@ -3,8 +3,9 @@
 
 use crate::backend::Kernels;
 use crate::dispatch::{run_kernel, Fault, Operands, StepContext, View};
-use crate::kernel::{Access, MAX_OPERANDS};
+use crate::kernel::{Access, Kernel, MAX_OPERANDS};
 use crate::plan::{ExecError, Operand, PlanView, Region, Step};
+use crate::reference::check_labels;
 use crate::tensor::{DType, Element};
 
 /// The memory a plan runs over.
@@ -41,17 +42,7 @@ impl Regions<'_> {
         if op.len != len {
             return Err(ExecError::ValueLength { expected: op.len, actual: len });
         }
-        let size = self.bytes(op.region).len();
-        if op.end() > size {
-            return Err(ExecError::OutOfBounds {
-                step: 0,
-                kernel: "binding",
-                region: op.region,
-                end: op.end(),
-                size,
-            });
-        }
-        Ok(())
+        op.check_inside(self.bytes(op.region).len(), 0, "binding")
     }
 
     /// Writes `values` into a tensor's memory (feeding inputs, loading weights).
@@ -122,9 +113,26 @@ impl<'p, K: Kernels> Executor<'p, K> {
         Ok(())
     }
 
+    /// Checks the caller's memory and every label a loss will read, so bad data fails a call
+    /// before anything (batch-norm statistics included) has changed.
+    fn check_inputs(&self, regions: &Regions<'_>) -> Result<(), ExecError> {
+        self.check_regions(regions)?;
+        for (index, step) in self.plan.steps.iter().enumerate() {
+            if let (Kernel::CrossEntropy(d), Some(labels)) = (step.kernel, step.operands.get(1)) {
+                let kernel = step.kernel.name();
+                check_labels(regions.read(labels)?, d.cols).map_err(|error| ExecError::Kernel {
+                    step: index,
+                    kernel,
+                    error,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs the plan's steps once without learning (inference, evaluation).
     pub fn run(&mut self, regions: &mut Regions<'_>) -> Result<(), ExecError> {
-        self.check_regions(regions)?;
+        self.check_inputs(regions)?;
         let ctx = self.context(0.0);
         run_steps(&mut self.kernels, self.plan.steps, 0, regions, &ctx)
     }
@@ -136,7 +144,7 @@ impl<'p, K: Kernels> Executor<'p, K> {
         regions: &mut Regions<'_>,
         learning_rate: f32,
     ) -> Result<StepOutcome, ExecError> {
-        self.check_regions(regions)?;
+        self.check_inputs(regions)?;
         let ctx = self.context(learning_rate);
         run_steps(&mut self.kernels, self.plan.steps, 0, regions, &ctx)?;
         self.micro_batches += 1;
@@ -188,11 +196,7 @@ fn split_operands<'a>(
     let signature = step.kernel.signature();
     let mut slots: [Option<View<'a>>; MAX_OPERANDS] = Default::default();
     for op in &step.operands {
-        let size = regions.bytes(op.region).len();
-        if op.end() > size {
-            let (region, end) = (op.region, op.end());
-            return Err(ExecError::OutOfBounds { step: index, kernel, region, end, size });
-        }
+        op.check_inside(regions.bytes(op.region).len(), index, kernel)?;
     }
     let frozen: &'a [u8] = regions.frozen;
     for (i, op) in step.operands.iter().enumerate().filter(|(_, op)| op.region == Region::Frozen) {

@@ -1,6 +1,30 @@
 //! Kernel geometry: the plain numbers a kernel needs to walk its buffers (batch, channels,
 //! spatial sizes, stride, padding, groups). Shared by the graph, the plan and every backend.
 
+/// Output length of a sliding window along one axis, or `None` when the window does not
+/// fit, the stride or window is zero, or the sizes overflow.
+pub fn window_output(size: usize, kernel: usize, stride: usize, padding: usize) -> Option<usize> {
+    let padded = padding.checked_mul(2)?.checked_add(size)?;
+    let span = padded.checked_sub(kernel)?;
+    (stride > 0 && kernel > 0).then(|| span / stride + 1)
+}
+
+/// The product of `dims`, if it fits comfortably (as bytes of 8-byte elements) in `usize`.
+fn element_count(dims: &[usize]) -> Option<usize> {
+    let count = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+    count.checked_mul(8).map(|_| count)
+}
+
+/// Why kernel settings cannot be run.
+pub type GeometryError = &'static str;
+
+fn counts(all: &[&[usize]]) -> Result<(), GeometryError> {
+    match all.iter().all(|dims| element_count(dims).is_some()) {
+        true => Ok(()),
+        false => Err("tensor sizes overflow"),
+    }
+}
+
 /// A dense layer `y[n, m] = x[n, k] · w[m, k]ᵀ + b[m]` (PyTorch's `nn.Linear` layout).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinearDims {
@@ -10,6 +34,12 @@ pub struct LinearDims {
     pub k: usize,
     /// Output features.
     pub m: usize,
+}
+
+impl LinearDims {
+    pub fn check(&self) -> Result<(), GeometryError> {
+        counts(&[&[self.n, self.k], &[self.m, self.k], &[self.n, self.m]])
+    }
 }
 
 /// A 2-D convolution over NCHW input with OIHW weights (`w[c_out, c_in / groups, kh, kw]`).
@@ -51,6 +81,24 @@ impl Conv2dGeometry {
     pub fn macs(&self) -> usize {
         self.output_len() * self.c_in_per_group() * self.kh * self.kw
     }
+
+    /// Checks that groups divide the channels and the output size follows from the window.
+    pub fn check(&self) -> Result<(), GeometryError> {
+        let g = self.groups;
+        if g == 0 || self.c_in % g != 0 || self.c_out % g != 0 {
+            return Err("groups must divide both channel counts");
+        }
+        let oh = window_output(self.h, self.kh, self.stride.0, self.padding.0);
+        let ow = window_output(self.w, self.kw, self.stride.1, self.padding.1);
+        if (oh, ow) != (Some(self.out_h), Some(self.out_w)) {
+            return Err("the output size does not follow from the window");
+        }
+        counts(&[
+            &[self.n, self.c_in, self.h, self.w],
+            &[self.c_out, self.c_in / g, self.kh, self.kw],
+            &[self.n, self.c_out, self.out_h, self.out_w, self.c_in / g, self.kh, self.kw],
+        ])
+    }
 }
 
 /// A 2-D pooling window over NCHW input. Padding never wins a max; for averages,
@@ -77,6 +125,19 @@ impl Pool2dGeometry {
     pub fn output_len(&self) -> usize {
         self.n * self.c * self.out_h * self.out_w
     }
+
+    /// Checks the window fits, padding never fills a whole window, and the output size follows.
+    pub fn check(&self) -> Result<(), GeometryError> {
+        if self.padding.0 * 2 > self.kh || self.padding.1 * 2 > self.kw {
+            return Err("padding must be at most half the window");
+        }
+        let oh = window_output(self.h, self.kh, self.stride.0, self.padding.0);
+        let ow = window_output(self.w, self.kw, self.stride.1, self.padding.1);
+        if (oh, ow) != (Some(self.out_h), Some(self.out_w)) {
+            return Err("the output size does not follow from the window");
+        }
+        counts(&[&[self.n, self.c, self.h, self.w], &[self.n, self.c, self.out_h, self.out_w]])
+    }
 }
 
 /// A tensor seen as `[outer, channels, inner]`: batch, channel axis, everything after it.
@@ -99,6 +160,10 @@ impl ChannelDims {
     pub fn per_channel(&self) -> usize {
         self.outer * self.inner
     }
+
+    pub fn check(&self) -> Result<(), GeometryError> {
+        counts(&[&[self.outer, self.channels, self.inner]])
+    }
 }
 
 /// A 2-D row-wise problem: `rows` independent rows of `cols` values (softmax, cross-entropy).
@@ -106,6 +171,15 @@ impl ChannelDims {
 pub struct RowDims {
     pub rows: usize,
     pub cols: usize,
+}
+
+impl RowDims {
+    pub fn check(&self) -> Result<(), GeometryError> {
+        if self.cols == 0 {
+            return Err("rows must hold at least one value");
+        }
+        counts(&[&[self.rows, self.cols]])
+    }
 }
 
 /// Batch-norm hyper-parameters (PyTorch's meaning of `momentum`: weight of the new batch).

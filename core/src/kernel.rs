@@ -2,8 +2,8 @@
 //! mode (training or evaluation), and the signature that fixes its operands.
 
 use crate::geometry::{
-    AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, LinearDims,
-    Pool2dGeometry, RowDims, SgdConfig,
+    AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, GeometryError,
+    LinearDims, Pool2dGeometry, RowDims, SgdConfig,
 };
 use crate::tensor::DType;
 
@@ -186,6 +186,35 @@ impl Kernel {
                 s.read(len).read_if(clipped, 1).update(len).update(len).update(len)
             }
             Kernel::Zero(n) => s.update(n),
+        }
+    }
+
+    /// Checks the kernel's settings (groups, windows, sizes), so its signature and its loops
+    /// stay in range. Element-wise kernels have nothing to check beyond their length.
+    pub fn check(&self) -> Result<(), GeometryError> {
+        match self {
+            Kernel::Linear { dims, .. }
+            | Kernel::LinearGradInput(dims)
+            | Kernel::LinearGradWeight(dims) => dims.check(),
+            Kernel::Conv2d { geometry, .. }
+            | Kernel::Conv2dGradInput(geometry)
+            | Kernel::Conv2dGradWeight(geometry) => geometry.check(),
+            Kernel::MaxPool2d(p)
+            | Kernel::MaxPool2dGrad(p)
+            | Kernel::AvgPool2d(p)
+            | Kernel::AvgPool2dGrad(p) => p.check(),
+            Kernel::BiasGrad(d)
+            | Kernel::GlobalAvgPool(d)
+            | Kernel::GlobalAvgPoolGrad(d)
+            | Kernel::BatchNormTrain(d, _)
+            | Kernel::BatchNormEval(d, _)
+            | Kernel::BatchNormGradInput(d)
+            | Kernel::BatchNormGradParams(d) => d.check(),
+            Kernel::Softmax(r)
+            | Kernel::SoftmaxGrad(r)
+            | Kernel::CrossEntropy(r)
+            | Kernel::CrossEntropyGrad(r) => r.check(),
+            _ => Ok(()),
         }
     }
 

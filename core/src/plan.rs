@@ -43,8 +43,30 @@ impl Operand {
     pub fn bytes(&self) -> usize {
         self.len * self.dtype.size()
     }
+    /// One past the operand's last byte. Only for checked operands; see [`Self::check_inside`].
     pub fn end(&self) -> usize {
         self.offset + self.bytes()
+    }
+
+    /// `Ok` when the operand lies inside a region of `size` bytes, without overflowing;
+    /// otherwise the error, attributed to step `step` running `kernel`.
+    pub fn check_inside(
+        &self,
+        size: usize,
+        step: usize,
+        kernel: &'static str,
+    ) -> Result<(), ExecError> {
+        let end = self.len.checked_mul(self.dtype.size()).and_then(|b| b.checked_add(self.offset));
+        match end {
+            Some(end) if end <= size => Ok(()),
+            end => Err(ExecError::OutOfBounds {
+                step,
+                kernel,
+                region: self.region,
+                end: end.unwrap_or(usize::MAX),
+                size,
+            }),
+        }
     }
 }
 
@@ -169,6 +191,7 @@ impl PlanView<'_> {
 fn validate_step(index: usize, step: &Step, sizes: &RegionSizes) -> Result<(), ExecError> {
     let kernel = step.kernel.name();
     let malformed = |detail| ExecError::MalformedStep { step: index, kernel, detail };
+    step.kernel.check().map_err(malformed)?;
     let sig = step.kernel.signature();
     if sig.slots.len() != step.operands.len() {
         return Err(malformed("wrong number of operands"));
@@ -183,16 +206,7 @@ fn validate_step(index: usize, step: &Step, sizes: &RegionSizes) -> Result<(), E
         if op.offset % ALIGN != 0 {
             return Err(malformed("an operand is not aligned"));
         }
-        let size = sizes.get(op.region);
-        if op.end() > size {
-            return Err(ExecError::OutOfBounds {
-                step: index,
-                kernel,
-                region: op.region,
-                end: op.end(),
-                size,
-            });
-        }
+        op.check_inside(sizes.get(op.region), index, kernel)?;
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Dense (fully connected) layers and their gradients, bias gradients, and the elementwise
-//! vector helpers (add, copy, scale, fill).
+//! vector helpers (add, copy, fill).
 
 use super::layout::{channel_indices, row, row_mut};
 use crate::geometry::{ChannelDims, LinearDims};
@@ -72,14 +72,6 @@ pub fn copy(x: &[f32], y: &mut [f32]) {
     y.copy_from_slice(x);
 }
 
-/// Elementwise `y = factor · x`.
-pub fn scale(x: &[f32], factor: f32, y: &mut [f32]) {
-    debug_assert_eq!(x.len(), y.len());
-    for (out, x) in y.iter_mut().zip(x) {
-        *out = factor * x;
-    }
-}
-
 /// Sets every element of `y` to `value`.
 pub fn fill(y: &mut [f32], value: f32) {
     y.fill(value);
@@ -135,8 +127,6 @@ mod tests {
         let mut y = [0.0; 3];
         add(&[1.0, 2.0, 3.0], &[0.5, -2.0, 1.0], &mut y);
         assert_close(&y, &[1.5, 0.0, 4.0], 0.0);
-        scale(&[1.0, -2.0, 3.0], 2.0, &mut y);
-        assert_close(&y, &[2.0, -4.0, 6.0], 0.0);
         copy(&[7.0, 8.0, 9.0], &mut y);
         assert_close(&y, &[7.0, 8.0, 9.0], 0.0);
         fill(&mut y, -1.5);

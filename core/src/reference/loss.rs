@@ -7,7 +7,7 @@ use crate::error::KernelError;
 use crate::geometry::RowDims;
 
 /// Fails on the first label outside `0..classes`.
-fn check_labels(labels: &[i32], classes: usize) -> Result<(), KernelError> {
+pub fn check_labels(labels: &[i32], classes: usize) -> Result<(), KernelError> {
     let in_range = |label: i32| usize::try_from(label).is_ok_and(|l| l < classes);
     match labels.iter().position(|&label| !in_range(label)) {
         Some(index) => {

@@ -16,9 +16,9 @@ mod testing;
 
 pub use activation::{relu, relu6, relu6_grad, relu_grad, softmax, softmax_grad};
 pub use conv::{conv2d, conv2d_grad_input, conv2d_grad_weight};
-pub use dense::{add, bias_grad, copy, fill, linear, linear_grad_input, linear_grad_weight, scale};
+pub use dense::{add, bias_grad, copy, fill, linear, linear_grad_input, linear_grad_weight};
 pub use dropout::{dropout, dropout_grad, dropout_keeps};
-pub use loss::{cross_entropy, cross_entropy_grad, mse, mse_grad};
+pub use loss::{check_labels, cross_entropy, cross_entropy_grad, mse, mse_grad};
 pub use norm::{batch_norm_eval, batch_norm_grad_input, batch_norm_grad_params, batch_norm_train};
 pub use optim::{accumulate, adamw_update, clip_coefficient, sgd_update, sum_squares};
 pub use pool::{
