@@ -1,0 +1,148 @@
+//! The executor allocates nothing while it runs a plan.
+//!
+//! A counting `#[global_allocator]` wraps `std::alloc::System`. Counting is armed per
+//! thread (a `thread_local!` flag), so allocations by the test harness's other threads never
+//! count. Everything that may allocate (recording the graph, compiling the plans, the host
+//! memory, the executors, the data) is done before arming; then training steps (batch norm,
+//! dropout, a residual add, gradient accumulation, clipping, SGD with momentum) and
+//! inference runs execute, with inputs written and outputs read through `Regions`, and the
+//! allocation count must be exactly zero. A control allocation while armed must count one,
+//! so the counter is shown to work.
+
+use sprout_core::geometry::SgdConfig;
+use sprout_core::{
+    compile_inference, compile_training_step, Executor, Optimizer, Reference, StepOutcome,
+    TrainConfig,
+};
+use sprout_tests::models::{random_batch, residual_cnn, RES_BATCH, RES_CLASSES, RES_INPUT};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Counts allocations, reallocations and deallocations made by armed threads.
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+static DEALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn armed() -> bool {
+    ARMED.try_with(Cell::get).unwrap_or(false)
+}
+
+// SAFETY: every call is forwarded unchanged to `System`; the counters have no effect on
+// the memory handed out.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if armed() {
+            ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        }
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if armed() {
+            ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        }
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if armed() {
+            ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        }
+        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if armed() {
+            DEALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        }
+        // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Heap calls (allocations, deallocations) made by this thread while `f` runs.
+fn count_heap_calls<R>(f: impl FnOnce() -> R) -> ((usize, usize), R) {
+    let before = (ALLOCATIONS.load(Ordering::SeqCst), DEALLOCATIONS.load(Ordering::SeqCst));
+    ARMED.with(|a| a.set(true));
+    let result = f();
+    ARMED.with(|a| a.set(false));
+    let after = (ALLOCATIONS.load(Ordering::SeqCst), DEALLOCATIONS.load(Ordering::SeqCst));
+    ((after.0 - before.0, after.1 - before.1), result)
+}
+
+#[test]
+fn training_and_inference_plans_run_without_heap_allocation() {
+    // The counter works: one allocation and one deallocation while armed.
+    let (control, ()) =
+        count_heap_calls(|| drop(std::hint::black_box(Vec::<u8>::with_capacity(1))));
+    assert_eq!(control, (1, 1), "the counting allocator must see a control allocation");
+
+    let model = residual_cnn().expect("the model records");
+    let cfg = TrainConfig {
+        optimizer: Optimizer::Sgd(SgdConfig { momentum: 0.9, weight_decay: 1e-4, nesterov: false }),
+        clip_grad_norm: Some(1.0),
+        accumulation: 2,
+    };
+    let training = compile_training_step(&model.graph, model.loss, &model.parameters, &cfg)
+        .expect("the training step compiles");
+    let eval_plan = compile_inference(&model.graph, &[model.logits]).expect("compiles");
+    let plan = &training.plan;
+    assert!(!plan.update_steps.is_empty(), "accumulation puts the update in its own steps");
+
+    let mut memory = plan.initial_memory(&training.graph);
+    let mut eval_memory = eval_plan.initial_memory(&model.graph);
+    let mut trainer = Executor::new(plan.view(), Reference).expect("valid plan");
+    let mut evaluator = Executor::new(eval_plan.view(), Reference).expect("valid plan");
+    let (image, label, loss) = (
+        plan.operand("image").expect("bound"),
+        plan.operand("label").expect("bound"),
+        plan.operand("loss").expect("bound"),
+    );
+    let (eval_image, eval_logits) =
+        (eval_plan.operand("image").expect("bound"), eval_plan.operand("fc").expect("bound"));
+    let batches: Vec<_> =
+        (0..4).map(|k| random_batch(50 + k, RES_INPUT.numel(), RES_BATCH, RES_CLASSES)).collect();
+    let mut losses = [0.0f32; 4];
+    let mut outcomes = [StepOutcome::Accumulated { remaining: 0 }; 4];
+    let mut logits = [0.0f32; RES_BATCH * RES_CLASSES];
+
+    let (training_calls, ()) = count_heap_calls(|| {
+        for (k, (x, y)) in batches.iter().enumerate() {
+            let mut regions = memory.regions();
+            regions.write(&image, x).expect("image fits");
+            regions.write(&label, y).expect("labels fit");
+            outcomes[k] = trainer.train_step(&mut regions, 0.05).expect("the step runs");
+            losses[k] = regions.read::<f32>(&loss).expect("loss")[0];
+        }
+    });
+    // Moving the weights to the evaluation plan is host-side work, outside the measurement.
+    plan.copy_weights(&memory, &eval_plan, &mut eval_memory);
+    let (inference_calls, ()) = count_heap_calls(|| {
+        for (x, _) in &batches[..2] {
+            let mut regions = eval_memory.regions();
+            regions.write(&eval_image, x).expect("image fits");
+            evaluator.run(&mut regions).expect("inference runs");
+            logits.copy_from_slice(regions.read::<f32>(&eval_logits).expect("logits"));
+        }
+    });
+
+    assert_eq!(training_calls, (0, 0), "(allocations, deallocations) while training");
+    assert_eq!(inference_calls, (0, 0), "(allocations, deallocations) while running inference");
+    // The measured region did the work: two updates, finite losses and logits.
+    assert_eq!(outcomes[3], StepOutcome::Updated { update: 2 });
+    assert_eq!(trainer.updates(), 2);
+    assert!(losses.iter().all(|l| l.is_finite() && *l > 0.0), "losses {losses:?}");
+    assert!(logits.iter().all(|v| v.is_finite()) && logits.iter().any(|&v| v != 0.0));
+}
