@@ -19,6 +19,7 @@ pub const NO_STD_BUILDS: &[(&str, &[&str])] = &[
     ("sprout-core", &[]),
     // Building, differentiating and compiling graphs needs `alloc`.
     ("sprout-core", &["alloc"]),
+    ("sprout-planner", &[]),
 ];
 
 type StageFn = fn(&Path) -> Result<()>;
