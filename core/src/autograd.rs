@@ -2,7 +2,7 @@
 //! vector-Jacobian rule per op, building only gradients that some trainable tensor needs.
 
 use crate::builder::OutputSpec;
-use crate::graph::{Graph, GraphError, Node, Phase};
+use crate::graph::{Graph, GraphError, Node, Phase, Stage};
 use crate::op::Op;
 use crate::tensor::{Role, TensorId};
 use alloc::format;
@@ -16,6 +16,8 @@ pub struct Differentiated {
     pub loss: TensorId,
     /// `(parameter, gradient)` pairs, in the order the parameters were given.
     pub gradients: Vec<(TensorId, TensorId)>,
+    /// How many nodes (from the start) are the model's forward pass.
+    pub forward_nodes: usize,
 }
 
 /// Appends the backward pass of `loss` with respect to `trainable` (which become trainable
@@ -35,6 +37,8 @@ pub fn differentiate(
     }
     let mut graph = model.clone();
     graph.eager = None;
+    let forward_nodes = graph.nodes().len();
+    graph.stage = Stage::Backward;
     for (i, &p) in trainable.iter().enumerate() {
         graph.check_id(p)?;
         let t = graph.tensor(p);
@@ -87,7 +91,7 @@ pub fn differentiate(
         }
         gradients.push((p, sum_contributions(&mut graph, p, contributions)?));
     }
-    Ok(Differentiated { graph, loss, gradients })
+    Ok(Differentiated { graph, loss, gradients, forward_nodes })
 }
 
 /// Which inputs of an op a gradient can flow into.

@@ -46,6 +46,18 @@ pub trait Kernels {
     fn relu6(&mut self, x: &[f32], y: &mut [f32]) {
         r::relu6(x, y)
     }
+    fn relu_in_place(&mut self, x: &mut [f32]) {
+        r::relu_in_place(x)
+    }
+    fn relu6_in_place(&mut self, x: &mut [f32]) {
+        r::relu6_in_place(x)
+    }
+    fn relu_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
+        r::relu_grad_in_place(y, dy)
+    }
+    fn relu6_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
+        r::relu6_grad_in_place(y, dy)
+    }
     fn relu_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
         r::relu_grad(y, dy, dx)
     }
@@ -115,6 +127,54 @@ pub trait Kernels {
     ) {
         r::batch_norm_eval(x, gamma, beta, running_mean, running_var, y, d, cfg)
     }
+    fn batch_norm_train_in_place(
+        &mut self,
+        x: &mut [f32],
+        gamma: &[f32],
+        beta: &[f32],
+        running_mean: &mut [f32],
+        running_var: &mut [f32],
+        saved_mean: &mut [f32],
+        saved_invstd: &mut [f32],
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        r::batch_norm_train_in_place(
+            x,
+            gamma,
+            beta,
+            running_mean,
+            running_var,
+            saved_mean,
+            saved_invstd,
+            d,
+            cfg,
+        )
+    }
+    fn batch_norm_eval_in_place(
+        &mut self,
+        x: &mut [f32],
+        gamma: &[f32],
+        beta: &[f32],
+        running_mean: &[f32],
+        running_var: &[f32],
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        r::batch_norm_eval_in_place(x, gamma, beta, running_mean, running_var, d, cfg)
+    }
+    fn batch_norm_apply(
+        &mut self,
+        x: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        saved_mean: &[f32],
+        saved_invstd: &[f32],
+        y: &mut [f32],
+        d: ChannelDims,
+    ) {
+        r::batch_norm_apply(x, gamma, beta, saved_mean, saved_invstd, y, d)
+    }
     fn batch_norm_grad_input(
         &mut self,
         dy: &[f32],
@@ -141,6 +201,9 @@ pub trait Kernels {
     }
     fn dropout(&mut self, x: &[f32], y: &mut [f32], cfg: DropoutConfig, step: u64) {
         r::dropout(x, y, cfg, step)
+    }
+    fn dropout_in_place(&mut self, x: &mut [f32], cfg: DropoutConfig, step: u64) {
+        r::dropout_in_place(x, cfg, step)
     }
     fn dropout_grad(&mut self, dy: &[f32], dx: &mut [f32], cfg: DropoutConfig, step: u64) {
         r::dropout_grad(dy, dx, cfg, step)

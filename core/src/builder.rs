@@ -461,7 +461,9 @@ impl Graph {
                 init: None,
             })?);
         }
-        let node = Node { name: name.to_string(), op, inputs, state, outputs: ids.clone(), phase };
+        let stage = self.stage;
+        let node =
+            Node { name: name.to_string(), op, inputs, state, outputs: ids.clone(), phase, stage };
         self.push_node(node)?;
         Ok(ids)
     }

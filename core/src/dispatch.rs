@@ -119,6 +119,11 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         Kernel::Relu6(_) => k.relu6(o.f32()?, o.f32_mut()?),
         Kernel::ReluGrad(_) => k.relu_grad(o.f32()?, o.f32()?, o.f32_mut()?),
         Kernel::Relu6Grad(_) => k.relu6_grad(o.f32()?, o.f32()?, o.f32_mut()?),
+        Kernel::ReluInPlace(_) => k.relu_in_place(o.f32_mut()?),
+        Kernel::Relu6InPlace(_) => k.relu6_in_place(o.f32_mut()?),
+        Kernel::ReluGradInPlace(_) => k.relu_grad_in_place(o.f32()?, o.f32_mut()?),
+        Kernel::Relu6GradInPlace(_) => k.relu6_grad_in_place(o.f32()?, o.f32_mut()?),
+        Kernel::DropoutInPlace(cfg, _) => k.dropout_in_place(o.f32_mut()?, cfg, ctx.micro_batch),
         Kernel::MaxPool2d(g) => k.max_pool2d(o.f32()?, o.f32_mut()?, &g),
         Kernel::MaxPool2dGrad(g) => k.max_pool2d_grad(o.f32()?, o.f32()?, o.f32_mut()?, &g),
         Kernel::AvgPool2d(g) => k.avg_pool2d(o.f32()?, o.f32_mut()?, &g),
@@ -136,6 +141,20 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         Kernel::BatchNormEval(d, cfg) => {
             let (x, gamma, beta, rm, rv) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?, o.f32()?);
             k.batch_norm_eval(x, gamma, beta, rm, rv, o.f32_mut()?, d, cfg)
+        }
+        Kernel::BatchNormTrainInPlace(d, cfg) => {
+            let (gamma, beta) = (o.f32()?, o.f32()?);
+            let (rm, rv, x) = (o.f32_mut()?, o.f32_mut()?, o.f32_mut()?);
+            let (mean, invstd) = (o.f32_mut()?, o.f32_mut()?);
+            k.batch_norm_train_in_place(x, gamma, beta, rm, rv, mean, invstd, d, cfg)
+        }
+        Kernel::BatchNormEvalInPlace(d, cfg) => {
+            let (gamma, beta, rm, rv) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?);
+            k.batch_norm_eval_in_place(o.f32_mut()?, gamma, beta, rm, rv, d, cfg)
+        }
+        Kernel::BatchNormApply(d) => {
+            let (x, gamma, beta, mean, invstd) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?, o.f32()?);
+            k.batch_norm_apply(x, gamma, beta, mean, invstd, o.f32_mut()?, d)
         }
         Kernel::BatchNormGradInput(d) => {
             let (dy, x, gamma, mean, invstd) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?, o.f32()?);

@@ -66,6 +66,20 @@ pub enum Phase {
     Update,
 }
 
+/// Which part of a training step recorded a node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Stage {
+    /// Model code.
+    #[default]
+    Forward,
+    /// `differentiate`.
+    Backward,
+    /// Forward ops repeated in the backward pass by gradient checkpointing.
+    Recompute,
+    /// Gradient accumulation, clipping and parameter updates.
+    Optimizer,
+}
+
 /// One recorded operation with its operands (see [`Op`] for each op's operand order).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
@@ -76,6 +90,7 @@ pub struct Node {
     pub state: Vec<TensorId>,
     pub outputs: Vec<TensorId>,
     pub phase: Phase,
+    pub stage: Stage,
 }
 
 /// A recorded model. Cloning it is how a training graph is derived from a model graph.
@@ -84,6 +99,8 @@ pub struct Graph {
     tensors: Vec<TensorInfo>,
     nodes: Vec<Node>,
     seed: u64,
+    /// Stamped on every node recorded from now on.
+    pub(crate) stage: Stage,
     pub(crate) eager: Option<Box<Eager>>,
 }
 
@@ -168,6 +185,12 @@ impl Graph {
             .expect("an unused name exists")
     }
 
+    /// Replaces the node list with a reordered or extended one (compiler passes). The new
+    /// list must still be in dependency order.
+    pub(crate) fn set_nodes(&mut self, nodes: Vec<Node>) {
+        self.nodes = nodes;
+    }
+
     pub(crate) fn set_role(&mut self, id: TensorId, role: Role) {
         self.tensors[id.index()].role = role;
     }
@@ -245,6 +268,11 @@ pub enum GraphError {
         index: usize,
         value: f32,
     },
+    /// No choice of recomputed activations fits the training step in the byte budget.
+    BudgetUnreachable {
+        budget: usize,
+        smallest: usize,
+    },
     /// Eager execution reached a tensor nobody gave a value.
     MissingValue {
         tensor: String,
@@ -289,6 +317,11 @@ impl fmt::Display for GraphError {
             Anomaly { op, node, tensor, shape, index, value } => write!(
                 f,
                 "anomaly: {op} '{node}' produced {value} at element {index} of '{tensor}' (shape {shape})"
+            ),
+            BudgetUnreachable { budget, smallest } => write!(
+                f,
+                "the training step cannot fit in {budget} bytes of arena: the smallest reachable \
+                 with gradient checkpointing is {smallest} bytes"
             ),
             MissingValue { tensor } => {
                 write!(f, "eager: '{tensor}' has no value; feed it before using it")

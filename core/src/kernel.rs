@@ -14,17 +14,31 @@ pub const MAX_OPERANDS: usize = 8;
 /// length is known from the kernel alone.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Kernel {
-    Linear { dims: LinearDims, bias: bool },
+    Linear {
+        dims: LinearDims,
+        bias: bool,
+    },
     LinearGradInput(LinearDims),
     LinearGradWeight(LinearDims),
     BiasGrad(ChannelDims),
-    Conv2d { geometry: Conv2dGeometry, bias: bool },
+    Conv2d {
+        geometry: Conv2dGeometry,
+        bias: bool,
+    },
     Conv2dGradInput(Conv2dGeometry),
     Conv2dGradWeight(Conv2dGeometry),
     Relu(usize),
     Relu6(usize),
     ReluGrad(usize),
     Relu6Grad(usize),
+    /// In-place variants: the output overwrites the input (which dies at this step).
+    ReluInPlace(usize),
+    Relu6InPlace(usize),
+    /// `y, [dy]`: the gradient overwrites the incoming one.
+    ReluGradInPlace(usize),
+    Relu6GradInPlace(usize),
+    /// The dropout mask applied in place, forward or backward.
+    DropoutInPlace(DropoutConfig, usize),
     MaxPool2d(Pool2dGeometry),
     MaxPool2dGrad(Pool2dGeometry),
     AvgPool2d(Pool2dGeometry),
@@ -35,6 +49,11 @@ pub enum Kernel {
     Copy(usize),
     BatchNormTrain(ChannelDims, BatchNormConfig),
     BatchNormEval(ChannelDims, BatchNormConfig),
+    BatchNormApply(ChannelDims),
+    /// `gamma, beta, [running_mean, running_var, x → y], saved_mean, saved_invstd`.
+    BatchNormTrainInPlace(ChannelDims, BatchNormConfig),
+    /// `gamma, beta, running_mean, running_var, [x → y]`.
+    BatchNormEvalInPlace(ChannelDims, BatchNormConfig),
     BatchNormGradInput(ChannelDims),
     BatchNormGradParams(ChannelDims),
     Dropout(DropoutConfig, usize),
@@ -49,8 +68,17 @@ pub enum Kernel {
     Accumulate(f32, usize),
     SumSquares(usize),
     ClipCoefficient(f32),
-    SgdUpdate { cfg: SgdConfig, len: usize, clipped: bool, momentum: bool },
-    AdamWUpdate { cfg: AdamWConfig, len: usize, clipped: bool },
+    SgdUpdate {
+        cfg: SgdConfig,
+        len: usize,
+        clipped: bool,
+        momentum: bool,
+    },
+    AdamWUpdate {
+        cfg: AdamWConfig,
+        len: usize,
+        clipped: bool,
+    },
     Zero(usize),
 }
 
@@ -131,6 +159,10 @@ impl Kernel {
                 s.read(n).write(n)
             }
             Kernel::DropoutGrad(_, n) => s.read(n).write(n),
+            Kernel::ReluInPlace(n) | Kernel::Relu6InPlace(n) | Kernel::DropoutInPlace(_, n) => {
+                s.update(n)
+            }
+            Kernel::ReluGradInPlace(n) | Kernel::Relu6GradInPlace(n) => s.read(n).update(n),
             Kernel::ReluGrad(n) | Kernel::Relu6Grad(n) | Kernel::Add(n) => {
                 s.read(n).read(n).write(n)
             }
@@ -154,6 +186,18 @@ impl Kernel {
             Kernel::BatchNormGradInput(d) => {
                 let c = d.channels;
                 s.read(d.len()).read(d.len()).read(c).read(c).read(c).write(d.len())
+            }
+            Kernel::BatchNormApply(d) => {
+                let c = d.channels;
+                s.read(d.len()).read(c).read(c).read(c).read(c).write(d.len())
+            }
+            Kernel::BatchNormTrainInPlace(d, _) => {
+                let c = d.channels;
+                s.read(c).read(c).update(c).update(c).update(d.len()).write(c).write(c)
+            }
+            Kernel::BatchNormEvalInPlace(d, _) => {
+                let c = d.channels;
+                s.read(c).read(c).read(c).read(c).update(d.len())
             }
             Kernel::BatchNormGradParams(d) => {
                 let c = d.channels;
@@ -208,6 +252,9 @@ impl Kernel {
             | Kernel::GlobalAvgPoolGrad(d)
             | Kernel::BatchNormTrain(d, _)
             | Kernel::BatchNormEval(d, _)
+            | Kernel::BatchNormApply(d)
+            | Kernel::BatchNormTrainInPlace(d, _)
+            | Kernel::BatchNormEvalInPlace(d, _)
             | Kernel::BatchNormGradInput(d)
             | Kernel::BatchNormGradParams(d) => d.check(),
             Kernel::Softmax(r)
@@ -216,6 +263,55 @@ impl Kernel {
             | Kernel::CrossEntropyGrad(r) => r.check(),
             _ => Ok(()),
         }
+    }
+
+    /// Floating-point operations of one call, counting a multiply-accumulate as two; a
+    /// documented estimate for element-wise and normalisation kernels.
+    pub fn flops(&self) -> u64 {
+        let flops = match *self {
+            Kernel::Linear { dims: d, .. }
+            | Kernel::LinearGradInput(d)
+            | Kernel::LinearGradWeight(d) => 2 * d.n * d.k * d.m,
+            Kernel::Conv2d { geometry: g, .. }
+            | Kernel::Conv2dGradInput(g)
+            | Kernel::Conv2dGradWeight(g) => 2 * g.macs(),
+            Kernel::MaxPool2d(p)
+            | Kernel::MaxPool2dGrad(p)
+            | Kernel::AvgPool2d(p)
+            | Kernel::AvgPool2dGrad(p) => p.output_len() * p.kh * p.kw,
+            Kernel::BiasGrad(d) | Kernel::GlobalAvgPool(d) | Kernel::GlobalAvgPoolGrad(d) => {
+                d.len()
+            }
+            // Mean, variance, normalise (~6 per element); the gradient needs two reductions.
+            Kernel::BatchNormTrain(d, _) | Kernel::BatchNormTrainInPlace(d, _) => 6 * d.len(),
+            Kernel::BatchNormEval(d, _)
+            | Kernel::BatchNormEvalInPlace(d, _)
+            | Kernel::BatchNormApply(d) => 4 * d.len(),
+            Kernel::BatchNormGradInput(d) => 8 * d.len(),
+            Kernel::BatchNormGradParams(d) => 4 * d.len(),
+            Kernel::Softmax(r) | Kernel::SoftmaxGrad(r) | Kernel::CrossEntropy(r) => {
+                4 * r.rows * r.cols
+            }
+            Kernel::CrossEntropyGrad(r) => 5 * r.rows * r.cols,
+            Kernel::Relu(n)
+            | Kernel::Relu6(n)
+            | Kernel::ReluGrad(n)
+            | Kernel::Relu6Grad(n)
+            | Kernel::ReluInPlace(n)
+            | Kernel::Relu6InPlace(n)
+            | Kernel::ReluGradInPlace(n)
+            | Kernel::Relu6GradInPlace(n)
+            | Kernel::Add(n)
+            | Kernel::Dropout(_, n)
+            | Kernel::DropoutGrad(_, n)
+            | Kernel::DropoutInPlace(_, n) => n,
+            Kernel::Mse(n) | Kernel::MseGrad(n) => 3 * n,
+            Kernel::Accumulate(_, n) | Kernel::SumSquares(n) => 2 * n,
+            Kernel::SgdUpdate { len, .. } => 4 * len,
+            Kernel::AdamWUpdate { len, .. } => 12 * len,
+            Kernel::Copy(_) | Kernel::Fill(..) | Kernel::Zero(_) | Kernel::ClipCoefficient(_) => 0,
+        };
+        flops as u64
     }
 
     /// A short name for errors and reports.
@@ -232,6 +328,11 @@ impl Kernel {
             Kernel::Relu6(_) => "relu6",
             Kernel::ReluGrad(_) => "relu_grad",
             Kernel::Relu6Grad(_) => "relu6_grad",
+            Kernel::ReluInPlace(_) => "relu_in_place",
+            Kernel::Relu6InPlace(_) => "relu6_in_place",
+            Kernel::ReluGradInPlace(_) => "relu_grad_in_place",
+            Kernel::Relu6GradInPlace(_) => "relu6_grad_in_place",
+            Kernel::DropoutInPlace(..) => "dropout_in_place",
             Kernel::MaxPool2d(_) => "max_pool2d",
             Kernel::MaxPool2dGrad(_) => "max_pool2d_grad",
             Kernel::AvgPool2d(_) => "avg_pool2d",
@@ -242,6 +343,9 @@ impl Kernel {
             Kernel::Copy(_) => "copy",
             Kernel::BatchNormTrain(..) => "batch_norm_train",
             Kernel::BatchNormEval(..) => "batch_norm_eval",
+            Kernel::BatchNormApply(_) => "batch_norm_apply",
+            Kernel::BatchNormTrainInPlace(..) => "batch_norm_train_in_place",
+            Kernel::BatchNormEvalInPlace(..) => "batch_norm_eval_in_place",
             Kernel::BatchNormGradInput(_) => "batch_norm_grad_input",
             Kernel::BatchNormGradParams(_) => "batch_norm_grad_params",
             Kernel::Dropout(..) => "dropout",

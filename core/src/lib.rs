@@ -76,6 +76,10 @@ pub mod nn;
 pub mod op;
 #[cfg(feature = "alloc")]
 pub mod optim;
+#[cfg(feature = "alloc")]
+mod passes;
+#[cfg(feature = "alloc")]
+pub mod training;
 
 pub use backend::{Kernels, Reference};
 pub use dispatch::StepContext;
@@ -87,7 +91,9 @@ pub use tensor::{DType, Role, TensorId};
 #[cfg(feature = "alloc")]
 pub use autograd::{differentiate, Differentiated};
 #[cfg(feature = "alloc")]
-pub use compile::{compile_inference, compile_outputs, Binding, HostMemory, Plan};
+pub use compile::{
+    compile_inference, compile_outputs, Binding, HostMemory, PlacementOptions, Plan, PlanStats,
+};
 #[cfg(feature = "alloc")]
 pub use eager::EagerOptions;
 #[cfg(feature = "alloc")]
@@ -95,4 +101,8 @@ pub use graph::{Graph, GraphError, Init};
 #[cfg(feature = "alloc")]
 pub use lower::Mode;
 #[cfg(feature = "alloc")]
-pub use optim::{compile_training_step, Optimizer, TrainConfig, Training};
+pub use optim::{Optimizer, TrainConfig};
+#[cfg(feature = "alloc")]
+pub use sprout_planner::Strategy;
+#[cfg(feature = "alloc")]
+pub use training::{compile_training_step, compile_training_step_with, MemoryOptions, Training};

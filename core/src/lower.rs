@@ -64,6 +64,7 @@ pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> (Kernel, Vec<Tens
                 return (Kernel::BatchNormEval(channel_dims(input(0)), cfg), operands);
             }
         },
+        Op::BatchNormApply => Kernel::BatchNormApply(channel_dims(input(0))),
         Op::BatchNormGradInput => Kernel::BatchNormGradInput(channel_dims(input(0))),
         Op::BatchNormGradParams => Kernel::BatchNormGradParams(channel_dims(input(0))),
         Op::Dropout(cfg) => match mode {

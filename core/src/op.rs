@@ -45,6 +45,9 @@ pub enum Op {
     /// `x, gamma, beta, [running_mean, running_var] → y, saved_mean, saved_invstd`.
     /// Training uses batch statistics and updates the running ones; evaluation uses the running ones.
     BatchNorm2d(BatchNormConfig),
+    /// `x, gamma, beta, saved_mean, saved_invstd → y`: training-mode normalisation with the
+    /// statistics a forward pass saved (gradient checkpointing recomputes with it).
+    BatchNormApply,
     /// `x → y`; identity in evaluation.
     Dropout(DropoutConfig),
     /// `x → y` with the same number of elements (flatten is a reshape).
@@ -122,6 +125,7 @@ impl Op {
             Op::GlobalAvgPool => "global_avg_pool",
             Op::Add => "add",
             Op::BatchNorm2d(_) => "batch_norm2d",
+            Op::BatchNormApply => "batch_norm_apply",
             Op::Dropout(_) => "dropout",
             Op::Reshape => "reshape",
             Op::Softmax => "softmax",

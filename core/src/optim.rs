@@ -1,11 +1,9 @@
 //! Optimizers as graph steps: gradient accumulation, global-norm clipping and the SGD or
 //! AdamW update of every trainable tensor, appended after `differentiate`.
 
-use crate::autograd::{differentiate, Differentiated};
 use crate::builder::OutputSpec;
-use crate::compile::{compile_training, Plan};
 use crate::geometry::{AdamWConfig, SgdConfig};
-use crate::graph::{Graph, GraphError, Init, Phase, TensorInfo};
+use crate::graph::{Graph, GraphError, Init, Phase, Stage, TensorInfo};
 use crate::op::Op;
 use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};
@@ -42,30 +40,7 @@ impl TrainConfig {
     }
 }
 
-/// A compiled training step and the graph it came from.
-pub struct Training {
-    pub graph: Graph,
-    pub loss: TensorId,
-    pub gradients: Vec<(TensorId, TensorId)>,
-    pub plan: Plan,
-}
-
-/// Differentiates `loss` with respect to `trainable`, appends the optimizer and compiles the
-/// whole training step.
-pub fn compile_training_step(
-    model: &Graph,
-    loss: TensorId,
-    trainable: &[TensorId],
-    cfg: &TrainConfig,
-) -> Result<Training, GraphError> {
-    check_config(cfg)?;
-    let Differentiated { mut graph, loss, gradients } = differentiate(model, loss, trainable)?;
-    append_optimizer(&mut graph, &gradients, cfg)?;
-    let plan = compile_training(&graph, loss, cfg.accumulation)?;
-    Ok(Training { graph, loss, gradients, plan })
-}
-
-fn check_config(cfg: &TrainConfig) -> Result<(), GraphError> {
+pub(crate) fn check_config(cfg: &TrainConfig) -> Result<(), GraphError> {
     let problem = match cfg.optimizer {
         Optimizer::Sgd(s) if !(0.0..1.0).contains(&s.momentum) => {
             Some(format!("momentum {} must be in [0, 1)", s.momentum))
@@ -115,11 +90,12 @@ fn scratch(name: &str) -> OutputSpec {
     OutputSpec::f32(name.to_string(), Shape::SCALAR, Role::Scratch)
 }
 
-fn append_optimizer(
+pub(crate) fn append_optimizer(
     graph: &mut Graph,
     gradients: &[(TensorId, TensorId)],
     cfg: &TrainConfig,
 ) -> Result<(), GraphError> {
+    graph.stage = Stage::Optimizer;
     let accumulate = cfg.accumulation > 1;
     let phase = if accumulate { Phase::Update } else { Phase::MicroBatch };
 

@@ -536,14 +536,14 @@ fn corrupted_update_steps_are_numbered_after_the_micro_batch_steps() {
 #[test]
 fn a_step_writing_over_its_own_input_is_an_overlap_error() {
     let (plan, mut memory) = trained_cnn(1);
-    let relu = plan.steps.iter().position(|s| s.kernel.name() == "relu").unwrap();
+    let pool = plan.steps.iter().position(|s| s.kernel.name() == "max_pool2d").unwrap();
     let bad = corrupted(&plan, |p| {
-        let input = p.steps[relu].operands[0];
-        p.steps[relu].operands[1].offset = input.offset;
+        let input = p.steps[pool].operands[0];
+        p.steps[pool].operands[1].offset = input.offset;
     });
     let mut exec = Executor::new(bad.view(), Reference).expect("bounds and types still hold");
     let err = exec.train_step(&mut memory.regions(), 0.1).unwrap_err();
-    assert_eq!(err, ExecError::Overlap { step: relu, kernel: "relu" });
+    assert_eq!(err, ExecError::Overlap { step: pool, kernel: "max_pool2d" });
 }
 
 // ---- (f) tensor values ----
@@ -605,8 +605,8 @@ fn values_of_the_wrong_length_or_type_are_refused() {
 #[test]
 fn operand_offsets_near_the_end_of_the_address_space_are_out_of_bounds() {
     let (plan, mut memory) = trained_cnn(1);
-    let relu = plan.steps.iter().position(|s| s.kernel.name() == "relu").unwrap();
-    let bad = corrupted(&plan, |p| p.steps[relu].operands[0].offset = (usize::MAX & !15) - 64);
+    let pool = plan.steps.iter().position(|s| s.kernel.name() == "max_pool2d").unwrap();
+    let bad = corrupted(&plan, |p| p.steps[pool].operands[0].offset = (usize::MAX & !15) - 64);
     let err = Executor::new(bad.view(), Reference).err();
     assert!(matches!(err, Some(ExecError::OutOfBounds { .. })), "{err:?}");
     let label = plan.operand("label").unwrap();

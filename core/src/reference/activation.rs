@@ -3,38 +3,90 @@
 use super::layout::{row, row_mut};
 use crate::geometry::RowDims;
 
-/// Elementwise `y = max(x, 0)`; NaN propagates.
-pub fn relu(x: &[f32], y: &mut [f32]) {
+fn relu_value(x: f32) -> f32 {
+    if x < 0.0 {
+        0.0
+    } else {
+        x
+    }
+}
+
+fn relu6_value(x: f32) -> f32 {
+    x.clamp(0.0, 6.0)
+}
+
+/// Whether ReLU passes the gradient, from its output.
+fn relu_passes(y: f32) -> bool {
+    y > 0.0
+}
+
+/// Whether ReLU6 passes the gradient, from its output.
+fn relu6_passes(y: f32) -> bool {
+    y > 0.0 && y < 6.0
+}
+
+fn map(x: &[f32], y: &mut [f32], f: fn(f32) -> f32) {
     debug_assert_eq!(x.len(), y.len());
     for (out, &x) in y.iter_mut().zip(x) {
-        *out = if x < 0.0 { 0.0 } else { x };
+        *out = f(x);
     }
+}
+
+fn gate(y: &[f32], dy: &[f32], dx: &mut [f32], passes: fn(f32) -> bool) {
+    debug_assert_eq!(y.len(), dx.len());
+    debug_assert_eq!(dy.len(), dx.len());
+    for ((out, &y), &dy) in dx.iter_mut().zip(y).zip(dy) {
+        *out = if passes(y) { dy } else { 0.0 };
+    }
+}
+
+fn gate_in_place(y: &[f32], dy: &mut [f32], passes: fn(f32) -> bool) {
+    debug_assert_eq!(y.len(), dy.len());
+    for (dy, &y) in dy.iter_mut().zip(y) {
+        if !passes(y) {
+            *dy = 0.0;
+        }
+    }
+}
+
+/// Elementwise `y = max(x, 0)`; NaN propagates.
+pub fn relu(x: &[f32], y: &mut [f32]) {
+    map(x, y, relu_value)
+}
+
+/// `x = max(x, 0)` in place.
+pub fn relu_in_place(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = relu_value(*v));
 }
 
 /// Elementwise `y = clamp(x, 0, 6)`; NaN propagates.
 pub fn relu6(x: &[f32], y: &mut [f32]) {
-    debug_assert_eq!(x.len(), y.len());
-    for (out, &x) in y.iter_mut().zip(x) {
-        *out = x.clamp(0.0, 6.0);
-    }
+    map(x, y, relu6_value)
+}
+
+/// `x = clamp(x, 0, 6)` in place.
+pub fn relu6_in_place(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = relu6_value(*v));
 }
 
 /// `dx = dy` where the forward output `y > 0`, else 0; overwrites `dx`.
 pub fn relu_grad(y: &[f32], dy: &[f32], dx: &mut [f32]) {
-    debug_assert_eq!(y.len(), dx.len());
-    debug_assert_eq!(dy.len(), dx.len());
-    for ((out, &y), &dy) in dx.iter_mut().zip(y).zip(dy) {
-        *out = if y > 0.0 { dy } else { 0.0 };
-    }
+    gate(y, dy, dx, relu_passes)
+}
+
+/// [`relu_grad`] written over `dy`.
+pub fn relu_grad_in_place(y: &[f32], dy: &mut [f32]) {
+    gate_in_place(y, dy, relu_passes)
 }
 
 /// `dx = dy` where the forward output satisfies `0 < y < 6`, else 0; overwrites `dx`.
 pub fn relu6_grad(y: &[f32], dy: &[f32], dx: &mut [f32]) {
-    debug_assert_eq!(y.len(), dx.len());
-    debug_assert_eq!(dy.len(), dx.len());
-    for ((out, &y), &dy) in dx.iter_mut().zip(y).zip(dy) {
-        *out = if y > 0.0 && y < 6.0 { dy } else { 0.0 };
-    }
+    gate(y, dy, dx, relu6_passes)
+}
+
+/// [`relu6_grad`] written over `dy`.
+pub fn relu6_grad_in_place(y: &[f32], dy: &mut [f32]) {
+    gate_in_place(y, dy, relu6_passes)
 }
 
 /// Softmax of one row, stabilised by subtracting the row maximum before `exp`.

@@ -12,13 +12,20 @@ pub fn dropout_keeps(cfg: DropoutConfig, step: u64, index: usize) -> bool {
     unit_f32(hash) >= cfg.p
 }
 
-/// Applies the mask of `(cfg, step)` to `x`: kept elements are scaled by `1 / (1 − p)`,
-/// dropped ones become 0.
+/// Element `index` of `x` after the mask of `(cfg, step)`: kept elements are scaled by
+/// `1 / (1 − p)`, dropped ones become 0.
+fn masked(x: f32, cfg: DropoutConfig, step: u64, index: usize) -> f32 {
+    if dropout_keeps(cfg, step, index) {
+        x * (1.0 / (1.0 - cfg.p))
+    } else {
+        0.0
+    }
+}
+
 fn apply_mask(x: &[f32], y: &mut [f32], cfg: DropoutConfig, step: u64) {
     debug_assert_eq!(x.len(), y.len());
-    let keep_scale = 1.0 / (1.0 - cfg.p);
-    for (index, (out, x)) in y.iter_mut().zip(x).enumerate() {
-        *out = if dropout_keeps(cfg, step, index) { x * keep_scale } else { 0.0 };
+    for (index, (out, &x)) in y.iter_mut().zip(x).enumerate() {
+        *out = masked(x, cfg, step, index);
     }
 }
 
@@ -26,6 +33,14 @@ fn apply_mask(x: &[f32], y: &mut [f32], cfg: DropoutConfig, step: u64) {
 /// zero when `p >= 1`).
 pub fn dropout(x: &[f32], y: &mut [f32], cfg: DropoutConfig, step: u64) {
     apply_mask(x, y, cfg, step);
+}
+
+/// The dropout mask of `(cfg, step)` applied to `x` in place: the forward pass and the
+/// gradient alike, when the output may overwrite the input.
+pub fn dropout_in_place(x: &mut [f32], cfg: DropoutConfig, step: u64) {
+    for (index, x) in x.iter_mut().enumerate() {
+        *x = masked(*x, cfg, step, index);
+    }
 }
 
 /// Dropout gradient: the same mask and scale as the forward pass of `(cfg, step)`, applied

@@ -14,12 +14,18 @@ mod layout;
 #[cfg(test)]
 mod testing;
 
-pub use activation::{relu, relu6, relu6_grad, relu_grad, softmax, softmax_grad};
+pub use activation::{
+    relu, relu6, relu6_grad, relu6_grad_in_place, relu6_in_place, relu_grad, relu_grad_in_place,
+    relu_in_place, softmax, softmax_grad,
+};
 pub use conv::{conv2d, conv2d_grad_input, conv2d_grad_weight};
 pub use dense::{add, bias_grad, copy, fill, linear, linear_grad_input, linear_grad_weight};
-pub use dropout::{dropout, dropout_grad, dropout_keeps};
+pub use dropout::{dropout, dropout_grad, dropout_in_place, dropout_keeps};
 pub use loss::{check_labels, cross_entropy, cross_entropy_grad, mse, mse_grad};
-pub use norm::{batch_norm_eval, batch_norm_grad_input, batch_norm_grad_params, batch_norm_train};
+pub use norm::{
+    batch_norm_apply, batch_norm_eval, batch_norm_eval_in_place, batch_norm_grad_input,
+    batch_norm_grad_params, batch_norm_train, batch_norm_train_in_place,
+};
 pub use optim::{accumulate, adamw_update, clip_coefficient, sgd_update, sum_squares};
 pub use pool::{
     avg_pool2d, avg_pool2d_grad, global_avg_pool, global_avg_pool_grad, max_pool2d, max_pool2d_grad,

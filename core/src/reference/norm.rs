@@ -33,9 +33,15 @@ struct ChannelNorm {
     beta: f32,
 }
 
-fn normalize_channel(x: &[f32], y: &mut [f32], d: ChannelDims, c: usize, norm: ChannelNorm) {
+impl ChannelNorm {
+    fn apply(&self, x: f32) -> f32 {
+        self.gamma * (x - self.mean) * self.invstd + self.beta
+    }
+}
+
+fn normalize_channel_in_place(x: &mut [f32], d: ChannelDims, c: usize, norm: ChannelNorm) {
     for i in channel_indices(d, c) {
-        y[i] = norm.gamma * (x[i] - norm.mean) * norm.invstd + norm.beta;
+        x[i] = norm.apply(x[i]);
     }
 }
 
@@ -68,22 +74,75 @@ pub fn batch_norm_train(
     d: ChannelDims,
     cfg: BatchNormConfig,
 ) {
+    debug_assert_eq!(y.len(), x.len());
+    y.copy_from_slice(x);
+    batch_norm_train_in_place(
+        y,
+        gamma,
+        beta,
+        running_mean,
+        running_var,
+        saved_mean,
+        saved_invstd,
+        d,
+        cfg,
+    )
+}
+
+/// [`batch_norm_train`] writing `y` over `x`.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_train_in_place(
+    x: &mut [f32],
+    gamma: &[f32],
+    beta: &[f32],
+    running_mean: &mut [f32],
+    running_var: &mut [f32],
+    saved_mean: &mut [f32],
+    saved_invstd: &mut [f32],
+    d: ChannelDims,
+    cfg: BatchNormConfig,
+) {
     debug_assert_eq!(x.len(), d.len());
-    debug_assert_eq!(y.len(), d.len());
     debug_assert_per_channel(&[gamma, beta, running_mean, running_var], d);
     debug_assert_per_channel(&[saved_mean, saved_invstd], d);
-    let count = d.per_channel();
-    let unbiased_divisor = if count > 1 { count - 1 } else { count };
+    let mut stats = BatchStats { running_mean, running_var, saved_mean, saved_invstd };
     for c in 0..d.channels {
+        let norm = stats.observe(x, gamma[c], beta[c], d, cfg, c);
+        normalize_channel_in_place(x, d, c, norm);
+    }
+}
+
+/// The per-channel statistics training-mode batch norm reads and writes.
+struct BatchStats<'a> {
+    running_mean: &'a mut [f32],
+    running_var: &'a mut [f32],
+    saved_mean: &'a mut [f32],
+    saved_invstd: &'a mut [f32],
+}
+
+impl BatchStats<'_> {
+    /// Batch mean and biased variance of channel `c` give its normalisation, saved for the
+    /// backward pass; the running statistics move towards the batch mean and the unbiased
+    /// variance (biased when a channel has a single element) by `momentum`, as in PyTorch.
+    fn observe(
+        &mut self,
+        x: &[f32],
+        gamma: f32,
+        beta: f32,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+        c: usize,
+    ) -> ChannelNorm {
+        let count = d.per_channel();
+        let unbiased_divisor = if count > 1 { count - 1 } else { count };
         let stats = channel_stats(x, d, c);
         let invstd = inv_std(stats.squared_deviations / count as f32, cfg.eps);
-        let (mean, gamma, beta) = (stats.mean, gamma[c], beta[c]);
-        normalize_channel(x, y, d, c, ChannelNorm { mean, invstd, gamma, beta });
-        saved_mean[c] = mean;
-        saved_invstd[c] = invstd;
+        self.saved_mean[c] = stats.mean;
+        self.saved_invstd[c] = invstd;
         let unbiased_var = stats.squared_deviations / unbiased_divisor as f32;
-        running_mean[c] = running_update(running_mean[c], mean, cfg.momentum);
-        running_var[c] = running_update(running_var[c], unbiased_var, cfg.momentum);
+        self.running_mean[c] = running_update(self.running_mean[c], stats.mean, cfg.momentum);
+        self.running_var[c] = running_update(self.running_var[c], unbiased_var, cfg.momentum);
+        ChannelNorm { mean: stats.mean, invstd, gamma, beta }
     }
 }
 
@@ -100,17 +159,66 @@ pub fn batch_norm_eval(
     d: ChannelDims,
     cfg: BatchNormConfig,
 ) {
+    debug_assert_eq!(y.len(), x.len());
+    y.copy_from_slice(x);
+    batch_norm_eval_in_place(y, gamma, beta, running_mean, running_var, d, cfg)
+}
+
+/// [`batch_norm_eval`] writing `y` over `x`.
+pub fn batch_norm_eval_in_place(
+    x: &mut [f32],
+    gamma: &[f32],
+    beta: &[f32],
+    running_mean: &[f32],
+    running_var: &[f32],
+    d: ChannelDims,
+    cfg: BatchNormConfig,
+) {
+    debug_assert_eq!(x.len(), d.len());
+    for c in 0..d.channels {
+        let norm = running_norm(gamma, beta, running_mean, running_var, d, cfg, c);
+        normalize_channel_in_place(x, d, c, norm);
+    }
+}
+
+/// The evaluation-mode normalisation of channel `c`, from the running statistics.
+fn running_norm(
+    gamma: &[f32],
+    beta: &[f32],
+    running_mean: &[f32],
+    running_var: &[f32],
+    d: ChannelDims,
+    cfg: BatchNormConfig,
+    c: usize,
+) -> ChannelNorm {
+    debug_assert_per_channel(&[gamma, beta, running_mean, running_var], d);
+    ChannelNorm {
+        mean: running_mean[c],
+        invstd: inv_std(running_var[c], cfg.eps),
+        gamma: gamma[c],
+        beta: beta[c],
+    }
+}
+
+/// Training-mode normalisation with statistics a forward pass saved:
+/// `y = gamma · (x − saved_mean) · saved_invstd + beta`, the same arithmetic as
+/// [`batch_norm_train`], so a recomputed activation is bit-identical to the original.
+pub fn batch_norm_apply(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    saved_mean: &[f32],
+    saved_invstd: &[f32],
+    y: &mut [f32],
+    d: ChannelDims,
+) {
     debug_assert_eq!(x.len(), d.len());
     debug_assert_eq!(y.len(), d.len());
-    debug_assert_per_channel(&[gamma, beta, running_mean, running_var], d);
+    debug_assert_per_channel(&[gamma, beta, saved_mean, saved_invstd], d);
+    y.copy_from_slice(x);
     for c in 0..d.channels {
-        let norm = ChannelNorm {
-            mean: running_mean[c],
-            invstd: inv_std(running_var[c], cfg.eps),
-            gamma: gamma[c],
-            beta: beta[c],
-        };
-        normalize_channel(x, y, d, c, norm);
+        let (mean, invstd, gamma, beta) = (saved_mean[c], saved_invstd[c], gamma[c], beta[c]);
+        normalize_channel_in_place(y, d, c, ChannelNorm { mean, invstd, gamma, beta });
     }
 }
 

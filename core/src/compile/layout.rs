@@ -1,0 +1,273 @@
+//! Placement: the lifetime of every arena tensor over the step timeline, in-place reuse for
+//! element-wise ops, offsets from the memory planner, and the final steps and bindings.
+
+use super::owned::{Binding, Plan, PlanStats};
+use super::{Lowered, PlacementOptions};
+use crate::graph::{Graph, GraphError, Stage};
+use crate::kernel::Kernel;
+use crate::plan::{Operand, Region, RegionSizes, Step, ALIGN};
+use crate::tensor::{Role, TensorId};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use sprout_planner::{lower_bound, plan_memory, Buffer};
+
+/// First and last step that use a tensor.
+type Life = (usize, usize);
+
+fn region_of(role: Role) -> Region {
+    match role {
+        Role::FrozenParam => Region::Frozen,
+        r if r.is_state() => Region::State,
+        _ => Region::Arena,
+    }
+}
+
+/// Builds the plan from lowered nodes: lifetimes, placement, in-place kernels, bindings.
+pub(super) fn place(
+    graph: &Graph,
+    lowered: Vec<Lowered>,
+    accumulation: u32,
+    keep: &[TensorId],
+    options: &PlacementOptions,
+) -> Result<Plan, GraphError> {
+    let lives = lifetimes(graph, &lowered, keep, options.reuse_input_memory);
+    let mut reuse: Vec<Option<TensorId>> = vec![None; graph.tensors().len()];
+    if options.in_place {
+        for (step, l) in lowered.iter().enumerate() {
+            if let Some((output, input)) = in_place_candidate(graph, l, step, &lives, keep) {
+                reuse[output.index()] = Some(input);
+            }
+        }
+    }
+
+    // The arena: every used tensor that is neither a weight nor persistent state.
+    let used = |i: &usize| lives[*i].is_some();
+    let in_arena = |i: &usize| region_of(graph.tensors()[*i].role) == Region::Arena;
+    let arena: Vec<usize> = (0..graph.tensors().len()).filter(used).filter(in_arena).collect();
+    let mut buffer_of = vec![usize::MAX; graph.tensors().len()];
+    for (b, &t) in arena.iter().enumerate() {
+        buffer_of[t] = b;
+    }
+    let buffers: Vec<Buffer> = arena
+        .iter()
+        .map(|&t| {
+            let (first, last) = lives[t].expect("arena tensors are used");
+            let reuse = reuse[t].map(|input| buffer_of[input.index()]);
+            Buffer { size: graph.tensors()[t].bytes(), align: ALIGN, first, last, reuse }
+        })
+        .collect();
+    let placement = plan_memory(&buffers, options.strategy).map_err(|e| GraphError::Invalid {
+        op: "plan_memory",
+        node: String::new(),
+        detail: format!("{e}"),
+    })?;
+
+    let mut sizes = RegionSizes { arena: placement.arena_bytes, ..RegionSizes::default() };
+    let mut operand: Vec<Option<Operand>> = vec![None; graph.tensors().len()];
+    for (i, t) in graph.tensors().iter().enumerate().filter(|(i, _)| used(i)) {
+        let region = region_of(t.role);
+        let offset = match region {
+            Region::Arena => placement.offsets[buffer_of[i]],
+            Region::Frozen => bump(&mut sizes.frozen, t.bytes()),
+            Region::State => bump(&mut sizes.state, t.bytes()),
+        };
+        operand[i] = Some(Operand { region, offset, len: t.shape.numel(), dtype: t.dtype });
+    }
+    let place_of = |t: TensorId| operand[t.index()].expect("every operand is used");
+
+    let mut plan = Plan {
+        steps: Vec::new(),
+        update_steps: Vec::new(),
+        accumulation,
+        sizes,
+        bindings: Vec::new(),
+        stats: PlanStats {
+            lower_bound_bytes: lower_bound(&buffers),
+            strategy: placement.strategy,
+            forward_flops: 0,
+            backward_flops: 0,
+            recompute_flops: 0,
+            optimizer_flops: 0,
+        },
+    };
+    // kept_before[s]: steps before timeline position s that remain in the program.
+    let mut kept_before: Vec<usize> = Vec::with_capacity(lowered.len() + 1);
+    kept_before.push(0);
+    for l in lowered {
+        let node = &graph.nodes()[l.node];
+        let output = in_place_slots(&l.kernel).map(|(slot, _)| l.operands[slot]);
+        let reused = output.and_then(|out| reuse[out.index()].map(|input| (out, input)));
+        let shares =
+            |&(out, input): &(TensorId, TensorId)| place_of(input).offset == place_of(out).offset;
+        let (kernel, operands) = match reused.filter(shares).map(|(_, input)| input) {
+            Some(input) => match in_place_form(l.kernel, &l.operands, input) {
+                Some(form) => form,
+                // The output aliases its input: nothing to run.
+                None => {
+                    kept_before.push(*kept_before.last().unwrap_or(&0));
+                    continue;
+                }
+            },
+            None => (l.kernel, l.operands),
+        };
+        let flops = kernel.flops();
+        let stats = &mut plan.stats;
+        match node.stage {
+            Stage::Forward => stats.forward_flops += flops,
+            Stage::Backward => stats.backward_flops += flops,
+            Stage::Recompute => stats.recompute_flops += flops,
+            Stage::Optimizer => stats.optimizer_flops += flops,
+        }
+        let mut ops = heapless::Vec::new();
+        for t in operands {
+            ops.push(place_of(t)).map_err(|_| GraphError::Invalid {
+                op: kernel.name(),
+                node: node.name.clone(),
+                detail: "too many operands".into(),
+            })?;
+        }
+        let step = Step { kernel, operands: ops, node: l.node as u32 };
+        if l.per_update {
+            plan.update_steps.push(step);
+        } else {
+            plan.steps.push(step);
+        }
+        kept_before.push(kept_before.last().unwrap_or(&0) + 1);
+    }
+
+    for (i, t) in graph.tensors().iter().enumerate() {
+        let Some((first, last)) = lives[i] else { continue };
+        let first_step = kept_before[first];
+        let last_step = kept_before[last + 1].saturating_sub(1).max(first_step);
+        plan.bindings.push(Binding {
+            name: t.name.clone(),
+            tensor: TensorId(i as u32),
+            role: t.role,
+            shape: t.shape,
+            operand: place_of(TensorId(i as u32)),
+            first_step,
+            last_step,
+        });
+    }
+    Ok(plan)
+}
+
+/// Sequential placement in a persistent region: the next aligned offset.
+fn bump(end: &mut usize, bytes: usize) -> usize {
+    let offset = end.next_multiple_of(ALIGN);
+    *end = offset + bytes;
+    offset
+}
+
+/// When each used tensor is first and last needed. Inputs and labels are written before
+/// the first step (and kept to the end unless `reuse_input_memory`); tensors the caller
+/// reads afterwards (`keep`) and persistent state live to the end.
+fn lifetimes(
+    graph: &Graph,
+    lowered: &[Lowered],
+    keep: &[TensorId],
+    reuse_input_memory: bool,
+) -> Vec<Option<Life>> {
+    let mut lives: Vec<Option<Life>> = vec![None; graph.tensors().len()];
+    for (step, l) in lowered.iter().enumerate() {
+        for t in &l.operands {
+            let life = lives[t.index()].get_or_insert((step, step));
+            life.0 = life.0.min(step);
+            life.1 = life.1.max(step);
+        }
+    }
+    let end = lowered.len().saturating_sub(1);
+    for (i, life) in lives.iter_mut().enumerate() {
+        let Some(life) = life else { continue };
+        let role = graph.tensors()[i].role;
+        let fed = matches!(role, Role::Input | Role::Label);
+        if fed {
+            life.0 = 0;
+        }
+        let preserved = fed && !reuse_input_memory;
+        if preserved || keep.contains(&TensorId(i as u32)) || region_of(role) != Region::Arena {
+            life.1 = end;
+        }
+    }
+    lives
+}
+
+/// For kernels that can work in place: the operand slot of the output and the slots of the
+/// inputs whose memory it may take over.
+fn in_place_slots(kernel: &Kernel) -> Option<(usize, &'static [usize])> {
+    match kernel {
+        Kernel::Relu(_)
+        | Kernel::Relu6(_)
+        | Kernel::Dropout(..)
+        | Kernel::DropoutGrad(..)
+        | Kernel::Copy(_) => Some((1, &[0])),
+        Kernel::ReluGrad(_) | Kernel::Relu6Grad(_) => Some((2, &[1])),
+        Kernel::Add(_) => Some((2, &[0, 1])),
+        Kernel::BatchNormTrain(..) | Kernel::BatchNormEval(..) => Some((5, &[0])),
+        _ => None,
+    }
+}
+
+/// `(output, input)` when the step's output may be written over `input`: an arena
+/// intermediate of the same size, read once by this step, that dies here.
+fn in_place_candidate(
+    graph: &Graph,
+    l: &Lowered,
+    step: usize,
+    lives: &[Option<Life>],
+    keep: &[TensorId],
+) -> Option<(TensorId, TensorId)> {
+    let (out_slot, in_slots) = in_place_slots(&l.kernel)?;
+    let output = l.operands[out_slot];
+    if !lives[output.index()].is_some_and(|(first, _)| first == step) {
+        return None;
+    }
+    in_slots
+        .iter()
+        .map(|&i| l.operands[i])
+        .find(|&x| {
+            let info = graph.tensor(x);
+            region_of(info.role) == Region::Arena
+                && !matches!(info.role, Role::Input | Role::Label)
+                && !keep.contains(&x)
+                && lives[x.index()].is_some_and(|(_, last)| last == step)
+                && info.bytes() == graph.tensor(output).bytes()
+                && l.operands.iter().filter(|&&t| t == x).count() == 1
+        })
+        .map(|x| (output, x))
+}
+
+/// The in-place kernel for a step whose output took over `input`'s memory, or `None` when
+/// the step only moved the values (a reshape) and vanishes.
+fn in_place_form(
+    kernel: Kernel,
+    operands: &[TensorId],
+    input: TensorId,
+) -> Option<(Kernel, Vec<TensorId>)> {
+    Some(match kernel {
+        Kernel::Relu(n) => (Kernel::ReluInPlace(n), vec![input]),
+        Kernel::Relu6(n) => (Kernel::Relu6InPlace(n), vec![input]),
+        Kernel::Dropout(cfg, n) | Kernel::DropoutGrad(cfg, n) => {
+            (Kernel::DropoutInPlace(cfg, n), vec![input])
+        }
+        Kernel::ReluGrad(n) => (Kernel::ReluGradInPlace(n), vec![operands[0], input]),
+        Kernel::Relu6Grad(n) => (Kernel::Relu6GradInPlace(n), vec![operands[0], input]),
+        Kernel::Add(n) => {
+            let other = if operands[0] == input { operands[1] } else { operands[0] };
+            (Kernel::Accumulate(1.0, n), vec![other, input])
+        }
+        // x, gamma, beta, running_mean, running_var, y, saved_mean, saved_invstd
+        Kernel::BatchNormTrain(d, cfg) => {
+            let o = operands;
+            (Kernel::BatchNormTrainInPlace(d, cfg), vec![o[1], o[2], o[3], o[4], input, o[6], o[7]])
+        }
+        Kernel::BatchNormEval(d, cfg) => {
+            let o = operands;
+            (Kernel::BatchNormEvalInPlace(d, cfg), vec![o[1], o[2], o[3], o[4], input])
+        }
+        Kernel::Copy(_) => return None,
+        other => unreachable!("{} has no in-place form", other.name()),
+    })
+}

@@ -1,0 +1,173 @@
+//! The host-side plan: owned steps, named bindings with lifetimes, statistics, and the
+//! aligned memory images a host runs it over.
+
+use crate::graph::Graph;
+use crate::plan::{Operand, PlanView, Region, RegionSizes, Step};
+use crate::shape::Shape;
+use crate::tensor::{Role, TensorId};
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// A named tensor of a plan, so callers can feed inputs and read outputs and weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Binding {
+    pub name: String,
+    pub tensor: TensorId,
+    pub role: Role,
+    pub shape: Shape,
+    pub operand: Operand,
+    /// First and last step (of `steps` followed by `update_steps`) that use the tensor.
+    /// Inputs and labels start at step 0; tensors kept for the caller end at the last step.
+    pub first_step: usize,
+    pub last_step: usize,
+}
+
+/// What a plan costs: memory against the lower bound, and arithmetic by stage.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlanStats {
+    /// The largest number of arena bytes live at any one step: no placement can do better.
+    pub lower_bound_bytes: usize,
+    pub strategy: sprout_planner::Strategy,
+    pub forward_flops: u64,
+    pub backward_flops: u64,
+    /// Forward work repeated by gradient checkpointing.
+    pub recompute_flops: u64,
+    pub optimizer_flops: u64,
+}
+
+/// A compiled, self-contained plan (host side; devices run a [`PlanView`] of it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    pub update_steps: Vec<Step>,
+    pub accumulation: u32,
+    pub sizes: RegionSizes,
+    /// Every tensor the plan touches, with its place.
+    pub bindings: Vec<Binding>,
+    pub stats: PlanStats,
+}
+
+impl Plan {
+    /// Steps run per call, then per update.
+    pub fn all_steps(&self) -> impl Iterator<Item = &Step> {
+        self.steps.iter().chain(&self.update_steps)
+    }
+
+    pub fn view(&self) -> PlanView<'_> {
+        PlanView {
+            steps: &self.steps,
+            update_steps: &self.update_steps,
+            accumulation: self.accumulation,
+            sizes: self.sizes,
+        }
+    }
+
+    pub fn binding(&self, name: &str) -> Option<&Binding> {
+        self.bindings.iter().find(|b| b.name == name)
+    }
+
+    pub fn binding_of(&self, tensor: TensorId) -> Option<&Binding> {
+        self.bindings.iter().find(|b| b.tensor == tensor)
+    }
+
+    /// The operand of a named tensor, or an error that says which name is unknown.
+    pub fn operand(&self, name: &str) -> Result<Operand, UnknownTensor> {
+        self.binding(name).map(|b| b.operand).ok_or_else(|| UnknownTensor { name: name.into() })
+    }
+
+    /// Copies every parameter and buffer that `other` also has (matched by name) from this
+    /// plan's memory into `other`'s: how trained weights move from a training plan to an
+    /// evaluation plan.
+    pub fn copy_weights(&self, memory: &HostMemory, other: &Plan, other_memory: &mut HostMemory) {
+        let is_weight =
+            |r: Role| matches!(r, Role::FrozenParam | Role::TrainableParam | Role::Buffer);
+        for to in other.bindings.iter().filter(|b| is_weight(b.role)) {
+            if let Some(from) = self.binding(&to.name).filter(|b| is_weight(b.role)) {
+                let src =
+                    &memory.region(from.operand.region)[from.operand.offset..from.operand.end()];
+                other_memory.region_mut(to.operand.region)[to.operand.offset..to.operand.end()]
+                    .copy_from_slice(src);
+            }
+        }
+    }
+
+    /// Region images holding the initial values of weights, buffers and optimizer state.
+    pub fn initial_memory(&self, graph: &Graph) -> HostMemory {
+        let mut mem = HostMemory::zeroed(self.sizes);
+        for b in &self.bindings {
+            let init = match &graph.tensor(b.tensor).init {
+                Some(init) => init,
+                None => continue,
+            };
+            let values = init.materialize(b.shape.numel());
+            let bytes: &[u8] = bytemuck::cast_slice(&values);
+            mem.region_mut(b.operand.region)[b.operand.offset..b.operand.end()]
+                .copy_from_slice(bytes);
+        }
+        mem
+    }
+}
+
+/// A name that no tensor of the plan has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownTensor {
+    pub name: String,
+}
+
+impl core::fmt::Display for UnknownTensor {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "the plan has no tensor named '{}'", self.name)
+    }
+}
+
+impl core::error::Error for UnknownTensor {}
+
+/// The three regions as 16-byte-aligned heap buffers, for running plans on a host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostMemory {
+    frozen: Vec<u128>,
+    state: Vec<u128>,
+    arena: Vec<u128>,
+    sizes: RegionSizes,
+}
+
+impl HostMemory {
+    pub fn zeroed(sizes: RegionSizes) -> Self {
+        let words = |bytes: usize| vec![0u128; bytes.div_ceil(16)];
+        Self {
+            frozen: words(sizes.frozen),
+            state: words(sizes.state),
+            arena: words(sizes.arena),
+            sizes,
+        }
+    }
+
+    pub fn region(&self, region: Region) -> &[u8] {
+        let words = match region {
+            Region::Frozen => &self.frozen,
+            Region::State => &self.state,
+            Region::Arena => &self.arena,
+        };
+        &bytemuck::cast_slice(words)[..self.sizes.get(region)]
+    }
+
+    pub fn region_mut(&mut self, region: Region) -> &mut [u8] {
+        let words = match region {
+            Region::Frozen => &mut self.frozen,
+            Region::State => &mut self.state,
+            Region::Arena => &mut self.arena,
+        };
+        &mut bytemuck::cast_slice_mut(words)[..self.sizes.get(region)]
+    }
+
+    /// Borrows the three regions for the executor.
+    pub fn regions(&mut self) -> crate::executor::Regions<'_> {
+        let sizes = self.sizes;
+        crate::executor::Regions {
+            frozen: &bytemuck::cast_slice(&self.frozen)[..sizes.frozen],
+            state: &mut bytemuck::cast_slice_mut(&mut self.state)[..sizes.state],
+            arena: &mut bytemuck::cast_slice_mut(&mut self.arena)[..sizes.arena],
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Gradient checkpointing: chosen forward activations are not kept for the backward pass;
+//! each is recomputed from kept ones right before its first backward use, with the same
+//! kernels, so the step's results stay bit-identical.
+
+use crate::graph::{Graph, GraphError, Node, Phase, Stage, TensorInfo};
+use crate::op::Op;
+use crate::tensor::{Role, TensorId};
+use alloc::format;
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// Whether an op's first output can be recomputed from its inputs without side effects.
+fn recomputable(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Linear
+            | Op::Conv2d(_)
+            | Op::Relu
+            | Op::Relu6
+            | Op::MaxPool2d(_)
+            | Op::AvgPool2d(_)
+            | Op::GlobalAvgPool
+            | Op::Add
+            | Op::BatchNorm2d(_)
+            | Op::Dropout(_)
+            | Op::Reshape
+            | Op::Softmax
+            | Op::Detach
+    )
+}
+
+/// Forward activations that the backward pass reads and that could be recomputed instead,
+/// in forward order.
+pub(crate) fn candidates(graph: &Graph, forward_nodes: usize) -> Vec<TensorId> {
+    let mut read_backward = vec![false; graph.tensors().len()];
+    for node in &graph.nodes()[forward_nodes..] {
+        for t in &node.inputs {
+            read_backward[t.index()] = true;
+        }
+    }
+    graph.nodes()[..forward_nodes]
+        .iter()
+        .filter(|n| recomputable(&n.op))
+        .map(|n| n.outputs[0])
+        .filter(|t| read_backward[t.index()])
+        .collect()
+}
+
+/// Rewrites the graph so that every tensor in `drop` is recomputed for the backward pass.
+pub(crate) fn recompute(
+    graph: &mut Graph,
+    forward_nodes: usize,
+    drop: &[TensorId],
+) -> Result<(), GraphError> {
+    let nodes = graph.nodes().to_vec();
+    let tensors = graph.tensors().len();
+    let mut rewriter = Rewriter {
+        graph,
+        forward: &nodes[..forward_nodes],
+        producer: vec![None; tensors],
+        dropped: vec![false; tensors],
+        copy: vec![None; tensors],
+        out: nodes[..forward_nodes].to_vec(),
+    };
+    for (i, node) in rewriter.forward.iter().enumerate() {
+        for t in &node.outputs {
+            rewriter.producer[t.index()] = Some(i);
+        }
+    }
+    for &t in drop {
+        rewriter.dropped[t.index()] = true;
+    }
+    for node in &nodes[forward_nodes..] {
+        let mut node = node.clone();
+        for input in node.inputs.iter_mut() {
+            *input = rewriter.available(*input)?;
+        }
+        rewriter.out.push(node);
+    }
+    let out = core::mem::take(&mut rewriter.out);
+    rewriter.graph.set_nodes(out);
+    Ok(())
+}
+
+/// The state of one rewrite: which tensors are dropped and their recomputed copies.
+struct Rewriter<'a> {
+    graph: &'a mut Graph,
+    forward: &'a [Node],
+    producer: Vec<Option<usize>>,
+    dropped: Vec<bool>,
+    copy: Vec<Option<TensorId>>,
+    /// The new node list, forward nodes first.
+    out: Vec<Node>,
+}
+
+impl Rewriter<'_> {
+    /// The tensor a backward node should read in place of `t`: `t` itself, or its
+    /// recomputed copy (recorded now, with whatever it needs, if it does not exist yet).
+    fn available(&mut self, t: TensorId) -> Result<TensorId, GraphError> {
+        if !self.dropped[t.index()] {
+            return Ok(t);
+        }
+        if let Some(copy) = self.copy[t.index()] {
+            return Ok(copy);
+        }
+        let Some(n) = self.producer[t.index()] else { return Ok(t) };
+        let original = self.forward[n].clone();
+        let mut inputs = Vec::with_capacity(original.inputs.len());
+        for &input in &original.inputs {
+            inputs.push(self.available(input)?);
+        }
+        let op = match original.op {
+            // Re-normalise with the statistics saved by the forward pass: the running
+            // statistics must not move twice.
+            Op::BatchNorm2d(_) => {
+                inputs.extend([original.outputs[1], original.outputs[2]]);
+                Op::BatchNormApply
+            }
+            op => op,
+        };
+        let info = self.graph.tensor(t).clone();
+        let copy = self.graph.add_tensor(TensorInfo {
+            name: self.graph.fresh_name(&format!("{}.recomputed", info.name)),
+            role: Role::Activation,
+            init: None,
+            ..info
+        })?;
+        self.out.push(Node {
+            name: format!("{}.recompute", original.name),
+            op,
+            inputs,
+            state: Vec::new(),
+            outputs: vec![copy],
+            phase: Phase::MicroBatch,
+            stage: Stage::Recompute,
+        });
+        self.copy[t.index()] = Some(copy);
+        Ok(copy)
+    }
+}
