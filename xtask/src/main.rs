@@ -1,6 +1,7 @@
 //! sprout's developer tasks, run as `cargo xtask <command>` from anywhere in the workspace.
 //! This file parses the command line and dispatches to one module per command.
 
+mod bench;
 mod cmd;
 mod demo;
 mod test;
@@ -13,6 +14,9 @@ const USAGE: &str = "\
 Usage: cargo xtask <command>
 
 Commands:
+  bench   run a benchmark suite in a release build; `cargo xtask bench`
+          lists the suites (`planner`: arena placement strategies and memory
+          passes on the model zoo)
   demo    train a small CNN on a generated task (release build) and print
           the falling loss and the final accuracy
   test    everything CI checks: the thumbv7em-none-eabihf target (installed
@@ -29,8 +33,22 @@ fn main() -> ExitCode {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
         }
+        ["bench"] => {
+            print!("{}", bench::suites_help());
+            return ExitCode::SUCCESS;
+        }
+        ["bench", suite] if bench::is_suite(suite) => bench::run(&workspace_root(), suite),
+        ["bench", suite] => {
+            eprintln!("error: unknown bench suite `{suite}`\n\n{}", bench::suites_help());
+            return ExitCode::from(2);
+        }
+        // What `bench SUITE` runs in the release build.
+        [bench::RUN_COMMAND, suite] => bench::run_suite(suite),
         ["test"] => test::run(&workspace_root()),
         ["demo"] => demo::run(&workspace_root()),
+        ["bench" | bench::RUN_COMMAND, _, extra, ..] => {
+            Err(anyhow::anyhow!("`cargo xtask bench` takes one suite, got also `{extra}`"))
+        }
         [command @ ("test" | "demo"), extra, ..] => {
             Err(anyhow::anyhow!("`cargo xtask {command}` takes no arguments, got `{extra}`"))
         }
