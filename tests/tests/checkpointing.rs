@@ -1,0 +1,122 @@
+//! Memory passes keep training exact: gradient checkpointing under a byte budget, early
+//! updates and in-place element-wise ops all give bit-identical parameters after a step,
+//! while the arena shrinks.
+
+use sprout_core::{
+    compile_training_step_with, Executor, GraphError, MemoryOptions, PlacementOptions, Reference,
+    Role, TrainConfig, Training,
+};
+use sprout_zoo::{build, select_trainable, Architecture, ZooModel};
+
+fn compile(
+    model: &ZooModel,
+    trainable: &str,
+    memory: MemoryOptions,
+) -> Result<Training, GraphError> {
+    let trainable = select_trainable(model, trainable).expect("known choice");
+    compile_training_step_with(
+        &model.graph,
+        model.loss,
+        &trainable,
+        &TrainConfig::sgd(0.9),
+        &memory,
+    )
+}
+
+/// Trainable parameters by name, as bit patterns.
+type Parameters = Vec<(String, Vec<u32>)>;
+
+/// Trainable parameters after two SGD steps on fixed data.
+fn train_twice(model: &ZooModel, training: &Training) -> Parameters {
+    let plan = &training.plan;
+    let mut memory = plan.initial_memory(&training.graph);
+    let mut exec = Executor::new(plan.view(), Reference).unwrap();
+    let input = plan.operand("input").unwrap();
+    let labels = plan.operand("labels").unwrap();
+    let x: Vec<f32> = (0..input.len).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    let y: Vec<i32> =
+        (0..labels.len).map(|i| (i % model.graph.shape(model.logits).dims()[1]) as i32).collect();
+    for _ in 0..2 {
+        let mut regions = memory.regions();
+        regions.write(&input, &x).unwrap();
+        regions.write(&labels, &y).unwrap();
+        exec.train_step(&mut regions, 0.05).unwrap();
+    }
+    let regions = memory.regions();
+    plan.bindings
+        .iter()
+        .filter(|b| b.role == Role::TrainableParam)
+        .map(|b| {
+            let values = regions.read::<f32>(&b.operand).unwrap();
+            (b.name.clone(), values.iter().map(|v| v.to_bits()).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn checkpointing_under_a_budget_is_bit_identical_and_smaller() {
+    let model = build(Architecture::LeafNet, 1, 3).unwrap();
+    let plain = compile(&model, "all", MemoryOptions::default()).unwrap();
+    let arena = plain.plan.sizes.arena;
+    let budget = arena * 3 / 4;
+    let memory = MemoryOptions { budget: Some(budget), ..MemoryOptions::default() };
+    let checkpointed = compile(&model, "all", memory).unwrap();
+    assert!(
+        checkpointed.plan.sizes.arena <= budget,
+        "{} > {budget}",
+        checkpointed.plan.sizes.arena
+    );
+    assert!(!checkpointed.recomputed.is_empty());
+    assert!(checkpointed.plan.stats.recompute_flops > 0);
+    assert_eq!(plain.plan.stats.recompute_flops, 0);
+    assert_eq!(train_twice(&model, &plain), train_twice(&model, &checkpointed));
+}
+
+#[test]
+fn an_impossible_budget_names_the_smallest_reachable_one() {
+    let model = build(Architecture::Mlp, 4, 3).unwrap();
+    let memory = MemoryOptions { budget: Some(64), ..MemoryOptions::default() };
+    match compile(&model, "all", memory) {
+        Err(GraphError::BudgetUnreachable { budget: 64, smallest }) => {
+            assert!(smallest > 64);
+            // The smallest reachable budget is itself reachable.
+            let memory = MemoryOptions { budget: Some(smallest), ..MemoryOptions::default() };
+            assert!(compile(&model, "all", memory).unwrap().plan.sizes.arena <= smallest);
+        }
+        Err(other) => panic!("expected BudgetUnreachable, got {other}"),
+        Ok(_) => panic!("64 bytes cannot hold an MLP training step"),
+    }
+}
+
+/// Arena bytes and trained parameters of leafnet for each combination of the two passes,
+/// in the order (both, no early updates, no in-place, neither).
+fn pass_variants(trainable: &str) -> Vec<(usize, Parameters)> {
+    let model = build(Architecture::LeafNet, 1, 5).unwrap();
+    [(true, true), (false, true), (true, false), (false, false)]
+        .iter()
+        .map(|&(update_early, in_place)| {
+            let placement = PlacementOptions { in_place, ..PlacementOptions::default() };
+            let memory = MemoryOptions { update_early, placement, budget: None };
+            let training = compile(&model, trainable, memory).unwrap();
+            (training.plan.sizes.arena, train_twice(&model, &training))
+        })
+        .collect()
+}
+
+#[test]
+fn early_updates_shrink_the_full_training_arena_without_changing_results() {
+    let variants = pass_variants("all");
+    let arenas: Vec<usize> = variants.iter().map(|v| v.0).collect();
+    assert!(arenas[0] < arenas[1], "early updates must shrink the arena: {arenas:?}");
+    assert!(arenas[2] < arenas[3], "early updates must shrink the arena: {arenas:?}");
+    assert!(arenas[1] < arenas[3], "in-place ops must shrink the arena: {arenas:?}");
+    assert!(variants.iter().all(|v| v.1 == variants[3].1), "results differ between passes");
+}
+
+#[test]
+fn in_place_ops_shrink_the_head_fine_tuning_arena_without_changing_results() {
+    let variants = pass_variants("head");
+    let arenas: Vec<usize> = variants.iter().map(|v| v.0).collect();
+    assert!(arenas[0] < arenas[2], "in-place ops must shrink the arena: {arenas:?}");
+    assert!(variants.iter().all(|v| v.1 == variants[3].1), "results differ between passes");
+}
