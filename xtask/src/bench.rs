@@ -1,5 +1,6 @@
 //! `cargo xtask bench <suite>`: benchmarks, always measured in a release build. `planner`
-//! compares the arena placement strategies on the zoo and shows what each memory pass saves.
+//! compares the arena placement strategies on the zoo and shows what each memory pass and
+//! gradient checkpointing save.
 //!
 //! `cargo xtask` itself is built in the dev profile, whose timings would measure the
 //! compiler's debug code. Rather than reach into the workspace's profiles, `bench SUITE`
@@ -11,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use sprout_core::{
-    compile_training_step_with, MemoryOptions, PlacementOptions, Region, Strategy, TrainConfig,
+    compile_training_step_with, GraphError, MemoryOptions, PlacementOptions, Region, Strategy,
+    TrainConfig,
 };
 use sprout_zoo::{build, select_trainable, Architecture, ZooModel};
 
@@ -20,8 +22,8 @@ use crate::cmd::Cmd;
 /// The suites: (name, what it measures).
 pub const SUITES: &[(&str, &str)] = &[(
     "planner",
-    "arena / lower bound of each placement strategy on the zoo, planning time, and the \
-     bytes each memory pass saves",
+    "arena / lower bound of each placement strategy on the zoo, planning time, the bytes \
+     each memory pass saves, and gradient checkpointing's arena against recomputed FLOPs",
 )];
 
 /// The command a benchmark run needs: `cargo xtask bench-run SUITE` in release.
@@ -205,6 +207,7 @@ fn planner() -> Result<()> {
     // when only the head trains.
     passes_table("all")?;
     passes_table("head")?;
+    checkpointing_table()?;
 
     let (ratio, case) = worst.context("no measurement")?;
     let verdict = if ratio <= TARGET_RATIO { "meets" } else { "misses" };
@@ -238,6 +241,55 @@ fn passes_table(choice: &str) -> Result<()> {
             format!("{} B", m.arena),
             format!("{} B", m.lower_bound),
             format!("{delta:+} B")
+        );
+    }
+    Ok(())
+}
+
+/// Gradient checkpointing on leafnet/all: the arena and the recomputed FLOPs at shrinking
+/// budgets, down to the smallest reachable one.
+fn checkpointing_table() -> Result<()> {
+    let model = build(Architecture::LeafNet, 1, SEED).map_err(|e| anyhow!("{e}"))?;
+    let trainable = select_trainable(&model, "all").map_err(|e| anyhow!("{e}"))?;
+    let compile = |budget: Option<usize>| {
+        let memory = MemoryOptions { budget, ..MemoryOptions::default() };
+        compile_training_step_with(
+            &model.graph,
+            model.loss,
+            &trainable,
+            &TrainConfig::sgd(0.9),
+            &memory,
+        )
+    };
+    let plain = compile(None).map_err(|e| anyhow!("{e}"))?.plan;
+    let smallest = match compile(Some(0)) {
+        Err(GraphError::BudgetUnreachable { smallest, .. }) => smallest,
+        other => {
+            bail!("a zero budget must be unreachable, got {:?}", other.map(|t| t.plan.sizes.arena))
+        }
+    };
+    println!("\ngradient checkpointing: leafnet batch 1, trainable all\n");
+    let header = format!(
+        "{:<20} {:>12} {:>12} {:>12} {:>14}",
+        "budget", "arena", "recomputed", "extra FLOPs", "of forward"
+    );
+    println!("{header}");
+    println!("{}", "-".repeat(header.len()));
+    let arena = plain.sizes.arena;
+    for (label, budget) in [
+        ("none", None),
+        ("3/4 of plain", Some(arena * 3 / 4)),
+        ("1/2 of plain", Some(arena / 2)),
+        ("smallest reachable", Some(smallest)),
+    ] {
+        let training = compile(budget).map_err(|e| anyhow!("{label}: {e}"))?;
+        let (plan, stats) = (&training.plan, &training.plan.stats);
+        println!(
+            "{label:<20} {:>12} {:>12} {:>12} {:>13.1}%",
+            format!("{} B", plan.sizes.arena),
+            training.recomputed.len(),
+            stats.recompute_flops,
+            100.0 * stats.recompute_flops as f64 / stats.forward_flops.max(1) as f64
         );
     }
     Ok(())

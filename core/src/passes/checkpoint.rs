@@ -29,20 +29,14 @@ fn recomputable(op: &Op) -> bool {
     )
 }
 
-/// Forward activations that the backward pass reads and that could be recomputed instead,
-/// in forward order.
+/// Forward activations that could be recomputed instead of kept, in forward order. Those
+/// the backward pass reads are the point; the others matter because recomputing a dropped
+/// activation reads its producer's inputs, which may then be dropped in turn.
 pub(crate) fn candidates(graph: &Graph, forward_nodes: usize) -> Vec<TensorId> {
-    let mut read_backward = vec![false; graph.tensors().len()];
-    for node in &graph.nodes()[forward_nodes..] {
-        for t in &node.inputs {
-            read_backward[t.index()] = true;
-        }
-    }
     graph.nodes()[..forward_nodes]
         .iter()
         .filter(|n| recomputable(&n.op))
         .map(|n| n.outputs[0])
-        .filter(|t| read_backward[t.index()])
         .collect()
 }
 
