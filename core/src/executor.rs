@@ -106,7 +106,7 @@ impl<'p, K: Kernels> Executor<'p, K> {
                 return Err(ExecError::RegionTooSmall { region, needed, actual: bytes.len() });
             }
             // An empty region holds no operand, so where it points does not matter.
-            if needed > 0 && bytes.as_ptr() as usize % 4 != 0 {
+            if needed > 0 && !(bytes.as_ptr() as usize).is_multiple_of(4) {
                 return Err(ExecError::Misaligned { region });
             }
         }

@@ -85,7 +85,7 @@ impl Conv2dGeometry {
     /// Checks that groups divide the channels and the output size follows from the window.
     pub fn check(&self) -> Result<(), GeometryError> {
         let g = self.groups;
-        if g == 0 || self.c_in % g != 0 || self.c_out % g != 0 {
+        if g == 0 || !self.c_in.is_multiple_of(g) || !self.c_out.is_multiple_of(g) {
             return Err("groups must divide both channel counts");
         }
         let oh = window_output(self.h, self.kh, self.stride.0, self.padding.0);

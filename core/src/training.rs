@@ -108,7 +108,7 @@ impl Step<'_> {
             let built = self.build(&drop)?;
             smallest = smallest.min(built.1.sizes.arena);
             let fits = built.1.sizes.arena <= budget;
-            if fits && best.as_ref().map_or(true, |b| cheaper(&built.1, &b.1)) {
+            if fits && best.as_ref().is_none_or(|b| cheaper(&built.1, &b.1)) {
                 best = Some(built);
             }
         }

@@ -113,7 +113,7 @@ impl<'a> Search<'a> {
         let mut next: Vec<(usize, usize)> = unplaced
             .map(|b| (lowest(b), b))
             .filter(|&(offset, _)| offset < lowest_end)
-            .filter(|&next| last.map_or(true, |last| next > last))
+            .filter(|&next| last.is_none_or(|last| next > last))
             .collect();
         next.sort_unstable_by_key(|&(offset, b)| (offset, Reverse(self.blocks[b].size), b));
         for (offset, block) in next {

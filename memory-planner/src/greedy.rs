@@ -26,7 +26,7 @@ pub(crate) fn greedy_by_size(blocks: &[Block]) -> Vec<usize> {
     for key in ORDERS {
         let offsets = best_fit_in_order(blocks, key);
         let bytes = arena(blocks, &offsets);
-        if best.as_ref().map_or(true, |(smallest, _)| bytes < *smallest) {
+        if best.as_ref().is_none_or(|(smallest, _)| bytes < *smallest) {
             best = Some((bytes, offsets));
         }
     }

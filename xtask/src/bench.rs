@@ -180,7 +180,7 @@ fn planner() -> Result<()> {
                 let mark = if m.as_asked { ' ' } else { '*' };
                 fell_back |= !m.as_asked;
                 row.push_str(&format!("  {:>7.3}x{mark}{:>9}", m.ratio(), millis(m.time)));
-                if index == 0 && worst.as_ref().map_or(true, |(r, _)| m.ratio() > *r) {
+                if index == 0 && worst.as_ref().is_none_or(|(r, _)| m.ratio() > *r) {
                     worst = Some((m.ratio(), format!("{arch} batch {batch}, trainable {choice}")));
                 }
             }

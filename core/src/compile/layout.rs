@@ -221,7 +221,7 @@ fn in_place_candidate(
 ) -> Option<(TensorId, TensorId)> {
     let (out_slot, in_slots) = in_place_slots(&l.kernel)?;
     let output = l.operands[out_slot];
-    if !lives[output.index()].is_some_and(|(first, _)| first == step) {
+    if lives[output.index()].is_none_or(|(first, _)| first != step) {
         return None;
     }
     in_slots

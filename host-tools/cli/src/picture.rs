@@ -41,7 +41,7 @@ pub fn ascii(report: &Report, lettered: &[usize], columns: usize, rows: usize) -
         for band in low..=high.min(rows - 1) {
             for column in left..=right.min(columns - 1) {
                 let cell = &mut cells[band * columns + column];
-                if cell.map_or(true, |other| rank(i) < rank(other)) {
+                if cell.is_none_or(|other| rank(i) < rank(other)) {
                     *cell = Some(i);
                 }
             }
