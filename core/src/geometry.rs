@@ -184,6 +184,7 @@ impl RowDims {
 
 /// Batch-norm hyper-parameters (PyTorch's meaning of `momentum`: weight of the new batch).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
 pub struct BatchNormConfig {
     pub eps: f32,
     pub momentum: f32,
@@ -198,6 +199,7 @@ impl Default for BatchNormConfig {
 /// Inverted dropout: kept elements are scaled by `1 / (1 - p)`. The mask is a pure function
 /// of `(seed, step, element index)`, so the backward pass recomputes it instead of storing it.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
 pub struct DropoutConfig {
     pub p: f32,
     pub seed: u64,
@@ -206,6 +208,7 @@ pub struct DropoutConfig {
 /// SGD with PyTorch's semantics (no dampening): `g += wd·p; b = μ·b + g;
 /// g = nesterov ? g + μ·b : b; p -= lr·g`.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
 pub struct SgdConfig {
     pub momentum: f32,
     pub weight_decay: f32,
@@ -214,6 +217,7 @@ pub struct SgdConfig {
 
 /// AdamW with decoupled weight decay (Loshchilov & Hutter), PyTorch's semantics.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
 pub struct AdamWConfig {
     pub beta1: f32,
     pub beta2: f32,

@@ -67,6 +67,8 @@ pub mod compile;
 #[cfg(feature = "alloc")]
 pub mod eager;
 #[cfg(feature = "alloc")]
+pub mod format;
+#[cfg(feature = "alloc")]
 pub mod graph;
 #[cfg(feature = "alloc")]
 pub mod lower;
@@ -96,6 +98,8 @@ pub use compile::{
 };
 #[cfg(feature = "alloc")]
 pub use eager::EagerOptions;
+#[cfg(feature = "alloc")]
+pub use format::{load_model, save_model, FormatError, Metadata, ModelFile};
 #[cfg(feature = "alloc")]
 pub use graph::{Graph, GraphError, Init};
 #[cfg(feature = "alloc")]

@@ -30,7 +30,7 @@ pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> (Kernel, Vec<Tens
         }
         Op::LinearGradInput => {
             let (dy, w) = (input(0), input(1));
-            Kernel::LinearGradInput(LinearDims { n: dy.dims()[0], k: w.dims()[1], m: w.dims()[0] })
+            Kernel::LinearGradInput(LinearDims { n: dim(dy, 0), k: dim(w, 1), m: dim(w, 0) })
         }
         Op::LinearGradWeight => Kernel::LinearGradWeight(linear_dims(input(1), output(0))),
         Op::BiasGrad => Kernel::BiasGrad(channel_dims(input(0))),
@@ -96,51 +96,55 @@ pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> (Kernel, Vec<Tens
     (kernel, all)
 }
 
+/// Dimension `axis` of `s`, or 0 when `s` has fewer axes: a node decoded from a file is
+/// lowered before its kernel's checks reject such a shape, and lowering must not panic.
+fn dim(s: Shape, axis: usize) -> usize {
+    s.dim(axis).unwrap_or(0)
+}
+
 fn linear_dims(x: Shape, w: Shape) -> LinearDims {
-    LinearDims { n: x.dims()[0], k: x.dims()[1], m: w.dims()[0] }
+    LinearDims { n: dim(x, 0), k: dim(x, 1), m: dim(w, 0) }
 }
 
 /// `[N, C, rest...]` seen as outer N, channels C, inner the product of the rest.
 fn channel_dims(s: Shape) -> ChannelDims {
-    let d = s.dims();
-    ChannelDims { outer: d[0], channels: d[1], inner: d[2..].iter().product() }
+    let inner = s.dims().get(2..).map_or(0, |rest| rest.iter().product());
+    ChannelDims { outer: dim(s, 0), channels: dim(s, 1), inner }
 }
 
 fn row_dims(s: Shape) -> RowDims {
-    RowDims { rows: s.dims()[0], cols: s.dims()[1] }
+    RowDims { rows: dim(s, 0), cols: dim(s, 1) }
 }
 
 fn conv_geometry(x: Shape, w: Shape, y: Shape, p: ConvParams) -> Conv2dGeometry {
-    let (x, w, y) = (x.dims(), w.dims(), y.dims());
     Conv2dGeometry {
-        n: x[0],
-        c_in: x[1],
-        h: x[2],
-        w: x[3],
-        c_out: w[0],
-        kh: w[2],
-        kw: w[3],
+        n: dim(x, 0),
+        c_in: dim(x, 1),
+        h: dim(x, 2),
+        w: dim(x, 3),
+        c_out: dim(w, 0),
+        kh: dim(w, 2),
+        kw: dim(w, 3),
         stride: p.stride,
         padding: p.padding,
         groups: p.groups,
-        out_h: y[2],
-        out_w: y[3],
+        out_h: dim(y, 2),
+        out_w: dim(y, 3),
     }
 }
 
 fn pool_geometry(x: Shape, y: Shape, p: PoolParams) -> Pool2dGeometry {
-    let (x, y) = (x.dims(), y.dims());
     Pool2dGeometry {
-        n: x[0],
-        c: x[1],
-        h: x[2],
-        w: x[3],
+        n: dim(x, 0),
+        c: dim(x, 1),
+        h: dim(x, 2),
+        w: dim(x, 3),
         kh: p.kernel.0,
         kw: p.kernel.1,
         stride: p.stride,
         padding: p.padding,
         count_include_pad: p.count_include_pad,
-        out_h: y[2],
-        out_w: y[3],
+        out_h: dim(y, 2),
+        out_w: dim(y, 3),
     }
 }

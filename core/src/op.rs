@@ -3,9 +3,10 @@
 
 use crate::geometry::{AdamWConfig, BatchNormConfig, DropoutConfig, SgdConfig};
 use core::fmt;
+use core::ops::RangeInclusive;
 
 /// Stride, padding and grouping of a convolution.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConvParams {
     pub stride: (usize, usize),
     pub padding: (usize, usize),
@@ -13,7 +14,7 @@ pub struct ConvParams {
 }
 
 /// A pooling window.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PoolParams {
     pub kernel: (usize, usize),
     pub stride: (usize, usize),
@@ -23,7 +24,10 @@ pub struct PoolParams {
 
 /// One recorded operation. Operand order is fixed per op and documented on each variant:
 /// `inputs → outputs`, with `[state]` for tensors the op reads and writes in place.
-#[derive(Clone, Copy, Debug, PartialEq)]
+///
+/// The variant order is part of the `.sprout` format (postcard writes the variant index):
+/// add new ops at the end.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     // ---- forward ----
     /// `x[N,K], w[M,K], (b[M]) → y[N,M]`.
@@ -156,6 +160,60 @@ impl Op {
             Op::AdamWUpdate(_) => "adamw_update",
             Op::Zero => "zero",
         }
+    }
+}
+
+/// How many operands of each kind a node of an op takes (see each [`Op`] variant).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperandCounts {
+    pub inputs: RangeInclusive<usize>,
+    pub state: RangeInclusive<usize>,
+    pub outputs: RangeInclusive<usize>,
+}
+
+impl Op {
+    /// The operand counts a well-formed node of this op has; decoders check untrusted
+    /// nodes against them before anything indexes their operands.
+    pub fn operand_counts(&self) -> OperandCounts {
+        // (inputs, state, outputs)
+        let (inputs, state, outputs) = match self {
+            Op::Linear | Op::Conv2d(_) => (2..=3, 0..=0, 1..=1),
+            Op::Relu
+            | Op::Relu6
+            | Op::MaxPool2d(_)
+            | Op::AvgPool2d(_)
+            | Op::GlobalAvgPool
+            | Op::Dropout(_)
+            | Op::Reshape
+            | Op::Softmax
+            | Op::Detach
+            | Op::BiasGrad
+            | Op::AvgPool2dGrad(_)
+            | Op::GlobalAvgPoolGrad
+            | Op::DropoutGrad(_)
+            | Op::ClipCoefficient(_) => (1..=1, 0..=0, 1..=1),
+            Op::Add
+            | Op::CrossEntropy
+            | Op::Mse
+            | Op::LinearGradInput
+            | Op::LinearGradWeight
+            | Op::Conv2dGradInput(_)
+            | Op::Conv2dGradWeight(_)
+            | Op::ReluGrad
+            | Op::Relu6Grad
+            | Op::MaxPool2dGrad(_)
+            | Op::SoftmaxGrad => (2..=2, 0..=0, 1..=1),
+            Op::CrossEntropyGrad | Op::MseGrad => (3..=3, 0..=0, 1..=1),
+            Op::BatchNorm2d(_) => (3..=3, 2..=2, 3..=3),
+            Op::BatchNormApply | Op::BatchNormGradInput => (5..=5, 0..=0, 1..=1),
+            Op::BatchNormGradParams => (4..=4, 0..=0, 2..=2),
+            Op::Fill(_) => (0..=0, 0..=0, 1..=1),
+            Op::Accumulate(_) | Op::SumSquares => (1..=1, 1..=1, 0..=0),
+            Op::SgdUpdate(_) => (1..=2, 1..=2, 0..=0),
+            Op::AdamWUpdate(_) => (1..=2, 3..=3, 0..=0),
+            Op::Zero => (0..=0, 1..=1, 0..=0),
+        };
+        OperandCounts { inputs, state, outputs }
     }
 }
 

@@ -104,6 +104,50 @@ impl fmt::Display for Shape {
     }
 }
 
+/// Shapes are written as their dimensions (a sequence of at most [`MAX_RANK`] integers);
+/// reading more than that is an error, never a longer shape.
+#[cfg(feature = "alloc")]
+mod wire {
+    use super::{Shape, MAX_RANK};
+    use core::fmt;
+    use serde::de::{Error, SeqAccess, Visitor};
+
+    impl serde::Serialize for Shape {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_seq(self.dims())
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for Shape {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_seq(Dims)
+        }
+    }
+
+    struct Dims;
+
+    impl<'de> Visitor<'de> for Dims {
+        type Value = Shape;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "at most {MAX_RANK} dimensions")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shape, A::Error> {
+            let mut dims = [1; MAX_RANK];
+            let mut rank = 0;
+            while let Some(d) = seq.next_element::<usize>()? {
+                match dims.get_mut(rank) {
+                    Some(slot) => *slot = d,
+                    None => return Err(A::Error::invalid_length(rank + 1, &self)),
+                }
+                rank += 1;
+            }
+            Shape::new(&dims[..rank]).map_err(A::Error::custom)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +167,17 @@ mod tests {
     fn rank_five_is_an_error() {
         assert_eq!(Shape::new(&[1, 2, 3, 4, 5]), Err(RankTooHigh { rank: 5 }));
         assert_eq!(Shape::new(&[3, 4]).unwrap(), Shape::d2(3, 4));
+    }
+
+    #[cfg(feature = "alloc")]
+    #[test]
+    fn wire_form_is_the_dims_and_rank_is_checked() {
+        let s = Shape::d4(2, 3, 4, 5);
+        let bytes = postcard::to_allocvec(&s).unwrap();
+        assert_eq!(bytes, [4, 2, 3, 4, 5]);
+        assert_eq!(postcard::from_bytes::<Shape>(&bytes), Ok(s));
+        let scalar = postcard::to_allocvec(&Shape::SCALAR).unwrap();
+        assert_eq!(postcard::from_bytes::<Shape>(&scalar), Ok(Shape::SCALAR));
+        assert!(postcard::from_bytes::<Shape>(&[5, 1, 1, 1, 1, 1]).is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! Compiling a graph into a [`Plan`]: pick the nodes that matter, lower them to kernels,
-//! and place every tensor (see [`layout`]). Entry points for inference and training.
+//! and place every tensor (the `layout` module). Entry points for inference and training.
 
 mod layout;
 mod owned;

@@ -1,0 +1,110 @@
+//! The `.sprout` container: magic, version, body length, body and a CRC-32 over all of it,
+//! checked in that order so a reader never trusts a length it has not bounded.
+
+use super::error::FormatError;
+use alloc::vec::Vec;
+use crc::{Crc, CRC_32_ISO_HDLC};
+
+/// The first eight bytes of every `.sprout` file (PNG's trick: a high byte catches 7-bit
+/// transfers, the newline catches line-ending conversion).
+pub const MAGIC: [u8; 8] = *b"\x89SPROUT\n";
+
+/// The format version this build writes and the newest it reads.
+pub const VERSION: u16 = 1;
+
+/// Magic, version (`u16`) and body length (`u32`), all little-endian.
+pub const HEADER_BYTES: usize = 8 + 2 + 4;
+
+/// The CRC-32 after the body.
+pub const CHECKSUM_BYTES: usize = 4;
+
+const CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
+
+/// Frames a body: header, body, CRC-32 (IEEE) of everything before it.
+pub fn seal(body: &[u8]) -> Result<Vec<u8>, FormatError> {
+    let len = u32::try_from(body.len()).map_err(|_| FormatError::TooLarge { bytes: body.len() })?;
+    let mut out = Vec::with_capacity(HEADER_BYTES + body.len() + CHECKSUM_BYTES);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(body);
+    let crc = CRC32.checksum(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// The body of a framed file, after checking magic, version, lengths and checksum.
+pub fn open(bytes: &[u8]) -> Result<&[u8], FormatError> {
+    let need = |needed: usize| match bytes.len() < needed {
+        true => Err(FormatError::Truncated { needed, available: bytes.len() }),
+        false => Ok(()),
+    };
+    need(MAGIC.len())?;
+    let mut found = [0; 8];
+    found.copy_from_slice(&bytes[..8]);
+    if found != MAGIC {
+        return Err(FormatError::BadMagic { found });
+    }
+    need(10)?;
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if version != VERSION {
+        return Err(FormatError::UnsupportedVersion { found: version, supported: VERSION });
+    }
+    need(HEADER_BYTES)?;
+    let len = u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]);
+    // Saturating: on a 32-bit target a 4 GiB length cannot be present anyway.
+    let body_end = HEADER_BYTES.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
+    let total = body_end.saturating_add(CHECKSUM_BYTES);
+    need(total)?;
+    if bytes.len() > total {
+        return Err(FormatError::TrailingBytes { count: bytes.len() - total });
+    }
+    let stored = u32::from_le_bytes([
+        bytes[body_end],
+        bytes[body_end + 1],
+        bytes[body_end + 2],
+        bytes[body_end + 3],
+    ]);
+    let computed = CRC32.checksum(&bytes[..body_end]);
+    if stored != computed {
+        return Err(FormatError::ChecksumMismatch { stored, computed });
+    }
+    Ok(&bytes[HEADER_BYTES..body_end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_layout() {
+        let file = seal(b"hello").unwrap();
+        assert_eq!(file.len(), HEADER_BYTES + 5 + CHECKSUM_BYTES);
+        assert_eq!(&file[..8], &MAGIC);
+        assert_eq!(&file[8..10], &[1, 0]);
+        assert_eq!(&file[10..14], &[5, 0, 0, 0]);
+        assert_eq!(&file[14..19], b"hello");
+        // The standard CRC-32 check value of "123456789" pins the algorithm.
+        assert_eq!(CRC32.checksum(b"123456789"), 0xcbf4_3926);
+        assert_eq!(open(&file).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn a_huge_announced_length_is_truncation_not_allocation() {
+        let mut file = seal(b"").unwrap();
+        file[10..14].copy_from_slice(&u32::MAX.to_le_bytes());
+        let expected = HEADER_BYTES + u32::MAX as usize + CHECKSUM_BYTES;
+        assert_eq!(
+            open(&file),
+            Err(FormatError::Truncated { needed: expected, available: HEADER_BYTES + 4 })
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        let mut file = seal(b"abc").unwrap();
+        file.extend_from_slice(&[0, 0]);
+        assert_eq!(open(&file), Err(FormatError::TrailingBytes { count: 2 }));
+        assert_eq!(open(&[0x89]), Err(FormatError::Truncated { needed: 8, available: 1 }));
+    }
+}

@@ -1,0 +1,212 @@
+//! The body of a `.sprout` file: the recorded graph, the values of its weights by name, and
+//! what callers need around it (class names, input shape, preprocessing, provenance).
+
+use super::error::FormatError;
+use crate::compile::{HostMemory, Plan};
+use crate::graph::{Graph, Init, Node, TensorInfo};
+use crate::shape::Shape;
+use crate::tensor::{DType, Role};
+use alloc::collections::BTreeMap;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+
+/// Everything a `.sprout` file holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelFile {
+    pub graph: GraphRecord,
+    /// The values of every parameter, buffer and optimizer state tensor, by tensor name.
+    pub weights: Vec<NamedWeight>,
+    pub metadata: Metadata,
+}
+
+/// A recorded graph without initial values: enough to rebuild an identical [`Graph`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GraphRecord {
+    pub seed: u64,
+    pub tensors: Vec<TensorRecord>,
+    pub nodes: Vec<Node>,
+}
+
+/// One tensor of a [`GraphRecord`], in id order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorRecord {
+    pub name: String,
+    pub shape: Shape,
+    pub dtype: DType,
+    pub role: Role,
+}
+
+/// The stored values of one tensor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NamedWeight {
+    pub name: String,
+    pub values: WeightValues,
+}
+
+/// Weight values tagged by element type. The tag is postcard's variant index, so new
+/// encodings (f16, i8 with scale and zero point) are new variants appended here: an older
+/// reader refuses them as a body error instead of misreading them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum WeightValues {
+    F32(Vec<f32>),
+}
+
+impl WeightValues {
+    /// The element type the values are stored in.
+    pub fn dtype(&self) -> DType {
+        match self {
+            WeightValues::F32(_) => DType::F32,
+        }
+    }
+}
+
+/// What a caller needs to use the model besides the graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// Class names in logit order.
+    pub class_names: Vec<String>,
+    /// The shape of one input batch the graph was recorded with (NCHW for images).
+    pub input_shape: Shape,
+    pub preprocessing: Preprocessing,
+    /// Where the model came from, e.g. `"sprout zoo leafnet seed 1"`.
+    pub provenance: String,
+}
+
+/// How raw inputs become the graph's input: resize, then `(x - mean[c]) / std[c]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Preprocessing {
+    /// Per-channel mean; empty when inputs are used as they are.
+    pub mean: Vec<f32>,
+    /// Per-channel standard deviation, as many as `mean`.
+    pub std: Vec<f32>,
+    /// Height and width images are resized to, if any.
+    pub resize: Option<(u32, u32)>,
+}
+
+fn bad(detail: String) -> FormatError {
+    FormatError::BadGraph { detail }
+}
+
+/// Roles whose tensors carry stored values: what persists between steps, and frozen weights.
+fn stores_values(role: Role) -> bool {
+    role == Role::FrozenParam || role.is_state()
+}
+
+impl ModelFile {
+    /// Records `graph` with the initial values of its parameters, buffers and optimizer state.
+    pub fn from_graph(graph: &Graph, metadata: Metadata) -> ModelFile {
+        let tensors = graph
+            .tensors()
+            .iter()
+            .map(|t| TensorRecord {
+                name: t.name.clone(),
+                shape: t.shape,
+                dtype: t.dtype,
+                role: t.role,
+            })
+            .collect();
+        let weights = graph
+            .tensors()
+            .iter()
+            .filter_map(|t| {
+                let init = t.init.as_ref()?;
+                let values = WeightValues::F32(init.materialize(t.shape.numel()));
+                Some(NamedWeight { name: t.name.clone(), values })
+            })
+            .collect();
+        ModelFile {
+            graph: GraphRecord { seed: graph.seed(), tensors, nodes: graph.nodes().to_vec() },
+            weights,
+            metadata,
+        }
+    }
+
+    /// Replaces each stored weight that `plan` also binds (by name) with its value in
+    /// `memory`, e.g. the weights a training plan has learned; returns how many it replaced.
+    /// A binding of another size (a different model's tensor of the same name) is skipped.
+    pub fn read_weights(&mut self, plan: &Plan, memory: &HostMemory) -> usize {
+        let mut replaced = 0;
+        for weight in &mut self.weights {
+            let Some(b) = plan.binding(&weight.name) else { continue };
+            let bytes = &memory.region(b.operand.region)[b.operand.offset..b.operand.end()];
+            let WeightValues::F32(values) = &mut weight.values;
+            if bytes.len() != values.len() * 4 {
+                continue;
+            }
+            *values = bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            replaced += 1;
+        }
+        replaced
+    }
+
+    /// The stored values of the weight named `name`.
+    pub fn weight(&self, name: &str) -> Option<&WeightValues> {
+        self.weights.iter().find(|w| w.name == name).map(|w| &w.values)
+    }
+
+    /// Rebuilds the graph with [`Init::Values`] for every stored weight, validating
+    /// everything: this is where an untrusted file's graph is checked.
+    pub fn to_graph(&self) -> Result<Graph, FormatError> {
+        let prep = &self.metadata.preprocessing;
+        if prep.mean.len() != prep.std.len() {
+            return Err(bad(alloc::format!(
+                "preprocessing has {} means but {} standard deviations",
+                prep.mean.len(),
+                prep.std.len()
+            )));
+        }
+        let mut by_name = BTreeMap::new();
+        for (i, t) in self.graph.tensors.iter().enumerate() {
+            if by_name.insert(t.name.as_str(), i).is_some() {
+                return Err(bad(alloc::format!("two tensors are named '{}'", t.name)));
+            }
+        }
+        let mut values: Vec<Option<&WeightValues>> = alloc::vec![None; self.graph.tensors.len()];
+        for w in &self.weights {
+            let Some(&i) = by_name.get(w.name.as_str()) else {
+                return Err(bad(alloc::format!("a weight is named '{}', no tensor is", w.name)));
+            };
+            let t = &self.graph.tensors[i];
+            if !stores_values(t.role) {
+                return Err(bad(alloc::format!(
+                    "'{}' is a {:?} tensor: it has no stored weight",
+                    t.name,
+                    t.role
+                )));
+            }
+            if w.values.dtype() != t.dtype {
+                return Err(bad(alloc::format!(
+                    "weight '{}' is stored as {:?}, the tensor is {:?}",
+                    t.name,
+                    w.values.dtype(),
+                    t.dtype
+                )));
+            }
+            if values[i].replace(&w.values).is_some() {
+                return Err(bad(alloc::format!("weight '{}' is stored twice", w.name)));
+            }
+        }
+        let mut tensors = Vec::with_capacity(self.graph.tensors.len());
+        for (t, v) in self.graph.tensors.iter().zip(values) {
+            let init = match (v, stores_values(t.role)) {
+                (Some(WeightValues::F32(v)), _) => Some(Init::Values(v.clone())),
+                (None, true) => {
+                    return Err(bad(alloc::format!(
+                        "the {:?} tensor '{}' has no stored weight",
+                        t.role,
+                        t.name
+                    )))
+                }
+                (None, false) => None,
+            };
+            let (name, shape, dtype, role) = (t.name.clone(), t.shape, t.dtype, t.role);
+            tensors.push(TensorInfo { name, shape, dtype, role, init });
+        }
+        Graph::from_parts(self.graph.seed, tensors, self.graph.nodes.clone())
+            .map_err(|e| bad(e.to_string()))
+    }
+}
