@@ -20,11 +20,18 @@ use sprout_zoo::{build, select_trainable, Architecture, ZooModel};
 use crate::cmd::Cmd;
 
 /// The suites: (name, what it measures).
-pub const SUITES: &[(&str, &str)] = &[(
-    "planner",
-    "arena / lower bound of each placement strategy on the zoo, planning time, the bytes \
-     each memory pass saves, and gradient checkpointing's arena against recomputed FLOPs",
-)];
+pub const SUITES: &[(&str, &str)] = &[
+    (
+        "planner",
+        "arena / lower bound of each placement strategy on the zoo, planning time, the bytes \
+         each memory pass saves, and gradient checkpointing's arena against recomputed FLOPs",
+    ),
+    (
+        "kernels",
+        "leafnet training-step time with the reference kernels against sprout-cpu (one \
+         thread and all), and conv2d forward GFLOP/s",
+    ),
+];
 
 /// The command a benchmark run needs: `cargo xtask bench-run SUITE` in release.
 pub const RUN_COMMAND: &str = "bench-run";
@@ -54,6 +61,7 @@ pub fn run(root: &Path, suite: &str) -> Result<()> {
 pub fn run_suite(suite: &str) -> Result<()> {
     match suite {
         "planner" => planner(),
+        "kernels" => crate::bench_kernels::kernels(),
         _ => bail!("unknown bench suite `{suite}`\n\n{}", suites_help()),
     }
 }
@@ -131,7 +139,7 @@ fn measure(
     })
 }
 
-fn median(times: &mut [Duration]) -> Duration {
+pub(crate) fn median(times: &mut [Duration]) -> Duration {
     times.sort_unstable();
     times[times.len() / 2]
 }
@@ -145,7 +153,7 @@ fn options(strategy: Strategy, update_early: bool, in_place: bool) -> MemoryOpti
 }
 
 /// Milliseconds with two decimals: `12.34ms`.
-fn millis(time: Duration) -> String {
+pub(crate) fn millis(time: Duration) -> String {
     format!("{:.2}ms", time.as_secs_f64() * 1e3)
 }
 

@@ -2,6 +2,7 @@
 //! This file parses the command line and dispatches to one module per command.
 
 mod bench;
+mod bench_kernels;
 mod cmd;
 mod demo;
 mod test;

@@ -1,0 +1,134 @@
+//! Convolutions as GEMMs over im2col column matrices, per sample and group: forward and
+//! input gradient split the batch over threads, the weight gradient splits output channels.
+
+use crate::gemm::{gemm, Mat};
+use crate::im2col::{col2im, col_cols, col_rows, im2col, is_pointwise};
+use crate::parallel::{for_each_chunk, workers};
+use sprout_core::geometry::Conv2dGeometry;
+
+/// Scratch values one worker needs: a column matrix (none for pointwise convolutions).
+pub fn scratch_per_worker(g: &Conv2dGeometry) -> usize {
+    if is_pointwise(g) {
+        0
+    } else {
+        col_rows(g) * col_cols(g)
+    }
+}
+
+/// Workers for the batch split of the forward and input-gradient passes.
+pub fn batch_workers(threads: usize, g: &Conv2dGeometry) -> usize {
+    workers(threads, g.n, g.macs())
+}
+
+/// The `[c_in/groups, h·w]` planes of sample `n`, group `group`.
+fn input_group<'a>(x: &'a [f32], n: usize, group: usize, g: &Conv2dGeometry) -> &'a [f32] {
+    let len = g.c_in_per_group() * g.h * g.w;
+    &x[(n * g.groups + group) * len..][..len]
+}
+
+/// The column matrix of one sample's group: its input itself when pointwise, else built
+/// in `col`.
+fn columns<'a>(x_group: &'a [f32], col: &'a mut [f32], g: &Conv2dGeometry) -> &'a [f32] {
+    if is_pointwise(g) {
+        x_group
+    } else {
+        im2col(x_group, col, g);
+        col
+    }
+}
+
+/// `[c_out/groups, col_rows]` weights of one group.
+fn weight_group<'a>(w: &'a [f32], group: usize, g: &Conv2dGeometry) -> Mat<'a> {
+    let len = g.c_out_per_group() * col_rows(g);
+    Mat::new(&w[group * len..][..len], g.c_out_per_group(), col_rows(g))
+}
+
+/// `y = conv(x, w) + b`; `scratch` holds `batch_workers · scratch_per_worker` values.
+pub fn conv2d(
+    threads: usize,
+    scratch: &mut [f32],
+    x: &[f32],
+    w: &[f32],
+    b: Option<&[f32]>,
+    y: &mut [f32],
+    g: &Conv2dGeometry,
+) {
+    let workers = batch_workers(threads, g);
+    let inner = (threads / workers).max(1);
+    let (cols, sample_len) = (col_cols(g), g.c_out * col_cols(g));
+    let group_len = g.c_out_per_group() * cols;
+    for_each_chunk(workers, y, sample_len, scratch, scratch_per_worker(g), |first, ys, col| {
+        for (i, y_n) in ys.chunks_mut(sample_len).enumerate() {
+            for (group, y_g) in y_n.chunks_mut(group_len).enumerate() {
+                let beta = match b {
+                    Some(b) => {
+                        let b_g = &b[group * g.c_out_per_group()..];
+                        y_g.chunks_mut(cols).zip(b_g).for_each(|(plane, &v)| plane.fill(v));
+                        1.0
+                    }
+                    None => 0.0,
+                };
+                let x_cols = columns(input_group(x, first + i, group, g), col, g);
+                let x_cols = Mat::new(x_cols, col_rows(g), cols);
+                gemm(inner, weight_group(w, group, g), x_cols, beta, y_g);
+            }
+        }
+    });
+}
+
+/// `dx = convᵀ(dy, w)`: per group, columns `wᵀ·dy` scattered back by col2im.
+pub fn conv2d_grad_input(
+    threads: usize,
+    scratch: &mut [f32],
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    g: &Conv2dGeometry,
+) {
+    let workers = batch_workers(threads, g);
+    let inner = (threads / workers).max(1);
+    let cols = col_cols(g);
+    let (sample_len, group_len) = (g.c_in * g.h * g.w, g.c_in_per_group() * g.h * g.w);
+    let dy_group_len = g.c_out_per_group() * cols;
+    for_each_chunk(workers, dx, sample_len, scratch, scratch_per_worker(g), |first, dxs, col| {
+        for (i, dx_n) in dxs.chunks_mut(sample_len).enumerate() {
+            for (group, dx_g) in dx_n.chunks_mut(group_len).enumerate() {
+                let at = ((first + i) * g.groups + group) * dy_group_len;
+                let dy_g = Mat::new(&dy[at..][..dy_group_len], g.c_out_per_group(), cols);
+                let w_t = weight_group(w, group, g).t();
+                if is_pointwise(g) {
+                    gemm(inner, w_t, dy_g, 0.0, dx_g);
+                } else {
+                    gemm(inner, w_t, dy_g, 0.0, col);
+                    dx_g.fill(0.0);
+                    col2im(col, dx_g, g);
+                }
+            }
+        }
+    });
+}
+
+/// `dw = Σₙ dy·colsᵀ`, samples in turn, each product's rows split over threads; `scratch`
+/// holds `scratch_per_worker` values.
+pub fn conv2d_grad_weight(
+    threads: usize,
+    scratch: &mut [f32],
+    dy: &[f32],
+    x: &[f32],
+    dw: &mut [f32],
+    g: &Conv2dGeometry,
+) {
+    let cols = col_cols(g);
+    let dy_group_len = g.c_out_per_group() * cols;
+    let dw_group_len = g.c_out_per_group() * col_rows(g);
+    dw.fill(0.0);
+    for n in 0..g.n {
+        for (group, dw_g) in dw.chunks_mut(dw_group_len).enumerate() {
+            let at = (n * g.groups + group) * dy_group_len;
+            let dy_g = Mat::new(&dy[at..][..dy_group_len], g.c_out_per_group(), cols);
+            let x_cols = columns(input_group(x, n, group, g), scratch, g);
+            let x_cols_t = Mat::new(x_cols, col_rows(g), cols).t();
+            gemm(threads, dy_g, x_cols_t, 1.0, dw_g);
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! sprout-cpu: the desktop CPU backend. Dense layers and convolutions run as GEMMs
+//! (`matrixmultiply`) over scoped threads; every other kernel is the reference kernel.
+//!
+//! Convolutions lower to GEMM through im2col (pointwise ones multiply their input
+//! directly), except depthwise ones, which run direct loops per plane. The forward and
+//! input-gradient passes split the batch over threads, the rest split output rows.
+//!
+//! ```
+//! use sprout_core::geometry::LinearDims;
+//! use sprout_core::Kernels;
+//! use sprout_cpu::Cpu;
+//!
+//! let mut cpu = Cpu::with_threads(2);
+//! let mut y = [0.0; 2];
+//! let d = LinearDims { n: 1, k: 2, m: 2 };
+//! cpu.linear(&[1.0, 2.0], &[1.0, 0.0, 3.0, -1.0], Some(&[0.5, 0.5]), &mut y, d);
+//! assert_eq!(y, [1.5, 1.5]);
+//! ```
+
+mod conv;
+mod dense;
+mod depthwise;
+mod gemm;
+mod im2col;
+mod parallel;
+mod window;
+
+use depthwise::is_depthwise;
+use sprout_core::geometry::{Conv2dGeometry, LinearDims};
+use sprout_core::Kernels;
+
+/// The CPU backend: how many threads a kernel may use, and the im2col scratch buffer.
+///
+/// Allocation: the first convolution of each new, larger size grows the scratch buffer
+/// (to `threads` column matrices of the largest convolution); after one training step
+/// every later step reuses it and allocates nothing. Worker threads are scoped threads
+/// started per kernel call, only for kernels big enough to repay them.
+#[derive(Clone, Debug)]
+pub struct Cpu {
+    threads: usize,
+    scratch: Vec<f32>,
+}
+
+impl Cpu {
+    /// A backend using every core `std::thread::available_parallelism` reports.
+    pub fn new() -> Self {
+        Self::with_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// A backend using at most `threads` threads (at least one).
+    pub fn with_threads(threads: usize) -> Self {
+        Self { threads: threads.max(1), scratch: Vec::new() }
+    }
+
+    /// Threads a kernel may use.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The scratch buffer, grown to at least `len` values.
+    fn scratch(&mut self, len: usize) -> &mut [f32] {
+        if self.scratch.len() < len {
+            self.scratch.resize(len, 0.0);
+        }
+        &mut self.scratch[..len]
+    }
+}
+
+impl Default for Cpu {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Kernels for Cpu {
+    fn linear(&mut self, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearDims) {
+        dense::linear(self.threads, x, w, b, y, d)
+    }
+    fn linear_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], d: LinearDims) {
+        dense::linear_grad_input(self.threads, dy, w, dx, d)
+    }
+    fn linear_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], d: LinearDims) {
+        dense::linear_grad_weight(self.threads, dy, x, dw, d)
+    }
+    fn conv2d(
+        &mut self,
+        x: &[f32],
+        w: &[f32],
+        b: Option<&[f32]>,
+        y: &mut [f32],
+        g: &Conv2dGeometry,
+    ) {
+        if is_depthwise(g) {
+            return depthwise::conv2d(self.threads, x, w, b, y, g);
+        }
+        let threads = self.threads;
+        let scratch = self.scratch(conv::batch_workers(threads, g) * conv::scratch_per_worker(g));
+        conv::conv2d(threads, scratch, x, w, b, y, g)
+    }
+    fn conv2d_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
+        if is_depthwise(g) {
+            return depthwise::conv2d_grad_input(self.threads, dy, w, dx, g);
+        }
+        let threads = self.threads;
+        let scratch = self.scratch(conv::batch_workers(threads, g) * conv::scratch_per_worker(g));
+        conv::conv2d_grad_input(threads, scratch, dy, w, dx, g)
+    }
+    fn conv2d_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], g: &Conv2dGeometry) {
+        if is_depthwise(g) {
+            return depthwise::conv2d_grad_weight(self.threads, dy, x, dw, g);
+        }
+        let threads = self.threads;
+        let scratch = self.scratch(conv::scratch_per_worker(g));
+        conv::conv2d_grad_weight(threads, scratch, dy, x, dw, g)
+    }
+}

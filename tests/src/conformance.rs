@@ -1,0 +1,468 @@
+//! The backend conformance suite: every kernel of [`Kernels`] run on a backend and on
+//! [`Reference`] with the same random inputs, over shapes chosen to reach every code path.
+//!
+//! Tolerance. Kernels that compute each output from a fixed expression of a few inputs
+//! (activations and their gradients, max pooling, dropout, add/copy/fill/accumulate, batch
+//! norm eval/apply, the MSE gradient, the optimizer updates) must match bit for bit: they
+//! leave a backend no freedom in the order of operations. Kernels that sum (dense layers,
+//! convolutions, average pooling, batch-norm statistics and gradients, softmax, losses,
+//! sums of squares) may add in another order, so they must satisfy
+//! `|got − want| <= 1e-5 + 1e-4 · |want|` element by element: f32 addition in a different
+//! order errs by about `terms · 2⁻²⁴` relative to the sum of magnitudes, under 1e-5 for
+//! the few hundred terms of these cases, and the absolute part covers sums that cancel to
+//! near zero. [`check_reference`] runs the suite with both tolerances bit-exact.
+
+use sprout_core::geometry::{
+    window_output, AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig,
+    LinearDims, Pool2dGeometry, RowDims, SgdConfig,
+};
+use sprout_core::rng::SplitMix;
+use sprout_core::{Kernels, Reference};
+
+/// How far a backend's output may stray from the reference's: `|got − want| <= abs + rel ·
+/// |want|`, or equal bits (which also accepts matching NaNs and infinities).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance {
+    pub abs: f32,
+    pub rel: f32,
+}
+
+/// Bit-for-bit equality.
+pub const EXACT: Tolerance = Tolerance { abs: 0.0, rel: 0.0 };
+/// Kernels that sum in a backend-chosen order (see the module docs).
+pub const REDUCTION: Tolerance = Tolerance { abs: 1e-5, rel: 1e-4 };
+
+impl Tolerance {
+    fn accepts(self, got: f32, want: f32) -> bool {
+        got.to_bits() == want.to_bits() || (got - want).abs() <= self.abs + self.rel * want.abs()
+    }
+}
+
+/// Runs every conformance case on a backend from `make`; panics naming the backend,
+/// kernel, case and element at the first disagreement with [`Reference`].
+pub fn check_backend<K: Kernels>(make: impl Fn() -> K, name: &str) {
+    Suite::new(make(), name, REDUCTION).run_all();
+    // A fresh backend meets the conv shapes in the other order: scratch grows, then shrinks.
+    let mut fresh = Suite::new(make(), name, REDUCTION);
+    conv_cases().iter().rev().for_each(|g| fresh.conv(g));
+}
+
+/// Runs the suite on `Reference` against itself, demanding bit-exact agreement everywhere:
+/// shows the suite is deterministic and calls both sides alike.
+pub fn check_reference() {
+    Suite::new(Reference, "reference", EXACT).run_all();
+}
+
+/// Convolution cases: non-square inputs and kernels, stride 2 and mixed strides, padding
+/// (wider than half the kernel too), groups 2, depthwise with and without stride, grouped
+/// with a channel multiplier, pointwise, and one big enough to be split over threads.
+pub fn conv_cases() -> Vec<Conv2dGeometry> {
+    #[rustfmt::skip]
+    let raw = [
+        // n, c_in, h, w, c_out, kh, kw, stride, padding, groups
+        (2, 3, 7, 6, 4, 3, 3, (1, 1), (1, 1), 1),
+        (1, 4, 9, 9, 6, 3, 3, (2, 2), (1, 1), 2),
+        (2, 5, 8, 7, 5, 3, 3, (1, 2), (1, 0), 5),
+        (2, 4, 9, 8, 4, 3, 3, (2, 2), (1, 1), 4),
+        (3, 6, 5, 5, 8, 1, 1, (1, 1), (0, 0), 1),
+        (1, 4, 6, 6, 3, 1, 1, (2, 2), (0, 0), 1),
+        (1, 3, 8, 8, 6, 3, 3, (2, 2), (0, 0), 3),
+        (2, 2, 5, 4, 3, 2, 3, (1, 1), (0, 1), 1),
+        (1, 2, 4, 4, 2, 3, 3, (1, 1), (2, 2), 1),
+        (4, 8, 16, 16, 16, 3, 3, (1, 1), (1, 1), 2),
+        (4, 16, 32, 32, 16, 3, 3, (1, 1), (1, 1), 16),
+    ];
+    raw.into_iter()
+        .map(|(n, c_in, h, w, c_out, kh, kw, stride, padding, groups)| {
+            let out = |size, k, s, p| window_output(size, k, s, p).expect("a valid window");
+            let g = Conv2dGeometry {
+                n,
+                c_in,
+                h,
+                w,
+                c_out,
+                kh,
+                kw,
+                stride,
+                padding,
+                groups,
+                out_h: out(h, kh, stride.0, padding.0),
+                out_w: out(w, kw, stride.1, padding.1),
+            };
+            g.check().expect("a valid conv case");
+            g
+        })
+        .collect()
+}
+
+/// One backend under test, the reference, and the inputs' random source.
+struct Suite<K> {
+    backend: K,
+    name: String,
+    reduction: Tolerance,
+    rng: SplitMix,
+}
+
+/// A kernel call, made once on the backend and once on the reference.
+type Call<'a> = dyn Fn(&mut dyn Kernels, &mut [Vec<f32>]) + 'a;
+
+impl<K: Kernels> Suite<K> {
+    fn new(backend: K, name: &str, reduction: Tolerance) -> Self {
+        Self { backend, name: name.to_string(), reduction, rng: SplitMix::new(0x5eed) }
+    }
+
+    fn run_all(&mut self) {
+        conv_cases().iter().for_each(|g| self.conv(g));
+        for (n, k, m) in [(1, 1, 1), (3, 5, 7), (8, 33, 10), (64, 64, 128)] {
+            self.linear(LinearDims { n, k, m });
+        }
+        self.activations();
+        self.pooling();
+        self.batch_norm(ChannelDims { outer: 3, channels: 4, inner: 7 });
+        self.batch_norm(ChannelDims { outer: 5, channels: 6, inner: 1 });
+        self.dropout();
+        self.softmax_and_losses();
+        self.vector_ops();
+        self.optimizers();
+    }
+
+    fn random(&mut self, len: usize, low: f32, high: f32) -> Vec<f32> {
+        (0..len).map(|_| self.rng.uniform(low, high)).collect()
+    }
+
+    fn nans(len: usize) -> Vec<f32> {
+        vec![f32::NAN; len]
+    }
+
+    /// Runs `call` on the backend and on the reference, each over its own copy of
+    /// `buffers` (outputs start as NaN, so an output left unwritten shows), and compares
+    /// every buffer afterwards.
+    fn compare(
+        &mut self,
+        kernel: &str,
+        case: &str,
+        tol: Tolerance,
+        buffers: Vec<Vec<f32>>,
+        call: &Call<'_>,
+    ) {
+        let mut got = buffers.clone();
+        let mut want = buffers;
+        call(&mut self.backend, &mut got);
+        call(&mut Reference, &mut want);
+        for (index, (got, want)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(got.len(), want.len());
+            for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    tol.accepts(a, b),
+                    "{}: {kernel} ({case}): buffer {index} element {i}: got {a}, reference {b} \
+                     (tolerance {tol:?})",
+                    self.name
+                );
+            }
+        }
+    }
+
+    fn conv(&mut self, g: &Conv2dGeometry) {
+        let case = format!("{g:?}");
+        let tol = self.reduction;
+        let x = self.random(g.input_len(), -1.0, 1.0);
+        let w = self.random(g.weight_len(), -1.0, 1.0);
+        let b = self.random(g.c_out, -1.0, 1.0);
+        let dy = self.random(g.output_len(), -1.0, 1.0);
+        let y = Self::nans(g.output_len());
+        self.compare("conv2d", &case, tol, vec![y.clone()], &|k, o| {
+            k.conv2d(&x, &w, Some(&b), &mut o[0], g)
+        });
+        self.compare("conv2d without bias", &case, tol, vec![y], &|k, o| {
+            k.conv2d(&x, &w, None, &mut o[0], g)
+        });
+        self.compare("conv2d_grad_input", &case, tol, vec![Self::nans(x.len())], &|k, o| {
+            k.conv2d_grad_input(&dy, &w, &mut o[0], g)
+        });
+        self.compare("conv2d_grad_weight", &case, tol, vec![Self::nans(w.len())], &|k, o| {
+            k.conv2d_grad_weight(&dy, &x, &mut o[0], g)
+        });
+        let d = ChannelDims { outer: g.n, channels: g.c_out, inner: g.out_h * g.out_w };
+        self.compare("bias_grad", &case, tol, vec![Self::nans(g.c_out)], &|k, o| {
+            k.bias_grad(&dy, &mut o[0], d)
+        });
+    }
+
+    fn linear(&mut self, d: LinearDims) {
+        let case = format!("{d:?}");
+        let tol = self.reduction;
+        let x = self.random(d.n * d.k, -1.0, 1.0);
+        let w = self.random(d.m * d.k, -1.0, 1.0);
+        let b = self.random(d.m, -1.0, 1.0);
+        let dy = self.random(d.n * d.m, -1.0, 1.0);
+        let y = Self::nans(d.n * d.m);
+        self.compare("linear", &case, tol, vec![y.clone()], &|k, o| {
+            k.linear(&x, &w, Some(&b), &mut o[0], d)
+        });
+        self.compare("linear without bias", &case, tol, vec![y], &|k, o| {
+            k.linear(&x, &w, None, &mut o[0], d)
+        });
+        self.compare("linear_grad_input", &case, tol, vec![Self::nans(x.len())], &|k, o| {
+            k.linear_grad_input(&dy, &w, &mut o[0], d)
+        });
+        self.compare("linear_grad_weight", &case, tol, vec![Self::nans(w.len())], &|k, o| {
+            k.linear_grad_weight(&dy, &x, &mut o[0], d)
+        });
+    }
+
+    /// Inputs in `[-2, 8)` with exact zeros and sixes, where relu and relu6 switch.
+    fn activations(&mut self) {
+        let mut x = self.random(301, -2.0, 8.0);
+        x.iter_mut().step_by(7).for_each(|v| *v = 0.0);
+        x.iter_mut().skip(3).step_by(11).for_each(|v| *v = 6.0);
+        let dy = self.random(x.len(), -1.0, 1.0);
+        let out = Self::nans(x.len());
+        let case = "301 values";
+        for six in [false, true] {
+            let (name, grad, grad_in_place) = match six {
+                false => ("relu", "relu_grad", "relu_grad_in_place"),
+                true => ("relu6", "relu6_grad", "relu6_grad_in_place"),
+            };
+            let mut y = x.clone();
+            match six {
+                false => Reference.relu_in_place(&mut y),
+                true => Reference.relu6_in_place(&mut y),
+            }
+            self.compare(name, case, EXACT, vec![out.clone()], &|k, o| match six {
+                false => k.relu(&x, &mut o[0]),
+                true => k.relu6(&x, &mut o[0]),
+            });
+            self.compare(&format!("{name}_in_place"), case, EXACT, vec![x.clone()], &|k, o| {
+                match six {
+                    false => k.relu_in_place(&mut o[0]),
+                    true => k.relu6_in_place(&mut o[0]),
+                }
+            });
+            self.compare(grad, case, EXACT, vec![out.clone()], &|k, o| match six {
+                false => k.relu_grad(&y, &dy, &mut o[0]),
+                true => k.relu6_grad(&y, &dy, &mut o[0]),
+            });
+            self.compare(grad_in_place, case, EXACT, vec![dy.clone()], &|k, o| match six {
+                false => k.relu_grad_in_place(&y, &mut o[0]),
+                true => k.relu6_grad_in_place(&y, &mut o[0]),
+            });
+        }
+    }
+
+    fn pooling(&mut self) {
+        #[rustfmt::skip]
+        let cases = [
+            // n, c, h, w, kh, kw, stride, padding, count_include_pad
+            (2, 3, 6, 6, 2, 2, (2, 2), (0, 0), true),
+            (1, 2, 7, 5, 3, 3, (2, 2), (1, 1), false),
+            (1, 2, 7, 5, 3, 3, (2, 1), (1, 1), true),
+            (2, 1, 5, 5, 3, 2, (1, 1), (1, 0), true),
+        ];
+        for (n, c, h, w, kh, kw, stride, padding, count_include_pad) in cases {
+            let out = |size, k, s, p| window_output(size, k, s, p).expect("a valid window");
+            let g = Pool2dGeometry {
+                n,
+                c,
+                h,
+                w,
+                kh,
+                kw,
+                stride,
+                padding,
+                count_include_pad,
+                out_h: out(h, kh, stride.0, padding.0),
+                out_w: out(w, kw, stride.1, padding.1),
+            };
+            g.check().expect("a valid pool case");
+            let case = format!("{g:?}");
+            let x = self.random(g.input_len(), -1.0, 1.0);
+            let dy = self.random(g.output_len(), -1.0, 1.0);
+            let (y, dx) = (Self::nans(g.output_len()), Self::nans(g.input_len()));
+            self.compare("max_pool2d", &case, EXACT, vec![y.clone()], &|k, o| {
+                k.max_pool2d(&x, &mut o[0], &g)
+            });
+            self.compare("max_pool2d_grad", &case, self.reduction, vec![dx.clone()], &|k, o| {
+                k.max_pool2d_grad(&x, &dy, &mut o[0], &g)
+            });
+            self.compare("avg_pool2d", &case, self.reduction, vec![y], &|k, o| {
+                k.avg_pool2d(&x, &mut o[0], &g)
+            });
+            self.compare("avg_pool2d_grad", &case, self.reduction, vec![dx], &|k, o| {
+                k.avg_pool2d_grad(&dy, &mut o[0], &g)
+            });
+        }
+        let d = ChannelDims { outer: 3, channels: 4, inner: 10 };
+        let x = self.random(d.len(), -1.0, 1.0);
+        let dy = self.random(d.outer * d.channels, -1.0, 1.0);
+        let case = format!("{d:?}");
+        self.compare(
+            "global_avg_pool",
+            &case,
+            self.reduction,
+            vec![Self::nans(dy.len())],
+            &|k, o| k.global_avg_pool(&x, &mut o[0], d),
+        );
+        self.compare("global_avg_pool_grad", &case, EXACT, vec![Self::nans(x.len())], &|k, o| {
+            k.global_avg_pool_grad(&dy, &mut o[0], d)
+        });
+    }
+
+    fn batch_norm(&mut self, d: ChannelDims) {
+        let case = format!("{d:?}");
+        let tol = self.reduction;
+        let cfg = BatchNormConfig::default();
+        let c = d.channels;
+        let x = self.random(d.len(), -2.0, 3.0);
+        let dy = self.random(d.len(), -1.0, 1.0);
+        let gamma = self.random(c, 0.5, 1.5);
+        let beta = self.random(c, -0.5, 0.5);
+        let mean = self.random(c, -0.5, 0.5);
+        let var = self.random(c, 0.5, 1.5);
+        let (y, stat) = (Self::nans(d.len()), Self::nans(c));
+        let train_state = vec![mean.clone(), var.clone(), y.clone(), stat.clone(), stat.clone()];
+        self.compare("batch_norm_train", &case, tol, train_state, &|k, o| {
+            let [m, v, y, sm, si] = o else { unreachable!("five buffers") };
+            k.batch_norm_train(&x, &gamma, &beta, m, v, y, sm, si, d, cfg)
+        });
+        let in_place = vec![x.clone(), mean.clone(), var.clone(), stat.clone(), stat.clone()];
+        self.compare("batch_norm_train_in_place", &case, tol, in_place, &|k, o| {
+            let [x, m, v, sm, si] = o else { unreachable!("five buffers") };
+            k.batch_norm_train_in_place(x, &gamma, &beta, m, v, sm, si, d, cfg)
+        });
+        self.compare("batch_norm_eval", &case, EXACT, vec![y.clone()], &|k, o| {
+            k.batch_norm_eval(&x, &gamma, &beta, &mean, &var, &mut o[0], d, cfg)
+        });
+        self.compare("batch_norm_eval_in_place", &case, EXACT, vec![x.clone()], &|k, o| {
+            k.batch_norm_eval_in_place(&mut o[0], &gamma, &beta, &mean, &var, d, cfg)
+        });
+        // The saved statistics of a training pass, from the reference.
+        let (mut m, mut v, mut out) = (mean.clone(), var.clone(), y.clone());
+        let (mut saved_mean, mut saved_invstd) = (stat.clone(), stat.clone());
+        Reference.batch_norm_train(
+            &x,
+            &gamma,
+            &beta,
+            &mut m,
+            &mut v,
+            &mut out,
+            &mut saved_mean,
+            &mut saved_invstd,
+            d,
+            cfg,
+        );
+        self.compare("batch_norm_apply", &case, EXACT, vec![y], &|k, o| {
+            k.batch_norm_apply(&x, &gamma, &beta, &saved_mean, &saved_invstd, &mut o[0], d)
+        });
+        self.compare("batch_norm_grad_input", &case, tol, vec![Self::nans(d.len())], &|k, o| {
+            k.batch_norm_grad_input(&dy, &x, &gamma, &saved_mean, &saved_invstd, &mut o[0], d)
+        });
+        self.compare("batch_norm_grad_params", &case, tol, vec![stat.clone(), stat], &|k, o| {
+            let [dgamma, dbeta] = o else { unreachable!("two buffers") };
+            k.batch_norm_grad_params(&dy, &x, &saved_mean, &saved_invstd, dgamma, dbeta, d)
+        });
+    }
+
+    fn dropout(&mut self) {
+        let x = self.random(500, -1.0, 1.0);
+        for (p, step) in [(0.3, 5), (0.0, 1), (0.9, 77)] {
+            let cfg = DropoutConfig { p, seed: 9 };
+            let case = format!("{cfg:?}, step {step}");
+            let out = Self::nans(x.len());
+            self.compare("dropout", &case, EXACT, vec![out.clone()], &|k, o| {
+                k.dropout(&x, &mut o[0], cfg, step)
+            });
+            self.compare("dropout_in_place", &case, EXACT, vec![x.clone()], &|k, o| {
+                k.dropout_in_place(&mut o[0], cfg, step)
+            });
+            self.compare("dropout_grad", &case, EXACT, vec![out], &|k, o| {
+                k.dropout_grad(&x, &mut o[0], cfg, step)
+            });
+        }
+    }
+
+    fn softmax_and_losses(&mut self) {
+        let tol = self.reduction;
+        let d = RowDims { rows: 5, cols: 7 };
+        let case = format!("{d:?}");
+        let x = self.random(d.rows * d.cols, -4.0, 4.0);
+        let dy = self.random(x.len(), -1.0, 1.0);
+        let mut y = Self::nans(x.len());
+        Reference.softmax(&x, &mut y, d);
+        let out = Self::nans(x.len());
+        self.compare("softmax", &case, tol, vec![out.clone()], &|k, o| k.softmax(&x, &mut o[0], d));
+        self.compare("softmax_grad", &case, tol, vec![out.clone()], &|k, o| {
+            k.softmax_grad(&y, &dy, &mut o[0], d)
+        });
+        let labels = [0, 6, 3, 3, 1];
+        let dloss = [0.7];
+        self.compare("cross_entropy", &case, tol, vec![Self::nans(1)], &|k, o| {
+            k.cross_entropy(&x, &labels, &mut o[0], d).expect("labels in range")
+        });
+        self.compare("cross_entropy_grad", &case, tol, vec![out.clone()], &|k, o| {
+            k.cross_entropy_grad(&x, &labels, &dloss, &mut o[0], d).expect("labels in range")
+        });
+        for bad in [[0, 7, 3, 3, 1], [0, 1, -1, 3, 1]] {
+            let mut loss = [0.0];
+            let mut grad = out.clone();
+            assert_eq!(
+                self.backend.cross_entropy(&x, &bad, &mut loss, d),
+                Reference.cross_entropy(&x, &bad, &mut [0.0], d),
+                "{}: cross_entropy with labels {bad:?}",
+                self.name
+            );
+            assert_eq!(
+                self.backend.cross_entropy_grad(&x, &bad, &dloss, &mut grad, d),
+                Reference.cross_entropy_grad(&x, &bad, &dloss, &mut out.clone(), d),
+                "{}: cross_entropy_grad with labels {bad:?}",
+                self.name
+            );
+        }
+        let target = self.random(x.len(), -4.0, 4.0);
+        self.compare("mse", &case, tol, vec![Self::nans(1)], &|k, o| k.mse(&x, &target, &mut o[0]));
+        self.compare("mse_grad", &case, EXACT, vec![out], &|k, o| {
+            k.mse_grad(&x, &target, &dloss, &mut o[0])
+        });
+    }
+
+    fn vector_ops(&mut self) {
+        let case = "257 values";
+        let a = self.random(257, -1.0, 1.0);
+        let b = self.random(a.len(), -1.0, 1.0);
+        let out = Self::nans(a.len());
+        self.compare("add", case, EXACT, vec![out.clone()], &|k, o| k.add(&a, &b, &mut o[0]));
+        self.compare("copy", case, EXACT, vec![out.clone()], &|k, o| k.copy(&a, &mut o[0]));
+        self.compare("fill", case, EXACT, vec![out], &|k, o| k.fill(&mut o[0], -0.25));
+        self.compare("accumulate", case, EXACT, vec![a.clone()], &|k, o| {
+            k.accumulate(&mut o[0], &b, 0.5)
+        });
+        self.compare("sum_squares", case, self.reduction, vec![vec![1.5]], &|k, o| {
+            k.sum_squares(&a, &mut o[0])
+        });
+    }
+
+    fn optimizers(&mut self) {
+        let param = self.random(129, -1.0, 1.0);
+        let grad = self.random(param.len(), -1.0, 1.0);
+        let state = self.random(param.len(), -0.1, 0.1);
+        let second = self.random(param.len(), 0.0, 0.01);
+        for (momentum, nesterov) in [(0.0, false), (0.9, false), (0.9, true)] {
+            let cfg = SgdConfig { momentum, weight_decay: 1e-3, nesterov };
+            let case = format!("{cfg:?}");
+            let buffers = vec![param.clone(), state.clone()];
+            self.compare("sgd_update", &case, EXACT, buffers, &|k, o| {
+                let [p, m] = o else { unreachable!("two buffers") };
+                let m = (momentum > 0.0).then_some(&mut m[..]);
+                k.sgd_update(p, &grad, m, 0.05, 0.5, cfg)
+            });
+        }
+        for step in [1, 3] {
+            let cfg = AdamWConfig::default();
+            let case = format!("{cfg:?}, step {step}");
+            let buffers = vec![param.clone(), state.clone(), second.clone()];
+            self.compare("adamw_update", &case, EXACT, buffers, &|k, o| {
+                let [p, m, v] = o else { unreachable!("three buffers") };
+                k.adamw_update(p, &grad, m, v, 1e-3, 1.0, step, cfg)
+            });
+        }
+    }
+}
