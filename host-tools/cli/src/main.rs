@@ -1,6 +1,7 @@
 //! `sprout`: the command line of the sprout runtime. This file holds the command-line
 //! definitions and dispatches to one module per command.
 
+mod data_cmd;
 mod picture;
 mod plan_cmd;
 mod report;
@@ -24,12 +25,16 @@ enum Command {
     /// Compile a zoo model's training step and show its memory plan: arena against the lower
     /// bound, FLOPs, the largest buffers and a picture of the arena over time.
     Plan(plan_cmd::PlanArgs),
+    /// Make data sets: `sprout data leaves` writes synthetic plant-leaf photos in train/val
+    /// folders per class.
+    Data(data_cmd::DataArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Plan(args) => plan_cmd::run(args),
+        Command::Data(args) => data_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,35 @@
+//! `DataError`: everything that can go wrong generating, reading or batching a data set, each
+//! message naming the file, folder or class at fault.
+
+use std::path::PathBuf;
+
+/// A data-set failure.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// A class name the generator does not draw.
+    #[error("unknown class '{class}' for the {domain} domain (known: {known})")]
+    UnknownClass { class: String, domain: String, known: String },
+    /// A generator setting out of range.
+    #[error("invalid leaf configuration: {0}")]
+    Config(String),
+    /// Reading or writing a file or folder failed.
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    /// A file that is not a readable PNG or JPEG image.
+    #[error("cannot decode image {}: {reason}", path.display())]
+    Decode { path: PathBuf, reason: String },
+    /// Writing an image failed.
+    #[error("cannot encode image {}: {reason}", path.display())]
+    Encode { path: PathBuf, reason: String },
+    /// A folder that is not laid out as one sub-folder of images per class.
+    #[error("bad data-set layout at {}: {detail}", path.display())]
+    Layout { path: PathBuf, detail: String },
+}
+
+impl DataError {
+    /// Wraps an I/O error with the path it concerns.
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| Self::Io { path, source }
+    }
+}
