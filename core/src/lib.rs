@@ -81,6 +81,8 @@ pub mod optim;
 #[cfg(feature = "alloc")]
 mod passes;
 #[cfg(feature = "alloc")]
+mod rebatch;
+#[cfg(feature = "alloc")]
 pub mod training;
 
 pub use backend::{Kernels, Reference};

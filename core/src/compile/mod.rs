@@ -8,6 +8,8 @@ pub use owned::{Binding, HostMemory, Plan, PlanStats, UnknownTensor};
 
 use crate::graph::{Graph, GraphError, Phase};
 use crate::lower::{lower, Mode};
+use crate::op::Op;
+use crate::tensor::Role;
 use crate::tensor::TensorId;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -47,7 +49,7 @@ pub fn compile_outputs(
         graph.check_id(o)?;
     }
     let needed = ancestors(graph, outputs);
-    compile(graph, &needed, mode, 1, outputs, &PlacementOptions::default())
+    compile(graph, &needed, Kind::Outputs(mode), 1, outputs, &PlacementOptions::default())
 }
 
 /// Compiles a differentiated graph with its optimizer steps in training mode; the loss
@@ -67,7 +69,7 @@ pub(crate) fn compile_training(
     for (i, node) in graph.nodes().iter().enumerate() {
         needed[i] |= node.outputs.is_empty();
     }
-    compile(graph, &needed, Mode::Train, accumulation, &[loss], options)
+    compile(graph, &needed, Kind::TrainingStep, accumulation, &[loss], options)
 }
 
 /// Marks the nodes whose outputs `roots` depend on.
@@ -101,24 +103,65 @@ pub(crate) struct Lowered {
     pub per_update: bool,
 }
 
+/// What a compile is for.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A whole training step: frozen batch norms run as in evaluation.
+    TrainingStep,
+    /// Some outputs, every node in the given mode.
+    Outputs(Mode),
+}
+
 fn compile(
     graph: &Graph,
     needed: &[bool],
-    mode: Mode,
+    step: Kind,
     accumulation: u32,
     keep: &[TensorId],
     options: &PlacementOptions,
 ) -> Result<Plan, GraphError> {
+    let mode = match step {
+        Kind::TrainingStep => Mode::Train,
+        Kind::Outputs(mode) => mode,
+    };
     let per_update = |phase: Phase| accumulation > 1 && phase == Phase::Update;
+    let frozen = match step {
+        Kind::TrainingStep => frozen_batch_norms(graph, needed),
+        Kind::Outputs(_) => vec![false; graph.nodes().len()],
+    };
     let mut lowered: Vec<Lowered> = Vec::new();
     // Micro-batch steps first, then the update program: one timeline for the planner.
     for update_program in [false, true] {
         for (i, node) in graph.nodes().iter().enumerate() {
             if needed[i] && per_update(node.phase) == update_program {
-                let (kernel, operands) = lower(graph, node, mode);
+                let node_mode = if frozen[i] { Mode::Eval } else { mode };
+                let (kernel, operands) = lower(graph, node, node_mode);
                 lowered.push(Lowered { node: i, kernel, operands, per_update: update_program });
             }
         }
     }
     layout::place(graph, lowered, accumulation, keep, options)
+}
+
+/// Batch-norm nodes that are wholly frozen: scale and shift are not trained and no gradient
+/// flows back through them (nothing reads their saved statistics). Like `model.eval()` on
+/// a frozen backbone in PyTorch, they normalise with their running statistics even while
+/// training, and those statistics stay as they are.
+fn frozen_batch_norms(graph: &Graph, needed: &[bool]) -> Vec<bool> {
+    let mut read = vec![false; graph.tensors().len()];
+    for (_, node) in graph.nodes().iter().enumerate().filter(|(i, _)| needed[*i]) {
+        for t in &node.inputs {
+            read[t.index()] = true;
+        }
+    }
+    let frozen_param = |t: &TensorId| graph.tensor(*t).role == Role::FrozenParam;
+    graph
+        .nodes()
+        .iter()
+        .map(|node| {
+            matches!(node.op, Op::BatchNorm2d(_))
+                && node.inputs[1..].iter().all(frozen_param)
+                && node.outputs[1..].iter().all(|t| !read[t.index()])
+        })
+        .collect()
 }

@@ -76,20 +76,33 @@ impl Plan {
         self.binding(name).map(|b| b.operand).ok_or_else(|| UnknownTensor { name: name.into() })
     }
 
-    /// Copies every parameter and buffer that `other` also has (matched by name) from this
-    /// plan's memory into `other`'s: how trained weights move from a training plan to an
-    /// evaluation plan.
-    pub fn copy_weights(&self, memory: &HostMemory, other: &Plan, other_memory: &mut HostMemory) {
+    /// Copies every parameter and buffer that `other` also has (same name, length and type)
+    /// from this plan's memory into `other`'s, and says how many: how trained weights move
+    /// from a training plan to an evaluation plan, or a pretrained backbone under a new head.
+    pub fn copy_weights(
+        &self,
+        memory: &HostMemory,
+        other: &Plan,
+        other_memory: &mut HostMemory,
+    ) -> usize {
         let is_weight =
             |r: Role| matches!(r, Role::FrozenParam | Role::TrainableParam | Role::Buffer);
+        let mut copied = 0;
         for to in other.bindings.iter().filter(|b| is_weight(b.role)) {
-            if let Some(from) = self.binding(&to.name).filter(|b| is_weight(b.role)) {
+            let same = |from: &&Binding| {
+                is_weight(from.role)
+                    && from.operand.len == to.operand.len
+                    && from.operand.dtype == to.operand.dtype
+            };
+            if let Some(from) = self.binding(&to.name).filter(same) {
                 let src =
                     &memory.region(from.operand.region)[from.operand.offset..from.operand.end()];
                 other_memory.region_mut(to.operand.region)[to.operand.offset..to.operand.end()]
                     .copy_from_slice(src);
+                copied += 1;
             }
         }
+        copied
     }
 
     /// Region images holding the initial values of weights, buffers and optimizer state.

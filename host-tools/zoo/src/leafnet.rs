@@ -48,7 +48,7 @@ const LAST: usize = 192;
 const DROPOUT: f32 = 0.2;
 
 /// Records the model on `x[N, CHANNELS, SIZE, SIZE]`.
-pub(crate) fn record(g: &mut Graph, x: TensorId) -> Result<Head, GraphError> {
+pub(crate) fn record(g: &mut Graph, x: TensorId, classes: usize) -> Result<Head, GraphError> {
     let mut h = conv_bn_act(g, "features.0", x, Conv::new(STEM, 3).stride(2), Graph::relu6)?;
     let mut index = 1;
     for (t, c, n, s) in STAGES {
@@ -60,7 +60,7 @@ pub(crate) fn record(g: &mut Graph, x: TensorId) -> Result<Head, GraphError> {
     }
     let h = conv_bn_act(g, &format!("features.{index}"), h, Conv::new(LAST, 1), Graph::relu6)?;
     let h = g.global_avg_pool("pool", h)?;
-    classifier(g, "classifier.0", "classifier.1", h, DROPOUT, CLASS_NAMES.len())
+    classifier(g, "classifier.0", "classifier.1", h, DROPOUT, classes)
 }
 
 /// MobileNetV2's block: expand (unless `expansion` is 1), depthwise, project, and a residual

@@ -139,13 +139,23 @@ impl fmt::Display for Architecture {
 /// Records `arch` for batches of `batch` samples; `seed` drives the initial weights and the
 /// dropout masks.
 pub fn build(arch: Architecture, batch: usize, seed: u64) -> Result<ZooModel, GraphError> {
+    build_with_classes(arch, batch, arch.classes(), seed)
+}
+
+/// [`build`] with a head for `classes` classes (pretraining on another label set, say).
+pub fn build_with_classes(
+    arch: Architecture,
+    batch: usize,
+    classes: usize,
+    seed: u64,
+) -> Result<ZooModel, GraphError> {
     let mut graph = Graph::new(seed);
     let input = graph.input("input", arch.input_shape(batch))?;
     let labels = graph.labels("labels", batch)?;
     let Head { logits, params: head } = match arch {
-        Architecture::Mlp => mlp::record(&mut graph, input)?,
-        Architecture::ResNet => resnet::record(&mut graph, input)?,
-        Architecture::LeafNet => leafnet::record(&mut graph, input)?,
+        Architecture::Mlp => mlp::record(&mut graph, input, classes)?,
+        Architecture::ResNet => resnet::record(&mut graph, input, classes)?,
+        Architecture::LeafNet => leafnet::record(&mut graph, input, classes)?,
     };
     let loss = graph.cross_entropy("loss", logits, labels)?;
     Ok(ZooModel { graph, input, labels, logits, loss, head })

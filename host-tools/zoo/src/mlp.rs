@@ -27,11 +27,11 @@ const HIDDEN: [usize; 2] = [128, 64];
 const DROPOUT: f32 = 0.1;
 
 /// Records the model on `x[N, FEATURES]`.
-pub(crate) fn record(g: &mut Graph, x: TensorId) -> Result<Head, GraphError> {
+pub(crate) fn record(g: &mut Graph, x: TensorId, classes: usize) -> Result<Head, GraphError> {
     let mut h = x;
     for (i, width) in HIDDEN.into_iter().enumerate() {
         h = nn::linear(g, &format!("features.{}", 2 * i), h, width)?;
         h = g.relu(&format!("features.{}", 2 * i + 1), h)?;
     }
-    classifier(g, "classifier.0", "classifier.1", h, DROPOUT, CLASSES)
+    classifier(g, "classifier.0", "classifier.1", h, DROPOUT, classes)
 }

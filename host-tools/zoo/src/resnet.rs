@@ -34,7 +34,7 @@ const BLOCKS: usize = 2;
 const DROPOUT: f32 = 0.2;
 
 /// Records the model on `x[N, CHANNELS, SIZE, SIZE]`.
-pub(crate) fn record(g: &mut Graph, x: TensorId) -> Result<Head, GraphError> {
+pub(crate) fn record(g: &mut Graph, x: TensorId, classes: usize) -> Result<Head, GraphError> {
     let h = conv_bn(g, "conv1", "bn1", x, Conv::new(STAGES[0], 3))?;
     let mut h = g.relu("relu", h)?;
     for (stage, channels) in STAGES.into_iter().enumerate() {
@@ -44,7 +44,7 @@ pub(crate) fn record(g: &mut Graph, x: TensorId) -> Result<Head, GraphError> {
         }
     }
     let h = g.global_avg_pool("avgpool", h)?;
-    classifier(g, "dropout", "fc", h, DROPOUT, CLASSES)
+    classifier(g, "dropout", "fc", h, DROPOUT, classes)
 }
 
 /// Two 3x3 conv + batch-norm layers and a residual connection around them.
