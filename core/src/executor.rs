@@ -62,6 +62,17 @@ impl Regions<'_> {
     }
 }
 
+/// How far training has come: what a resumed run needs to continue bit for bit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Optimizer updates done.
+    pub updates: u32,
+    /// Micro-batches run (they seed the dropout masks).
+    pub micro_batches: u64,
+    /// Micro-batches accumulated since the last update.
+    pub pending: u32,
+}
+
 /// What a training call did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepOutcome {
@@ -95,6 +106,26 @@ impl<'p, K: Kernels> Executor<'p, K> {
     /// Optimizer updates done so far.
     pub fn updates(&self) -> u32 {
         self.updates
+    }
+
+    /// The training counters, to store in a checkpoint.
+    pub fn progress(&self) -> Progress {
+        Progress { updates: self.updates, micro_batches: self.micro_batches, pending: self.pending }
+    }
+
+    /// Continues from stored counters (a resumed run): AdamW's bias correction, dropout
+    /// masks and gradient accumulation pick up exactly where they stopped.
+    pub fn resume_at(&mut self, progress: Progress) -> Result<(), ExecError> {
+        if progress.pending >= self.plan.accumulation {
+            return Err(ExecError::BadProgress {
+                pending: progress.pending,
+                accumulation: self.plan.accumulation,
+            });
+        }
+        self.updates = progress.updates;
+        self.micro_batches = progress.micro_batches;
+        self.pending = progress.pending;
+        Ok(())
     }
 
     /// Checks that the caller's memory is large enough and aligned.
@@ -351,5 +382,45 @@ mod tests {
         extern crate std;
         let message = std::format!("{err}");
         assert!(message.contains("needs 32 bytes"), "{message}");
+    }
+
+    #[test]
+    fn progress_survives_a_new_executor() {
+        use crate::shape::Shape;
+        use crate::{compile_training_step, nn, Graph, TrainConfig};
+        let mut g = Graph::new(3);
+        let x = g.input("x", Shape::d2(2, 3)).unwrap();
+        let y = g.labels("y", 2).unwrap();
+        let h = nn::linear(&mut g, "fc", x, 2).unwrap();
+        let h = g.dropout("drop", h, crate::geometry::DropoutConfig { p: 0.5, seed: 1 }).unwrap();
+        let loss = g.cross_entropy("loss", h, y).unwrap();
+        let params: alloc::vec::Vec<_> = g.parameters().collect();
+        let cfg = TrainConfig { accumulation: 2, ..TrainConfig::sgd(0.9) };
+        let t = compile_training_step(&g, loss, &params, &cfg).unwrap();
+        let run = |steps: usize, resume: Option<Progress>| {
+            let mut memory = t.plan.initial_memory(&t.graph);
+            let mut exec = Executor::new(t.plan.view(), Reference).unwrap();
+            let mut regions = memory.regions();
+            regions
+                .write(&t.plan.operand("x").unwrap(), &[1.0f32, -2.0, 0.5, 0.3, 0.2, -1.0])
+                .unwrap();
+            regions.write(&t.plan.operand("y").unwrap(), &[1i32, 0]).unwrap();
+            if let Some(p) = resume {
+                exec.resume_at(p).unwrap();
+            }
+            for _ in 0..steps {
+                exec.train_step(&mut regions, 0.1).unwrap();
+            }
+            exec.progress()
+        };
+        let after_three = run(3, None);
+        assert_eq!(after_three, Progress { updates: 1, micro_batches: 3, pending: 1 });
+        assert_eq!(run(5, None), run(2, Some(after_three)));
+        let mut exec = Executor::new(t.plan.view(), Reference).unwrap();
+        let bad = Progress { pending: 2, ..Progress::default() };
+        assert_eq!(
+            exec.resume_at(bad),
+            Err(ExecError::BadProgress { pending: 2, accumulation: 2 })
+        );
     }
 }

@@ -269,6 +269,21 @@ impl Graph {
         self.nodes = nodes;
     }
 
+    /// Gives a parameter or buffer new initial values (a pretrained weight, say).
+    pub fn set_initial_values(&mut self, id: TensorId, values: Vec<f32>) -> Result<(), GraphError> {
+        self.check_id(id)?;
+        let t = &mut self.tensors[id.index()];
+        if values.len() != t.shape.numel() {
+            let (tensor, expected, actual) = (t.name.clone(), t.shape.numel(), values.len());
+            return Err(GraphError::ValueLength { tensor, expected, actual });
+        }
+        if t.init.is_none() {
+            return Err(GraphError::NotAParameter { name: t.name.clone(), role: t.role });
+        }
+        t.init = Some(Init::Values(values));
+        Ok(())
+    }
+
     pub(crate) fn set_role(&mut self, id: TensorId, role: Role) {
         self.tensors[id.index()].role = role;
     }

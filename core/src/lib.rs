@@ -87,7 +87,7 @@ pub mod training;
 
 pub use backend::{Kernels, Reference};
 pub use dispatch::StepContext;
-pub use executor::{Executor, Regions, StepOutcome};
+pub use executor::{Executor, Progress, Regions, StepOutcome};
 pub use plan::{ExecError, Operand, PlanView, Region, RegionSizes, Step};
 pub use shape::Shape;
 pub use tensor::{DType, Role, TensorId};

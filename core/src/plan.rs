@@ -131,6 +131,8 @@ pub enum ExecError {
     ValueLength { expected: usize, actual: usize },
     /// An attempt to write into a read-only region.
     ReadOnly { region: Region },
+    /// Stored progress with more pending micro-batches than the plan accumulates.
+    BadProgress { pending: u32, accumulation: u32 },
 }
 
 impl fmt::Display for ExecError {
@@ -167,6 +169,10 @@ impl fmt::Display for ExecError {
                 write!(f, "the tensor holds {expected} elements, {actual} were given")
             }
             ExecError::ReadOnly { region } => write!(f, "the {region} is read-only"),
+            ExecError::BadProgress { pending, accumulation } => write!(
+                f,
+                "{pending} micro-batches are pending, but the plan updates after {accumulation}"
+            ),
         }
     }
 }

@@ -24,7 +24,9 @@ impl Graph {
             .iter()
             .find(|t| t.role == Role::Input)
             .and_then(|t| t.shape.dim(0))
-            .ok_or_else(|| invalid("", "the graph has no input to take a batch size from".into()))?;
+            .ok_or_else(|| {
+                invalid("", "the graph has no input to take a batch size from".into())
+            })?;
         let mut batched = vec![false; self.tensors().len()];
         for (i, t) in self.tensors().iter().enumerate() {
             batched[i] = matches!(t.role, Role::Input | Role::Label) && t.shape.rank() > 0;
@@ -81,7 +83,8 @@ mod tests {
         let h = nn::conv2d(&mut g, "conv", x, 4, 3, same, false).unwrap();
         let h = nn::batch_norm2d(&mut g, "bn", h).unwrap();
         let h = g.relu("act", h).unwrap();
-        let pool = PoolParams { kernel: (2, 2), stride: (2, 2), padding: (0, 0), count_include_pad: true };
+        let pool =
+            PoolParams { kernel: (2, 2), stride: (2, 2), padding: (0, 0), count_include_pad: true };
         let h = g.max_pool2d("pool", h, pool).unwrap();
         let h = g.flatten("flat", h).unwrap();
         let y = nn::linear(&mut g, "fc", h, 3).unwrap();
@@ -116,7 +119,9 @@ mod tests {
         let x = g.input("x", Shape::d2(2, 4)).unwrap();
         g.reshape("fold", x, Shape::d1(8)).unwrap();
         let err = g.with_batch(3).err().expect("the reshape folds the batch away");
-        assert!(matches!(err, GraphError::Invalid { op: "with_batch", ref node, .. } if node == "fold"));
+        assert!(
+            matches!(err, GraphError::Invalid { op: "with_batch", ref node, .. } if node == "fold")
+        );
     }
 
     #[test]

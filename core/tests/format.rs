@@ -3,7 +3,7 @@
 
 #![cfg(feature = "alloc")]
 
-use sprout_core::format::container::{seal, HEADER_BYTES};
+use sprout_core::format::container::{seal, HEADER_BYTES, MODEL};
 use sprout_core::format::{Preprocessing, WeightValues};
 use sprout_core::geometry::AdamWConfig;
 use sprout_core::op::{ConvParams, PoolParams};
@@ -255,11 +255,14 @@ fn a_rank_five_shape_or_junk_after_the_body_is_refused() {
     let image = body.windows(5).position(|w| w == b"image").unwrap();
     assert_eq!(body[image + 5], 4);
     body[image + 5] = 5;
-    let err = load_model(&seal(&body).unwrap()).unwrap_err();
+    let err = load_model(&seal(MODEL, &body).unwrap()).unwrap_err();
     assert!(matches!(err, FormatError::Body(_)), "{err:?}");
     let mut body = postcard::to_allocvec(&model).unwrap();
     body.push(0);
-    assert_eq!(load_model(&seal(&body).unwrap()), Err(FormatError::TrailingBytes { count: 1 }));
+    assert_eq!(
+        load_model(&seal(MODEL, &body).unwrap()),
+        Err(FormatError::TrailingBytes { count: 1 })
+    );
 }
 
 /// Damaged files, with and without a repaired checksum, never panic the loader, and what
@@ -284,7 +287,7 @@ fn random_damage_never_panics() {
             bytes.truncate(below(bytes.len()));
         }
         if repaired {
-            bytes = seal(&bytes).unwrap();
+            bytes = seal(MODEL, &bytes).unwrap();
         }
         match load_model(&bytes) {
             Ok(loaded) => {

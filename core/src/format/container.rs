@@ -1,9 +1,18 @@
-//! The `.sprout` container: magic, version, body length, body and a CRC-32 over all of it,
-//! checked in that order so a reader never trusts a length it has not bounded.
+//! The framing of sprout's files (`.sprout` models, checkpoints): magic, version, body
+//! length, body and a CRC-32 over all of it, checked in that order so a reader never
+//! trusts a length it has not bounded.
 
 use super::error::FormatError;
 use alloc::vec::Vec;
 use crc::{Crc, CRC_32_ISO_HDLC};
+
+/// Which kind of file a frame holds: its magic bytes and the version this build writes
+/// (and the newest it reads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Framing {
+    pub magic: [u8; 8],
+    pub version: u16,
+}
 
 /// The first eight bytes of every `.sprout` file (PNG's trick: a high byte catches 7-bit
 /// transfers, the newline catches line-ending conversion).
@@ -11,6 +20,9 @@ pub const MAGIC: [u8; 8] = *b"\x89SPROUT\n";
 
 /// The format version this build writes and the newest it reads.
 pub const VERSION: u16 = 1;
+
+/// The `.sprout` model file.
+pub const MODEL: Framing = Framing { magic: MAGIC, version: VERSION };
 
 /// Magic, version (`u16`) and body length (`u32`), all little-endian.
 pub const HEADER_BYTES: usize = 8 + 2 + 4;
@@ -21,11 +33,11 @@ pub const CHECKSUM_BYTES: usize = 4;
 const CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
 
 /// Frames a body: header, body, CRC-32 (IEEE) of everything before it.
-pub fn seal(body: &[u8]) -> Result<Vec<u8>, FormatError> {
+pub fn seal(framing: Framing, body: &[u8]) -> Result<Vec<u8>, FormatError> {
     let len = u32::try_from(body.len()).map_err(|_| FormatError::TooLarge { bytes: body.len() })?;
     let mut out = Vec::with_capacity(HEADER_BYTES + body.len() + CHECKSUM_BYTES);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&framing.magic);
+    out.extend_from_slice(&framing.version.to_le_bytes());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(body);
     let crc = CRC32.checksum(&out);
@@ -34,21 +46,22 @@ pub fn seal(body: &[u8]) -> Result<Vec<u8>, FormatError> {
 }
 
 /// The body of a framed file, after checking magic, version, lengths and checksum.
-pub fn open(bytes: &[u8]) -> Result<&[u8], FormatError> {
+pub fn open(framing: Framing, bytes: &[u8]) -> Result<&[u8], FormatError> {
     let need = |needed: usize| match bytes.len() < needed {
         true => Err(FormatError::Truncated { needed, available: bytes.len() }),
         false => Ok(()),
     };
-    need(MAGIC.len())?;
+    need(framing.magic.len())?;
     let mut found = [0; 8];
     found.copy_from_slice(&bytes[..8]);
-    if found != MAGIC {
+    if found != framing.magic {
         return Err(FormatError::BadMagic { found });
     }
     need(10)?;
     let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-    if version != VERSION {
-        return Err(FormatError::UnsupportedVersion { found: version, supported: VERSION });
+    if version != framing.version {
+        let supported = framing.version;
+        return Err(FormatError::UnsupportedVersion { found: version, supported });
     }
     need(HEADER_BYTES)?;
     let len = u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]);
@@ -78,7 +91,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_layout() {
-        let file = seal(b"hello").unwrap();
+        let file = seal(MODEL, b"hello").unwrap();
         assert_eq!(file.len(), HEADER_BYTES + 5 + CHECKSUM_BYTES);
         assert_eq!(&file[..8], &MAGIC);
         assert_eq!(&file[8..10], &[1, 0]);
@@ -86,25 +99,25 @@ mod tests {
         assert_eq!(&file[14..19], b"hello");
         // The standard CRC-32 check value of "123456789" pins the algorithm.
         assert_eq!(CRC32.checksum(b"123456789"), 0xcbf4_3926);
-        assert_eq!(open(&file).unwrap(), b"hello");
+        assert_eq!(open(MODEL, &file).unwrap(), b"hello");
     }
 
     #[test]
     fn a_huge_announced_length_is_truncation_not_allocation() {
-        let mut file = seal(b"").unwrap();
+        let mut file = seal(MODEL, b"").unwrap();
         file[10..14].copy_from_slice(&u32::MAX.to_le_bytes());
         let expected = HEADER_BYTES + u32::MAX as usize + CHECKSUM_BYTES;
         assert_eq!(
-            open(&file),
+            open(MODEL, &file),
             Err(FormatError::Truncated { needed: expected, available: HEADER_BYTES + 4 })
         );
     }
 
     #[test]
     fn trailing_bytes_are_refused() {
-        let mut file = seal(b"abc").unwrap();
+        let mut file = seal(MODEL, b"abc").unwrap();
         file.extend_from_slice(&[0, 0]);
-        assert_eq!(open(&file), Err(FormatError::TrailingBytes { count: 2 }));
-        assert_eq!(open(&[0x89]), Err(FormatError::Truncated { needed: 8, available: 1 }));
+        assert_eq!(open(MODEL, &file), Err(FormatError::TrailingBytes { count: 2 }));
+        assert_eq!(open(MODEL, &[0x89]), Err(FormatError::Truncated { needed: 8, available: 1 }));
     }
 }

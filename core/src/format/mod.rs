@@ -19,12 +19,12 @@ use alloc::vec::Vec;
 
 /// Encodes a model as a `.sprout` file.
 pub fn save_model(model: &ModelFile) -> Result<Vec<u8>, FormatError> {
-    container::seal(&postcard::to_allocvec(model)?)
+    container::seal(container::MODEL, &postcard::to_allocvec(model)?)
 }
 
 /// Decodes and validates a `.sprout` file: on `Ok`, [`ModelFile::to_graph`] succeeds.
 pub fn load_model(bytes: &[u8]) -> Result<ModelFile, FormatError> {
-    let body = container::open(bytes)?;
+    let body = container::open(container::MODEL, bytes)?;
     let (model, rest): (ModelFile, _) = postcard::take_from_bytes(body)?;
     if !rest.is_empty() {
         return Err(FormatError::TrailingBytes { count: rest.len() });
