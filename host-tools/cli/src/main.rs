@@ -2,11 +2,16 @@
 //! definitions and dispatches to one module per command.
 
 mod data_cmd;
+mod eval_cmd;
+mod onnx_cmd;
 mod picture;
 mod plan_cmd;
+mod predict_cmd;
 mod report;
+mod run_cmd;
 mod size;
 mod text;
+mod train_cmd;
 
 use std::process::ExitCode;
 
@@ -28,6 +33,19 @@ enum Command {
     /// Make data sets: `sprout data leaves` writes synthetic plant-leaf photos in train/val
     /// folders per class.
     Data(data_cmd::DataArgs),
+    /// Train a zoo model or a .sprout file on an image folder or a tensor file, with
+    /// checkpoints, the best model and a training curve in a run folder.
+    Train(train_cmd::TrainArgs),
+    /// Accuracy, per-class accuracy and confusion matrix of a .sprout model on a data set.
+    Eval(eval_cmd::EvalArgs),
+    /// Class and probabilities of images, preprocessed as the model's metadata says.
+    Predict(predict_cmd::PredictArgs),
+    /// Run a .sprout model on a float32 .npy tensor and write its logits as .npy.
+    Run(run_cmd::RunArgs),
+    /// Import an ONNX model into a `.sprout` file.
+    Convert(onnx_cmd::ConvertArgs),
+    /// Export a `.sprout` model's inference graph to ONNX, or its weights to safetensors.
+    Export(onnx_cmd::ExportArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +53,12 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Plan(args) => plan_cmd::run(args),
         Command::Data(args) => data_cmd::run(args),
+        Command::Train(args) => train_cmd::run(args),
+        Command::Eval(args) => eval_cmd::run(args),
+        Command::Predict(args) => predict_cmd::run(args),
+        Command::Run(args) => run_cmd::run(args),
+        Command::Convert(args) => onnx_cmd::convert(args),
+        Command::Export(args) => onnx_cmd::export(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

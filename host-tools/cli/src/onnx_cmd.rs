@@ -1,0 +1,114 @@
+//! `sprout convert` and `sprout export`: ONNX models into `.sprout` files, and `.sprout`
+//! models out to ONNX or safetensors (weights under their PyTorch names).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use sprout_core::{load_model, save_model};
+use sprout_onnx::{
+    export_onnx, export_safetensors, graph_weights, import_with, state_dict, ImportOptions,
+};
+
+#[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// The ONNX model to import.
+    #[arg(value_name = "MODEL.onnx")]
+    model: PathBuf,
+    /// The `.sprout` file to write.
+    #[arg(short, long, value_name = "MODEL.sprout")]
+    out: PathBuf,
+    /// Samples per batch to record the graph for (default: the model's fixed batch size,
+    /// or 1 for a dynamic batch axis).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    batch: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// The inference graph, opset 13, with a dynamic batch axis.
+    Onnx,
+    /// Parameters and buffers (a PyTorch state dict), F32.
+    Safetensors,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// The `.sprout` model to export.
+    #[arg(value_name = "MODEL.sprout")]
+    model: PathBuf,
+    /// What to write.
+    #[arg(long, value_enum)]
+    format: ExportFormat,
+    /// The file to write.
+    #[arg(short, long, value_name = "FILE")]
+    out: PathBuf,
+}
+
+pub fn convert(args: &ConvertArgs) -> Result<()> {
+    let bytes = std::fs::read(&args.model)
+        .with_context(|| format!("could not read '{}'", args.model.display()))?;
+    let options = ImportOptions { batch: args.batch.map(|b| b as usize) };
+    let imported = import_with(&bytes, &options)
+        .with_context(|| format!("could not import '{}'", args.model.display()))?;
+    let file = save_model(&imported.model_file()).context("could not encode the .sprout model")?;
+    write_atomically(&args.out, &file)?;
+    let g = &imported.graph;
+    let outputs: Vec<_> = imported.outputs.iter().map(|&o| g.tensor(o).name.as_str()).collect();
+    let params: usize = g.parameters().map(|p| g.shape(p).numel()).sum();
+    println!(
+        "converted '{}' (opset {}) to '{}': {} ops, {params} parameters, input '{}' {}, outputs {outputs:?}",
+        args.model.display(),
+        imported.opset,
+        args.out.display(),
+        g.nodes().len(),
+        g.tensor(imported.input).name,
+        g.shape(imported.input),
+    );
+    Ok(())
+}
+
+pub fn export(args: &ExportArgs) -> Result<()> {
+    let bytes = std::fs::read(&args.model)
+        .with_context(|| format!("could not read '{}'", args.model.display()))?;
+    let model =
+        load_model(&bytes).with_context(|| format!("could not load '{}'", args.model.display()))?;
+    let graph = model.to_graph().context("could not rebuild the graph")?;
+    let weights = graph_weights(&graph);
+    let file = match args.format {
+        ExportFormat::Onnx => export_onnx(&graph, &weights),
+        ExportFormat::Safetensors => {
+            state_dict(&graph, &weights).and_then(|t| export_safetensors(&t))
+        }
+    }
+    .with_context(|| format!("could not export '{}'", args.model.display()))?;
+    write_atomically(&args.out, &file)?;
+    println!(
+        "exported '{}' to '{}' ({} bytes)",
+        args.model.display(),
+        args.out.display(),
+        file.len()
+    );
+    Ok(())
+}
+
+/// Writes `contents` to a temporary file beside `path`, then renames it over `path`, so
+/// a failure never leaves a partial output file.
+fn write_atomically(path: &Path, contents: &[u8]) -> Result<()> {
+    let name =
+        path.file_name().with_context(|| format!("'{}' does not name a file", path.display()))?;
+    let mut temporary = name.to_owned();
+    temporary.push(format!(".{}.tmp", std::process::id()));
+    let temporary = path.with_file_name(temporary);
+    let written = std::fs::write(&temporary, contents)
+        .with_context(|| format!("could not write '{}'", temporary.display()))
+        .and_then(|()| {
+            std::fs::rename(&temporary, path).with_context(|| {
+                format!("could not rename '{}' to '{}'", temporary.display(), path.display())
+            })
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
+}

@@ -1,0 +1,71 @@
+//! `sprout predict`: the class and probabilities of each image, preprocessed as the model's
+//! metadata says (resize, per-channel mean and standard deviation).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use sprout_data::{Image, Normalize, Rng, Transform};
+use sprout_train::{argmax, softmax, Inference, Model};
+
+#[derive(Args, Debug)]
+pub struct PredictArgs {
+    /// The model.
+    #[arg(value_name = "MODEL.sprout")]
+    model: PathBuf,
+    /// PNG or JPEG images.
+    #[arg(value_name = "IMAGE", required = true)]
+    images: Vec<PathBuf>,
+}
+
+pub fn run(args: &PredictArgs) -> Result<()> {
+    let model = Model::open(&args.model)?;
+    let Some(size) = model.image_size() else {
+        bail!(
+            "{} takes {:?} samples, not [3, S, S] images",
+            args.model.display(),
+            model.sample_dims()
+        );
+    };
+    let prep = &model.metadata.preprocessing;
+    let normalize = match (&prep.mean[..], &prep.std[..]) {
+        (&[m0, m1, m2], &[s0, s1, s2]) => Normalize { mean: [m0, m1, m2], std: [s0, s1, s2] },
+        ([], []) => Normalize { mean: [0.0; 3], std: [1.0; 3] },
+        _ => bail!("{}: preprocessing needs 3 channel means", args.model.display()),
+    };
+    let resize = prep.resize.map_or(size, |(h, _)| h);
+    if resize != size {
+        bail!(
+            "{}: preprocessing resizes to {resize}, the model takes {size}",
+            args.model.display()
+        );
+    }
+    let transform = Transform { normalize, ..Transform::eval(size) };
+    let mut x = Vec::new();
+    for path in &args.images {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let decoded = image::load_from_memory(&bytes)
+            .with_context(|| format!("cannot decode image {}", path.display()))?
+            .into_rgb8();
+        let image = Image::from_rgb8(decoded.width(), decoded.height(), decoded.as_raw());
+        transform.apply(&image, &mut Rng::new(0), &mut x);
+    }
+    let mut inference = Inference::new(&model)?;
+    let logits = inference.logits(&x)?;
+    let names = &model.metadata.class_names;
+    for (path, row) in args.images.iter().zip(logits.chunks_exact(model.classes())) {
+        let p = softmax(row);
+        let best = argmax(row);
+        let all: Vec<String> =
+            names.iter().zip(&p).map(|(n, p)| format!("{n} {:.1}%", 100.0 * p)).collect();
+        println!(
+            "{}: {} ({:.1}%)  [{}]",
+            path.display(),
+            names[best],
+            100.0 * p[best],
+            all.join(", ")
+        );
+    }
+    Ok(())
+}

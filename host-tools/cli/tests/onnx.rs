@@ -1,0 +1,220 @@
+//! `sprout convert` and `sprout export` end to end: an ONNX model written here converts
+//! to a `.sprout` file that runs to hand-computed outputs; a zoo model exports to ONNX and
+//! safetensors and comes back equal; errors exit non-zero and leave no file behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use prost::Message;
+use sprout_core::format::{Metadata, ModelFile, Preprocessing};
+use sprout_core::{
+    compile_inference, load_model, save_model, Executor, Graph, Reference, TensorId,
+};
+use sprout_onnx::proto::{
+    AttributeProto, Dim, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
+};
+use sprout_zoo::{build, Architecture};
+
+fn sprout(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sprout")).args(args).output().expect("the sprout binary runs")
+}
+
+/// A fresh scratch folder for one test, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("sprout-cli-onnx-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The names of the files in the folder, sorted.
+    fn files(&self) -> Vec<String> {
+        let mut names: Vec<_> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn values(seed: u32, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            (((i as u32).wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) % 1000) as f32 / 500.0
+                - 1.0
+        })
+        .collect()
+}
+
+fn run(graph: &Graph, input: TensorId, output: TensorId, x: &[f32]) -> Vec<f32> {
+    let plan = compile_inference(graph, &[output]).unwrap();
+    let mut memory = plan.initial_memory(graph);
+    let mut exec = Executor::new(plan.view(), Reference).unwrap();
+    let mut regions = memory.regions();
+    regions.write(&plan.binding_of(input).unwrap().operand, x).unwrap();
+    exec.run(&mut regions).unwrap();
+    regions.read::<f32>(&plan.binding_of(output).unwrap().operand).unwrap().to_vec()
+}
+
+/// Flatten → Gemm(6 → 4, transB) → Relu → Gemm(4 → 2) on `[batch, 1, 2, 3]`.
+fn small_onnx(w1: &[f32], w2: &[f32]) -> Vec<u8> {
+    let graph = GraphProto {
+        node: vec![
+            NodeProto::new("Flatten", "flatten", &["x"], &["f"]),
+            NodeProto::new("Gemm", "fc1", &["f", "fc1.weight", "fc1.bias"], &["h"])
+                .with(AttributeProto::int("transB", 1)),
+            NodeProto::new("Relu", "relu", &["h"], &["r"]),
+            NodeProto::new("Gemm", "fc2", &["r", "fc2.weight"], &["y"])
+                .with(AttributeProto::int("transB", 1)),
+        ],
+        initializer: vec![
+            TensorProto::f32("fc1.weight", &[4, 6], w1),
+            TensorProto::f32("fc1.bias", &[4], &[0.1, -0.2, 0.3, 0.0]),
+            TensorProto::f32("fc2.weight", &[2, 4], w2),
+        ],
+        input: vec![ValueInfoProto::f32(
+            "x",
+            &[Dim::Symbolic("batch".into()), Dim::Fixed(1), Dim::Fixed(2), Dim::Fixed(3)],
+        )],
+        output: vec![ValueInfoProto::f32("y", &[Dim::Symbolic("batch".into()), Dim::Fixed(2)])],
+        ..Default::default()
+    };
+    ModelProto::new(graph, 13).encode_to_vec()
+}
+
+#[test]
+fn convert_writes_a_sprout_model_that_runs() {
+    let scratch = Scratch::new("convert");
+    let (w1, w2) = (values(1, 24), values(2, 8));
+    let (onnx, out) = (scratch.path("m.onnx"), scratch.path("m.sprout"));
+    std::fs::write(&onnx, small_onnx(&w1, &w2)).unwrap();
+    let output = sprout(&["convert", s(&onnx), "-o", s(&out), "--batch", "2"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("opset 13"), "{}", text(&output.stdout));
+    assert_eq!(scratch.files(), ["m.onnx", "m.sprout"], "no temporary file is left");
+
+    let model = load_model(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(model.metadata.input_shape, sprout_core::Shape::d4(2, 1, 2, 3));
+    let graph = model.to_graph().unwrap();
+    let (x_id, y_id) = (graph.find("x").unwrap(), graph.find("y").unwrap());
+    let x = values(3, 12);
+    let y = run(&graph, x_id, y_id, &x);
+    let b1 = [0.1f64, -0.2, 0.3, 0.0];
+    for n in 0..2 {
+        let h: Vec<f64> = (0..4)
+            .map(|o| {
+                (b1[o] + (0..6).map(|k| x[n * 6 + k] as f64 * w1[o * 6 + k] as f64).sum::<f64>())
+                    .max(0.0)
+            })
+            .collect();
+        for o in 0..2 {
+            let e: f64 = (0..4).map(|k| h[k] * w2[o * 4 + k] as f64).sum();
+            assert!((y[n * 2 + o] as f64 - e).abs() < 1e-5, "y[{n},{o}] = {} vs {e}", y[n * 2 + o]);
+        }
+    }
+}
+
+#[test]
+fn export_round_trips_a_zoo_model_through_onnx_and_safetensors() {
+    let scratch = Scratch::new("export");
+    let zoo = build(Architecture::LeafNet, 1, 7).unwrap();
+    let metadata = Metadata {
+        class_names: vec!["healthy".into(), "leaf_spot".into(), "rust".into()],
+        input_shape: zoo.graph.shape(zoo.input),
+        preprocessing: Preprocessing::default(),
+        provenance: "test".into(),
+    };
+    let model = scratch.path("leafnet.sprout");
+    std::fs::write(&model, save_model(&ModelFile::from_graph(&zoo.graph, metadata)).unwrap())
+        .unwrap();
+
+    let onnx = scratch.path("leafnet.onnx");
+    let output = sprout(&["export", s(&model), "--format", "onnx", "-o", s(&onnx)]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let imported = sprout_onnx::import(&std::fs::read(&onnx).unwrap()).unwrap();
+    let x = values(9, 3 * 64 * 64);
+    let a = run(&zoo.graph, zoo.input, zoo.logits, &x);
+    let b = run(&imported.graph, imported.input, imported.outputs[0], &x);
+    assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-6), "{a:?} vs {b:?}");
+
+    // And back to .sprout through `convert`.
+    let again = scratch.path("again.sprout");
+    let output = sprout(&["convert", s(&onnx), "-o", s(&again)]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+
+    let st = scratch.path("leafnet.safetensors");
+    let output = sprout(&["export", s(&model), "--format", "safetensors", "-o", s(&st)]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let bytes = std::fs::read(&st).unwrap();
+    let loaded = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let head = loaded.tensor("classifier.1.weight").unwrap();
+    assert_eq!(head.shape(), [3, 192]);
+    let stored = zoo.graph.tensor(zoo.graph.find("classifier.1.weight").unwrap());
+    let expected = stored.init.as_ref().unwrap().materialize(3 * 192);
+    let back: Vec<f32> =
+        head.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(back, expected);
+    assert!(loaded.tensor("features.0.1.running_var").is_ok());
+    assert_eq!(
+        scratch.files(),
+        ["again.sprout", "leafnet.onnx", "leafnet.safetensors", "leafnet.sprout"]
+    );
+}
+
+#[test]
+fn an_unsupported_op_fails_with_its_name_and_leaves_no_file() {
+    let scratch = Scratch::new("unsupported");
+    let graph = GraphProto {
+        node: vec![NodeProto::new("LSTM", "encoder_lstm", &["x"], &["y"])],
+        input: vec![ValueInfoProto::f32("x", &[Dim::Fixed(1), Dim::Fixed(4)])],
+        output: vec![ValueInfoProto::f32("y", &[])],
+        ..Default::default()
+    };
+    let onnx = scratch.path("lstm.onnx");
+    std::fs::write(&onnx, ModelProto::new(graph, 13).encode_to_vec()).unwrap();
+    let out = scratch.path("lstm.sprout");
+    let output = sprout(&["convert", s(&onnx), "-o", s(&out)]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = text(&output.stderr);
+    assert!(err.contains("LSTM") && err.contains("encoder_lstm"), "{err}");
+    assert_eq!(scratch.files(), ["lstm.onnx"], "no output or temporary file");
+
+    // Garbage input: an error, and an existing output file stays as it was.
+    let junk = scratch.path("junk.onnx");
+    std::fs::write(&junk, b"\xff\xfe not protobuf").unwrap();
+    std::fs::write(&out, b"previous").unwrap();
+    let output = sprout(&["convert", s(&junk), "-o", s(&out)]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stderr).contains("not a valid ONNX model"), "{}", text(&output.stderr));
+    assert_eq!(std::fs::read(&out).unwrap(), b"previous");
+
+    // Exporting something that is not a .sprout file fails the same way.
+    let onnx_out = scratch.path("x.onnx");
+    let output = sprout(&["export", s(&junk), "--format", "onnx", "-o", s(&onnx_out)]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(!onnx_out.exists());
+    assert_eq!(scratch.files(), ["junk.onnx", "lstm.onnx", "lstm.sprout"]);
+}

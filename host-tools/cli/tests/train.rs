@@ -1,0 +1,144 @@
+//! `sprout train` -> `eval` -> `predict` -> `run` on a tiny image model and a 16x16 leaf set,
+//! and each bad input: a clear message, a failing exit status and no output file.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sprout_core::format::Preprocessing;
+use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
+
+fn sprout(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sprout")).args(args).output().unwrap()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = sprout(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sprout {args:?} failed: {stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn fails(args: &[&str], needle: &str) {
+    let out = sprout(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "sprout {args:?} should fail");
+    assert!(stderr.contains(needle), "sprout {args:?}: '{needle}' not in: {stderr}");
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A tiny image classifier at 16x16: flatten, linear 768 -> 8, ReLU, linear 8 -> 3.
+fn tiny_model(path: &Path) {
+    let mut g = Graph::new(1);
+    let x = g.input("input", Shape::d4(4, 3, 16, 16)).unwrap();
+    let y = g.labels("labels", 4).unwrap();
+    let flat = g.flatten("flat", x).unwrap();
+    let h = nn::linear(&mut g, "features.0", flat, 8).unwrap();
+    let h = g.relu("features.1", h).unwrap();
+    let logits = nn::linear(&mut g, "classifier", h, 3).unwrap();
+    g.cross_entropy("loss", logits, y).unwrap();
+    let metadata = Metadata {
+        class_names: vec!["healthy".into(), "leaf_spot".into(), "rust".into()],
+        input_shape: Shape::d4(4, 3, 16, 16),
+        preprocessing: Preprocessing {
+            mean: vec![0.485, 0.456, 0.406],
+            std: vec![0.229, 0.224, 0.225],
+            resize: Some((16, 16)),
+        },
+        provenance: "test".into(),
+    };
+    fs::write(path, save_model(&ModelFile::from_graph(&g, metadata)).unwrap()).unwrap();
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sprout-cli-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn train_eval_predict_run_and_bad_inputs() {
+    let dir = temp_dir("train");
+    let leaves = dir.join("leaves");
+    ok(&["data", "leaves", "--out", s(&leaves), "--per-class", "10", "--size", "16"]);
+    let tiny = dir.join("tiny.sprout");
+    tiny_model(&tiny);
+    let trained = dir.join("trained.sprout");
+    let run_dir = dir.join("run");
+    let out = ok(&[
+        "train",
+        "--model",
+        s(&tiny),
+        "--data",
+        s(&leaves),
+        "--epochs",
+        "3",
+        "--batch-size",
+        "4",
+        "--lr",
+        "0.01",
+        "--out-dir",
+        s(&run_dir),
+        "-o",
+        s(&trained),
+    ]);
+    assert!(out.contains("final validation accuracy") && out.contains('%'), "{out}");
+    for file in ["best.sprout", "curve.png", "checkpoint-epoch-003.ckpt"] {
+        assert!(run_dir.join(file).is_file(), "{file} missing");
+    }
+
+    let out = ok(&["eval", s(&trained), "--data", s(&leaves)]);
+    assert!(
+        out.contains("accuracy") && out.contains("leaf_spot") && out.contains("confusion"),
+        "{out}"
+    );
+
+    let image = leaves.join("val").join("rust").join(
+        fs::read_dir(leaves.join("val").join("rust")).unwrap().next().unwrap().unwrap().file_name(),
+    );
+    let out = ok(&["predict", s(&trained), s(&image)]);
+    assert!(out.contains("healthy") && out.contains("rust") && out.contains('%'), "{out}");
+
+    // Five samples: more than the recorded batch of 4, run in two chunks.
+    let x: Vec<f32> = (0..5 * 3 * 16 * 16).map(|i| (i % 7) as f32 / 7.0).collect();
+    let input = dir.join("x.npy");
+    fs::write(&input, sprout_train::encode_npy(&[5, 3, 16, 16], &x)).unwrap();
+    let output = dir.join("y.npy");
+    ok(&["run", s(&trained), "--input", s(&input), "--output", s(&output)]);
+    let (shape, y) = sprout_train::read_npy(&output).unwrap();
+    assert_eq!(shape, [5, 3]);
+    assert!(y.iter().all(|v| v.is_finite()));
+
+    // Bad inputs.
+    let corrupt = dir.join("corrupt.png");
+    fs::write(&corrupt, b"\x89PNG\r\n\x1a\nnot really").unwrap();
+    fails(&["predict", s(&trained), s(&corrupt)], "corrupt.png");
+
+    let wrong = dir.join("wrong.npy");
+    fs::write(&wrong, sprout_train::encode_npy(&[2, 3, 8, 8], &[0.0; 2 * 3 * 64])).unwrap();
+    let never = dir.join("never.npy");
+    fails(&["run", s(&trained), "--input", s(&wrong), "--output", s(&never)], "wrong.npy");
+    assert!(!never.exists());
+
+    let other = dir.join("other");
+    fs::create_dir_all(other.join("mystery")).unwrap();
+    fs::copy(&image, other.join("mystery").join("a.png")).unwrap();
+    fails(&["eval", s(&trained), "--data", s(&other)], "healthy");
+
+    let truncated = dir.join("truncated.sprout");
+    let bytes = fs::read(&trained).unwrap();
+    fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    fails(&["eval", s(&truncated), "--data", s(&leaves)], "truncated");
+    let not_written = dir.join("not-written.sprout");
+    fails(
+        &["train", "--model", s(&truncated), "--data", s(&leaves), "-o", s(&not_written)],
+        "truncated.sprout",
+    );
+    fails(&["run", s(&truncated), "--input", s(&input), "--output", s(&never)], "truncated");
+    assert!(!not_written.exists() && !never.exists());
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,247 @@
+//! sprout → ONNX and safetensors: writes the forward (inference) part of a graph as an
+//! opset-13 model with a dynamic batch axis, and weights as a safetensors file, both
+//! under sprout's (PyTorch `state_dict`) names.
+
+use crate::error::OnnxError;
+use crate::proto::{
+    AttributeProto, Dim, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
+};
+use prost::Message;
+use sprout_core::graph::{Node, Stage};
+use sprout_core::op::Op;
+use sprout_core::{Graph, Role, Shape, TensorId};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The operator set exports import.
+pub const OPSET: i64 = 13;
+
+/// The name of the dynamic batch axis on the exported input and outputs.
+pub const BATCH_AXIS: &str = "batch";
+
+/// Weight values by tensor name.
+pub type Weights = BTreeMap<String, Vec<f32>>;
+
+/// A named tensor for [`export_safetensors`]: name, shape, values (row-major).
+pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
+
+/// The initial values of every tensor of `graph` that has one (parameters, buffers,
+/// optimizer state): for a graph from [`sprout_core::ModelFile::to_graph`], the stored weights.
+pub fn graph_weights(graph: &Graph) -> Weights {
+    graph
+        .tensors()
+        .iter()
+        .filter_map(|t| Some((t.name.clone(), t.init.as_ref()?.materialize(t.shape.numel()))))
+        .collect()
+}
+
+/// The parameters and buffers of `graph` (what PyTorch's `state_dict` holds) with their
+/// shapes, in creation order, ready for [`export_safetensors`].
+pub fn state_dict(graph: &Graph, weights: &Weights) -> Result<Vec<NamedTensor>, OnnxError> {
+    let mut out = Vec::new();
+    for t in graph.tensors() {
+        if matches!(t.role, Role::FrozenParam | Role::TrainableParam | Role::Buffer) {
+            let values = weight(weights, &t.name, t.shape)?;
+            out.push((t.name.clone(), t.shape.dims().to_vec(), values.to_vec()));
+        }
+    }
+    Ok(out)
+}
+
+/// Tensors as a safetensors file (F32, names as given).
+pub fn export_safetensors(weights: &[NamedTensor]) -> Result<Vec<u8>, OnnxError> {
+    let bytes: Vec<Vec<u8>> =
+        weights.iter().map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
+    let mut views = Vec::with_capacity(weights.len());
+    for ((name, shape, _), data) in weights.iter().zip(&bytes) {
+        let view =
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)?;
+        views.push((name.as_str(), view));
+    }
+    Ok(safetensors::serialize(views, None)?)
+}
+
+fn weight<'w>(weights: &'w Weights, name: &str, shape: Shape) -> Result<&'w [f32], OnnxError> {
+    let values = weights.get(name).ok_or_else(|| OnnxError::Weight {
+        name: name.into(),
+        detail: "no values were given for it".into(),
+    })?;
+    if values.len() != shape.numel() {
+        return Err(OnnxError::Weight {
+            name: name.into(),
+            detail: format!(
+                "shape {shape} holds {} values, {} were given",
+                shape.numel(),
+                values.len()
+            ),
+        });
+    }
+    Ok(values)
+}
+
+/// The forward part of `graph` as ONNX bytes.
+pub fn export_onnx(graph: &Graph, weights: &Weights) -> Result<Vec<u8>, OnnxError> {
+    Ok(export_proto(graph, weights)?.encode_to_vec())
+}
+
+/// Whether a node belongs to the inference graph: model code's ops, without losses.
+fn is_inference(graph: &Graph, node: &Node) -> bool {
+    node.stage == Stage::Forward
+        && !matches!(node.op, Op::CrossEntropy | Op::Mse)
+        && node.inputs.iter().all(|&i| graph.tensor(i).role != Role::Label)
+}
+
+/// The forward part of `graph` as an ONNX `ModelProto` (opset [`OPSET`]): the inputs it
+/// reads, every value no other inference node reads as an output, initializers under
+/// their sprout names.
+pub fn export_proto(graph: &Graph, weights: &Weights) -> Result<ModelProto, OnnxError> {
+    let nodes: Vec<&Node> = graph.nodes().iter().filter(|n| is_inference(graph, n)).collect();
+    // Batch-norm running statistics are state operands: read too.
+    let read: BTreeSet<TensorId> =
+        nodes.iter().flat_map(|n| n.inputs.iter().chain(&n.state).copied()).collect();
+    let inputs: Vec<TensorId> =
+        read.iter().copied().filter(|&t| graph.tensor(t).role == Role::Input).collect();
+    let outputs: Vec<TensorId> = nodes
+        .iter()
+        .flat_map(|n| n.outputs.first().copied())
+        .filter(|t| !read.contains(t) && graph.tensor(*t).role == Role::Activation)
+        .collect();
+    if inputs.is_empty() || outputs.is_empty() {
+        return Err(OnnxError::Malformed {
+            detail: "the graph has no inference part (no input read, or no output)".into(),
+        });
+    }
+    let batch = graph.shape(inputs[0]).dim(0);
+    let value_info = |t: TensorId| {
+        let shape = graph.shape(t);
+        let dims: Vec<Dim> = shape
+            .dims()
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| match i == 0 && Some(d) == batch {
+                true => Dim::Symbolic(BATCH_AXIS.into()),
+                false => Dim::Fixed(d as i64),
+            })
+            .collect();
+        ValueInfoProto::f32(&graph.tensor(t).name, &dims)
+    };
+    let mut out = GraphProto {
+        name: Some("sprout".into()),
+        input: inputs.iter().map(|&t| value_info(t)).collect(),
+        output: outputs.iter().map(|&t| value_info(t)).collect(),
+        ..Default::default()
+    };
+    let mut initialized = BTreeSet::new();
+    for &t in &read {
+        let info = graph.tensor(t);
+        if matches!(info.role, Role::FrozenParam | Role::TrainableParam | Role::Buffer)
+            && initialized.insert(t)
+        {
+            let dims: Vec<i64> = info.shape.dims().iter().map(|&d| d as i64).collect();
+            let values = weight(weights, &info.name, info.shape)?;
+            out.initializer.push(TensorProto::f32(&info.name, &dims, values));
+        }
+    }
+    for node in nodes {
+        export_node(graph, node, &mut out)?;
+    }
+    Ok(ModelProto::new(out, OPSET))
+}
+
+fn export_node(graph: &Graph, node: &Node, out: &mut GraphProto) -> Result<(), OnnxError> {
+    let name = |t: &TensorId| graph.tensor(*t).name.clone();
+    let inputs: Vec<String> = node.inputs.iter().map(name).collect();
+    let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    let y = name(&node.outputs[0]);
+    let n = node.name.as_str();
+    let ints = |v: (usize, usize)| [v.0 as i64, v.1 as i64];
+    let pads = |p: (usize, usize)| [p.0 as i64, p.1 as i64, p.0 as i64, p.1 as i64];
+    let mut constant = |suffix: &str, t: TensorProto| -> String {
+        let cname = format!("{n}.{suffix}");
+        out.initializer.push(TensorProto { name: Some(cname.clone()), ..t });
+        cname
+    };
+    let onnx = match node.op {
+        Op::Linear => {
+            NodeProto::new("Gemm", n, &inputs, &[&y]).with(AttributeProto::int("transB", 1))
+        }
+        Op::Conv2d(p) => {
+            let w = graph.shape(node.inputs[1]);
+            NodeProto::new("Conv", n, &inputs, &[&y])
+                .with(AttributeProto::ints(
+                    "kernel_shape",
+                    &[w.dims()[2] as i64, w.dims()[3] as i64],
+                ))
+                .with(AttributeProto::ints("strides", &ints(p.stride)))
+                .with(AttributeProto::ints("pads", &pads(p.padding)))
+                .with(AttributeProto::ints("dilations", &[1, 1]))
+                .with(AttributeProto::int("group", p.groups as i64))
+        }
+        Op::Relu => NodeProto::new("Relu", n, &inputs, &[&y]),
+        Op::Relu6 => {
+            let lo = constant("min", TensorProto::f32("", &[], &[0.0]));
+            let hi = constant("max", TensorProto::f32("", &[], &[6.0]));
+            NodeProto::new("Clip", n, &[inputs[0], &lo, &hi], &[&y])
+        }
+        Op::MaxPool2d(p) | Op::AvgPool2d(p) => {
+            let max = matches!(node.op, Op::MaxPool2d(_));
+            let node =
+                NodeProto::new(if max { "MaxPool" } else { "AveragePool" }, n, &inputs, &[&y])
+                    .with(AttributeProto::ints("kernel_shape", &ints(p.kernel)))
+                    .with(AttributeProto::ints("strides", &ints(p.stride)))
+                    .with(AttributeProto::ints("pads", &pads(p.padding)));
+            match max {
+                true => node,
+                false => {
+                    node.with(AttributeProto::int("count_include_pad", p.count_include_pad as i64))
+                }
+            }
+        }
+        Op::GlobalAvgPool => {
+            // ONNX pools to [N, C, 1, 1]; sprout's [N, C] is its flattening.
+            let pooled = format!("{y}:nchw");
+            out.node.push(NodeProto::new(
+                "GlobalAveragePool",
+                &format!("{n}:pool"),
+                &inputs,
+                &[&pooled],
+            ));
+            NodeProto::new("Flatten", n, &[&pooled], &[&y]).with(AttributeProto::int("axis", 1))
+        }
+        Op::Add => NodeProto::new("Add", n, &inputs, &[&y]),
+        Op::BatchNorm2d(cfg) => {
+            let state: Vec<String> = node.state.iter().map(name).collect();
+            let all = [inputs[0], inputs[1], inputs[2], &state[0], &state[1]];
+            NodeProto::new("BatchNormalization", n, &all, &[&y])
+                .with(AttributeProto::float("epsilon", cfg.eps))
+                .with(AttributeProto::float("momentum", 1.0 - cfg.momentum))
+        }
+        Op::Dropout(cfg) => {
+            let ratio = constant("ratio", TensorProto::f32("", &[], &[cfg.p]));
+            NodeProto::new("Dropout", n, &[inputs[0], &ratio], &[&y])
+        }
+        Op::Reshape => {
+            let (from, to) = (graph.shape(node.inputs[0]), graph.shape(node.outputs[0]));
+            let flatten = from.rank() > 2 && to.rank() == 2 && from.dim(0) == to.dim(0);
+            if flatten {
+                NodeProto::new("Flatten", n, &inputs, &[&y]).with(AttributeProto::int("axis", 1))
+            } else {
+                // Copy the batch dimension (0) when it is kept, so the batch stays dynamic.
+                let spec: Vec<i64> = to
+                    .dims()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &d)| if i == 0 && from.dim(0) == Some(d) { 0 } else { d as i64 })
+                    .collect();
+                let s = constant("shape", TensorProto::i64("", &[spec.len() as i64], &spec));
+                NodeProto::new("Reshape", n, &[inputs[0], &s], &[&y])
+            }
+        }
+        Op::Softmax => {
+            NodeProto::new("Softmax", n, &inputs, &[&y]).with(AttributeProto::int("axis", 1))
+        }
+        Op::Detach => NodeProto::new("Identity", n, &inputs, &[&y]),
+        other => return Err(OnnxError::NotExportable { op: other.kind(), node: n.into() }),
+    };
+    out.node.push(onnx);
+    Ok(())
+}

@@ -1,0 +1,23 @@
+//! sprout-onnx: ONNX import into a sprout [`Graph`](sprout_core::Graph) and export of a
+//! graph's inference part to ONNX (opset 13) and its weights to safetensors.
+//!
+//! Initializer names are weight names both ways, so a head fine-tuned on the device
+//! loads straight back into PyTorch by name (`load_state_dict` from the safetensors file,
+//! or the ONNX initializers). Supported operators: Conv (groups, symmetric pads),
+//! Gemm, MatMul (+ a following bias Add), Relu, Clip(0, 6), MaxPool, AveragePool,
+//! GlobalAveragePool, BatchNormalization (inference form), Add (residual), Flatten,
+//! Reshape, Softmax, Dropout, Identity and Constant.
+//!
+//! The protobuf messages are declared with `prost` from the official `onnx.proto` (see
+//! [`proto`]); no protobuf compiler is needed.
+
+pub mod error;
+pub mod export;
+pub mod import;
+pub mod proto;
+
+pub use error::OnnxError;
+pub use export::{
+    export_onnx, export_proto, export_safetensors, graph_weights, state_dict, NamedTensor, Weights,
+};
+pub use import::{import, import_with, ImportOptions, Imported};

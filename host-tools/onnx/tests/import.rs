@@ -1,0 +1,372 @@
+//! ONNX models written in the test with the crate's prost messages, imported, run through
+//! sprout's reference kernels and compared with forward passes computed here in f64.
+
+mod common;
+
+use common::*;
+use prost::Message;
+use sprout_core::op::Op;
+use sprout_core::Role;
+use sprout_onnx::proto::{
+    AttributeProto as A, Dim, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
+};
+use sprout_onnx::{import, import_with, ImportOptions, OnnxError};
+
+/// The small CNN's weights, as the test draws them.
+struct Cnn {
+    conv1_w: Vec<f32>,
+    conv1_b: Vec<f32>,
+    bn: [Vec<f32>; 4],
+    dw_w: Vec<f32>,
+    dw_b: Vec<f32>,
+    /// `[3, 4]` (PyTorch layout).
+    fc_w: Vec<f32>,
+    fc_b: Vec<f32>,
+}
+
+fn cnn_weights() -> Cnn {
+    Cnn {
+        conv1_w: values(1, 4 * 3 * 9, -0.6, 0.6),
+        conv1_b: values(2, 4, -0.5, 0.5),
+        bn: [
+            values(3, 4, 0.5, 1.5),
+            values(4, 4, -0.5, 0.5),
+            values(5, 4, -0.3, 0.3),
+            values(6, 4, 0.5, 2.0),
+        ],
+        dw_w: values(7, 4 * 9, -1.0, 1.0),
+        dw_b: values(8, 4, -0.5, 0.5),
+        fc_w: values(9, 12, -1.0, 1.0),
+        fc_b: values(10, 3, -0.5, 0.5),
+    }
+}
+
+/// Conv(pads 1) → BatchNormalization → Relu → MaxPool → depthwise Conv (group 4) →
+/// Clip(0, 6) → GlobalAveragePool → Flatten → Gemm, for `[2, 3, 8, 8]` images. `legacy`:
+/// opset 10, Clip bounds as attributes and a Gemm weight stored `[K, N]` (transB = 0).
+fn cnn_model(w: &Cnn, legacy: bool) -> Vec<u8> {
+    let sq = |name: &str, v: i64| A::ints(name, &[v, v]);
+    let mut init = vec![
+        TensorProto::f32("conv1.weight", &[4, 3, 3, 3], &w.conv1_w),
+        TensorProto::f32("conv1.bias", &[4], &w.conv1_b),
+        TensorProto::f32("bn1.weight", &[4], &w.bn[0]),
+        TensorProto::f32("bn1.bias", &[4], &w.bn[1]),
+        TensorProto::f32("bn1.running_mean", &[4], &w.bn[2]),
+        TensorProto::f32("bn1.running_var", &[4], &w.bn[3]),
+        TensorProto::f32("dw.weight", &[4, 1, 3, 3], &w.dw_w),
+        TensorProto::f32("dw.bias", &[4], &w.dw_b),
+        TensorProto::f32("fc.bias", &[3], &w.fc_b),
+    ];
+    let clip = if legacy {
+        NodeProto::new("Clip", "clip", &["c2"], &["a2"])
+            .with(A::float("min", 0.0))
+            .with(A::float("max", 6.0))
+    } else {
+        init.push(TensorProto::f32("clip_min", &[], &[0.0]));
+        init.push(TensorProto::f32("clip_max", &[], &[6.0]));
+        NodeProto::new("Clip", "clip", &["c2", "clip_min", "clip_max"], &["a2"])
+    };
+    let gemm = if legacy {
+        // Store [K = 4, M = 3]: element (k, m) = fc_w[m * 4 + k].
+        let stored: Vec<f32> = (0..12).map(|i| w.fc_w[(i % 3) * 4 + i / 3]).collect();
+        init.push(TensorProto::f32("fc.weight", &[4, 3], &stored));
+        NodeProto::new("Gemm", "fc", &["f", "fc.weight", "fc.bias"], &["logits"])
+    } else {
+        init.push(TensorProto::f32("fc.weight", &[3, 4], &w.fc_w));
+        NodeProto::new("Gemm", "fc", &["f", "fc.weight", "fc.bias"], &["logits"])
+            .with(A::int("transB", 1))
+    };
+    let nodes = vec![
+        NodeProto::new("Conv", "conv1", &["image", "conv1.weight", "conv1.bias"], &["c1"])
+            .with(sq("kernel_shape", 3))
+            .with(A::ints("pads", &[1, 1, 1, 1]))
+            .with(sq("strides", 1))
+            .with(A::int("group", 1)),
+        NodeProto::new(
+            "BatchNormalization",
+            "bn1",
+            &["c1", "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var"],
+            &["b1"],
+        )
+        .with(A::float("epsilon", 1e-3))
+        .with(A::float("momentum", 0.9)),
+        NodeProto::new("Relu", "relu1", &["b1"], &["r1"]),
+        NodeProto::new("MaxPool", "pool1", &["r1"], &["p1"])
+            .with(sq("kernel_shape", 2))
+            .with(sq("strides", 2)),
+        NodeProto::new("Conv", "dw", &["p1", "dw.weight", "dw.bias"], &["c2"])
+            .with(A::ints("pads", &[1, 1, 1, 1]))
+            .with(A::int("group", 4))
+            .with(sq("dilations", 1)),
+        clip,
+        NodeProto::new("GlobalAveragePool", "gap", &["a2"], &["g"]),
+        NodeProto::new("Flatten", "flatten", &["g"], &["f"]).with(A::int("axis", 1)),
+        gemm,
+    ];
+    let graph = GraphProto {
+        name: Some("cnn".into()),
+        node: nodes,
+        initializer: init,
+        input: vec![ValueInfoProto::f32(
+            "image",
+            &[Dim::Fixed(2), Dim::Fixed(3), Dim::Fixed(8), Dim::Fixed(8)],
+        )],
+        output: vec![ValueInfoProto::f32("logits", &[Dim::Fixed(2), Dim::Fixed(3)])],
+        ..Default::default()
+    };
+    ModelProto::new(graph, if legacy { 10 } else { 13 }).encode_to_vec()
+}
+
+/// The logits, and the largest value the Clip saw.
+fn cnn_expected(w: &Cnn, x: &[f32]) -> (Vec<f64>, f64) {
+    let (h, d) = conv2d(
+        &f64s(x),
+        [2, 3, 8, 8],
+        &f64s(&w.conv1_w),
+        [4, 3, 3, 3],
+        Some(&f64s(&w.conv1_b)),
+        1,
+        1,
+        1,
+    );
+    let mut h = h;
+    let bn: Vec<Vec<f64>> = w.bn.iter().map(|v| f64s(v)).collect();
+    batch_norm(&mut h, d, [&bn[0], &bn[1], &bn[2], &bn[3]], 1e-3);
+    relu(&mut h);
+    let (h, d) = pool(&h, d, 2, 2, 0, None);
+    let (mut h, d) = conv2d(&h, d, &f64s(&w.dw_w), [4, 1, 3, 3], Some(&f64s(&w.dw_b)), 1, 1, 4);
+    let clipped = h.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    relu6(&mut h);
+    let g = global_avg_pool(&h, d);
+    (linear(&g, 2, 4, &f64s(&w.fc_w), 3, Some(&f64s(&w.fc_b))), clipped)
+}
+
+#[test]
+fn a_small_cnn_imports_and_matches_an_independent_forward_pass() {
+    let w = cnn_weights();
+    let x = values(11, 2 * 3 * 64, -2.0, 2.0);
+    let (expected, largest) = cnn_expected(&w, &x);
+    assert!(largest > 6.0, "some activations are clipped at 6 ({largest})");
+    for legacy in [false, true] {
+        let imported = import(&cnn_model(&w, legacy)).expect("imports");
+        let g = &imported.graph;
+        assert_eq!(imported.opset, if legacy { 10 } else { 13 });
+        assert_eq!(imported.metadata.input_shape, sprout_core::Shape::d4(2, 3, 8, 8));
+        // ONNX initializer names are the sprout weight names, with their roles.
+        for name in [
+            "conv1.weight",
+            "conv1.bias",
+            "bn1.weight",
+            "bn1.bias",
+            "dw.weight",
+            "fc.weight",
+            "fc.bias",
+        ] {
+            assert_eq!(g.tensor(g.find(name).unwrap()).role, Role::FrozenParam, "{name}");
+        }
+        for name in ["bn1.running_mean", "bn1.running_var"] {
+            assert_eq!(g.tensor(g.find(name).unwrap()).role, Role::Buffer, "{name}");
+        }
+        assert_eq!(g.shape(g.find("fc.weight").unwrap()), sprout_core::Shape::d2(3, 4));
+        let bn = g.nodes().iter().find(|n| matches!(n.op, Op::BatchNorm2d(_))).unwrap();
+        let Op::BatchNorm2d(cfg) = bn.op else { unreachable!() };
+        assert_eq!(cfg.eps, 1e-3);
+        assert!((cfg.momentum - 0.1).abs() < 1e-6, "sprout momentum = 1 - ONNX momentum");
+        assert!(g.nodes().iter().any(|n| matches!(n.op, Op::Conv2d(p) if p.groups == 4)));
+        assert!(g.nodes().iter().any(|n| n.op == Op::Relu6));
+        assert_eq!(imported.outputs.len(), 1);
+        assert_eq!(g.tensor(imported.outputs[0]).name, "logits");
+        let y = run(g, imported.input, imported.outputs[0], &x);
+        assert_close(&y, &expected, 1e-4);
+    }
+}
+
+struct Mlp {
+    w1: Vec<f32>, // [8, 16] (MatMul layout, K x N)
+    b1: Vec<f32>,
+    w2: Vec<f32>, // [16, 5]
+    b2: Vec<f32>,
+}
+
+/// AveragePool(3, stride 2, pads 1, count_include_pad) → Reshape(Constant [0, -1]) →
+/// MatMul + Add → Relu → Dropout(Constant 0.25) → Identity → MatMul + Add (bias first) →
+/// Softmax(-1), on `[batch, 2, 4, 4]` with a symbolic batch axis.
+fn mlp_model(w: &Mlp) -> Vec<u8> {
+    let nodes = vec![
+        NodeProto::new("AveragePool", "avg", &["x"], &["ap"])
+            .with(A::ints("kernel_shape", &[3, 3]))
+            .with(A::ints("strides", &[2, 2]))
+            .with(A::ints("pads", &[1, 1, 1, 1]))
+            .with(A::int("count_include_pad", 1)),
+        NodeProto::new("Constant", "shape", &[], &["shape_const"])
+            .with(A::tensor("value", TensorProto::i64("", &[2], &[0, -1]))),
+        NodeProto::new("Reshape", "reshape", &["ap", "shape_const"], &["flat"]),
+        NodeProto::new("MatMul", "mm1", &["flat", "w1"], &["mm1_out"]),
+        NodeProto::new("Add", "add1", &["mm1_out", "b1"], &["h1"]),
+        NodeProto::new("Relu", "relu", &["h1"], &["r1"]),
+        NodeProto::new("Constant", "ratio", &[], &["ratio_const"])
+            .with(A::float("value_float", 0.25)),
+        NodeProto::new("Dropout", "drop", &["r1", "ratio_const"], &["d1"]),
+        NodeProto::new("Identity", "id", &["d1"], &["id1"]),
+        NodeProto::new("MatMul", "mm2", &["id1", "w2"], &["mm2_out"]),
+        NodeProto::new("Add", "add2", &["b2", "mm2_out"], &["h2"]),
+        NodeProto::new("Softmax", "softmax", &["h2"], &["probs"]).with(A::int("axis", -1)),
+    ];
+    let graph = GraphProto {
+        name: Some("mlp".into()),
+        node: nodes,
+        initializer: vec![
+            TensorProto::f32("w1", &[8, 16], &w.w1),
+            TensorProto::f32("b1", &[16], &w.b1),
+            TensorProto::f32("w2", &[16, 5], &w.w2),
+            TensorProto::f32("b2", &[5], &w.b2),
+        ],
+        input: vec![ValueInfoProto::f32(
+            "x",
+            &[Dim::Symbolic("N".into()), Dim::Fixed(2), Dim::Fixed(4), Dim::Fixed(4)],
+        )],
+        output: vec![ValueInfoProto::f32("probs", &[Dim::Symbolic("N".into()), Dim::Fixed(5)])],
+        ..Default::default()
+    };
+    ModelProto::new(graph, 13).encode_to_vec()
+}
+
+fn mlp_weights() -> Mlp {
+    Mlp {
+        w1: values(21, 8 * 16, -1.0, 1.0),
+        b1: values(22, 16, -0.5, 0.5),
+        w2: values(23, 16 * 5, -1.0, 1.0),
+        b2: values(24, 5, -0.5, 0.5),
+    }
+}
+
+#[test]
+fn an_mlp_with_matmul_add_reshape_constant_dropout_and_softmax_matches() {
+    let w = mlp_weights();
+    let batch = 3;
+    let x = values(25, batch * 32, -2.0, 2.0);
+    let (h, _) = pool(&f64s(&x), [batch, 2, 4, 4], 3, 2, 1, Some(true));
+    let mut h = linear(&h, batch, 8, &transpose(&f64s(&w.w1), 8, 16), 16, Some(&f64s(&w.b1)));
+    relu(&mut h);
+    let mut y = linear(&h, batch, 16, &transpose(&f64s(&w.w2), 16, 5), 5, Some(&f64s(&w.b2)));
+    softmax_rows(&mut y, 5);
+
+    let imported =
+        import_with(&mlp_model(&w), &ImportOptions { batch: Some(batch) }).expect("imports");
+    let g = &imported.graph;
+    assert_eq!(g.shape(imported.input), sprout_core::Shape::d4(3, 2, 4, 4));
+    // Both MatMul + Add pairs became one linear layer with a bias; the dropout is kept.
+    let linears: Vec<_> = g.nodes().iter().filter(|n| n.op == Op::Linear).collect();
+    assert_eq!(linears.len(), 2);
+    assert!(linears.iter().all(|n| n.inputs.len() == 3));
+    assert_eq!(g.shape(g.find("w1").unwrap()), sprout_core::Shape::d2(16, 8), "[K, N] → [N, K]");
+    assert!(g.nodes().iter().any(|n| matches!(n.op, Op::Dropout(c) if c.p == 0.25)));
+    assert_eq!(g.tensor(imported.outputs[0]).name, "probs");
+    let out = run(g, imported.input, imported.outputs[0], &x);
+    assert_close(&out, &y, 1e-4);
+
+    // The dynamic batch axis defaults to 1.
+    let one = import(&mlp_model(&w)).unwrap();
+    assert_eq!(one.graph.shape(one.input).dim(0), Some(1));
+    let out1 = run(&one.graph, one.input, one.outputs[0], &x[..32]);
+    assert_close(&out1, &y[..5], 1e-4);
+}
+
+fn single_node_model(node: NodeProto, init: Vec<TensorProto>, opset: i64) -> Vec<u8> {
+    let out = node.output[0].clone();
+    let graph = GraphProto {
+        node: vec![NodeProto::new("Relu", "pre", &["x"], &["r"]), node],
+        initializer: init,
+        input: vec![ValueInfoProto::f32(
+            "x",
+            &[Dim::Fixed(1), Dim::Fixed(2), Dim::Fixed(4), Dim::Fixed(4)],
+        )],
+        output: vec![ValueInfoProto::f32(&out, &[])],
+        ..Default::default()
+    };
+    ModelProto::new(graph, opset).encode_to_vec()
+}
+
+#[test]
+fn an_unsupported_op_names_the_op_and_the_node() {
+    let bytes =
+        single_node_model(NodeProto::new("LSTM", "encoder/lstm_1", &["r"], &["y"]), vec![], 13);
+    let err = import(&bytes).err().expect("refused");
+    assert!(
+        matches!(&err, OnnxError::UnsupportedOp { op_type, node_name } if op_type == "LSTM" && node_name == "encoder/lstm_1")
+    );
+    let text = err.to_string();
+    assert!(text.contains("LSTM") && text.contains("encoder/lstm_1"), "{text}");
+}
+
+#[test]
+fn unsupported_settings_are_named_with_expected_and_found_values() {
+    let w = TensorProto::f32("w", &[2, 2, 3, 3], &[0.1; 36]);
+    let cases: Vec<(NodeProto, Vec<TensorProto>, &[&str])> = vec![
+        (
+            NodeProto::new("Conv", "conv_asym", &["r", "w"], &["y"])
+                .with(A::ints("pads", &[0, 0, 1, 1])),
+            vec![w.clone()],
+            &["conv_asym", "[0, 0, 1, 1]", "asymmetric"],
+        ),
+        (
+            NodeProto::new("Conv", "conv_dil", &["r", "w"], &["y"])
+                .with(A::ints("dilations", &[2, 2])),
+            vec![w.clone()],
+            &["conv_dil", "[2, 2]"],
+        ),
+        (
+            NodeProto::new("Add", "add_const", &["r", "c"], &["y"]),
+            vec![TensorProto::f32("c", &[1], &[1.0])],
+            &["add_const", "'c'", "MatMul"],
+        ),
+        (
+            NodeProto::new("Clip", "clip3", &["r", "lo", "hi"], &["y"]),
+            vec![TensorProto::f32("lo", &[], &[0.0]), TensorProto::f32("hi", &[], &[3.0])],
+            &["clip3", "Some(3.0)"],
+        ),
+        (
+            NodeProto::new("Softmax", "sm", &["r"], &["y"]).with(A::int("axis", 1)),
+            vec![],
+            &["sm", "[1, 2, 4, 4]"],
+        ),
+        (NodeProto::new("Relu", "relu3", &["nowhere"], &["y"]), vec![], &["relu3", "nowhere"]),
+    ];
+    for (node, init, needles) in cases {
+        let name = node.name.clone().unwrap();
+        match import(&single_node_model(node, init, 13)) {
+            Ok(_) => panic!("{name} should be refused"),
+            Err(e) => {
+                let text = e.to_string();
+                for n in needles {
+                    assert!(text.contains(n), "{name}: '{text}' lacks '{n}'");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn garbage_and_truncated_bytes_are_errors_not_panics() {
+    assert!(matches!(import(b"\xff\xff\xff\xff\xff\xff"), Err(OnnxError::Decode(_))));
+    assert!(matches!(import(b"\x0a\xff\xff\xff\xff\x0f"), Err(OnnxError::Decode(_))));
+    assert!(import(b"").is_err());
+    for seed in 0..200 {
+        let bytes: Vec<u8> = values(seed, 64, 0.0, 256.0).iter().map(|&v| v as u8).collect();
+        assert!(import(&bytes).is_err(), "random bytes (seed {seed}) imported");
+    }
+    let full = mlp_model(&mlp_weights());
+    assert!(import(&full).is_ok());
+    for len in 0..full.len() {
+        assert!(
+            import(&full[..len]).is_err(),
+            "a model truncated to {len} of {} bytes imported",
+            full.len()
+        );
+    }
+    // A corrupted weight length is refused by name.
+    let mut model = ModelProto::decode(full.as_slice()).unwrap();
+    model.graph.as_mut().unwrap().initializer[1].raw_data.as_mut().unwrap().pop();
+    let text = import(&model.encode_to_vec()).err().unwrap().to_string();
+    assert!(text.contains("'b1'") && text.contains("16 values"), "{text}");
+}

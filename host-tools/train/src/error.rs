@@ -1,0 +1,78 @@
+//! `TrainError`: what can go wrong loading data, building the model, training, writing
+//! checkpoints and outputs; every message names the file, tensor or setting at fault.
+
+use std::path::PathBuf;
+
+use sprout_core::{ExecError, FormatError, GraphError};
+
+/// A training, evaluation or inference failure.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    /// A tensor file (`.npz`, `.npy`, `.safetensors`) that cannot be read at all.
+    #[error("{}: {detail}", path.display())]
+    TensorFile { path: PathBuf, detail: String },
+    /// A tensor of a tensor file with the wrong shape, dtype or values.
+    #[error("{}: tensor '{tensor}': expected {expected}, found {actual}", path.display())]
+    Tensor { path: PathBuf, tensor: String, expected: String, actual: String },
+    /// The image-folder data set could not be read.
+    #[error(transparent)]
+    Data(#[from] sprout_data::DataError),
+    /// A `.sprout` model file that does not decode.
+    #[error("{}: {source}", path.display())]
+    Model { path: PathBuf, source: FormatError },
+    /// A checkpoint that does not decode or does not belong to this training run.
+    #[error("checkpoint {}: {source}", path.display())]
+    Checkpoint { path: PathBuf, source: CheckpointError },
+    /// Recording, differentiating or compiling the model failed.
+    #[error("cannot compile the model: {0}")]
+    Graph(#[from] GraphError),
+    /// The `--trainable` choice selects nothing sensible.
+    #[error(transparent)]
+    Select(#[from] sprout_zoo::SelectError),
+    /// Running a plan failed.
+    #[error("running the model failed: {0}")]
+    Exec(ExecError),
+    /// The data does not fit the model (class count, sample shape), or a setting is invalid.
+    #[error("{0}")]
+    Mismatch(String),
+}
+
+impl From<ExecError> for TrainError {
+    fn from(e: ExecError) -> Self {
+        TrainError::Exec(e)
+    }
+}
+
+impl TrainError {
+    /// Wraps an I/O error with the path it concerns.
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| Self::Io { path, source }
+    }
+}
+
+/// Why a checkpoint was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// The framing (magic, version, length, CRC-32) is damaged or truncated, or the file
+    /// is not a checkpoint.
+    #[error("not a readable sprout checkpoint: {0}")]
+    Container(FormatError),
+    /// The body does not decode.
+    #[error("malformed checkpoint body: {0}")]
+    Body(postcard::Error),
+    /// The checkpoint was written for another model graph.
+    #[error(
+        "it was written for another model (graph hash {found:#018x}, this model {expected:#018x})"
+    )]
+    ModelHash { expected: u64, found: u64 },
+    /// The training plan's state region differs (another trainable selection or optimizer).
+    #[error("its training state is {found} bytes, this training step has {expected} (another --trainable or --optimizer?)")]
+    StateSize { expected: usize, found: usize },
+    /// The run it continues asked for fewer epochs than are done.
+    #[error("it already holds {done} epochs, --epochs is {requested}")]
+    Finished { done: u32, requested: u32 },
+}

@@ -1,0 +1,309 @@
+//! Data sources for training and evaluation: a folder-per-class image tree (through
+//! `sprout_data`) or a tensor file (`.npz`, `.safetensors`) holding `x` (f32) and `y` (i64).
+
+use std::fs;
+use std::io::{Cursor, Read};
+use std::path::{Path, PathBuf};
+
+use sprout_data::{Batch, Batcher, Dataset, Rng, Transform};
+
+use crate::TrainError;
+
+/// Samples held in memory: `x` is `len` samples of `sample_dims` back to back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorSet {
+    pub x: Vec<f32>,
+    pub y: Vec<i32>,
+    /// The shape of one sample (`[C, H, W]` for images, `[F]` for features).
+    pub sample_dims: Vec<usize>,
+    pub path: PathBuf,
+}
+
+impl TensorSet {
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+}
+
+/// One array read from a tensor file: its shape and values.
+enum Array {
+    F32(Vec<usize>, Vec<f32>),
+    I64(Vec<usize>, Vec<i64>),
+    Other(Vec<usize>, String),
+}
+
+impl Array {
+    fn shape(&self) -> &[usize] {
+        match self {
+            Array::F32(s, _) | Array::I64(s, _) | Array::Other(s, _) => s,
+        }
+    }
+
+    fn dtype(&self) -> &str {
+        match self {
+            Array::F32(..) => "float32",
+            Array::I64(..) => "int64",
+            Array::Other(_, d) => d,
+        }
+    }
+}
+
+fn tensor_error(path: &Path, tensor: &str, expected: String, actual: String) -> TrainError {
+    TrainError::Tensor { path: path.to_path_buf(), tensor: tensor.into(), expected, actual }
+}
+
+fn file_error(path: &Path, detail: impl Into<String>) -> TrainError {
+    TrainError::TensorFile { path: path.to_path_buf(), detail: detail.into() }
+}
+
+/// Decodes one `.npy` image (f32 or i64, little-endian, C order).
+fn parse_npy(path: &Path, name: &str, bytes: &[u8]) -> Result<Array, TrainError> {
+    let npy = npyz::NpyFile::new(Cursor::new(bytes))
+        .map_err(|e| file_error(path, format!("array '{name}' is not a valid .npy: {e}")))?;
+    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    if npy.order() != npyz::Order::C {
+        return Err(tensor_error(path, name, "C (row-major) order".into(), "Fortran order".into()));
+    }
+    let dtype = npy.dtype();
+    let decoded = |e: std::io::Error| file_error(path, format!("array '{name}': {e}"));
+    let type_str = match &dtype {
+        npyz::DType::Plain(t) => t.to_string(),
+        other => format!("{other:?}"),
+    };
+    Ok(match type_str.as_str() {
+        "<f4" => Array::F32(shape, npy.into_vec::<f32>().map_err(decoded)?),
+        "<i8" => Array::I64(shape, npy.into_vec::<i64>().map_err(decoded)?),
+        _ => Array::Other(shape, format!("numpy dtype {type_str}")),
+    })
+}
+
+/// Reads the arrays named in `names` from an `.npz` archive.
+fn read_npz(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainError> {
+    let file = fs::File::open(path).map_err(TrainError::io(path))?;
+    let mut archive = zip::ZipArchive::new(file)
+        .map_err(|e| file_error(path, format!("not a readable .npz (zip) archive: {e}")))?;
+    let mut arrays = Vec::new();
+    for &name in names {
+        let mut entry = archive.by_name(&format!("{name}.npy")).map_err(|_| {
+            file_error(path, format!("no array named '{name}' (expected arrays x and y)"))
+        })?;
+        let mut bytes = Vec::new();
+        entry
+            .read_to_end(&mut bytes)
+            .map_err(|e| file_error(path, format!("array '{name}' cannot be read: {e}")))?;
+        arrays.push(parse_npy(path, name, &bytes)?);
+    }
+    Ok(arrays)
+}
+
+/// Reads the tensors named in `names` from a `.safetensors` file.
+fn read_safetensors(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainError> {
+    use safetensors::Dtype;
+    let bytes = fs::read(path).map_err(TrainError::io(path))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes)
+        .map_err(|e| file_error(path, format!("not a readable .safetensors file: {e}")))?;
+    let mut arrays = Vec::new();
+    for &name in names {
+        let view = st.tensor(name).map_err(|_| {
+            file_error(path, format!("no tensor named '{name}' (expected tensors x and y)"))
+        })?;
+        let shape = view.shape().to_vec();
+        let data = view.data();
+        arrays.push(match view.dtype() {
+            Dtype::F32 => Array::F32(
+                shape,
+                data.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            Dtype::I64 => Array::I64(
+                shape,
+                data.chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().expect("8-byte chunks")))
+                    .collect(),
+            ),
+            other => Array::Other(shape, format!("{other:?}").to_lowercase()),
+        });
+    }
+    Ok(arrays)
+}
+
+fn shape_text(shape: &[usize]) -> String {
+    format!("{shape:?}")
+}
+
+/// Reads a tensor file (`.npz` or `.safetensors`, by extension) holding `x`: float32
+/// `[N, ...]` (`[N, C, H, W]` for images) and `y`: int64 `[N]` class indices below
+/// `classes`.
+pub fn read_tensor_file(path: &Path, classes: usize) -> Result<TensorSet, TrainError> {
+    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_lowercase();
+    let arrays = match extension.as_str() {
+        "npz" => read_npz(path, &["x", "y"])?,
+        "safetensors" => read_safetensors(path, &["x", "y"])?,
+        _ => {
+            return Err(file_error(
+                path,
+                "unknown tensor file type: expected a .npz or .safetensors file, or a folder",
+            ))
+        }
+    };
+    let mut arrays = arrays.into_iter();
+    let (x, y) = (arrays.next().expect("two arrays"), arrays.next().expect("two arrays"));
+    let (x_shape, x) = match x {
+        Array::F32(shape, values) if shape.len() >= 2 && shape[0] > 0 => (shape, values),
+        Array::F32(shape, _) => {
+            return Err(tensor_error(
+                path,
+                "x",
+                "shape [N, ...] with N >= 1 (e.g. [N, C, H, W])".into(),
+                shape_text(&shape),
+            ))
+        }
+        other => return Err(tensor_error(path, "x", "dtype float32".into(), other.dtype().into())),
+    };
+    let n = x_shape[0];
+    let y = match y {
+        Array::I64(shape, values) if shape == [n] => values,
+        Array::I64(shape, _) => {
+            return Err(tensor_error(path, "y", format!("shape [{n}]"), shape_text(&shape)))
+        }
+        other => {
+            let actual = format!("dtype {} (shape {:?})", other.dtype(), other.shape());
+            return Err(tensor_error(path, "y", "dtype int64".into(), actual));
+        }
+    };
+    if let Some((i, &label)) = y.iter().enumerate().find(|(_, &l)| l < 0 || l as usize >= classes) {
+        return Err(tensor_error(
+            path,
+            "y",
+            format!("class indices in 0..{classes}"),
+            format!("{label} at index {i}"),
+        ));
+    }
+    Ok(TensorSet {
+        x,
+        y: y.into_iter().map(|l| l as i32).collect(),
+        sample_dims: x_shape[1..].to_vec(),
+        path: path.to_path_buf(),
+    })
+}
+
+/// Reads a float32 `.npy` file: its shape and values.
+pub fn read_npy(path: &Path) -> Result<(Vec<usize>, Vec<f32>), TrainError> {
+    let bytes = fs::read(path).map_err(TrainError::io(path))?;
+    match parse_npy(path, "x", &bytes)? {
+        Array::F32(shape, values) if !shape.is_empty() => Ok((shape, values)),
+        Array::F32(shape, _) => {
+            Err(tensor_error(path, "x", "shape [N, ...]".into(), shape_text(&shape)))
+        }
+        other => Err(tensor_error(path, "x", "dtype float32".into(), other.dtype().into())),
+    }
+}
+
+/// Encodes float32 values of `shape` as a `.npy` file.
+pub fn encode_npy(shape: &[usize], values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    use npyz::WriterBuilder;
+    let mut writer = npyz::WriteOptions::<f32>::new()
+        .default_dtype()
+        .shape(&shape)
+        .writer(&mut out)
+        .begin_nd()
+        .expect("writing into memory cannot fail");
+    writer.extend(values.iter().copied()).expect("writing into memory cannot fail");
+    writer.finish().expect("writing into memory cannot fail");
+    out
+}
+
+/// Where samples come from.
+pub enum DataSource {
+    /// A folder-per-class image tree, decoded (and cached) on demand.
+    Folder(Batcher),
+    /// A tensor file held in memory.
+    Tensors { set: TensorSet, batch: usize, seed: u64, shuffle: bool },
+}
+
+impl DataSource {
+    /// A folder-per-class tree; with `classes`, those classes in that (label) order.
+    pub fn folder(
+        root: &Path,
+        classes: Option<&[String]>,
+        transform: Transform,
+        batch: usize,
+        seed: u64,
+        shuffle: bool,
+    ) -> Result<Self, TrainError> {
+        let dataset = match classes {
+            Some(classes) => Dataset::open_with_classes(root, classes)?,
+            None => Dataset::open(root)?,
+        };
+        let batcher = Batcher::new(dataset, transform, batch, seed).cached();
+        Ok(DataSource::Folder(if shuffle { batcher } else { batcher.no_shuffle() }))
+    }
+
+    /// Samples of a tensor file.
+    pub fn tensors(set: TensorSet, batch: usize, seed: u64, shuffle: bool) -> Self {
+        DataSource::Tensors { set, batch: batch.max(1), seed, shuffle }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            DataSource::Folder(b) => b.dataset().len(),
+            DataSource::Tensors { set, .. } => set.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Class names, when the source knows them (a folder tree).
+    pub fn class_names(&self) -> Option<Vec<String>> {
+        match self {
+            DataSource::Folder(b) => Some(b.dataset().classes.clone()),
+            DataSource::Tensors { .. } => None,
+        }
+    }
+
+    /// Where the samples come from, for messages.
+    pub fn origin(&self) -> PathBuf {
+        match self {
+            DataSource::Folder(b) => b.dataset().root.clone(),
+            DataSource::Tensors { set, .. } => set.path.clone(),
+        }
+    }
+
+    /// The batches of `epoch`, the last one possibly smaller. The order depends only on the
+    /// seed and the epoch, so a resumed run sees the same batches.
+    pub fn epoch(
+        &mut self,
+        epoch: u64,
+    ) -> Box<dyn Iterator<Item = Result<Batch, TrainError>> + '_> {
+        match self {
+            DataSource::Folder(b) => Box::new(b.epoch(epoch).map(|r| r.map_err(TrainError::from))),
+            DataSource::Tensors { set, batch, seed, shuffle } => {
+                let mut order: Vec<usize> = (0..set.len()).collect();
+                if *shuffle {
+                    Rng::derive(*seed, epoch).shuffle(&mut order);
+                }
+                let per: usize = set.sample_dims.iter().product();
+                let set = &*set;
+                let chunks: Vec<Vec<usize>> = order.chunks(*batch).map(<[usize]>::to_vec).collect();
+                Box::new(chunks.into_iter().map(move |indices| {
+                    let mut x = Vec::with_capacity(indices.len() * per);
+                    let mut y = Vec::with_capacity(indices.len());
+                    for i in indices {
+                        x.extend_from_slice(&set.x[i * per..(i + 1) * per]);
+                        y.push(set.y[i]);
+                    }
+                    Ok(Batch { x, y })
+                }))
+            }
+        }
+    }
+}

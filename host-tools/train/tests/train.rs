@@ -1,0 +1,301 @@
+//! Training end to end on tiny models and tensor files written here: one SGD step against an
+//! independent f64 computation, bit-identical resume, checkpoint retention and corruption,
+//! and tensor files of the wrong shape.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sprout_core::format::WeightValues;
+use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
+use sprout_train::{
+    encode_npy, open_data, train, CheckpointError, Model, OptimizerChoice, Outcome, TrainError,
+    TrainOptions,
+};
+use sprout_zoo::Architecture;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sprout-train-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn npy_i64(shape: &[u64], values: &[i64]) -> Vec<u8> {
+    use npyz::WriterBuilder;
+    let mut out = Vec::new();
+    let mut w = npyz::WriteOptions::<i64>::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(&mut out)
+        .begin_nd()
+        .unwrap();
+    w.extend(values.iter().copied()).unwrap();
+    w.finish().unwrap();
+    out
+}
+
+/// Writes an `.npz` holding the given `.npy` entries.
+fn write_npz(path: &Path, entries: &[(&str, Vec<u8>)]) {
+    let mut zip = zip::ZipWriter::new(fs::File::create(path).unwrap());
+    for (name, bytes) in entries {
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored);
+        zip.start_file(format!("{name}.npy"), options).unwrap();
+        zip.write_all(bytes).unwrap();
+    }
+    zip.finish().unwrap();
+}
+
+/// Deterministic features and labels of `n` samples with `features` values each.
+fn samples(n: usize, features: usize, classes: usize, seed: u64) -> (Vec<f32>, Vec<i64>) {
+    let mut state = seed;
+    let mut next = || {
+        state = sprout_core::rng::splitmix64(state);
+        sprout_core::rng::unit_f32(state) * 2.0 - 1.0
+    };
+    let x: Vec<f32> = (0..n * features).map(|_| next()).collect();
+    let y = (0..n).map(|i| (i % classes) as i64).collect();
+    (x, y)
+}
+
+fn write_set(path: &Path, n: usize, features: usize, classes: usize, seed: u64) {
+    let (x, y) = samples(n, features, classes, seed);
+    write_npz(path, &[("x", encode_npy(&[n, features], &x)), ("y", npy_i64(&[n as u64], &y))]);
+}
+
+fn f32_weight(file: &ModelFile, name: &str) -> Vec<f32> {
+    match file.weight(name).unwrap_or_else(|| panic!("no weight {name}")) {
+        WeightValues::F32(v) => v.clone(),
+    }
+}
+
+#[test]
+fn one_sgd_step_matches_an_independent_f64_computation() {
+    let dir = temp_dir("sgd");
+    let (n, k, h, c) = (4, 6, 5, 3);
+    let mut g = Graph::new(3);
+    let x = g.input("x", Shape::d2(n, k)).unwrap();
+    let y = g.labels("y", n).unwrap();
+    let hidden = nn::linear(&mut g, "hidden", x, h).unwrap();
+    let act = g.relu("act", hidden).unwrap();
+    let logits = nn::linear(&mut g, "head", act, c).unwrap();
+    g.cross_entropy("loss", logits, y).unwrap();
+    let metadata = Metadata {
+        class_names: vec!["a".into(), "b".into(), "c".into()],
+        input_shape: Shape::d2(n, k),
+        preprocessing: Default::default(),
+        provenance: "test".into(),
+    };
+    let file = ModelFile::from_graph(&g, metadata);
+    let model_path = dir.join("tiny.sprout");
+    fs::write(&model_path, save_model(&file).unwrap()).unwrap();
+    let data = dir.join("data.npz");
+    write_set(&data, n, k, c, 11);
+
+    let mut model = Model::open(&model_path).unwrap();
+    let (mut train_set, mut val) = open_data(&mut model, &data, None, false, false, 0).unwrap();
+    let lr = 0.1;
+    let options = TrainOptions {
+        optimizer: OptimizerChoice::Sgd { momentum: 0.0, weight_decay: 0.0, nesterov: false },
+        learning_rate: lr,
+        epochs: 1,
+        ..TrainOptions::default()
+    };
+    let out = train(&model, &mut train_set, &mut val, &options, &mut |_| {}).unwrap();
+
+    // The same step in f64: forward, mean cross-entropy, backward, w -= lr * grad.
+    let w1: Vec<f64> = f32_weight(&file, "hidden.weight").into_iter().map(f64::from).collect();
+    let b1: Vec<f64> = f32_weight(&file, "hidden.bias").into_iter().map(f64::from).collect();
+    let w2: Vec<f64> = f32_weight(&file, "head.weight").into_iter().map(f64::from).collect();
+    let b2: Vec<f64> = f32_weight(&file, "head.bias").into_iter().map(f64::from).collect();
+    let (xs, ys) = samples(n, k, c, 11);
+    let (mut gw1, mut gb1) = (vec![0.0; h * k], vec![0.0; h]);
+    let (mut gw2, mut gb2) = (vec![0.0; c * h], vec![0.0; c]);
+    for s in 0..n {
+        let xi: Vec<f64> = xs[s * k..(s + 1) * k].iter().map(|&v| f64::from(v)).collect();
+        let z: Vec<f64> =
+            (0..h).map(|j| b1[j] + (0..k).map(|i| w1[j * k + i] * xi[i]).sum::<f64>()).collect();
+        let a: Vec<f64> = z.iter().map(|&v| v.max(0.0)).collect();
+        let o: Vec<f64> =
+            (0..c).map(|m| b2[m] + (0..h).map(|j| w2[m * h + j] * a[j]).sum::<f64>()).collect();
+        let max = o.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = o.iter().map(|v| (v - max).exp()).sum();
+        let d_o: Vec<f64> = (0..c)
+            .map(|m| ((o[m] - max).exp() / sum - f64::from(ys[s] as u8 == m as u8)) / n as f64)
+            .collect();
+        for m in 0..c {
+            gb2[m] += d_o[m];
+            for j in 0..h {
+                gw2[m * h + j] += d_o[m] * a[j];
+            }
+        }
+        for j in 0..h {
+            let da: f64 = (0..c).map(|m| d_o[m] * w2[m * h + j]).sum();
+            let dz = if z[j] > 0.0 { da } else { 0.0 };
+            gb1[j] += dz;
+            for i in 0..k {
+                gw1[j * k + i] += dz * xi[i];
+            }
+        }
+    }
+    let check = |name: &str, before: &[f64], grad: &[f64]| {
+        let after = f32_weight(&out.model, name);
+        for (i, ((&b, &g), &a)) in before.iter().zip(grad).zip(&after).enumerate() {
+            let expected = b - f64::from(lr) * g;
+            assert!((f64::from(a) - expected).abs() < 1e-5, "{name}[{i}]: {a} vs {expected}");
+        }
+        assert!(grad.iter().any(|g| g.abs() > 1e-4), "{name}: the step must change something");
+    };
+    check("hidden.weight", &w1, &gw1);
+    check("hidden.bias", &b1, &gb1);
+    check("head.weight", &w2, &gw2);
+    check("head.bias", &b2, &gb2);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+fn run_mlp(data: &Path, epochs: u32, out_dir: &Path, resume: Option<PathBuf>) -> Outcome {
+    let mut model = Model::from_zoo(Architecture::Mlp, 8, 5).unwrap();
+    let (mut t, mut v) = open_data(&mut model, data, None, true, true, 9).unwrap();
+    let options = TrainOptions {
+        optimizer: OptimizerChoice::AdamW { weight_decay: 0.01 },
+        learning_rate: 0.01,
+        epochs,
+        seed: 9,
+        out_dir: Some(out_dir.to_path_buf()),
+        resume,
+        ..TrainOptions::default()
+    };
+    train(&model, &mut t, &mut v, &options, &mut |_| {}).unwrap()
+}
+
+#[test]
+fn resuming_is_bit_identical_to_an_uninterrupted_run_and_keeps_three_checkpoints() {
+    let dir = temp_dir("resume");
+    let data = dir.join("data.npz");
+    write_set(&data, 44, 64, 10, 1); // 5 batches of 8, the last 4 samples dropped
+    let straight = run_mlp(&data, 4, &dir.join("a"), None);
+    let first = run_mlp(&data, 2, &dir.join("b"), None);
+    let resumed =
+        run_mlp(&data, 4, &dir.join("b"), Some(dir.join("b").join("checkpoint-epoch-002.ckpt")));
+    assert_ne!(first.model.weights, straight.model.weights);
+    assert_eq!(resumed.model.weights, straight.model.weights, "resumed weights differ");
+    assert_eq!(resumed.history, straight.history);
+
+    let mut names: Vec<String> = fs::read_dir(dir.join("a"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "best.sprout",
+            "checkpoint-epoch-002.ckpt",
+            "checkpoint-epoch-003.ckpt",
+            "checkpoint-epoch-004.ckpt",
+            "curve.png"
+        ]
+    );
+    let png = fs::read(dir.join("a").join("curve.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_damaged_checkpoint_is_a_typed_error() {
+    let dir = temp_dir("corrupt");
+    let data = dir.join("data.npz");
+    write_set(&data, 16, 64, 10, 2);
+    run_mlp(&data, 1, &dir, None);
+    let path = dir.join("checkpoint-epoch-001.ckpt");
+    let good = fs::read(&path).unwrap();
+    assert!(sprout_train::Checkpoint::decode(&good).is_ok());
+    type Expect = fn(&CheckpointError) -> bool;
+    let cases: [(Vec<u8>, Expect); 4] = [
+        (good[..good.len() - 9].to_vec(), |e| {
+            matches!(e, CheckpointError::Container(sprout_core::FormatError::Truncated { .. }))
+        }),
+        (
+            {
+                let mut b = good.clone();
+                b[40] ^= 0xff;
+                b
+            },
+            |e| {
+                matches!(
+                    e,
+                    CheckpointError::Container(sprout_core::FormatError::ChecksumMismatch { .. })
+                )
+            },
+        ),
+        (fs::read(dir.join("best.sprout")).unwrap(), |e| {
+            matches!(e, CheckpointError::Container(sprout_core::FormatError::BadMagic { .. }))
+        }),
+        (good[..5].to_vec(), |e| matches!(e, CheckpointError::Container(_))),
+    ];
+    for (bytes, expected) in cases {
+        fs::write(&path, &bytes).unwrap();
+        match sprout_train::Checkpoint::read(&path) {
+            Err(TrainError::Checkpoint { path: p, source }) => {
+                assert_eq!(p, path);
+                assert!(expected(&source), "{source:?}");
+            }
+            other => panic!("expected a checkpoint error, got {:?}", other.err()),
+        }
+    }
+    // A checkpoint of another model is refused by its graph hash.
+    fs::write(&path, &good).unwrap();
+    let mut model = Model::from_zoo(Architecture::Mlp, 4, 5).unwrap();
+    let (mut t, mut v) = open_data(&mut model, &data, None, false, true, 9).unwrap();
+    let options = TrainOptions { resume: Some(path.clone()), seed: 9, ..Default::default() };
+    let err = train(&model, &mut t, &mut v, &options, &mut |_| {}).err().unwrap();
+    assert!(
+        matches!(err, TrainError::Checkpoint { source: CheckpointError::ModelHash { .. }, .. }),
+        "{err}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tensor_files_of_the_wrong_shape_or_type_are_named_errors() {
+    let dir = temp_dir("shapes");
+    let (x, y) = samples(4, 63, 10, 3);
+    let wrong_x = dir.join("wrong_x.npz");
+    write_npz(&wrong_x, &[("x", encode_npy(&[4, 63], &x)), ("y", npy_i64(&[4], &y))]);
+    let float_y = dir.join("float_y.npz");
+    let (x64, _) = samples(4, 64, 10, 3);
+    write_npz(&float_y, &[("x", encode_npy(&[4, 64], &x64)), ("y", encode_npy(&[4], &[0.0; 4]))]);
+    let bad_label = dir.join("bad_label.npz");
+    write_npz(
+        &bad_label,
+        &[("x", encode_npy(&[4, 64], &x64)), ("y", npy_i64(&[4], &[0, 1, 10, 2]))],
+    );
+    let st = dir.join("wrong.safetensors");
+    let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let yb: Vec<u8> = y.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let views = vec![
+        (
+            "x",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 63], &xb)
+                .unwrap(),
+        ),
+        ("y", safetensors::tensor::TensorView::new(safetensors::Dtype::I64, vec![4], &yb).unwrap()),
+    ];
+    fs::write(&st, safetensors::serialize(views, None).unwrap()).unwrap();
+
+    for (path, tensor, needle) in [
+        (&wrong_x, "x", "[N, 64]"),
+        (&float_y, "y", "int64"),
+        (&bad_label, "y", "10 at index 2"),
+        (&st, "x", "[N, 64]"),
+    ] {
+        let mut model = Model::from_zoo(Architecture::Mlp, 4, 0).unwrap();
+        let err = open_data(&mut model, path, None, false, false, 0).err().unwrap();
+        let message = err.to_string();
+        assert!(matches!(&err, TrainError::Tensor { tensor: t, .. } if t == tensor), "{message}");
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains(needle), "{message}");
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
