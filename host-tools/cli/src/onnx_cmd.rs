@@ -1,7 +1,7 @@
 //! `sprout convert` and `sprout export`: ONNX models into `.sprout` files, and `.sprout`
 //! models out to ONNX or safetensors (weights under their PyTorch names).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -9,6 +9,7 @@ use sprout_core::{load_model, save_model};
 use sprout_onnx::{
     export_onnx, export_safetensors, graph_weights, import_with, state_dict, ImportOptions,
 };
+use sprout_train::write_atomic;
 
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
@@ -52,7 +53,7 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
     let imported = import_with(&bytes, &options)
         .with_context(|| format!("could not import '{}'", args.model.display()))?;
     let file = save_model(&imported.model_file()).context("could not encode the .sprout model")?;
-    write_atomically(&args.out, &file)?;
+    write_atomic(&args.out, &file)?;
     let g = &imported.graph;
     let outputs: Vec<_> = imported.outputs.iter().map(|&o| g.tensor(o).name.as_str()).collect();
     let params: usize = g.parameters().map(|p| g.shape(p).numel()).sum();
@@ -82,7 +83,7 @@ pub fn export(args: &ExportArgs) -> Result<()> {
         }
     }
     .with_context(|| format!("could not export '{}'", args.model.display()))?;
-    write_atomically(&args.out, &file)?;
+    write_atomic(&args.out, &file)?;
     println!(
         "exported '{}' to '{}' ({} bytes)",
         args.model.display(),
@@ -90,25 +91,4 @@ pub fn export(args: &ExportArgs) -> Result<()> {
         file.len()
     );
     Ok(())
-}
-
-/// Writes `contents` to a temporary file beside `path`, then renames it over `path`, so
-/// a failure never leaves a partial output file.
-fn write_atomically(path: &Path, contents: &[u8]) -> Result<()> {
-    let name =
-        path.file_name().with_context(|| format!("'{}' does not name a file", path.display()))?;
-    let mut temporary = name.to_owned();
-    temporary.push(format!(".{}.tmp", std::process::id()));
-    let temporary = path.with_file_name(temporary);
-    let written = std::fs::write(&temporary, contents)
-        .with_context(|| format!("could not write '{}'", temporary.display()))
-        .and_then(|()| {
-            std::fs::rename(&temporary, path).with_context(|| {
-                format!("could not rename '{}' to '{}'", temporary.display(), path.display())
-            })
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    written
 }

@@ -2,13 +2,14 @@
 //! reports where its memory goes (text, JSON, and an optional SVG picture of the arena).
 
 use std::io::{ErrorKind, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sprout_core::{
     compile_training_step_with, GraphError, MemoryOptions, PlacementOptions, Strategy, TrainConfig,
 };
+use sprout_train::write_atomic;
 use sprout_zoo::{build, select_trainable, Architecture};
 
 use crate::picture;
@@ -128,7 +129,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let report = Report::new(&request, &model, &trainable, &training);
 
     if let Some(path) = &args.svg {
-        write_atomically(path, picture::svg(&report).as_bytes())?;
+        write_atomic(path, picture::svg(&report).as_bytes())?;
     }
     let mut output = if args.json {
         serde_json::to_string(&report).context("could not encode the report as JSON")?
@@ -153,27 +154,6 @@ fn print(text: &str) -> Result<()> {
     }
 }
 
-/// Writes `contents` to `FILE.tmp` beside `path`, then renames it over `path`, so a reader
-/// never sees a half-written file.
-fn write_atomically(path: &Path, contents: &[u8]) -> Result<()> {
-    let name =
-        path.file_name().with_context(|| format!("'{}' does not name a file", path.display()))?;
-    let mut temporary = name.to_owned();
-    temporary.push(".tmp");
-    let temporary = path.with_file_name(temporary);
-    let written = std::fs::write(&temporary, contents)
-        .with_context(|| format!("could not write '{}'", temporary.display()))
-        .and_then(|()| {
-            std::fs::rename(&temporary, path).with_context(|| {
-                format!("could not rename '{}' to '{}'", temporary.display(), path.display())
-            })
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    written
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,20 +166,5 @@ mod tests {
             message.contains("'lenet'") && message.contains("mlp, resnet, leafnet"),
             "{message}"
         );
-    }
-
-    #[test]
-    fn atomic_writes_leave_no_temporary_file() {
-        let dir = std::env::temp_dir().join(format!("sprout-cli-atomic-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("arena.svg");
-        write_atomically(&path, b"<svg/>").unwrap();
-        write_atomically(&path, b"<svg></svg>").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"<svg></svg>");
-        assert!(!dir.join("arena.svg.tmp").exists());
-        let missing = dir.join("no-such-folder").join("x.svg");
-        let message = format!("{:#}", write_atomically(&missing, b"").unwrap_err());
-        assert!(message.contains("x.svg.tmp"), "{message}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
