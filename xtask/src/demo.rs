@@ -40,7 +40,7 @@ const TARGET: LeafSet = LeafSet {
     folder: "target",
     domain: "target",
     classes: TARGET_CLASSES,
-    per_class: "120",
+    per_class: "200",
     seed: "2",
 };
 
@@ -51,7 +51,7 @@ const PRETRAIN: &[(&str, &str)] = &[
     ("--lr", "0.003"),
     ("--weight-decay", "0.0001"),
     ("--schedule", "cosine"),
-    ("--epochs", "20"),
+    ("--epochs", "16"),
     ("--batch-size", "16"),
     ("--seed", "1"),
 ];

@@ -15,7 +15,8 @@ use crate::pixels::{mix, scale, Image, Rgb};
 use crate::rng::Rng;
 
 /// Which look the scenes have. The source domain has more classes (to pretrain a backbone on)
-/// and broad leaves on brown soil; the target domain has the three field classes and narrow,
+/// and a broad look (every leaf shape and shade, soil, wood and field backgrounds), as a large
+/// pretraining corpus would; the target domain has the three field classes and narrow,
 /// yellower leaves on grass or grey benches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Domain {
@@ -276,10 +277,11 @@ struct Leaf {
 impl Leaf {
     fn random(rng: &mut Rng, domain: Domain) -> Self {
         let (width, widest, colour) = match domain {
+            // A broad pretraining corpus: every leaf shape and shade, the field's included.
             Domain::Source => (
-                rng.range(0.45, 0.65),
-                rng.range(0.35, 0.5),
-                [rng.range(0.18, 0.3), rng.range(0.42, 0.55), rng.range(0.1, 0.18)],
+                rng.range(0.2, 0.65),
+                rng.range(0.35, 0.6),
+                [rng.range(0.18, 0.5), rng.range(0.42, 0.7), rng.range(0.1, 0.28)],
             ),
             Domain::Target => (
                 rng.range(0.2, 0.32),
@@ -521,11 +523,19 @@ struct Background {
 
 impl Background {
     fn random(rng: &mut Rng, domain: Domain) -> Self {
+        // The field: grass, grey concrete, a grey-green bench.
+        const FIELD: [Rgb; 3] = [[0.33, 0.46, 0.24], [0.52, 0.52, 0.5], [0.38, 0.44, 0.4]];
         let palette: &[Rgb] = match domain {
-            // Soil, dark soil, a wooden bench.
-            Domain::Source => &[[0.4, 0.28, 0.17], [0.3, 0.21, 0.14], [0.52, 0.4, 0.27]],
-            // Grass, grey concrete, a grey-green bench.
-            Domain::Target => &[[0.33, 0.46, 0.24], [0.52, 0.52, 0.5], [0.38, 0.44, 0.4]],
+            // Soil, dark soil, a wooden bench, and the field's backgrounds too.
+            Domain::Source => &[
+                [0.4, 0.28, 0.17],
+                [0.3, 0.21, 0.14],
+                [0.52, 0.4, 0.27],
+                FIELD[0],
+                FIELD[1],
+                FIELD[2],
+            ],
+            Domain::Target => &FIELD,
         };
         let base = palette[rng.below(palette.len())];
         Self {

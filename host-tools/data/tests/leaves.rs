@@ -130,9 +130,10 @@ fn source_and_target_domains_differ() {
         class_mean(&decoded(&source, "train", "healthy")),
         class_mean(&decoded(&target, "train", "healthy")),
     );
-    // Brown soil against grass and grey: the source is redder than it is green, the target not.
-    assert!(s[0] - s[1] > t[0] - t[1] + 0.05, "source {s:?} target {t:?}");
-    assert!(t[2] > s[2] + 0.05, "source {s:?} target {t:?}");
+    // Soil and wood among the source's backgrounds make it redder than it is green on
+    // average; the target (grass and grey only) is greener and bluer.
+    assert!(s[0] - s[1] > t[0] - t[1] + 0.03, "source {s:?} target {t:?}");
+    assert!(t[2] > s[2] + 0.02, "source {s:?} target {t:?}");
 }
 
 #[test]
