@@ -99,10 +99,6 @@ impl<'p, K: Kernels> Executor<'p, K> {
         Ok(Self { plan, kernels, updates: 0, micro_batches: 0, pending: 0 })
     }
 
-    pub fn kernels(&mut self) -> &mut K {
-        &mut self.kernels
-    }
-
     /// Optimizer updates done so far.
     pub fn updates(&self) -> u32 {
         self.updates

@@ -49,11 +49,6 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Steps run per call, then per update.
-    pub fn all_steps(&self) -> impl Iterator<Item = &Step> {
-        self.steps.iter().chain(&self.update_steps)
-    }
-
     pub fn view(&self) -> PlanView<'_> {
         PlanView {
             steps: &self.steps,
