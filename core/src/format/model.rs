@@ -28,6 +28,23 @@ pub struct GraphRecord {
     pub nodes: Vec<Node>,
 }
 
+impl GraphRecord {
+    /// The structure of `graph`: its seed, tensors and nodes, without values.
+    pub fn of(graph: &Graph) -> GraphRecord {
+        let tensors = graph
+            .tensors()
+            .iter()
+            .map(|t| TensorRecord {
+                name: t.name.clone(),
+                shape: t.shape,
+                dtype: t.dtype,
+                role: t.role,
+            })
+            .collect();
+        GraphRecord { seed: graph.seed(), tensors, nodes: graph.nodes().to_vec() }
+    }
+}
+
 /// One tensor of a [`GraphRecord`], in id order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TensorRecord {
@@ -96,16 +113,6 @@ fn stores_values(role: Role) -> bool {
 impl ModelFile {
     /// Records `graph` with the initial values of its parameters, buffers and optimizer state.
     pub fn from_graph(graph: &Graph, metadata: Metadata) -> ModelFile {
-        let tensors = graph
-            .tensors()
-            .iter()
-            .map(|t| TensorRecord {
-                name: t.name.clone(),
-                shape: t.shape,
-                dtype: t.dtype,
-                role: t.role,
-            })
-            .collect();
         let weights = graph
             .tensors()
             .iter()
@@ -115,11 +122,7 @@ impl ModelFile {
                 Some(NamedWeight { name: t.name.clone(), values })
             })
             .collect();
-        ModelFile {
-            graph: GraphRecord { seed: graph.seed(), tensors, nodes: graph.nodes().to_vec() },
-            weights,
-            metadata,
-        }
+        ModelFile { graph: GraphRecord::of(graph), weights, metadata }
     }
 
     /// Replaces each stored weight that `plan` also binds (by name) with its value in

@@ -258,46 +258,7 @@ fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::ArenaBuffer;
-
-    fn buffer(name: &str, offset: usize, size: usize, first: usize, last: usize) -> ArenaBuffer {
-        ArenaBuffer {
-            name: name.into(),
-            role: "activation",
-            offset,
-            size,
-            first_step: first,
-            last_step: last,
-        }
-    }
-
-    fn report(buffers: Vec<ArenaBuffer>, arena: usize, steps: usize) -> Report {
-        Report {
-            model: "m".into(),
-            batch: 1,
-            trainable: "all".into(),
-            trainable_tensors: 0,
-            trainable_params: 0,
-            model_params: 0,
-            strategy: "greedy",
-            strategy_used: "greedy",
-            update_early: true,
-            in_place: true,
-            budget_bytes: None,
-            arena_bytes: arena,
-            lower_bound_bytes: arena,
-            ratio: 1.0,
-            state_bytes: 0,
-            frozen_bytes: 0,
-            steps,
-            forward_flops: 0,
-            backward_flops: 0,
-            recompute_flops: 0,
-            optimizer_flops: 0,
-            recomputed: vec![],
-            buffers,
-        }
-    }
+    use crate::report::fixtures::{buffer, report};
 
     /// The grid rows of an ASCII picture, top first, without labels and frame.
     fn grid(picture: &str) -> Vec<String> {

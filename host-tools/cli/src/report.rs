@@ -176,24 +176,31 @@ pub fn role_name(role: Role) -> &'static str {
     }
 }
 
+/// Reports and buffers for unit tests of the report and its pictures.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod fixtures {
+    use super::{ArenaBuffer, Report};
 
-    fn buffer(name: &str, offset: usize, size: usize) -> ArenaBuffer {
+    pub fn buffer(
+        name: &str,
+        offset: usize,
+        size: usize,
+        first: usize,
+        last: usize,
+    ) -> ArenaBuffer {
         ArenaBuffer {
             name: name.into(),
             role: "activation",
             offset,
             size,
-            first_step: 0,
-            last_step: 1,
+            first_step: first,
+            last_step: last,
         }
     }
 
-    #[test]
-    fn largest_buffers_come_first_with_ties_broken_by_offset() {
-        let report = Report {
+    /// A report of `buffers` in an arena of `arena` bytes (also its lower bound) over `steps`.
+    pub fn report(buffers: Vec<ArenaBuffer>, arena: usize, steps: usize) -> Report {
+        Report {
             model: "m".into(),
             batch: 1,
             trainable: "all".into(),
@@ -205,19 +212,36 @@ mod tests {
             update_early: true,
             in_place: true,
             budget_bytes: None,
-            arena_bytes: 300,
-            lower_bound_bytes: 300,
+            arena_bytes: arena,
+            lower_bound_bytes: arena,
             ratio: 1.0,
             state_bytes: 0,
             frozen_bytes: 0,
-            steps: 2,
-            forward_flops: 200,
+            steps,
+            forward_flops: 0,
             backward_flops: 0,
-            recompute_flops: 50,
+            recompute_flops: 0,
             optimizer_flops: 0,
             recomputed: vec![],
-            buffers: vec![buffer("small", 0, 10), buffer("b", 100, 100), buffer("a", 10, 100)],
-        };
+            buffers,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{buffer, report};
+
+    #[test]
+    fn largest_buffers_come_first_with_ties_broken_by_offset() {
+        let buffers = vec![
+            buffer("small", 0, 10, 0, 1),
+            buffer("b", 100, 100, 0, 1),
+            buffer("a", 10, 100, 0, 1),
+        ];
+        let mut report = report(buffers, 300, 2);
+        report.forward_flops = 200;
+        report.recompute_flops = 50;
         let names: Vec<_> =
             report.largest(2).iter().map(|&i| report.buffers[i].name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);

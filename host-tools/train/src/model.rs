@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use sprout_core::format::{GraphRecord, TensorRecord};
+use sprout_core::format::GraphRecord;
 use sprout_core::op::Op;
 use sprout_core::{
     compile_inference, Executor, HostMemory, Metadata, ModelFile, Operand, Plan, Role,
@@ -156,21 +156,7 @@ impl Model {
 
     /// A stable hash (FNV-1a 64) of the graph's structure: tensors and nodes, not values.
     pub fn graph_hash(&self) -> u64 {
-        let g = &self.zoo.graph;
-        let record = GraphRecord {
-            seed: g.seed(),
-            tensors: g
-                .tensors()
-                .iter()
-                .map(|t| TensorRecord {
-                    name: t.name.clone(),
-                    shape: t.shape,
-                    dtype: t.dtype,
-                    role: t.role,
-                })
-                .collect(),
-            nodes: g.nodes().to_vec(),
-        };
+        let record = GraphRecord::of(&self.zoo.graph);
         let bytes = postcard::to_allocvec(&record).unwrap_or_default();
         bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
             (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
