@@ -52,6 +52,7 @@ pub mod executor;
 pub mod geometry;
 pub mod kernel;
 pub mod plan;
+pub mod quant;
 pub mod reference;
 pub mod rng;
 pub mod schedule;

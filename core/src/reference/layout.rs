@@ -24,7 +24,7 @@ pub(super) fn channel_indices(d: ChannelDims, c: usize) -> impl Iterator<Item = 
 
 /// The input coordinate read by kernel offset `k` of output coordinate `out` along one axis
 /// (`out · stride + k − padding`), or `None` when it falls in the padding.
-pub(super) fn input_coord(
+pub(crate) fn input_coord(
     out: usize,
     k: usize,
     stride: usize,

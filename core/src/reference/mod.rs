@@ -10,7 +10,7 @@ pub mod norm;
 pub mod optim;
 pub mod pool;
 
-mod layout;
+pub(crate) mod layout;
 #[cfg(test)]
 mod testing;
 
