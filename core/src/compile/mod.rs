@@ -149,7 +149,7 @@ fn compile(
 /// training, and those statistics stay as they are.
 fn frozen_batch_norms(graph: &Graph, needed: &[bool]) -> Vec<bool> {
     let mut read = vec![false; graph.tensors().len()];
-    for (_, node) in graph.nodes().iter().enumerate().filter(|(i, _)| needed[*i]) {
+    for (node, _) in graph.nodes().iter().zip(needed).filter(|(_, &needed)| needed) {
         for t in &node.inputs {
             read[t.index()] = true;
         }
