@@ -4,6 +4,7 @@
 use crate::builder::OutputSpec;
 use crate::graph::{Graph, GraphError, Node, Phase, Stage};
 use crate::op::Op;
+use crate::quant::QuantParams;
 use crate::tensor::{Role, TensorId};
 use alloc::format;
 use alloc::vec;
@@ -97,8 +98,17 @@ pub fn differentiate(
 /// Which inputs of an op a gradient can flow into.
 fn differentiable_inputs(op: &Op) -> &'static [usize] {
     match op {
-        Op::Linear | Op::Conv2d(_) | Op::BatchNorm2d(_) => &[0, 1, 2],
-        Op::Add => &[0, 1],
+        Op::Linear | Op::Conv2d(_) | Op::BatchNorm2d(_) | Op::QConv2d(_) | Op::QLinear(_) => {
+            &[0, 1, 2]
+        }
+        Op::Add | Op::QAdd(_) => &[0, 1],
+        Op::Quantize(_)
+        | Op::Dequantize(_)
+        | Op::QMaxPool2d(_)
+        | Op::QAvgPool2d(..)
+        | Op::QGlobalAvgPool
+        | Op::RoundWeights { .. }
+        | Op::RoundBias { .. } => &[0],
         Op::Relu
         | Op::Relu6
         | Op::MaxPool2d(_)
@@ -197,6 +207,8 @@ fn first_input_rule(node: &Node, dy: TensorId) -> Option<(Op, Vec<TensorId>)> {
         Op::CrossEntropy => (Op::CrossEntropyGrad, vec![x, node.inputs[1], dy]),
         // The target of a mean squared error is a constant.
         Op::Mse => (Op::MseGrad, vec![x, node.inputs[1], dy]),
+        Op::QAvgPool2d(p, _) => (Op::AvgPool2dGrad(p), vec![dy]),
+        Op::QGlobalAvgPool => (Op::GlobalAvgPoolGrad, vec![dy]),
         _ => return None,
     })
 }
@@ -262,8 +274,101 @@ fn vjp(
                 out.extend(pairs.into_iter().filter_map(|(t, g)| t.map(|t| (t, g))));
             }
         }
+        // Straight-through: (de)quantization passes the gradient unchanged.
+        Op::Quantize(_) | Op::Dequantize(_) => out.extend(want(0).map(|x| (x, dy))),
+        Op::RoundWeights { qas } | Op::RoundBias { qas, .. } => {
+            if let Some(x) = want(0) {
+                let grad = if qas {
+                    let unit = match node.op {
+                        Op::RoundBias { input_scale, .. } => input_scale,
+                        _ => 1.0,
+                    };
+                    let op = Op::ChannelScale { unit, power: -2 };
+                    backward(graph, &name("qas"), op, vec![dy, node.inputs[1]], x)?
+                } else {
+                    dy
+                };
+                out.push((x, grad));
+            }
+        }
+        Op::QMaxPool2d(p) => {
+            if let Some(x) = want(0) {
+                // Any increasing map of the codes finds the same maxima.
+                let codes = scratch(graph, &name("codes"), Op::Dequantize(UNIT), vec![x], x)?;
+                let op = Op::MaxPool2dGrad(p);
+                out.push((x, backward(graph, &name("grad"), op, vec![codes, dy], x)?));
+            }
+        }
+        Op::QAdd(q) => {
+            let dy = backward(
+                graph,
+                &name("clamp_grad"),
+                Op::QClampGrad(q.act),
+                vec![node.outputs[0], dy],
+                node.outputs[0],
+            )?;
+            out.extend([want(0), want(1)].into_iter().flatten().map(|t| (t, dy)));
+        }
+        Op::QConv2d(_) | Op::QLinear(_) => out = int8_layer_vjp(graph, node, dy, wants)?,
         // Detach, backward ops and training plumbing pass no gradient.
         _ => {}
+    }
+    Ok(out)
+}
+
+/// Parameters that read int8 codes as their integer values.
+const UNIT: QuantParams = QuantParams { scale: 1.0, zero_point: 0 };
+
+/// Records a backward-pass intermediate that is not a gradient (a dequantized operand).
+fn scratch(
+    graph: &mut Graph,
+    name: &str,
+    op: Op,
+    inputs: Vec<TensorId>,
+    like: TensorId,
+) -> Result<TensorId, GraphError> {
+    let spec = OutputSpec::f32(name.into(), graph.shape(like), Role::Activation);
+    Ok(graph.record(name, op, inputs, Vec::new(), vec![spec], Phase::MicroBatch)?[0])
+}
+
+/// The gradients of an int8 convolution or dense layer, in real units for its input and
+/// in integer units (`∂L/∂q`) for its weight and bias: the output gradient is first
+/// stopped where the fused clamp saturated, then the float backward kernels run on
+/// dequantized operands.
+fn int8_layer_vjp(
+    graph: &mut Graph,
+    node: &Node,
+    dy: TensorId,
+    wants: &[bool],
+) -> Result<Vec<(TensorId, TensorId)>, GraphError> {
+    let want = |i: usize| node.inputs.get(i).copied().filter(|t| wants[t.index()]);
+    let name = |what: &str| format!("{}.{what}", node.name);
+    let (x, w, bias, w_scale, y) =
+        (node.inputs[0], node.inputs[1], node.inputs[2], node.inputs[4], node.outputs[0]);
+    let (input, act, grads) = match node.op {
+        Op::QConv2d(q) => {
+            (q.input, q.act, (Op::Conv2dGradInput(q.conv), Op::Conv2dGradWeight(q.conv)))
+        }
+        Op::QLinear(q) => (q.input, q.act, (Op::LinearGradInput, Op::LinearGradWeight)),
+        _ => return Ok(Vec::new()),
+    };
+    let mut out = Vec::new();
+    let dy = backward(graph, &name("clamp_grad"), Op::QClampGrad(act), vec![y, dy], y)?;
+    if want(0).is_some() {
+        let op = Op::DequantizeWeights;
+        let w_real = scratch(graph, &name("weight_real"), op, vec![w, w_scale], w)?;
+        out.push((x, backward(graph, &name("grad_input"), grads.0, vec![dy, w_real], x)?));
+    }
+    if want(1).is_some() {
+        let x_real = scratch(graph, &name("input_real"), Op::Dequantize(input), vec![x], x)?;
+        let real = backward(graph, &name("grad_weight_real"), grads.1, vec![dy, x_real], w)?;
+        let op = Op::ChannelScale { unit: 1.0, power: 1 };
+        out.push((w, backward(graph, &name("grad_weight"), op, vec![real, w_scale], w)?));
+    }
+    if want(2).is_some() {
+        let real = backward(graph, &name("grad_bias_real"), Op::BiasGrad, vec![dy], bias)?;
+        let op = Op::ChannelScale { unit: input.scale, power: 1 };
+        out.push((bias, backward(graph, &name("grad_bias"), op, vec![real, w_scale], bias)?));
     }
     Ok(out)
 }

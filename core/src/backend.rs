@@ -6,6 +6,7 @@ use crate::geometry::{
     AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, LinearDims,
     Pool2dGeometry, RowDims, SgdConfig,
 };
+use crate::quant::{self as q, AddRescale, OutputQuant, QuantParams};
 use crate::reference as r;
 
 /// Kernels a plan calls. Slices always have the lengths the kernel's signature states;
@@ -271,6 +272,76 @@ pub trait Kernels {
         cfg: AdamWConfig,
     ) {
         r::adamw_update(param, grad, m, v, lr, grad_scale, step, cfg)
+    }
+
+    // ---- int8 ----
+    fn quantize(&mut self, x: &[f32], y: &mut [i8], p: QuantParams) {
+        q::quantize_slice(x, p, y)
+    }
+    fn dequantize(&mut self, x: &[i8], y: &mut [f32], p: QuantParams) {
+        q::dequantize_slice(x, p, y)
+    }
+    fn conv2d_s8(
+        &mut self,
+        x: &[i8],
+        x_zp: i32,
+        w: &[i8],
+        bias: Option<&[i32]>,
+        y: &mut [i8],
+        out: &OutputQuant<'_>,
+        g: &Conv2dGeometry,
+    ) {
+        q::conv2d_s8(x, x_zp, w, bias, y, out, g)
+    }
+    fn linear_s8(
+        &mut self,
+        x: &[i8],
+        x_zp: i32,
+        w: &[i8],
+        bias: Option<&[i32]>,
+        y: &mut [i8],
+        out: &OutputQuant<'_>,
+        d: &LinearDims,
+    ) {
+        q::linear_s8(x, x_zp, w, bias, y, out, d)
+    }
+    fn add_s8(&mut self, a: &[i8], b: &[i8], y: &mut [i8], rescale: &AddRescale, act: (i8, i8)) {
+        q::add_s8(a, b, y, rescale, act)
+    }
+    fn max_pool2d_s8(&mut self, x: &[i8], y: &mut [i8], g: &Pool2dGeometry) {
+        q::max_pool2d_s8(x, y, q::FULL_RANGE, g)
+    }
+    fn avg_pool2d_s8(&mut self, x: &[i8], x_zp: i32, y: &mut [i8], g: &Pool2dGeometry) {
+        q::avg_pool2d_s8(x, x_zp, y, q::FULL_RANGE, g)
+    }
+    fn global_avg_pool_s8(&mut self, x: &[i8], y: &mut [i8], d: ChannelDims) {
+        q::global_avg_pool_s8(x, y, q::FULL_RANGE, d)
+    }
+    fn copy_i8(&mut self, x: &[i8], y: &mut [i8]) {
+        y.copy_from_slice(x)
+    }
+    fn round_weights(&mut self, w_bar: &[f32], w: &mut [i8]) {
+        q::backward::round_weights(w_bar, w)
+    }
+    fn round_bias(&mut self, b_bar: &[f32], b: &mut [i32]) {
+        q::backward::round_bias(b_bar, b)
+    }
+    fn clamp_grad(&mut self, y: &[i8], dy: &[f32], dx: &mut [f32], act: (i8, i8)) {
+        q::backward::clamp_grad(y, dy, dx, act)
+    }
+    fn dequantize_weights(&mut self, w: &[i8], scale: &[f32], w_real: &mut [f32], d: ChannelDims) {
+        q::backward::dequantize_weights(w, scale, w_real, d)
+    }
+    fn channel_scale(
+        &mut self,
+        g: &[f32],
+        scale: &[f32],
+        out: &mut [f32],
+        unit: f32,
+        power: i8,
+        d: ChannelDims,
+    ) {
+        q::backward::channel_scale(g, scale, out, unit, power, d)
     }
 }
 

@@ -59,18 +59,23 @@ impl Graph {
         self.leaf(name, shape, DType::F32, Role::Buffer, Some(init))
     }
 
-    fn check_init(&self, name: &str, shape: Shape, init: &Init) -> Result<(), GraphError> {
-        match init {
-            Init::Values(v) if v.len() != shape.numel() => Err(GraphError::ValueLength {
+    pub(crate) fn check_init(
+        &self,
+        name: &str,
+        shape: Shape,
+        init: &Init,
+    ) -> Result<(), GraphError> {
+        match init.explicit_len() {
+            Some(len) if len != shape.numel() => Err(GraphError::ValueLength {
                 tensor: name.to_string(),
                 expected: shape.numel(),
-                actual: v.len(),
+                actual: len,
             }),
             _ => Ok(()),
         }
     }
 
-    fn leaf(
+    pub(crate) fn leaf(
         &mut self,
         name: &str,
         shape: Shape,
@@ -92,17 +97,13 @@ impl Graph {
         b: Option<TensorId>,
     ) -> Result<TensorId, GraphError> {
         let op = Op::Linear;
-        let (xs, ws) = (self.float_rank(op, name, x, 2)?, self.float_rank(op, name, w, 2)?);
-        if xs.dims()[1] != ws.dims()[1] {
-            return Err(mismatch(op, name, "input features differ from the weight's", xs, ws));
-        }
-        let m = ws.dims()[0];
+        let shape = self.linear_shape(op, name, x, w, DType::F32)?;
         let mut inputs = vec![x, w];
         if let Some(b) = b {
-            self.check_bias(op, name, b, m)?;
+            self.check_bias(op, name, b, shape.dims()[1])?;
             inputs.push(b);
         }
-        self.record_one(name, op, inputs, Shape::d2(xs.dims()[0], m))
+        self.record_one(name, op, inputs, shape)
     }
 
     /// A 2-D convolution with OIHW weights; `groups == channels` is depthwise.
@@ -115,33 +116,13 @@ impl Graph {
         params: ConvParams,
     ) -> Result<TensorId, GraphError> {
         let op = Op::Conv2d(params);
-        let (xs, ws) = (self.float_rank(op, name, x, 4)?, self.float_rank(op, name, w, 4)?);
-        let [n, c, h, wd] = [xs.dims()[0], xs.dims()[1], xs.dims()[2], xs.dims()[3]];
-        let [o, cg, kh, kw] = [ws.dims()[0], ws.dims()[1], ws.dims()[2], ws.dims()[3]];
-        let g = params.groups;
-        if g == 0 || c % g != 0 || o % g != 0 {
-            return Err(invalid(
-                op,
-                name,
-                format!("groups {g} must divide both input channels {c} and output channels {o}"),
-            ));
-        }
-        if cg != c / g {
-            return Err(mismatch(
-                op,
-                name,
-                "weight input channels must equal channels / groups",
-                xs,
-                ws,
-            ));
-        }
-        let (oh, ow) = self.window(op, name, (h, wd), (kh, kw), params.stride, params.padding)?;
+        let shape = self.conv_shape(op, name, x, w, params, DType::F32)?;
         let mut inputs = vec![x, w];
         if let Some(b) = b {
-            self.check_bias(op, name, b, o)?;
+            self.check_bias(op, name, b, shape.dims()[1])?;
             inputs.push(b);
         }
-        self.record_one(name, op, inputs, Shape::d4(n, o, oh, ow))
+        self.record_one(name, op, inputs, shape)
     }
 
     pub fn relu(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
@@ -332,6 +313,58 @@ impl Graph {
 
     // ---- helpers ----
 
+    /// The output shape `[N, M]` of a dense layer on `x[N, K]` and `w[M, K]` of `dtype`.
+    pub(crate) fn linear_shape(
+        &self,
+        op: Op,
+        name: &str,
+        x: TensorId,
+        w: TensorId,
+        dtype: DType,
+    ) -> Result<Shape, GraphError> {
+        let (xs, ws) =
+            (self.typed_rank(op, name, x, dtype, 2)?, self.typed_rank(op, name, w, dtype, 2)?);
+        if xs.dims()[1] != ws.dims()[1] {
+            return Err(mismatch(op, name, "input features differ from the weight's", xs, ws));
+        }
+        Ok(Shape::d2(xs.dims()[0], ws.dims()[0]))
+    }
+
+    /// The output shape of a convolution of `x` with OIHW `w`, both of `dtype`.
+    pub(crate) fn conv_shape(
+        &self,
+        op: Op,
+        name: &str,
+        x: TensorId,
+        w: TensorId,
+        params: ConvParams,
+        dtype: DType,
+    ) -> Result<Shape, GraphError> {
+        let (xs, ws) =
+            (self.typed_rank(op, name, x, dtype, 4)?, self.typed_rank(op, name, w, dtype, 4)?);
+        let [n, c, h, wd] = [xs.dims()[0], xs.dims()[1], xs.dims()[2], xs.dims()[3]];
+        let [o, cg, kh, kw] = [ws.dims()[0], ws.dims()[1], ws.dims()[2], ws.dims()[3]];
+        let g = params.groups;
+        if g == 0 || c % g != 0 || o % g != 0 {
+            return Err(invalid(
+                op,
+                name,
+                format!("groups {g} must divide both input channels {c} and output channels {o}"),
+            ));
+        }
+        if cg != c / g {
+            return Err(mismatch(
+                op,
+                name,
+                "weight input channels must equal channels / groups",
+                xs,
+                ws,
+            ));
+        }
+        let (oh, ow) = self.window(op, name, (h, wd), (kh, kw), params.stride, params.padding)?;
+        Ok(Shape::d4(n, o, oh, ow))
+    }
+
     fn elementwise(&mut self, name: &str, op: Op, x: TensorId) -> Result<TensorId, GraphError> {
         let xs = self.float(op, name, x)?;
         self.record_one(name, op, vec![x], xs)
@@ -344,7 +377,20 @@ impl Graph {
         x: TensorId,
         p: PoolParams,
     ) -> Result<TensorId, GraphError> {
-        let xs = self.float_rank(op, name, x, 4)?;
+        let shape = self.pool_shape(name, op, x, p, DType::F32)?;
+        self.record_one(name, op, vec![x], shape)
+    }
+
+    /// The output shape of pooling `x` (of `dtype`) with window `p`.
+    pub(crate) fn pool_shape(
+        &self,
+        name: &str,
+        op: Op,
+        x: TensorId,
+        p: PoolParams,
+        dtype: DType,
+    ) -> Result<Shape, GraphError> {
+        let xs = self.typed_rank(op, name, x, dtype, 4)?;
         if p.padding.0 * 2 > p.kernel.0 || p.padding.1 * 2 > p.kernel.1 {
             return Err(invalid(
                 op,
@@ -354,7 +400,7 @@ impl Graph {
         }
         let (oh, ow) =
             self.window(op, name, (xs.dims()[2], xs.dims()[3]), p.kernel, p.stride, p.padding)?;
-        self.record_one(name, op, vec![x], Shape::d4(xs.dims()[0], xs.dims()[1], oh, ow))
+        Ok(Shape::d4(xs.dims()[0], xs.dims()[1], oh, ow))
     }
 
     fn window(
@@ -378,7 +424,13 @@ impl Graph {
         }
     }
 
-    fn check_bias(&self, op: Op, name: &str, b: TensorId, len: usize) -> Result<(), GraphError> {
+    pub(crate) fn check_bias(
+        &self,
+        op: Op,
+        name: &str,
+        b: TensorId,
+        len: usize,
+    ) -> Result<(), GraphError> {
         let bs = self.float_rank(op, name, b, 1)?;
         if bs.dims()[0] != len {
             return Err(mismatch(
@@ -394,14 +446,25 @@ impl Graph {
 
     /// The shape of a float operand, checked to belong to this graph.
     fn float(&self, op: Op, name: &str, x: TensorId) -> Result<Shape, GraphError> {
+        self.typed(op, name, x, DType::F32)
+    }
+
+    /// The shape of an operand of element type `dtype`, checked to belong to this graph.
+    pub(crate) fn typed(
+        &self,
+        op: Op,
+        name: &str,
+        x: TensorId,
+        dtype: DType,
+    ) -> Result<Shape, GraphError> {
         self.check_id(x)?;
         let t = self.tensor(x);
-        if t.dtype != DType::F32 {
+        if t.dtype != dtype {
             return Err(GraphError::DType {
                 op: op.kind(),
                 node: name.to_string(),
                 tensor: t.name.clone(),
-                expected: DType::F32,
+                expected: dtype,
                 actual: t.dtype,
             });
         }
@@ -415,7 +478,18 @@ impl Graph {
         x: TensorId,
         rank: usize,
     ) -> Result<Shape, GraphError> {
-        let s = self.float(op, name, x)?;
+        self.typed_rank(op, name, x, DType::F32, rank)
+    }
+
+    pub(crate) fn typed_rank(
+        &self,
+        op: Op,
+        name: &str,
+        x: TensorId,
+        dtype: DType,
+        rank: usize,
+    ) -> Result<Shape, GraphError> {
+        let s = self.typed(op, name, x, dtype)?;
         if s.rank() != rank {
             return Err(GraphError::Rank {
                 op: op.kind(),
@@ -435,7 +509,19 @@ impl Graph {
         inputs: Vec<TensorId>,
         shape: Shape,
     ) -> Result<TensorId, GraphError> {
-        let out = OutputSpec::f32(name.to_string(), shape, Role::Activation);
+        self.record_as(name, op, inputs, shape, DType::F32)
+    }
+
+    /// Records a node with one activation output of `shape` and `dtype`.
+    pub(crate) fn record_as(
+        &mut self,
+        name: &str,
+        op: Op,
+        inputs: Vec<TensorId>,
+        shape: Shape,
+        dtype: DType,
+    ) -> Result<TensorId, GraphError> {
+        let out = OutputSpec { name: name.to_string(), shape, dtype, role: Role::Activation };
         Ok(self.record(name, op, inputs, Vec::new(), vec![out], Phase::MicroBatch)?[0])
     }
 
@@ -469,10 +555,16 @@ impl Graph {
     }
 }
 
-fn mismatch(op: Op, name: &str, detail: &'static str, left: Shape, right: Shape) -> GraphError {
+pub(crate) fn mismatch(
+    op: Op,
+    name: &str,
+    detail: &'static str,
+    left: Shape,
+    right: Shape,
+) -> GraphError {
     GraphError::ShapeMismatch { op: op.kind(), node: name.to_string(), detail, left, right }
 }
 
-fn invalid(op: Op, name: &str, detail: String) -> GraphError {
+pub(crate) fn invalid(op: Op, name: &str, detail: String) -> GraphError {
     GraphError::Invalid { op: op.kind(), node: name.to_string(), detail }
 }

@@ -4,6 +4,7 @@
 use crate::backend::Kernels;
 use crate::error::KernelError;
 use crate::kernel::{Kernel, MAX_OPERANDS};
+use crate::quant::{OutputQuant, Requantize};
 
 /// One operand's memory, borrowed for the length of a kernel call.
 pub enum View<'a> {
@@ -35,6 +36,9 @@ impl From<KernelError> for Fault {
         Fault::Kernel(e)
     }
 }
+
+/// An int8 layer's weights, biases and per-channel requantization.
+type Int8Layer<'a> = (&'a [i8], &'a [i32], &'a [Requantize]);
 
 /// A step's operands, handed out in order.
 pub struct Operands<'a> {
@@ -86,6 +90,27 @@ impl<'a> Operands<'a> {
     fn f32_mut(&mut self) -> Result<&'a mut [f32], Fault> {
         bytemuck::try_cast_slice_mut(self.write_bytes()?)
             .map_err(|_| Fault::Malformed("misaligned"))
+    }
+
+    fn i8(&mut self) -> Result<&'a [i8], Fault> {
+        Ok(bytemuck::cast_slice(self.read_bytes()?))
+    }
+
+    fn i8_mut(&mut self) -> Result<&'a mut [i8], Fault> {
+        Ok(bytemuck::cast_slice_mut(self.write_bytes()?))
+    }
+
+    fn i32_mut(&mut self) -> Result<&'a mut [i32], Fault> {
+        bytemuck::try_cast_slice_mut(self.write_bytes()?)
+            .map_err(|_| Fault::Malformed("misaligned"))
+    }
+
+    /// An int8 layer's `w, bias, requant` operands.
+    fn int8_weights(&mut self) -> Result<Int8Layer<'a>, Fault> {
+        let (w, bias) = (self.i8()?, self.i32()?);
+        let requant = bytemuck::try_cast_slice(self.read_bytes()?)
+            .map_err(|_| Fault::Malformed("misaligned"))?;
+        Ok((w, bias, requant))
     }
 
     fn scalar(&mut self) -> Result<f32, Fault> {
@@ -203,6 +228,38 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             k.adamw_update(param, grad, m, v, ctx.learning_rate, scale, step, cfg)
         }
         Kernel::Zero(_) => k.fill(o.f32_mut()?, 0.0),
+        Kernel::Quantize(p, _) => k.quantize(o.f32()?, o.i8_mut()?, p),
+        Kernel::Dequantize(p, _) => k.dequantize(o.i8()?, o.f32_mut()?, p),
+        Kernel::QConv2d { geometry, input_zero_point, output_zero_point, act } => {
+            let x = o.i8()?;
+            let (w, bias, multipliers) = o.int8_weights()?;
+            let out = OutputQuant { multipliers, zero_point: output_zero_point, act };
+            k.conv2d_s8(x, input_zero_point, w, Some(bias), o.i8_mut()?, &out, &geometry)
+        }
+        Kernel::QLinear { dims, input_zero_point, output_zero_point, act } => {
+            let x = o.i8()?;
+            let (w, bias, multipliers) = o.int8_weights()?;
+            let out = OutputQuant { multipliers, zero_point: output_zero_point, act };
+            k.linear_s8(x, input_zero_point, w, Some(bias), o.i8_mut()?, &out, &dims)
+        }
+        Kernel::QAdd(rescale, act, _) => k.add_s8(o.i8()?, o.i8()?, o.i8_mut()?, &rescale, act),
+        Kernel::QMaxPool2d(g) => k.max_pool2d_s8(o.i8()?, o.i8_mut()?, &g),
+        Kernel::QAvgPool2d(g, zp) => k.avg_pool2d_s8(o.i8()?, zp, o.i8_mut()?, &g),
+        Kernel::QGlobalAvgPool(d) => k.global_avg_pool_s8(o.i8()?, o.i8_mut()?, d),
+        Kernel::CopyI8(_) => k.copy_i8(o.i8()?, o.i8_mut()?),
+        Kernel::RoundWeights(_) => {
+            let (w_bar, _scale) = (o.f32()?, o.f32()?);
+            k.round_weights(w_bar, o.i8_mut()?)
+        }
+        Kernel::RoundBias(_) => {
+            let (b_bar, _scale) = (o.f32()?, o.f32()?);
+            k.round_bias(b_bar, o.i32_mut()?)
+        }
+        Kernel::QClampGrad(act, _) => k.clamp_grad(o.i8()?, o.f32()?, o.f32_mut()?, act),
+        Kernel::DequantizeWeights(d) => k.dequantize_weights(o.i8()?, o.f32()?, o.f32_mut()?, d),
+        Kernel::ChannelScale { dims, unit, power } => {
+            k.channel_scale(o.f32()?, o.f32()?, o.f32_mut()?, unit, power, dims)
+        }
     }
     Ok(())
 }

@@ -27,6 +27,9 @@ pub enum Init {
     },
     /// Explicit values, e.g. loaded from a file or written by a test.
     Values(Vec<f32>),
+    /// Explicit integer values of an int8 or int32 tensor (quantized weights, biases,
+    /// requantization multipliers), kept exact.
+    Ints(Vec<i32>),
 }
 
 impl Init {
@@ -40,6 +43,38 @@ impl Init {
                 (0..numel).map(|_| rng.uniform(-bound, *bound)).collect()
             }
             Init::Values(v) => v.clone(),
+            Init::Ints(v) => v.iter().map(|&i| i as f32).collect(),
+        }
+    }
+
+    /// How many values an explicit initialiser holds (`None` for generated ones).
+    pub fn explicit_len(&self) -> Option<usize> {
+        match self {
+            Init::Values(v) => Some(v.len()),
+            Init::Ints(v) => Some(v.len()),
+            _ => None,
+        }
+    }
+
+    /// The initial values of a tensor of `numel` elements of `dtype`, as stored in memory
+    /// (native byte order). Integer tensors saturate float values into their range.
+    pub fn to_bytes(&self, dtype: DType, numel: usize) -> Vec<u8> {
+        let ints = || match self {
+            Init::Ints(v) => v.clone(),
+            other => other.materialize(numel).iter().map(|&x| libm::roundf(x) as i32).collect(),
+        };
+        match dtype {
+            DType::F32 => bytemuck::cast_slice(&self.materialize(numel)).to_vec(),
+            DType::F16 => {
+                let halves: Vec<u16> = self
+                    .materialize(numel)
+                    .iter()
+                    .map(|&x| half::f16::from_f32(x).to_bits())
+                    .collect();
+                bytemuck::cast_slice(&halves).to_vec()
+            }
+            DType::I8 => ints().iter().map(|&i| i.clamp(-128, 127) as i8 as u8).collect(),
+            DType::I32 => bytemuck::cast_slice(&ints()).to_vec(),
         }
     }
 }
@@ -321,11 +356,11 @@ fn check_tensor(info: &TensorInfo) -> Result<(), GraphError> {
             ),
         });
     }
-    match &info.init {
-        Some(Init::Values(v)) if v.len() != info.shape.numel() => Err(GraphError::ValueLength {
+    match info.init.as_ref().and_then(Init::explicit_len) {
+        Some(len) if len != info.shape.numel() => Err(GraphError::ValueLength {
             tensor: info.name.clone(),
             expected: info.shape.numel(),
-            actual: v.len(),
+            actual: len,
         }),
         _ => Ok(()),
     }

@@ -5,6 +5,7 @@ use crate::geometry::{
     AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, GeometryError,
     LinearDims, Pool2dGeometry, RowDims, SgdConfig,
 };
+use crate::quant::{AddRescale, QuantParams};
 use crate::tensor::DType;
 
 /// The most operands one kernel takes (training batch-norm: 3 in, 2 in place, 3 out).
@@ -80,6 +81,42 @@ pub enum Kernel {
         clipped: bool,
     },
     Zero(usize),
+
+    // ---- int8 ----
+    Quantize(QuantParams, usize),
+    Dequantize(QuantParams, usize),
+    /// `x (i8), w (i8), bias (i32), requant (i32 pairs) → y (i8)`.
+    QConv2d {
+        geometry: Conv2dGeometry,
+        input_zero_point: i32,
+        output_zero_point: i32,
+        act: (i8, i8),
+    },
+    /// `x (i8), w (i8), bias (i32), requant (i32 pairs) → y (i8)`.
+    QLinear {
+        dims: LinearDims,
+        input_zero_point: i32,
+        output_zero_point: i32,
+        act: (i8, i8),
+    },
+    QAdd(AddRescale, (i8, i8), usize),
+    QMaxPool2d(Pool2dGeometry),
+    QAvgPool2d(Pool2dGeometry, i32),
+    QGlobalAvgPool(ChannelDims),
+    CopyI8(usize),
+    /// `w̄ (f32), w_scale → w (i8)`; `dims` sees the weight as `[channels, inner]`.
+    RoundWeights(ChannelDims),
+    /// `b̄ (f32), w_scale → b (i32)`.
+    RoundBias(usize),
+    QClampGrad((i8, i8), usize),
+    /// `w (i8), w_scale → w_real (f32)`.
+    DequantizeWeights(ChannelDims),
+    /// `g, w_scale → g'`.
+    ChannelScale {
+        dims: ChannelDims,
+        unit: f32,
+        power: i8,
+    },
 }
 
 /// How a kernel uses an operand.
@@ -130,6 +167,18 @@ impl Signature {
     }
     fn labels(self, len: usize) -> Self {
         self.slot(Access::Read, DType::I32, len)
+    }
+    fn read_as(self, dtype: DType, len: usize) -> Self {
+        self.slot(Access::Read, dtype, len)
+    }
+    fn write_as(self, dtype: DType, len: usize) -> Self {
+        self.slot(Access::Write, dtype, len)
+    }
+    /// An int8 layer's `w, bias, requant` operands for `channels` outputs.
+    fn int8_weights(self, weight_len: usize, channels: usize) -> Self {
+        self.read_as(DType::I8, weight_len)
+            .read_as(DType::I32, channels)
+            .read_as(DType::I32, 2 * channels)
     }
 }
 
@@ -230,6 +279,35 @@ impl Kernel {
                 s.read(len).read_if(clipped, 1).update(len).update(len).update(len)
             }
             Kernel::Zero(n) => s.update(n),
+            Kernel::Quantize(_, n) => s.read(n).write_as(DType::I8, n),
+            Kernel::Dequantize(_, n) => s.read_as(DType::I8, n).write(n),
+            Kernel::QConv2d { geometry: g, .. } => s
+                .read_as(DType::I8, g.input_len())
+                .int8_weights(g.weight_len(), g.c_out)
+                .write_as(DType::I8, g.output_len()),
+            Kernel::QLinear { dims: d, .. } => s
+                .read_as(DType::I8, d.n * d.k)
+                .int8_weights(d.m * d.k, d.m)
+                .write_as(DType::I8, d.n * d.m),
+            Kernel::QAdd(_, _, n) => {
+                s.read_as(DType::I8, n).read_as(DType::I8, n).write_as(DType::I8, n)
+            }
+            Kernel::QMaxPool2d(p) | Kernel::QAvgPool2d(p, _) => {
+                s.read_as(DType::I8, p.input_len()).write_as(DType::I8, p.output_len())
+            }
+            Kernel::QGlobalAvgPool(d) => {
+                s.read_as(DType::I8, d.len()).write_as(DType::I8, d.outer * d.channels)
+            }
+            Kernel::CopyI8(n) => s.read_as(DType::I8, n).write_as(DType::I8, n),
+            Kernel::RoundWeights(d) => {
+                s.read(d.len()).read(d.channels).write_as(DType::I8, d.len())
+            }
+            Kernel::RoundBias(n) => s.read(n).read(n).write_as(DType::I32, n),
+            Kernel::QClampGrad(_, n) => s.read_as(DType::I8, n).read(n).write(n),
+            Kernel::DequantizeWeights(d) => {
+                s.read_as(DType::I8, d.len()).read(d.channels).write(d.len())
+            }
+            Kernel::ChannelScale { dims: d, .. } => s.read(d.len()).read(d.channels).write(d.len()),
         }
     }
 
@@ -242,11 +320,19 @@ impl Kernel {
             | Kernel::LinearGradWeight(dims) => dims.check(),
             Kernel::Conv2d { geometry, .. }
             | Kernel::Conv2dGradInput(geometry)
-            | Kernel::Conv2dGradWeight(geometry) => geometry.check(),
+            | Kernel::Conv2dGradWeight(geometry)
+            | Kernel::QConv2d { geometry, .. } => geometry.check(),
+            Kernel::QLinear { dims, .. } => dims.check(),
             Kernel::MaxPool2d(p)
             | Kernel::MaxPool2dGrad(p)
             | Kernel::AvgPool2d(p)
-            | Kernel::AvgPool2dGrad(p) => p.check(),
+            | Kernel::AvgPool2dGrad(p)
+            | Kernel::QMaxPool2d(p)
+            | Kernel::QAvgPool2d(p, _) => p.check(),
+            Kernel::QGlobalAvgPool(d)
+            | Kernel::RoundWeights(d)
+            | Kernel::DequantizeWeights(d)
+            | Kernel::ChannelScale { dims: d, .. } => d.check(),
             Kernel::BiasGrad(d)
             | Kernel::GlobalAvgPool(d)
             | Kernel::GlobalAvgPoolGrad(d)
@@ -310,6 +396,20 @@ impl Kernel {
             Kernel::SgdUpdate { len, .. } => 4 * len,
             Kernel::AdamWUpdate { len, .. } => 12 * len,
             Kernel::Copy(_) | Kernel::Fill(..) | Kernel::Zero(_) | Kernel::ClipCoefficient(_) => 0,
+            // Integer multiply-accumulates, counted like float ones so reports compare.
+            Kernel::QConv2d { geometry: g, .. } => 2 * g.macs(),
+            Kernel::QLinear { dims: d, .. } => 2 * d.n * d.k * d.m,
+            Kernel::QMaxPool2d(p) | Kernel::QAvgPool2d(p, _) => p.output_len() * p.kh * p.kw,
+            Kernel::QGlobalAvgPool(d) => d.len(),
+            Kernel::Quantize(_, n)
+            | Kernel::Dequantize(_, n)
+            | Kernel::QAdd(_, _, n)
+            | Kernel::RoundBias(n)
+            | Kernel::QClampGrad(_, n) => n,
+            Kernel::RoundWeights(d)
+            | Kernel::DequantizeWeights(d)
+            | Kernel::ChannelScale { dims: d, .. } => d.len(),
+            Kernel::CopyI8(_) => 0,
         };
         flops as u64
     }
@@ -363,6 +463,20 @@ impl Kernel {
             Kernel::SgdUpdate { .. } => "sgd_update",
             Kernel::AdamWUpdate { .. } => "adamw_update",
             Kernel::Zero(_) => "zero",
+            Kernel::Quantize(..) => "quantize",
+            Kernel::Dequantize(..) => "dequantize",
+            Kernel::QConv2d { .. } => "qconv2d",
+            Kernel::QLinear { .. } => "qlinear",
+            Kernel::QAdd(..) => "qadd",
+            Kernel::QMaxPool2d(_) => "qmax_pool2d",
+            Kernel::QAvgPool2d(..) => "qavg_pool2d",
+            Kernel::QGlobalAvgPool(_) => "qglobal_avg_pool",
+            Kernel::CopyI8(_) => "copy_i8",
+            Kernel::RoundWeights(_) => "round_weights",
+            Kernel::RoundBias(_) => "round_bias",
+            Kernel::QClampGrad(..) => "qclamp_grad",
+            Kernel::DequantizeWeights(_) => "dequantize_weights",
+            Kernel::ChannelScale { .. } => "channel_scale",
         }
     }
 }

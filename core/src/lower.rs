@@ -6,7 +6,7 @@ use crate::graph::{Graph, Node};
 use crate::kernel::Kernel;
 use crate::op::{ConvParams, Op, PoolParams};
 use crate::shape::Shape;
-use crate::tensor::TensorId;
+use crate::tensor::{DType, TensorId};
 use alloc::vec::Vec;
 
 /// Whether a plan trains (batch statistics, dropout on) or evaluates.
@@ -55,6 +55,9 @@ pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> (Kernel, Vec<Tens
         Op::GlobalAvgPool => Kernel::GlobalAvgPool(channel_dims(input(0))),
         Op::GlobalAvgPoolGrad => Kernel::GlobalAvgPoolGrad(channel_dims(output(0))),
         Op::Add => Kernel::Add(numel()),
+        Op::Reshape | Op::Detach if graph.tensor(node.inputs[0]).dtype == DType::I8 => {
+            Kernel::CopyI8(numel())
+        }
         Op::Reshape | Op::Detach => Kernel::Copy(numel()),
         Op::BatchNorm2d(cfg) => match mode {
             Mode::Train => Kernel::BatchNormTrain(channel_dims(input(0)), cfg),
@@ -92,6 +95,38 @@ pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> (Kernel, Vec<Tens
             Kernel::AdamWUpdate { cfg, len: input(0).numel(), clipped: node.inputs.len() == 2 }
         }
         Op::Zero => Kernel::Zero(shape(node.state[0]).numel()),
+        Op::Quantize(p) => Kernel::Quantize(p, numel()),
+        Op::Dequantize(p) => Kernel::Dequantize(p, numel()),
+        // The weight scales (input 4) serve the backward pass only.
+        Op::QConv2d(q) => {
+            let kernel = Kernel::QConv2d {
+                geometry: conv_geometry(input(0), input(1), output(0), q.conv),
+                input_zero_point: q.input.zero_point,
+                output_zero_point: q.output.zero_point,
+                act: q.act,
+            };
+            return (kernel, without_weight_scales(node));
+        }
+        Op::QLinear(q) => {
+            let kernel = Kernel::QLinear {
+                dims: linear_dims(input(0), input(1)),
+                input_zero_point: q.input.zero_point,
+                output_zero_point: q.output.zero_point,
+                act: q.act,
+            };
+            return (kernel, without_weight_scales(node));
+        }
+        Op::QAdd(q) => Kernel::QAdd(q.rescale, q.act, numel()),
+        Op::QMaxPool2d(p) => Kernel::QMaxPool2d(pool_geometry(input(0), output(0), p)),
+        Op::QAvgPool2d(p, zp) => Kernel::QAvgPool2d(pool_geometry(input(0), output(0), p), zp),
+        Op::QGlobalAvgPool => Kernel::QGlobalAvgPool(channel_dims(input(0))),
+        Op::RoundWeights { .. } => Kernel::RoundWeights(leading_channel_dims(input(0))),
+        Op::RoundBias { .. } => Kernel::RoundBias(numel()),
+        Op::QClampGrad(act) => Kernel::QClampGrad(act, numel()),
+        Op::DequantizeWeights => Kernel::DequantizeWeights(leading_channel_dims(input(0))),
+        Op::ChannelScale { unit, power } => {
+            Kernel::ChannelScale { dims: leading_channel_dims(input(0)), unit, power }
+        }
     };
     (kernel, all)
 }
@@ -110,6 +145,18 @@ fn linear_dims(x: Shape, w: Shape) -> LinearDims {
 fn channel_dims(s: Shape) -> ChannelDims {
     let inner = s.dims().get(2..).map_or(0, |rest| rest.iter().product());
     ChannelDims { outer: dim(s, 0), channels: dim(s, 1), inner }
+}
+
+/// `[O, rest...]` seen as O channels of the product of the rest (a weight's output
+/// channels).
+fn leading_channel_dims(s: Shape) -> ChannelDims {
+    let inner = s.dims().get(1..).map_or(0, |rest| rest.iter().product());
+    ChannelDims { outer: 1, channels: dim(s, 0), inner }
+}
+
+/// An int8 layer's operands without its weight scales, which only its backward pass reads.
+fn without_weight_scales(node: &Node) -> Vec<TensorId> {
+    node.inputs.iter().take(4).chain(&node.outputs).copied().collect()
 }
 
 fn row_dims(s: Shape) -> RowDims {

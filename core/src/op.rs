@@ -2,6 +2,7 @@
 //! by [`crate::autograd`], and training plumbing (accumulation, clipping, optimizer updates).
 
 use crate::geometry::{AdamWConfig, BatchNormConfig, DropoutConfig, SgdConfig};
+use crate::quant::{AddRescale, QuantParams};
 use core::fmt;
 use core::ops::RangeInclusive;
 
@@ -20,6 +21,33 @@ pub struct PoolParams {
     pub stride: (usize, usize),
     pub padding: (usize, usize),
     pub count_include_pad: bool,
+}
+
+/// An int8 convolution: its geometry settings, the quantization of its input and output,
+/// and the fused activation's clamp bounds (in output units).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QConvParams {
+    pub conv: ConvParams,
+    pub input: QuantParams,
+    pub output: QuantParams,
+    pub act: (i8, i8),
+}
+
+/// An int8 dense layer: the quantization of its input and output and the fused clamp.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QLinearParams {
+    pub input: QuantParams,
+    pub output: QuantParams,
+    pub act: (i8, i8),
+}
+
+/// An int8 residual add: TFLite's precomputed rescaling and the fused clamp.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QAddParams {
+    pub rescale: AddRescale,
+    /// The output's quantization (the rescale folds it in; the backward pass reads it).
+    pub output: QuantParams,
+    pub act: (i8, i8),
 }
 
 /// One recorded operation. Operand order is fixed per op and documented on each variant:
@@ -114,6 +142,41 @@ pub enum Op {
     AdamWUpdate(AdamWConfig),
     /// `[t]`: zero a tensor in place (gradient accumulators after the update that used them).
     Zero,
+
+    // ---- int8 (TFLite's scheme, see `crate::quant`) ----
+    /// `x (f32) → y (i8)`.
+    Quantize(QuantParams),
+    /// `x (i8) → y (f32)`; its gradient passes straight through.
+    Dequantize(QuantParams),
+    /// `x (i8), w (i8 [O, C/g, kh, kw]), bias (i32 [O]), requant (i32 [O, 2]),
+    /// w_scale (f32 [O]) → y (i8)`. `requant` holds each channel's
+    /// [`crate::quant::Requantize`]; `w_scale` the weights' scales, read by the backward pass.
+    QConv2d(QConvParams),
+    /// `x (i8 [N, K]), w (i8 [M, K]), bias (i32 [M]), requant (i32 [M, 2]),
+    /// w_scale (f32 [M]) → y (i8 [N, M])`.
+    QLinear(QLinearParams),
+    /// `a (i8), b (i8) → y (i8)`.
+    QAdd(QAddParams),
+    /// `x (i8) → y (i8)`, same quantization.
+    QMaxPool2d(PoolParams),
+    /// `x (i8) → y (i8)`, same quantization (the zero point is the input's).
+    QAvgPool2d(PoolParams, i32),
+    /// `x (i8 [N, C, H, W]) → y (i8 [N, C])`, same quantization.
+    QGlobalAvgPool,
+    /// `w̄ (f32), w_scale (f32 [O]) → w (i8)`: a trainable int8 weight kept in integer
+    /// units, rounded to `-127..=127` for the forward pass. The gradient passes straight
+    /// through, scaled by `w_scale⁻²` with quantization-aware scaling (`qas`).
+    RoundWeights { qas: bool },
+    /// `b̄ (f32), w_scale (f32 [O]) → b (i32)`: a trainable int32 bias in units of
+    /// `input_scale · w_scale`; with `qas` its gradient is scaled by `(input_scale · w_scale)⁻²`.
+    RoundBias { input_scale: f32, qas: bool },
+    /// `y (i8), dy → dx`: the gradient where `y` lies strictly inside the clamp bounds
+    /// `act`, zero where the output saturated (the straight-through estimator of a clamp).
+    QClampGrad((i8, i8)),
+    /// `w (i8 [O, ...]), w_scale (f32 [O]) → w_real (f32)`.
+    DequantizeWeights,
+    /// `g (f32 [O, ...]), w_scale (f32 [O]) → g'`: `g'[o, ..] = g[o, ..] · (unit · w_scale[o])^power`.
+    ChannelScale { unit: f32, power: i8 },
 }
 
 impl Op {
@@ -159,6 +222,19 @@ impl Op {
             Op::SgdUpdate(_) => "sgd_update",
             Op::AdamWUpdate(_) => "adamw_update",
             Op::Zero => "zero",
+            Op::Quantize(_) => "quantize",
+            Op::Dequantize(_) => "dequantize",
+            Op::QConv2d(_) => "qconv2d",
+            Op::QLinear(_) => "qlinear",
+            Op::QAdd(_) => "qadd",
+            Op::QMaxPool2d(_) => "qmax_pool2d",
+            Op::QAvgPool2d(..) => "qavg_pool2d",
+            Op::QGlobalAvgPool => "qglobal_avg_pool",
+            Op::RoundWeights { .. } => "round_weights",
+            Op::RoundBias { .. } => "round_bias",
+            Op::QClampGrad(_) => "qclamp_grad",
+            Op::DequantizeWeights => "dequantize_weights",
+            Op::ChannelScale { .. } => "channel_scale",
         }
     }
 }
@@ -191,7 +267,12 @@ impl Op {
             | Op::AvgPool2dGrad(_)
             | Op::GlobalAvgPoolGrad
             | Op::DropoutGrad(_)
-            | Op::ClipCoefficient(_) => (1..=1, 0..=0, 1..=1),
+            | Op::ClipCoefficient(_)
+            | Op::Quantize(_)
+            | Op::Dequantize(_)
+            | Op::QMaxPool2d(_)
+            | Op::QAvgPool2d(..)
+            | Op::QGlobalAvgPool => (1..=1, 0..=0, 1..=1),
             Op::Add
             | Op::CrossEntropy
             | Op::Mse
@@ -202,7 +283,14 @@ impl Op {
             | Op::ReluGrad
             | Op::Relu6Grad
             | Op::MaxPool2dGrad(_)
-            | Op::SoftmaxGrad => (2..=2, 0..=0, 1..=1),
+            | Op::SoftmaxGrad
+            | Op::QAdd(_)
+            | Op::RoundWeights { .. }
+            | Op::RoundBias { .. }
+            | Op::QClampGrad(_)
+            | Op::DequantizeWeights
+            | Op::ChannelScale { .. } => (2..=2, 0..=0, 1..=1),
+            Op::QConv2d(_) | Op::QLinear(_) => (5..=5, 0..=0, 1..=1),
             Op::CrossEntropyGrad | Op::MseGrad => (3..=3, 0..=0, 1..=1),
             Op::BatchNorm2d(_) => (3..=3, 2..=2, 3..=3),
             Op::BatchNormApply | Op::BatchNormGradInput => (5..=5, 0..=0, 1..=1),

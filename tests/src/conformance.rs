@@ -16,6 +16,7 @@ use sprout_core::geometry::{
     window_output, AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig,
     LinearDims, Pool2dGeometry, RowDims, SgdConfig,
 };
+use sprout_core::quant::{OutputQuant, Requantize};
 use sprout_core::rng::SplitMix;
 use sprout_core::{Kernels, Reference};
 
@@ -105,6 +106,8 @@ struct Suite<K> {
 
 /// A kernel call, made once on the backend and once on the reference.
 type Call<'a> = dyn Fn(&mut dyn Kernels, &mut [Vec<f32>]) + 'a;
+/// An int8 kernel call writing one int8 output.
+type Int8Call<'a> = dyn Fn(&mut dyn Kernels, &mut [i8]) + 'a;
 
 impl<K: Kernels> Suite<K> {
     fn new(backend: K, name: &str, reduction: Tolerance) -> Self {
@@ -124,6 +127,69 @@ impl<K: Kernels> Suite<K> {
         self.softmax_and_losses();
         self.vector_ops();
         self.optimizers();
+        conv_cases().iter().for_each(|g| self.int8_conv(g));
+        for (n, k, m) in [(1, 1, 1), (3, 5, 7), (8, 33, 10), (4, 192, 3)] {
+            self.int8_linear(LinearDims { n, k, m });
+        }
+    }
+
+    fn codes(&mut self, len: usize) -> Vec<i8> {
+        (0..len).map(|_| self.rng.next_u64() as i8).collect()
+    }
+
+    /// Per-channel multipliers in `[2^-12, 1)`, an output zero point and clamp bounds that
+    /// rotate through the full range, a fused ReLU and a fused ReLU6.
+    fn output_quant(&mut self, channels: usize) -> (Vec<Requantize>, i32, (i8, i8)) {
+        let multipliers = (0..channels)
+            .map(|_| Requantize::new(f64::from(self.rng.uniform(-12.0, 0.0)).exp2()).unwrap())
+            .collect();
+        let zero_point = (self.rng.next_u64() % 256) as i32 - 128;
+        let act = match self.rng.next_u64() % 3 {
+            0 => (i8::MIN, i8::MAX),
+            1 => (zero_point as i8, i8::MAX),
+            _ => (zero_point as i8, (zero_point + 60).min(127) as i8),
+        };
+        (multipliers, zero_point, act)
+    }
+
+    /// Runs an int8 kernel on the backend and on the reference; the outputs must be equal.
+    fn compare_i8(&mut self, kernel: &str, case: &str, len: usize, call: &Int8Call<'_>) {
+        let (mut got, mut want) = (vec![0x55u8 as i8; len], vec![0x55u8 as i8; len]);
+        call(&mut self.backend, &mut got);
+        call(&mut Reference, &mut want);
+        if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+            panic!(
+                "{}: {kernel} ({case}): element {i}: got {}, reference {}",
+                self.name, got[i], want[i]
+            );
+        }
+    }
+
+    fn int8_conv(&mut self, g: &Conv2dGeometry) {
+        let case = format!("{g:?}");
+        let (x, w) = (self.codes(g.input_len()), self.codes(g.weight_len()));
+        let bias: Vec<i32> = (0..g.c_out).map(|_| (self.rng.next_u64() as i32) >> 12).collect();
+        let (multipliers, zero_point, act) = self.output_quant(g.c_out);
+        let out = OutputQuant { multipliers: &multipliers, zero_point, act };
+        let x_zp = (self.rng.next_u64() % 256) as i32 - 128;
+        self.compare_i8("conv2d_s8", &case, g.output_len(), &|k, y| {
+            k.conv2d_s8(&x, x_zp, &w, Some(&bias), y, &out, g)
+        });
+        self.compare_i8("conv2d_s8 without bias", &case, g.output_len(), &|k, y| {
+            k.conv2d_s8(&x, x_zp, &w, None, y, &out, g)
+        });
+    }
+
+    fn int8_linear(&mut self, d: LinearDims) {
+        let case = format!("{d:?}");
+        let (x, w) = (self.codes(d.n * d.k), self.codes(d.m * d.k));
+        let bias: Vec<i32> = (0..d.m).map(|_| (self.rng.next_u64() as i32) >> 12).collect();
+        let (multipliers, zero_point, act) = self.output_quant(d.m);
+        let out = OutputQuant { multipliers: &multipliers, zero_point, act };
+        let x_zp = (self.rng.next_u64() % 256) as i32 - 128;
+        self.compare_i8("linear_s8", &case, d.n * d.m, &|k, y| {
+            k.linear_s8(&x, x_zp, &w, Some(&bias), y, &out, &d)
+        });
     }
 
     fn random(&mut self, len: usize, low: f32, high: f32) -> Vec<f32> {

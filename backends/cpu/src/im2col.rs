@@ -59,6 +59,17 @@ pub fn im2col(x_group: &[f32], col: &mut [f32], g: &Conv2dGeometry) {
     });
 }
 
+/// [`im2col`] of int8 codes shifted by their zero point, so padding reads real zero.
+pub fn im2col_shifted(x_group: &[i8], zero_point: i32, col: &mut [i16], g: &Conv2dGeometry) {
+    col.fill(0);
+    let stride = g.stride.1;
+    for_each_run(g, |c, x, count| {
+        for (i, v) in col[c..c + count].iter_mut().enumerate() {
+            *v = (i32::from(x_group[x + i * stride]) - zero_point) as i16;
+        }
+    });
+}
+
 /// Adds every column entry back onto the input position it was read from (the adjoint of
 /// [`im2col`]); `dx_group` must start zeroed.
 pub fn col2im(col: &[f32], dx_group: &mut [f32], g: &Conv2dGeometry) {

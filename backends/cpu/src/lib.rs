@@ -22,11 +22,13 @@ mod dense;
 mod depthwise;
 mod gemm;
 mod im2col;
+mod int8;
 mod parallel;
 mod window;
 
 use depthwise::is_depthwise;
 use sprout_core::geometry::{Conv2dGeometry, LinearDims};
+use sprout_core::quant::OutputQuant;
 use sprout_core::Kernels;
 
 /// The CPU backend: how many threads a kernel may use, and the im2col scratch buffer.
@@ -39,6 +41,7 @@ use sprout_core::Kernels;
 pub struct Cpu {
     threads: usize,
     scratch: Vec<f32>,
+    int8: int8::Int8Scratch,
 }
 
 impl Cpu {
@@ -49,7 +52,7 @@ impl Cpu {
 
     /// A backend using at most `threads` threads (at least one).
     pub fn with_threads(threads: usize) -> Self {
-        Self { threads: threads.max(1), scratch: Vec::new() }
+        Self { threads: threads.max(1), scratch: Vec::new(), int8: Default::default() }
     }
 
     /// Threads a kernel may use.
@@ -73,6 +76,30 @@ impl Default for Cpu {
 }
 
 impl Kernels for Cpu {
+    fn conv2d_s8(
+        &mut self,
+        x: &[i8],
+        x_zp: i32,
+        w: &[i8],
+        bias: Option<&[i32]>,
+        y: &mut [i8],
+        out: &OutputQuant<'_>,
+        g: &Conv2dGeometry,
+    ) {
+        int8::conv2d_s8(&mut self.int8, x, x_zp, w, bias, y, out, g)
+    }
+    fn linear_s8(
+        &mut self,
+        x: &[i8],
+        x_zp: i32,
+        w: &[i8],
+        bias: Option<&[i32]>,
+        y: &mut [i8],
+        out: &OutputQuant<'_>,
+        d: &LinearDims,
+    ) {
+        int8::linear_s8(&mut self.int8, x, x_zp, w, bias, y, out, d)
+    }
     fn linear(&mut self, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearDims) {
         dense::linear(self.threads, x, w, b, y, d)
     }

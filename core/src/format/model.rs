@@ -67,6 +67,10 @@ pub struct NamedWeight {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum WeightValues {
     F32(Vec<f32>),
+    /// Quantized weights (see `crate::quant`); their scales are tensors of their own.
+    I8(Vec<i8>),
+    /// Quantized biases and requantization multipliers.
+    I32(Vec<i32>),
 }
 
 impl WeightValues {
@@ -74,6 +78,53 @@ impl WeightValues {
     pub fn dtype(&self) -> DType {
         match self {
             WeightValues::F32(_) => DType::F32,
+            WeightValues::I8(_) => DType::I8,
+            WeightValues::I32(_) => DType::I32,
+        }
+    }
+
+    /// The values, when they are stored as `f32`.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match self {
+            WeightValues::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// How many values are stored.
+    pub fn len(&self) -> usize {
+        match self {
+            WeightValues::F32(v) => v.len(),
+            WeightValues::I8(v) => v.len(),
+            WeightValues::I32(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The values of a `dtype` tensor from their in-memory bytes (native byte order).
+    fn from_bytes(dtype: DType, bytes: &[u8]) -> Option<Self> {
+        let words = |n: usize| bytes.chunks_exact(n);
+        Some(match dtype {
+            DType::F32 => WeightValues::F32(
+                words(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            ),
+            DType::I8 => WeightValues::I8(bytes.iter().map(|&b| b as i8).collect()),
+            DType::I32 => WeightValues::I32(
+                words(4).map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            ),
+            DType::F16 => return None,
+        })
+    }
+
+    /// The initial value these stored values give their tensor.
+    fn to_init(&self) -> Init {
+        match self {
+            WeightValues::F32(v) => Init::Values(v.clone()),
+            WeightValues::I8(v) => Init::Ints(v.iter().map(|&q| i32::from(q)).collect()),
+            WeightValues::I32(v) => Init::Ints(v.clone()),
         }
     }
 }
@@ -117,8 +168,8 @@ impl ModelFile {
             .tensors()
             .iter()
             .filter_map(|t| {
-                let init = t.init.as_ref()?;
-                let values = WeightValues::F32(init.materialize(t.shape.numel()));
+                let bytes = t.init.as_ref()?.to_bytes(t.dtype, t.shape.numel());
+                let values = WeightValues::from_bytes(t.dtype, &bytes)?;
                 Some(NamedWeight { name: t.name.clone(), values })
             })
             .collect();
@@ -133,15 +184,14 @@ impl ModelFile {
         for weight in &mut self.weights {
             let Some(b) = plan.binding(&weight.name) else { continue };
             let bytes = &memory.region(b.operand.region)[b.operand.offset..b.operand.end()];
-            let WeightValues::F32(values) = &mut weight.values;
-            if bytes.len() != values.len() * 4 {
+            let dtype = weight.values.dtype();
+            if b.operand.dtype != dtype || bytes.len() != weight.values.len() * dtype.size() {
                 continue;
             }
-            *values = bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            replaced += 1;
+            if let Some(values) = WeightValues::from_bytes(dtype, bytes) {
+                weight.values = values;
+                replaced += 1;
+            }
         }
         replaced
     }
@@ -196,7 +246,7 @@ impl ModelFile {
         let mut tensors = Vec::with_capacity(self.graph.tensors.len());
         for (t, v) in self.graph.tensors.iter().zip(values) {
             let init = match (v, stores_values(t.role)) {
-                (Some(WeightValues::F32(v)), _) => Some(Init::Values(v.clone())),
+                (Some(values), _) => Some(values.to_init()),
                 (None, true) => {
                     return Err(bad(alloc::format!(
                         "the {:?} tensor '{}' has no stored weight",

@@ -23,7 +23,8 @@ pub struct OutputQuant<'a> {
 }
 
 impl OutputQuant<'_> {
-    fn finish(&self, channel: usize, acc: i32) -> i8 {
+    /// The int8 output of output channel `channel` for accumulator `acc`.
+    pub fn finish(&self, channel: usize, acc: i32) -> i8 {
         clamp_to(self.multipliers[channel].apply(acc).saturating_add(self.zero_point), self.act)
     }
 }
@@ -134,6 +135,7 @@ const ADD_LEFT_SHIFT: u32 = 20;
 /// `Requantize(a.scale / s).apply((q − a_zp) · 2^20)` (so both share the scale `s / 2^20`),
 /// their sum becomes `Requantize(s / (2^20 · y.scale)).apply(sum) + y_zp`, clamped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
 pub struct AddRescale {
     a: Requantize,
     b: Requantize,

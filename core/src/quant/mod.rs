@@ -5,8 +5,13 @@
 //! `real = scale · (q − zero_point)`, accumulators are `i32`, and every rescale is TFLite's
 //! `MultiplyByQuantizedMultiplier`, so results are bit-exact with TFLite's reference kernels.
 
+pub mod backward;
+#[cfg(feature = "alloc")]
+pub mod convert;
 pub mod kernels;
 pub mod params;
+#[cfg(feature = "alloc")]
+mod record;
 #[cfg(test)]
 mod testing;
 
@@ -18,3 +23,5 @@ pub use params::{
     quantize_symmetric, quantize_weight, symmetric_scale, QuantError, QuantParams, Requantize,
     FULL_RANGE,
 };
+#[cfg(feature = "alloc")]
+pub use record::Int8Weights;

@@ -59,6 +59,7 @@ pub(super) fn clamp_to(value: i32, (lo, hi): (i8, i8)) -> i8 {
 
 /// Per-tensor asymmetric int8 parameters: `real = scale · (q − zero_point)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
 pub struct QuantParams {
     pub scale: f32,
     pub zero_point: i32,
@@ -141,7 +142,12 @@ pub fn quantize_symmetric(w: &[f32], out: &mut [i8]) -> f32 {
 
 /// A real multiplier `m ≈ multiplier · 2^(shift − 31)` in TFLite's fixed-point form:
 /// `multiplier` in `[2^30, 2^31)` (or 0 for `m = 0`) and `shift` in `-31..=30`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// Plans store one per output channel in an `i32` tensor of `[multiplier, shift]` pairs,
+/// which is this type's layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[repr(C)]
 pub struct Requantize {
     pub multiplier: i32,
     pub shift: i32,
@@ -192,10 +198,11 @@ impl Requantize {
     /// `RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(acc · 2^left, multiplier),
     /// right)` with `left = max(shift, 0)`, `right = max(−shift, 0)`. `acc · 2^left` wraps
     /// in two's complement, as the `int32` product does on every target TFLite runs on.
+    /// A shift outside `-31..=30` (only a corrupt plan holds one) is clamped into it.
     pub fn apply(&self, acc: i32) -> i32 {
-        debug_assert!((-31..=30).contains(&self.shift), "shift {} out of range", self.shift);
-        let left = self.shift.max(0) as u32;
-        let right = self.shift.min(0).unsigned_abs();
+        let shift = self.shift.clamp(-31, 30);
+        let left = shift.max(0) as u32;
+        let right = shift.min(0).unsigned_abs();
         let high =
             saturating_rounding_doubling_high_mul(acc.wrapping_mul(1 << left), self.multiplier);
         rounding_divide_by_pot(high, right)

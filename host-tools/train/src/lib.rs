@@ -22,6 +22,7 @@ mod error;
 mod files;
 mod metrics;
 mod model;
+mod quantize;
 mod source;
 mod trainer;
 
@@ -31,6 +32,7 @@ pub use error::{CheckpointError, TrainError};
 pub use files::write_atomic;
 pub use metrics::{argmax, softmax, Metrics};
 pub use model::{Inference, Model};
+pub use quantize::{calibrate, quantize, QuantizeSettings, RangeMethod};
 pub use source::{encode_npy, read_npy, read_tensor_file, DataSource, TensorSet};
 pub use trainer::{
     folder_classes, open_data, train, OptimizerChoice, Outcome, Progress, ScheduleChoice,

@@ -6,7 +6,6 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use sprout_core::format::WeightValues;
 use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
 use sprout_train::{
     encode_npy, open_data, train, CheckpointError, Model, OptimizerChoice, Outcome, TrainError,
@@ -65,9 +64,8 @@ fn write_set(path: &Path, n: usize, features: usize, classes: usize, seed: u64) 
 }
 
 fn f32_weight(file: &ModelFile, name: &str) -> Vec<f32> {
-    match file.weight(name).unwrap_or_else(|| panic!("no weight {name}")) {
-        WeightValues::F32(v) => v.clone(),
-    }
+    let values = file.weight(name).unwrap_or_else(|| panic!("no weight {name}"));
+    values.as_f32().unwrap_or_else(|| panic!("{name} is not stored as f32")).to_vec()
 }
 
 #[test]

@@ -1,0 +1,117 @@
+//! What training through and inside int8 layers needs beyond the forward kernels: rounding
+//! trainable integer-unit weights, dequantizing weights per channel, the straight-through
+//! gradient of a clamp, and the per-channel gradient scaling of quantization-aware scaling.
+
+use super::params::quantize_weight;
+use crate::geometry::ChannelDims;
+
+/// The channel of element `i` of a `[outer, channels, inner]` tensor.
+fn channel_of(i: usize, d: ChannelDims) -> usize {
+    (i / d.inner.max(1)) % d.channels.max(1)
+}
+
+/// `w[i] = clamp(round(w̄[i]), −127, 127)`: a trainable weight kept in integer units
+/// (`real = scale · w̄`) rounded for the int8 forward pass. NaN rounds to 0.
+pub fn round_weights(w_bar: &[f32], w: &mut [i8]) {
+    for (q, &v) in w.iter_mut().zip(w_bar) {
+        *q = quantize_weight(v, 1.0);
+    }
+}
+
+/// `b[i] = round(b̄[i])`, saturated to `i32`; NaN rounds to 0.
+pub fn round_bias(b_bar: &[f32], b: &mut [i32]) {
+    for (q, &v) in b.iter_mut().zip(b_bar) {
+        *q = libm::roundf(v) as i32;
+    }
+}
+
+/// `w_real[i] = scale[channel(i)] · w[i]`.
+pub fn dequantize_weights(w: &[i8], scale: &[f32], w_real: &mut [f32], d: ChannelDims) {
+    for (i, (out, &q)) in w_real.iter_mut().zip(w).enumerate() {
+        *out = scale[channel_of(i, d)] * f32::from(q);
+    }
+}
+
+/// `dx = dy` where `act.0 < y < act.1`, else 0: a clamp (fused ReLU, ReLU6 or int8
+/// saturation) passes no gradient where its output sits at a bound.
+pub fn clamp_grad(y: &[i8], dy: &[f32], dx: &mut [f32], act: (i8, i8)) {
+    for ((out, &q), &g) in dx.iter_mut().zip(y).zip(dy) {
+        *out = if q > act.0 && q < act.1 { g } else { 0.0 };
+    }
+}
+
+/// `g'[i] = g[i] · (unit · scale[channel(i)])^power` for `power` in `-2..=2`.
+///
+/// Power 1 turns a real-valued gradient into one in integer units (`∂L/∂w̄ = s · ∂L/∂w`);
+/// power −2 is quantization-aware scaling, which brings an integer-unit gradient back to
+/// the step size a float weight would take (Lin et al., 2022).
+pub fn channel_scale(
+    g: &[f32],
+    scale: &[f32],
+    out: &mut [f32],
+    unit: f32,
+    power: i8,
+    d: ChannelDims,
+) {
+    for (i, (o, &v)) in out.iter_mut().zip(g).enumerate() {
+        let s = unit * scale[channel_of(i, d)];
+        let factor = match power {
+            2 => s * s,
+            1 => s,
+            -1 => 1.0 / s,
+            -2 => 1.0 / (s * s),
+            _ => 1.0,
+        };
+        *o = v * factor;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROWS: ChannelDims = ChannelDims { outer: 1, channels: 2, inner: 3 };
+
+    #[test]
+    fn weights_round_half_away_from_zero_and_saturate_symmetrically() {
+        let mut w = [0i8; 6];
+        round_weights(&[0.5, -0.5, 1.49, 126.6, -300.0, f32::NAN], &mut w);
+        assert_eq!(w, [1, -1, 1, 127, -127, 0]);
+    }
+
+    #[test]
+    fn biases_round_and_saturate() {
+        let mut b = [0i32; 4];
+        round_bias(&[2.5, -2.5, 1e12, -1e12], &mut b);
+        assert_eq!(b, [3, -3, i32::MAX, i32::MIN]);
+    }
+
+    #[test]
+    fn weights_dequantize_with_their_channel_scale() {
+        let mut real = [0f32; 6];
+        dequantize_weights(&[1, 2, 3, -1, -2, 127], &[0.5, 0.25], &mut real, ROWS);
+        assert_eq!(real, [0.5, 1.0, 1.5, -0.25, -0.5, 31.75]);
+    }
+
+    #[test]
+    fn clamp_gradient_stops_at_both_bounds() {
+        let mut dx = [9f32; 5];
+        clamp_grad(&[-128, -127, 0, 126, 127], &[1.0; 5], &mut dx, (-128, 127));
+        assert_eq!(dx, [0.0, 1.0, 1.0, 1.0, 0.0]);
+        // A fused ReLU whose zero point is −5: outputs at −5 are real zeros.
+        clamp_grad(&[-5, -4, 100, -5, 127], &[2.0; 5], &mut dx, (-5, 127));
+        assert_eq!(dx, [0.0, 2.0, 2.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn channel_scale_applies_each_power_per_channel() {
+        let g = [1.0, 2.0, 4.0, 1.0, 2.0, 4.0];
+        let mut out = [0f32; 6];
+        channel_scale(&g, &[0.5, 2.0], &mut out, 1.0, 1, ROWS);
+        assert_eq!(out, [0.5, 1.0, 2.0, 2.0, 4.0, 8.0]);
+        channel_scale(&g, &[0.5, 2.0], &mut out, 2.0, -2, ROWS);
+        assert_eq!(out, [1.0, 2.0, 4.0, 0.0625, 0.125, 0.25]);
+        channel_scale(&g, &[0.5, 2.0], &mut out, 1.0, -1, ROWS);
+        assert_eq!(out, [2.0, 4.0, 8.0, 0.5, 1.0, 2.0]);
+    }
+}

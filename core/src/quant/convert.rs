@@ -1,0 +1,487 @@
+//! Post-training quantization of a float graph: batch norms folded into the convolutions
+//! before them, activations fused into the layer they follow, and every layer rewritten as
+//! its int8 op with per-channel weights and calibrated per-tensor activations.
+//!
+//! Float ops without an int8 kernel (the loss, layers kept in float) read dequantized
+//! values; an op that has neither an int8 kernel nor a place in the float part is an error.
+
+use super::kernels::AddRescale;
+use super::params::{quantize_weight, symmetric_scale, QuantError, QuantParams, Requantize};
+use super::record::Int8Weights;
+use crate::graph::{Graph, GraphError, Node, TensorInfo};
+use crate::op::{Op, QAddParams, QConvParams, QLinearParams};
+use crate::shape::Shape;
+use crate::tensor::{DType, TensorId};
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+
+/// The observed `(min, max)` of float tensors over a calibration set, by tensor name.
+pub type Ranges = BTreeMap<String, (f32, f32)>;
+
+/// What to quantize and how.
+#[derive(Clone, Debug, Default)]
+pub struct QuantizeOptions {
+    /// Weight names of convolutions and dense layers that stay float (a head to train).
+    pub keep_float: BTreeSet<String>,
+    /// Weight names of int8 layers whose weights and bias stay trainable, kept in integer
+    /// units and rounded each forward pass.
+    pub trainable: BTreeSet<String>,
+    /// Quantization-aware scaling of the trainable int8 layers' gradients.
+    pub qas: bool,
+}
+
+/// Why a graph could not be quantized.
+#[derive(Clone, Debug, PartialEq)]
+pub enum QuantizeError {
+    /// The calibration did not observe a tensor whose range the int8 graph needs.
+    NoRange {
+        tensor: String,
+    },
+    /// An op of the float graph has no int8 kernel and cannot stay float where it is.
+    NoInt8Kernel {
+        op: &'static str,
+        node: String,
+        detail: &'static str,
+    },
+    /// A layer's parameters cannot be quantized (non-finite range, scale or multiplier).
+    Params {
+        node: String,
+        source: QuantError,
+    },
+    Graph(GraphError),
+}
+
+impl fmt::Display for QuantizeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoRange { tensor } => {
+                write!(f, "the calibration recorded no range for '{tensor}'")
+            }
+            Self::NoInt8Kernel { op, node, detail } => {
+                write!(f, "{op} '{node}' has no int8 kernel: {detail}")
+            }
+            Self::Params { node, source } => write!(f, "'{node}': {source}"),
+            Self::Graph(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl core::error::Error for QuantizeError {}
+
+impl From<GraphError> for QuantizeError {
+    fn from(e: GraphError) -> Self {
+        QuantizeError::Graph(e)
+    }
+}
+
+/// A tensor of the float graph as the int8 graph holds it.
+#[derive(Clone, Copy, Debug)]
+enum Value {
+    Float(TensorId),
+    Int8(TensorId, QuantParams),
+}
+
+/// Quantizes `model` (a float graph) with activation ranges from a calibration run.
+pub fn quantize_graph(
+    model: &Graph,
+    ranges: &Ranges,
+    options: &QuantizeOptions,
+) -> Result<Graph, QuantizeError> {
+    let mut c = Converter {
+        src: model,
+        dst: Graph::new(model.seed()),
+        values: vec![None; model.tensors().len()],
+        consumers: consumers(model),
+        ranges,
+        options,
+    };
+    let nodes = model.nodes();
+    let mut i = 0;
+    while i < nodes.len() {
+        i += c.convert(i)?;
+    }
+    Ok(c.dst)
+}
+
+/// For each tensor, the indices of the nodes that read it.
+fn consumers(g: &Graph) -> Vec<Vec<usize>> {
+    let mut out = vec![Vec::new(); g.tensors().len()];
+    for (i, node) in g.nodes().iter().enumerate() {
+        for t in node.inputs.iter().chain(&node.state) {
+            out[t.index()].push(i);
+        }
+    }
+    out
+}
+
+struct Converter<'a> {
+    src: &'a Graph,
+    dst: Graph,
+    values: Vec<Option<Value>>,
+    consumers: Vec<Vec<usize>>,
+    ranges: &'a Ranges,
+    options: &'a QuantizeOptions,
+}
+
+/// An activation fused into the op before it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Activation {
+    None,
+    Relu,
+    Relu6,
+}
+
+impl Activation {
+    fn of(op: Op) -> Option<Activation> {
+        match op {
+            Op::Relu => Some(Activation::Relu),
+            Op::Relu6 => Some(Activation::Relu6),
+            _ => None,
+        }
+    }
+
+    /// The clamp bounds in output units.
+    fn bounds(self, output: QuantParams) -> (i8, i8) {
+        match self {
+            Activation::None => super::FULL_RANGE,
+            Activation::Relu => output.relu_bounds(),
+            Activation::Relu6 => output.relu6_bounds(),
+        }
+    }
+}
+
+/// A convolution or dense layer with what folds into it.
+struct Layer<'n> {
+    node: &'n Node,
+    batch_norm: Option<&'n Node>,
+    act: Activation,
+    /// The float tensor the fused group produces.
+    output: TensorId,
+    /// Nodes the group spans.
+    len: usize,
+}
+
+impl<'a> Converter<'a> {
+    /// Converts the node at `i` (and what fuses into it); returns how many nodes it took.
+    fn convert(&mut self, i: usize) -> Result<usize, QuantizeError> {
+        let src: &'a Graph = self.src;
+        let node = &src.nodes()[i];
+        let quantizable = match node.op {
+            Op::Conv2d(_) | Op::Linear => !self.keeps_float(node),
+            _ => true,
+        };
+        let input_is_int8 = node.inputs.first().is_some_and(|&t| self.is_int8(t));
+        match node.op {
+            Op::Conv2d(_) | Op::Linear if quantizable => {
+                let layer = self.layer(i);
+                self.int8_layer(&layer)?;
+                return Ok(layer.len);
+            }
+            Op::Add => {
+                let (output, act, len) = self.fused_activation(node.outputs[0]);
+                let (a, pa) = self.int8(node.inputs[0])?;
+                let (b, pb) = self.int8(node.inputs[1])?;
+                let py = self.params_of(output)?;
+                let rescale = AddRescale::new(pa, pb, py).map_err(|e| self.bad(node, e))?;
+                let params = QAddParams { rescale, output: py, act: act.bounds(py) };
+                let name = self.src.tensor(output).name.clone();
+                let y = self.dst.qadd(&name, a, b, params)?;
+                self.values[output.index()] = Some(Value::Int8(y, py));
+                return Ok(len);
+            }
+            Op::MaxPool2d(p) if input_is_int8 => {
+                self.same_params(node, |g, name, x| g.qmax_pool2d(name, x, p))?;
+            }
+            Op::AvgPool2d(p) if input_is_int8 => {
+                let zp = self.int8(node.inputs[0])?.1.zero_point;
+                self.same_params(node, |g, name, x| g.qavg_pool2d(name, x, p, zp))?;
+            }
+            Op::GlobalAvgPool if input_is_int8 => {
+                self.same_params(node, |g, name, x| g.qglobal_avg_pool(name, x))?;
+            }
+            Op::Reshape if input_is_int8 => {
+                let shape = self.src.shape(node.outputs[0]);
+                self.same_params(node, |g, name, x| {
+                    g.record_as(name, Op::Reshape, vec![x], shape, DType::I8)
+                })?;
+            }
+            // Inference drops dropout; an int8 graph is an inference graph below its float part.
+            Op::Dropout(_) | Op::Detach if input_is_int8 => {
+                self.values[node.outputs[0].index()] = self.values[node.inputs[0].index()];
+            }
+            Op::Relu | Op::Relu6 | Op::BatchNorm2d(_) if input_is_int8 => {
+                let detail = match node.op {
+                    Op::BatchNorm2d(_) => "batch norm folds only into the convolution before it",
+                    _ => "an activation fuses only into the convolution, dense layer or add before it",
+                };
+                return Err(QuantizeError::NoInt8Kernel {
+                    op: node.op.kind(),
+                    node: node.name.clone(),
+                    detail,
+                });
+            }
+            _ => self.float_node(node)?,
+        }
+        Ok(1)
+    }
+
+    fn keeps_float(&self, node: &Node) -> bool {
+        self.options.keep_float.contains(&self.src.tensor(node.inputs[1]).name)
+    }
+
+    fn is_int8(&self, t: TensorId) -> bool {
+        matches!(self.values[t.index()], Some(Value::Int8(..)))
+    }
+
+    fn bad(&self, node: &Node, source: QuantError) -> QuantizeError {
+        QuantizeError::Params { node: node.name.clone(), source }
+    }
+
+    /// The only consumer of `t`, when it has exactly one.
+    fn sole_consumer(&self, t: TensorId) -> Option<&Node> {
+        match self.consumers[t.index()].as_slice() {
+            [only] => Some(&self.src.nodes()[*only]),
+            _ => None,
+        }
+    }
+
+    /// A ReLU or ReLU6 that is the sole reader of `t`, fused: `(output, act, nodes spanned)`.
+    fn fused_activation(&self, t: TensorId) -> (TensorId, Activation, usize) {
+        let fused = self.sole_consumer(t).and_then(|n| Some((Activation::of(n.op)?, n.outputs[0])));
+        match fused {
+            Some((act, y)) => (y, act, 2),
+            None => (t, Activation::None, 1),
+        }
+    }
+
+    /// The layer at node `i` with a following batch norm and activation, when each is the
+    /// sole reader of what comes before it (the nodes are then consecutive in the graph).
+    fn layer(&self, i: usize) -> Layer<'a> {
+        let src: &'a Graph = self.src;
+        let nodes = src.nodes();
+        let node = &nodes[i];
+        let next_is = |t: TensorId, at: usize| {
+            self.consumers[t.index()].as_slice() == [at] && at < nodes.len()
+        };
+        let mut end = node.outputs[0];
+        let mut len = 1;
+        let mut batch_norm = None;
+        if matches!(node.op, Op::Conv2d(_))
+            && next_is(end, i + 1)
+            && matches!(nodes[i + 1].op, Op::BatchNorm2d(_))
+        {
+            batch_norm = Some(&nodes[i + 1]);
+            end = nodes[i + 1].outputs[0];
+            len += 1;
+        }
+        let mut act = Activation::None;
+        if next_is(end, i + len) {
+            if let Some(fused) = Activation::of(nodes[i + len].op) {
+                act = fused;
+                end = nodes[i + len].outputs[0];
+                len += 1;
+            }
+        }
+        Layer { node, batch_norm, act, output: end, len }
+    }
+
+    /// The calibrated int8 parameters of float tensor `t`.
+    fn params_of(&self, t: TensorId) -> Result<QuantParams, QuantizeError> {
+        let name = &self.src.tensor(t).name;
+        let &(min, max) =
+            self.ranges.get(name).ok_or_else(|| QuantizeError::NoRange { tensor: name.clone() })?;
+        QuantParams::from_min_max(min, max)
+            .map_err(|source| QuantizeError::Params { node: name.clone(), source })
+    }
+
+    /// `t` in the int8 graph as int8, quantizing a float value on the way in.
+    fn int8(&mut self, t: TensorId) -> Result<(TensorId, QuantParams), QuantizeError> {
+        match self.value(t)? {
+            Value::Int8(id, p) => Ok((id, p)),
+            Value::Float(id) => {
+                let p = self.params_of(t)?;
+                let name = format!("{}.quantized", self.src.tensor(t).name);
+                let q = self.dst.quantize(&name, id, p)?;
+                self.values[t.index()] = Some(Value::Int8(q, p));
+                Ok((q, p))
+            }
+        }
+    }
+
+    /// `t` in the int8 graph as float, dequantizing an int8 value on the way out.
+    fn float(&mut self, t: TensorId) -> Result<TensorId, QuantizeError> {
+        match self.value(t)? {
+            Value::Float(id) => Ok(id),
+            Value::Int8(id, p) => {
+                let name = format!("{}.dequantized", self.src.tensor(t).name);
+                let f = self.dst.dequantize(&name, id, p)?;
+                // Later float readers share this one.
+                self.values[t.index()] = Some(Value::Float(f));
+                Ok(f)
+            }
+        }
+    }
+
+    /// The int8 graph's value of `t`; leaves are copied over on first use.
+    fn value(&mut self, t: TensorId) -> Result<Value, QuantizeError> {
+        if let Some(v) = self.values[t.index()] {
+            return Ok(v);
+        }
+        let info: TensorInfo = self.src.tensor(t).clone();
+        let id = self.dst.add_tensor(info)?;
+        self.values[t.index()] = Some(Value::Float(id));
+        Ok(Value::Float(id))
+    }
+
+    /// Re-records a float node over float operands.
+    fn float_node(&mut self, node: &Node) -> Result<(), QuantizeError> {
+        let inputs = node.inputs.iter().map(|&t| self.float(t)).collect::<Result<Vec<_>, _>>()?;
+        let state = node.state.iter().map(|&t| self.float(t)).collect::<Result<Vec<_>, _>>()?;
+        let specs = node
+            .outputs
+            .iter()
+            .map(|&t| {
+                let info = self.src.tensor(t);
+                crate::builder::OutputSpec {
+                    name: info.name.clone(),
+                    shape: info.shape,
+                    dtype: info.dtype,
+                    role: info.role,
+                }
+            })
+            .collect();
+        let ids = self.dst.record(&node.name, node.op, inputs, state, specs, node.phase)?;
+        for (&t, id) in node.outputs.iter().zip(ids) {
+            self.values[t.index()] = Some(Value::Float(id));
+        }
+        Ok(())
+    }
+
+    /// An int8 op whose output keeps its input's quantization.
+    fn same_params(
+        &mut self,
+        node: &Node,
+        record: impl FnOnce(&mut Graph, &str, TensorId) -> Result<TensorId, GraphError>,
+    ) -> Result<(), QuantizeError> {
+        let (x, p) = self.int8(node.inputs[0])?;
+        let y = node.outputs[0];
+        let name = self.src.tensor(y).name.clone();
+        let id = record(&mut self.dst, &name, x)?;
+        self.values[y.index()] = Some(Value::Int8(id, p));
+        Ok(())
+    }
+
+    /// Rewrites a convolution or dense layer (with its folded batch norm and fused
+    /// activation) as one int8 op.
+    fn int8_layer(&mut self, layer: &Layer<'_>) -> Result<(), QuantizeError> {
+        let node = layer.node;
+        let (x, input) = self.int8(node.inputs[0])?;
+        let output = self.params_of(layer.output)?;
+        let (weights, bias) = self.folded_weights(layer)?;
+        let channels = bias.len();
+        let per_channel = weights.len() / channels.max(1);
+        let mut codes = vec![0i32; weights.len()];
+        let mut scales = vec![0f32; channels];
+        let mut biases = vec![0i32; channels];
+        let mut requant = vec![0i32; 2 * channels];
+        for o in 0..channels {
+            let w = &weights[o * per_channel..][..per_channel];
+            let scale = symmetric_scale(w.iter().fold(0.0f32, |m, v| m.max(v.abs())));
+            for (q, &v) in codes[o * per_channel..][..per_channel].iter_mut().zip(w) {
+                *q = i32::from(quantize_weight(v, scale));
+            }
+            scales[o] = scale;
+            biases[o] =
+                libm::round(f64::from(bias[o]) / (f64::from(input.scale) * f64::from(scale)))
+                    as i32;
+            let r = Requantize::from_scales(input.scale, scale, output.scale)
+                .map_err(|e| self.bad(node, e))?;
+            requant[2 * o] = r.multiplier;
+            requant[2 * o + 1] = r.shift;
+        }
+        let w_info = self.src.tensor(node.inputs[1]);
+        let (w_name, w_shape) = (w_info.name.clone(), w_info.shape);
+        let bias_name = format!("{}.bias", node.name);
+        let g = &mut self.dst;
+        let weight_scale = g.parameter(
+            &format!("{}.weight_scale", node.name),
+            Shape::d1(channels),
+            crate::graph::Init::Values(scales),
+        )?;
+        let requant = g.int_parameter(
+            &format!("{}.requant", node.name),
+            Shape::d2(channels, 2),
+            DType::I32,
+            requant,
+        )?;
+        let (weight, bias) = if self.options.trainable.contains(&w_name) {
+            let as_f32 = |v: &[i32]| v.iter().map(|&q| q as f32).collect();
+            let w_bar =
+                g.parameter(&w_name, w_shape, crate::graph::Init::Values(as_f32(&codes)))?;
+            let b_bar = g.parameter(
+                &bias_name,
+                Shape::d1(channels),
+                crate::graph::Init::Values(as_f32(&biases)),
+            )?;
+            let qas = self.options.qas;
+            let weight = g.round_weights(&format!("{w_name}.int8"), w_bar, weight_scale, qas)?;
+            let bias =
+                g.round_bias(&format!("{bias_name}.int32"), b_bar, weight_scale, input.scale, qas)?;
+            (weight, bias)
+        } else {
+            let weight = g.int_parameter(&w_name, w_shape, DType::I8, codes)?;
+            let bias = g.int_parameter(&bias_name, Shape::d1(channels), DType::I32, biases)?;
+            (weight, bias)
+        };
+        let weights = Int8Weights { weight, bias, requant, weight_scale };
+        let act = layer.act.bounds(output);
+        let name = self.src.tensor(layer.output).name.clone();
+        let y = match node.op {
+            Op::Conv2d(conv) => {
+                g.qconv2d(&name, x, weights, QConvParams { conv, input, output, act })?
+            }
+            _ => g.qlinear(&name, x, weights, QLinearParams { input, output, act })?,
+        };
+        self.values[layer.output.index()] = Some(Value::Int8(y, output));
+        Ok(())
+    }
+
+    /// The layer's float weights and bias with its batch norm folded in:
+    /// `w'[o] = w[o] · γ[o] / √(σ²[o] + ε)`, `b'[o] = (b[o] − μ[o]) · γ[o] / √(σ²[o] + ε) + β[o]`.
+    fn folded_weights(&self, layer: &Layer<'_>) -> Result<(Vec<f32>, Vec<f32>), QuantizeError> {
+        let values = |t: TensorId| -> Result<Vec<f32>, QuantizeError> {
+            let info = self.src.tensor(t);
+            let init = info.init.as_ref().ok_or_else(|| QuantizeError::NoInt8Kernel {
+                op: layer.node.op.kind(),
+                node: layer.node.name.clone(),
+                detail: "its weights are computed, not parameters",
+            })?;
+            Ok(init.materialize(info.shape.numel()))
+        };
+        let node = layer.node;
+        let mut w = values(node.inputs[1])?;
+        let channels = self.src.shape(node.inputs[1]).dim(0).unwrap_or(0);
+        let mut b = match node.inputs.get(2) {
+            Some(&t) => values(t)?,
+            None => vec![0.0; channels],
+        };
+        if let Some(bn) = layer.batch_norm {
+            let Op::BatchNorm2d(cfg) = bn.op else {
+                unreachable!("layer() only folds batch norms")
+            };
+            let (gamma, beta) = (values(bn.inputs[1])?, values(bn.inputs[2])?);
+            let (mean, var) = (values(bn.state[0])?, values(bn.state[1])?);
+            let per_channel = w.len() / channels.max(1);
+            for o in 0..channels {
+                let k = gamma[o] / libm::sqrtf(var[o] + cfg.eps);
+                w[o * per_channel..][..per_channel].iter_mut().for_each(|v| *v *= k);
+                b[o] = (b[o] - mean[o]) * k + beta[o];
+            }
+        }
+        Ok((w, b))
+    }
+}

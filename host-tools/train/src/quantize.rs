@@ -1,0 +1,198 @@
+//! Post-training int8 quantization on the host: activation ranges observed over a
+//! calibration set (min/max or a percentile of each tensor's values), then core's graph
+//! rewrite (`sprout_core::quant::convert`) into a model file.
+
+use crate::error::TrainError;
+use crate::model::Model;
+use crate::source::DataSource;
+use sprout_core::format::ModelFile;
+use sprout_core::op::Op;
+use sprout_core::quant::convert::{quantize_graph, QuantizeOptions, Ranges};
+use sprout_core::{compile_inference, DType, Executor, Operand, TensorId};
+use sprout_cpu::Cpu;
+use std::collections::BTreeSet;
+
+/// How a tensor's calibration range is chosen from the values it took.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RangeMethod {
+    /// The smallest and largest value seen.
+    MinMax,
+    /// The `p`-th and `(100 − p)`-th percentiles (e.g. 99.99), ignoring rare outliers.
+    Percentile(f64),
+}
+
+/// What `sprout quantize` does besides calibrating.
+#[derive(Clone, Debug)]
+pub struct QuantizeSettings {
+    pub method: RangeMethod,
+    /// `--trainable`-style choice of parameters whose layers stay float (e.g. `head`).
+    pub keep_float: Option<String>,
+    /// Choice of parameters whose int8 layers stay trainable in integer units.
+    pub trainable: Option<String>,
+    /// Quantization-aware scaling for those layers' gradients.
+    pub qas: bool,
+}
+
+impl Default for QuantizeSettings {
+    fn default() -> Self {
+        Self { method: RangeMethod::MinMax, keep_float: None, trainable: None, qas: true }
+    }
+}
+
+/// Histogram resolution of the percentile method.
+const BINS: usize = 2048;
+
+/// One observed float tensor: where the calibration plan keeps it and what it has seen.
+struct Observed {
+    name: String,
+    operand: Operand,
+    min: f32,
+    max: f32,
+    histogram: Vec<u64>,
+}
+
+impl Observed {
+    fn bin(&self, v: f32) -> usize {
+        let width = (self.max - self.min).max(f32::MIN_POSITIVE);
+        (((v - self.min) / width * BINS as f32) as usize).min(BINS - 1)
+    }
+
+    /// The value below which `fraction` of the observations lie (a bin edge).
+    fn quantile(&self, fraction: f64) -> f32 {
+        let total: u64 = self.histogram.iter().sum();
+        let target = (fraction * total as f64).ceil() as u64;
+        let mut seen = 0;
+        for (i, &count) in self.histogram.iter().enumerate() {
+            seen += count;
+            if seen >= target.max(1) {
+                let edge = if fraction < 0.5 { i } else { i + 1 };
+                return self.min + (self.max - self.min) * edge as f32 / BINS as f32;
+            }
+        }
+        self.max
+    }
+}
+
+/// The forward float tensors whose ranges an int8 rewrite may need: the input and every
+/// activation the model computes without labels.
+fn observable(model: &Model) -> Vec<TensorId> {
+    let g = &model.zoo.graph;
+    let mut out = vec![model.zoo.input];
+    for node in g.nodes() {
+        if matches!(node.op, Op::CrossEntropy | Op::Mse) {
+            continue;
+        }
+        out.extend(node.outputs.first().filter(|&&t| g.tensor(t).dtype == DType::F32));
+    }
+    out
+}
+
+/// Observes the ranges of `model`'s float tensors over every sample of `data`.
+pub fn calibrate(
+    model: &Model,
+    data: &mut DataSource,
+    method: RangeMethod,
+) -> Result<Ranges, TrainError> {
+    if data.is_empty() {
+        return Err(TrainError::Mismatch(format!(
+            "{}: the calibration set is empty; quantization needs samples to observe",
+            data.origin().display()
+        )));
+    }
+    let g = &model.zoo.graph;
+    let wanted = observable(model);
+    let plan = compile_inference(g, &wanted)?;
+    let mut memory = plan.initial_memory(g);
+    let mut observed: Vec<Observed> = wanted
+        .iter()
+        .filter_map(|&t| plan.binding_of(t))
+        .map(|b| Observed {
+            name: b.name.clone(),
+            operand: b.operand,
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+            histogram: Vec::new(),
+        })
+        .collect();
+    let input = plan
+        .binding_of(model.zoo.input)
+        .map(|b| b.operand)
+        .ok_or_else(|| TrainError::Mismatch("the model's outputs do not read its input".into()))?;
+    let passes = match method {
+        RangeMethod::MinMax => 1,
+        RangeMethod::Percentile(_) => 2,
+    };
+    let (batch, per_sample) = (model.batch(), model.sample_dims().iter().product::<usize>());
+    let mut exec = Executor::new(plan.view(), Cpu::new())?;
+    for pass in 0..passes {
+        if pass == 1 {
+            for o in &mut observed {
+                o.histogram = vec![0; BINS];
+            }
+        }
+        for samples in data.epoch(0) {
+            let samples = samples?;
+            let count = samples.y.len();
+            for start in (0..count).step_by(batch) {
+                let n = (count - start).min(batch);
+                let mut x = vec![0.0f32; batch * per_sample];
+                x[..n * per_sample]
+                    .copy_from_slice(&samples.x[start * per_sample..(start + n) * per_sample]);
+                let mut regions = memory.regions();
+                regions.write(&input, &x)?;
+                exec.run(&mut regions)?;
+                for o in &mut observed {
+                    let values = regions.read::<f32>(&o.operand)?;
+                    // Only the real samples of a padded batch count.
+                    let values = &values[..values.len() / batch * n];
+                    for &v in values.iter().filter(|v| v.is_finite()) {
+                        if pass == 0 {
+                            (o.min, o.max) = (o.min.min(v), o.max.max(v));
+                        } else {
+                            let bin = o.bin(v);
+                            o.histogram[bin] += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(observed
+        .iter()
+        .filter(|o| o.min <= o.max)
+        .map(|o| {
+            let range = match method {
+                RangeMethod::MinMax => (o.min, o.max),
+                RangeMethod::Percentile(p) => {
+                    let tail = (1.0 - p / 100.0).clamp(0.0, 0.5);
+                    (o.quantile(tail), o.quantile(1.0 - tail))
+                }
+            };
+            (o.name.clone(), range)
+        })
+        .collect())
+}
+
+/// Calibrates `model` on `data` and rewrites it in int8; returns the new model file.
+pub fn quantize(
+    model: &Model,
+    data: &mut DataSource,
+    settings: &QuantizeSettings,
+) -> Result<ModelFile, TrainError> {
+    let names = |choice: &Option<String>| -> Result<BTreeSet<String>, TrainError> {
+        let Some(choice) = choice else { return Ok(BTreeSet::new()) };
+        let ids = sprout_zoo::select_trainable(&model.zoo, choice)?;
+        Ok(ids.iter().map(|&id| model.zoo.graph.tensor(id).name.clone()).collect())
+    };
+    let options = QuantizeOptions {
+        keep_float: names(&settings.keep_float)?,
+        trainable: names(&settings.trainable)?,
+        qas: settings.qas,
+    };
+    let ranges = calibrate(model, data, settings.method)?;
+    let graph = quantize_graph(&model.zoo.graph, &ranges, &options)
+        .map_err(|e| TrainError::Mismatch(format!("cannot quantize the model: {e}")))?;
+    let mut metadata = model.metadata.clone();
+    metadata.provenance = format!("{} quantized to int8", metadata.provenance);
+    Ok(ModelFile::from_graph(&graph, metadata))
+}

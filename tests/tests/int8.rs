@@ -1,0 +1,425 @@
+//! The int8 path end to end: post-training quantization of a float graph (batch norms
+//! folded, activations fused) running the int8 kernels bit-exactly, gradients of int8
+//! layers against their definition with and without quantization-aware scaling, and the
+//! errors quantizing gives on bad input.
+
+use sprout_core::format::{Metadata, ModelFile, Preprocessing};
+use sprout_core::op::ConvParams;
+use sprout_core::quant::convert::{quantize_graph, QuantizeError, QuantizeOptions};
+use sprout_core::quant::{conv2d_s8, Int8Weights, OutputQuant, QuantParams, Requantize};
+use sprout_core::rng::SplitMix;
+use sprout_core::{
+    compile_inference, compile_outputs, differentiate, nn, save_model, Executor, Graph, Init, Mode,
+    Reference, Shape, TensorId,
+};
+use sprout_train::{calibrate, DataSource, Model, RangeMethod, TensorSet};
+use std::path::Path;
+
+const BATCH: usize = 4;
+
+fn random(rng: &mut SplitMix, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.uniform(lo, hi)).collect()
+}
+
+/// A small MobileNet-like model: conv + BN + ReLU6, depthwise conv + BN + ReLU, pointwise
+/// conv + BN with a residual add, global pooling and a linear head, with non-trivial
+/// batch-norm statistics so folding matters.
+fn float_model(seed: u64) -> Graph {
+    let mut g = Graph::new(seed);
+    let x = g.input("input", Shape::d4(BATCH, 3, 8, 8)).unwrap();
+    let labels = g.labels("labels", BATCH).unwrap();
+    let same = ConvParams { stride: (1, 1), padding: (1, 1), groups: 1 };
+    let h = nn::conv2d(&mut g, "stem", x, 8, 3, same, false).unwrap();
+    let h = nn::batch_norm2d(&mut g, "stem_bn", h).unwrap();
+    let h = g.relu6("stem_act", h).unwrap();
+    let dw = ConvParams { groups: 8, ..same };
+    let d = nn::conv2d(&mut g, "dw", h, 8, 3, dw, false).unwrap();
+    let d = nn::batch_norm2d(&mut g, "dw_bn", d).unwrap();
+    let d = g.relu("dw_act", d).unwrap();
+    let point = ConvParams { stride: (1, 1), padding: (0, 0), groups: 1 };
+    let p = nn::conv2d(&mut g, "pw", d, 8, 1, point, true).unwrap();
+    let p = nn::batch_norm2d(&mut g, "pw_bn", p).unwrap();
+    let r = g.add("res", h, p).unwrap();
+    let pooled = g.global_avg_pool("pool", r).unwrap();
+    let logits = nn::linear(&mut g, "head", pooled, 3).unwrap();
+    g.cross_entropy("loss", logits, labels).unwrap();
+    let mut rng = SplitMix::new(seed ^ 0xb17);
+    for bn in ["stem_bn", "dw_bn", "pw_bn"] {
+        for (what, lo, hi) in [
+            ("weight", 0.5, 1.5),
+            ("bias", -0.3, 0.3),
+            ("running_mean", -0.2, 0.2),
+            ("running_var", 0.3, 2.0),
+        ] {
+            let id = g.find(&format!("{bn}.{what}")).unwrap();
+            g.set_initial_values(id, random(&mut rng, 8, lo, hi)).unwrap();
+        }
+    }
+    g
+}
+
+fn as_model(graph: &Graph) -> Model {
+    let metadata = Metadata {
+        class_names: vec!["a".into(), "b".into(), "c".into()],
+        input_shape: Shape::d4(BATCH, 3, 8, 8),
+        preprocessing: Preprocessing::default(),
+        provenance: "int8 test".into(),
+    };
+    let bytes = save_model(&ModelFile::from_graph(graph, metadata)).unwrap();
+    Model::from_bytes(&bytes, Path::new("test.sprout")).unwrap()
+}
+
+fn samples(n: usize, seed: u64) -> DataSource {
+    let mut rng = SplitMix::new(seed);
+    let set = TensorSet {
+        x: random(&mut rng, n * 3 * 64, -1.0, 1.0),
+        y: (0..n).map(|i| (i % 3) as i32).collect(),
+        sample_dims: vec![3, 8, 8],
+        path: "calibration".into(),
+    };
+    DataSource::tensors(set, BATCH, seed, false)
+}
+
+/// Runs `graph`'s inference for `outputs` on `x` and returns each output's bytes.
+fn infer(graph: &Graph, x: &[f32], outputs: &[&str]) -> Vec<Vec<u8>> {
+    let ids: Vec<TensorId> = outputs.iter().map(|n| graph.find(n).unwrap()).collect();
+    let plan = compile_inference(graph, &ids).unwrap();
+    let mut memory = plan.initial_memory(graph);
+    let mut exec = Executor::new(plan.view(), Reference).unwrap();
+    let mut regions = memory.regions();
+    regions.write(&plan.operand("input").unwrap(), x).unwrap();
+    exec.run(&mut regions).unwrap();
+    outputs
+        .iter()
+        .map(|n| {
+            let op = plan.operand(n).unwrap();
+            memory.region(op.region)[op.offset..op.end()].to_vec()
+        })
+        .collect()
+}
+
+fn ints(graph: &Graph, name: &str) -> Vec<i32> {
+    match graph.tensor(graph.find(name).unwrap()).init.as_ref().unwrap() {
+        Init::Ints(v) => v.clone(),
+        other => panic!("{name} holds {other:?}"),
+    }
+}
+
+#[test]
+fn a_quantized_graph_runs_the_int8_kernels_and_tracks_the_float_logits() {
+    let float = float_model(3);
+    let model = as_model(&float);
+    let ranges = calibrate(&model, &mut samples(32, 1), RangeMethod::MinMax).unwrap();
+    let int8 = quantize_graph(&float, &ranges, &QuantizeOptions::default()).unwrap();
+    // Batch norms folded, activations fused: one int8 op per layer.
+    let kinds: Vec<&str> = int8.nodes().iter().map(|n| n.op.kind()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "quantize",
+            "qconv2d",
+            "qconv2d",
+            "qconv2d",
+            "qadd",
+            "qglobal_avg_pool",
+            "qlinear",
+            "dequantize",
+            "cross_entropy"
+        ]
+    );
+
+    let x = random(&mut SplitMix::new(9), BATCH * 3 * 64, -1.0, 1.0);
+    let out = infer(&int8, &x, &["input.quantized", "stem_act", "head.dequantized"]);
+    // The stem's output is conv2d_s8 of the stored codes, bit for bit.
+    let stem = int8.nodes().iter().find(|n| n.op.kind() == "qconv2d").unwrap();
+    let sprout_core::op::Op::QConv2d(q) = stem.op else { unreachable!() };
+    let x_q: Vec<i8> = bytemuck::cast_slice(&out[0]).to_vec();
+    let w: Vec<i8> = ints(&int8, "stem.weight").iter().map(|&v| v as i8).collect();
+    let bias = ints(&int8, "stem.bias");
+    let requant: Vec<Requantize> = ints(&int8, "stem.requant")
+        .chunks(2)
+        .map(|p| Requantize { multiplier: p[0], shift: p[1] })
+        .collect();
+    let g = sprout_core::geometry::Conv2dGeometry {
+        n: BATCH,
+        c_in: 3,
+        h: 8,
+        w: 8,
+        c_out: 8,
+        kh: 3,
+        kw: 3,
+        stride: (1, 1),
+        padding: (1, 1),
+        groups: 1,
+        out_h: 8,
+        out_w: 8,
+    };
+    let mut expected = vec![0i8; g.output_len()];
+    let oq = OutputQuant { multipliers: &requant, zero_point: q.output.zero_point, act: q.act };
+    conv2d_s8(&x_q, q.input.zero_point, &w, Some(&bias), &mut expected, &oq, &g);
+    let got: Vec<i8> = bytemuck::cast_slice(&out[1]).to_vec();
+    assert_eq!(got, expected);
+    // ReLU6 fused: nothing below the real zero or above six.
+    let (lo, hi) = q.output.relu6_bounds();
+    assert!(got.iter().all(|&v| v >= lo && v <= hi));
+
+    // The int8 logits stay close to the float model's.
+    let float_logits: Vec<f32> = bytemuck::cast_slice(&infer(&float, &x, &["head"])[0]).to_vec();
+    let int8_logits: Vec<f32> = bytemuck::cast_slice(&out[2]).to_vec();
+    let span = float_logits.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (a, b) in int8_logits.iter().zip(&float_logits) {
+        assert!((a - b).abs() <= 0.08 * span, "int8 {a} vs float {b} (span {span})");
+    }
+}
+
+#[test]
+fn int8_weights_survive_the_model_file_bit_for_bit() {
+    let float = float_model(4);
+    let ranges =
+        calibrate(&as_model(&float), &mut samples(8, 2), RangeMethod::Percentile(99.9)).unwrap();
+    let int8 = quantize_graph(&float, &ranges, &QuantizeOptions::default()).unwrap();
+    let file = ModelFile::from_graph(&int8, as_model(&float).metadata);
+    let back = sprout_core::load_model(&save_model(&file).unwrap()).unwrap().to_graph().unwrap();
+    for name in ["stem.weight", "stem.bias", "stem.requant", "pw.weight", "head.requant"] {
+        assert_eq!(ints(&back, name), ints(&int8, name), "{name}");
+    }
+    let x = random(&mut SplitMix::new(5), BATCH * 3 * 64, -1.0, 1.0);
+    assert_eq!(infer(&back, &x, &["head.dequantized"]), infer(&int8, &x, &["head.dequantized"]));
+}
+
+#[test]
+fn quantizing_with_an_empty_calibration_set_is_refused() {
+    let model = as_model(&float_model(1));
+    let err = calibrate(&model, &mut samples(0, 1), RangeMethod::MinMax).unwrap_err();
+    assert!(err.to_string().contains("calibration set is empty"), "{err}");
+}
+
+#[test]
+fn an_op_without_an_int8_kernel_is_named() {
+    // A batch norm straight after pooling has no convolution to fold into.
+    let mut g = Graph::new(1);
+    let x = g.input("input", Shape::d4(BATCH, 3, 8, 8)).unwrap();
+    let same = ConvParams { stride: (1, 1), padding: (1, 1), groups: 1 };
+    let h = nn::conv2d(&mut g, "conv", x, 4, 3, same, true).unwrap();
+    let p = g.global_avg_pool("pool", h).unwrap();
+    let p = g.reshape("grid", p, Shape::d4(BATCH, 4, 1, 1)).unwrap();
+    nn::batch_norm2d(&mut g, "lonely_bn", p).unwrap();
+    let ranges = [("input", (-1.0, 1.0)), ("conv", (-2.0, 2.0)), ("pool", (-1.0, 1.0))]
+        .into_iter()
+        .map(|(n, r)| (n.to_string(), r))
+        .collect();
+    let err = quantize_graph(&g, &ranges, &QuantizeOptions::default()).err().unwrap();
+    assert!(matches!(err, QuantizeError::NoInt8Kernel { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "batch_norm2d 'lonely_bn' has no int8 kernel: batch norm folds only into the convolution before it"
+    );
+    // And a range the calibration never saw is named too.
+    let partial = [("input".to_string(), (-1.0, 1.0))].into_iter().collect();
+    let err = quantize_graph(&g, &partial, &QuantizeOptions::default()).err().unwrap();
+    assert_eq!(err.to_string(), "the calibration recorded no range for 'conv'");
+}
+
+/// `x → quantize → qlinear 1 (trainable, integer units) → qlinear 2 (frozen) → dequantize
+/// → mse`, with fused ReLUs so the clamp masks matter.
+struct TwoLayers {
+    graph: Graph,
+    w_bar: TensorId,
+    b_bar: TensorId,
+    loss: TensorId,
+}
+
+const K: usize = 6;
+const H: usize = 5;
+const M: usize = 4;
+const X_P: QuantParams = QuantParams { scale: 0.02, zero_point: 3 };
+const H_P: QuantParams = QuantParams { scale: 0.03, zero_point: -100 };
+const Y_P: QuantParams = QuantParams { scale: 0.05, zero_point: -20 };
+
+fn two_layers(qas: bool, seed: u64) -> TwoLayers {
+    let mut rng = SplitMix::new(seed);
+    let mut g = Graph::new(seed);
+    let x = g.input("input", Shape::d2(BATCH, K)).unwrap();
+    let target = g.target("target", Shape::d2(BATCH, M)).unwrap();
+    let xq = g.quantize("xq", x, X_P).unwrap();
+    let codes = |rng: &mut SplitMix, n: usize| -> Vec<f32> {
+        (0..n).map(|_| (rng.uniform(-90.0, 90.0)).round()).collect()
+    };
+    let s1 =
+        g.parameter("s1", Shape::d1(H), Init::Values(random(&mut rng, H, 0.004, 0.02))).unwrap();
+    let w_bar = g.parameter("w1", Shape::d2(H, K), Init::Values(codes(&mut rng, H * K))).unwrap();
+    let b_bar = g.parameter("b1", Shape::d1(H), Init::Values(codes(&mut rng, H))).unwrap();
+    let w1 = g.round_weights("w1q", w_bar, s1, qas).unwrap();
+    let b1 = g.round_bias("b1q", b_bar, s1, X_P.scale, qas).unwrap();
+    let requant = |scales: &[f32], input: f32, output: f32| -> Vec<i32> {
+        scales
+            .iter()
+            .flat_map(|&s| {
+                let r = Requantize::from_scales(input, s, output).unwrap();
+                [r.multiplier, r.shift]
+            })
+            .collect()
+    };
+    let scales1 = match g.tensor(s1).init.as_ref().unwrap() {
+        Init::Values(v) => v.clone(),
+        _ => unreachable!(),
+    };
+    let r1 = g
+        .int_parameter(
+            "r1",
+            Shape::d2(H, 2),
+            sprout_core::DType::I32,
+            requant(&scales1, X_P.scale, H_P.scale),
+        )
+        .unwrap();
+    let layer1 = Int8Weights { weight: w1, bias: b1, requant: r1, weight_scale: s1 };
+    let p1 = sprout_core::op::QLinearParams { input: X_P, output: H_P, act: H_P.relu_bounds() };
+    let h = g.qlinear("h", xq, layer1, p1).unwrap();
+    let scales2 = random(&mut rng, M, 0.004, 0.02);
+    let s2 = g.parameter("s2", Shape::d1(M), Init::Values(scales2.clone())).unwrap();
+    let w2_codes: Vec<i32> = codes(&mut rng, M * H).iter().map(|&v| v as i32).collect();
+    let w2 = g.int_parameter("w2", Shape::d2(M, H), sprout_core::DType::I8, w2_codes).unwrap();
+    let b2 = g
+        .int_parameter("b2", Shape::d1(M), sprout_core::DType::I32, vec![40, -30, 0, 900])
+        .unwrap();
+    let r2 = g
+        .int_parameter(
+            "r2",
+            Shape::d2(M, 2),
+            sprout_core::DType::I32,
+            requant(&scales2, H_P.scale, Y_P.scale),
+        )
+        .unwrap();
+    let layer2 = Int8Weights { weight: w2, bias: b2, requant: r2, weight_scale: s2 };
+    let p2 = sprout_core::op::QLinearParams { input: H_P, output: Y_P, act: Y_P.relu_bounds() };
+    let yq = g.qlinear("yq", h, layer2, p2).unwrap();
+    let y = g.dequantize("y", yq, Y_P).unwrap();
+    let loss = g.mse("loss", y, target).unwrap();
+    TwoLayers { graph: g, w_bar, b_bar, loss }
+}
+
+fn f32s(graph: &Graph, name: &str) -> Vec<f32> {
+    graph.tensor(graph.find(name).unwrap()).init.as_ref().unwrap().materialize(0)
+}
+
+#[test]
+fn int8_layer_gradients_match_their_definition_with_and_without_qas() {
+    let mut rng = SplitMix::new(77);
+    let x = random(&mut rng, BATCH * K, -1.0, 1.5);
+    let t = random(&mut rng, BATCH * M, 0.0, 3.0);
+    for qas in [false, true] {
+        let net = two_layers(qas, 11);
+        let d = differentiate(&net.graph, net.loss, &[net.w_bar, net.b_bar]).unwrap();
+        let (gw, gb) = (d.gradients[0].1, d.gradients[1].1);
+        let g = &d.graph;
+        let names = ["xq", "h", "yq", "loss"];
+        let mut outputs: Vec<TensorId> = names.iter().map(|n| g.find(n).unwrap()).collect();
+        outputs.extend([gw, gb]);
+        let plan = compile_outputs(g, &outputs, Mode::Train).unwrap();
+        let mut memory = plan.initial_memory(g);
+        let mut exec = Executor::new(plan.view(), Reference).unwrap();
+        let mut regions = memory.regions();
+        regions.write(&plan.operand("input").unwrap(), &x).unwrap();
+        regions.write(&plan.operand("target").unwrap(), &t).unwrap();
+        exec.run(&mut regions).unwrap();
+        let read_i8 = |n: &str| regions.read::<i8>(&plan.operand(n).unwrap()).unwrap().to_vec();
+        let (xq, h, yq) = (read_i8("xq"), read_i8("h"), read_i8("yq"));
+        let got_w = regions.read::<f32>(&plan.binding_of(gw).unwrap().operand).unwrap().to_vec();
+        let got_b = regions.read::<f32>(&plan.binding_of(gb).unwrap().operand).unwrap().to_vec();
+
+        // The definition, in f64: the loss gradient in real units, stopped where a fused
+        // ReLU clamped, through layer 2's dequantized weights, then to layer 1's integer
+        // units (times its scale) and, with QAS, divided by the scale squared.
+        let (s1, s2) = (f32s(g, "s1"), f32s(g, "s2"));
+        let w2: Vec<f64> = f32s(g, "w2").iter().map(|&v| f64::from(v)).collect();
+        let real =
+            |q: i8, p: QuantParams| f64::from(p.scale) * f64::from(i32::from(q) - p.zero_point);
+        let inside = |q: i8, p: QuantParams| q > p.relu_bounds().0 && q < i8::MAX;
+        let mut dh = [0f64; BATCH * H];
+        for n in 0..BATCH {
+            for m in 0..M {
+                let y = real(yq[n * M + m], Y_P);
+                let dy = 2.0 * (y - f64::from(t[n * M + m])) / (BATCH * M) as f64;
+                if !inside(yq[n * M + m], Y_P) {
+                    continue;
+                }
+                for k in 0..H {
+                    dh[n * H + k] += dy * f64::from(s2[m]) * w2[m * H + k];
+                }
+            }
+        }
+        for j in 0..H {
+            let (mut gw_row, mut gb_j) = (vec![0f64; K], 0f64);
+            for n in 0..BATCH {
+                if !inside(h[n * H + j], H_P) {
+                    continue;
+                }
+                gb_j += dh[n * H + j];
+                for k in 0..K {
+                    gw_row[k] += dh[n * H + j] * real(xq[n * K + k], X_P);
+                }
+            }
+            let s = f64::from(s1[j]);
+            let (w_factor, b_factor) = if qas {
+                (1.0 / s, 1.0 / (s * f64::from(X_P.scale)))
+            } else {
+                (s, s * f64::from(X_P.scale))
+            };
+            let close =
+                |got: f32, want: f64| (f64::from(got) - want).abs() <= 1e-6 + 1e-4 * want.abs();
+            for k in 0..K {
+                let want = gw_row[k] * w_factor;
+                assert!(
+                    close(got_w[j * K + k], want),
+                    "qas {qas}: dw̄[{j},{k}] {} vs {want}",
+                    got_w[j * K + k]
+                );
+            }
+            assert!(
+                close(got_b[j], gb_j * b_factor),
+                "qas {qas}: db̄[{j}] {} vs {}",
+                got_b[j],
+                gb_j * b_factor
+            );
+        }
+        assert!(got_w.iter().any(|&v| v != 0.0), "the test must reach unclamped units");
+    }
+}
+
+/// Mean loss of the last 10 of `steps` SGD steps training layer 1 of [`two_layers`].
+fn trained_loss(qas: bool, steps: usize) -> f32 {
+    let net = two_layers(qas, 5);
+    let config = sprout_core::TrainConfig::sgd(0.0);
+    let training =
+        sprout_core::compile_training_step(&net.graph, net.loss, &[net.w_bar, net.b_bar], &config)
+            .unwrap();
+    let plan = &training.plan;
+    let mut memory = plan.initial_memory(&training.graph);
+    let mut exec = Executor::new(plan.view(), Reference).unwrap();
+    let mut rng = SplitMix::new(3);
+    let mut tail = 0.0;
+    for step in 0..steps {
+        let x = random(&mut rng, BATCH * K, -1.0, 1.5);
+        // A fixed linear teacher the int8 layers can express.
+        let t: Vec<f32> = (0..BATCH * M)
+            .map(|i| {
+                let (n, m) = (i / M, i % M);
+                (0..K).map(|k| x[n * K + k] * ((m + k) % 3) as f32 * 0.4).sum::<f32>().max(0.0)
+            })
+            .collect();
+        let mut regions = memory.regions();
+        regions.write(&plan.operand("input").unwrap(), &x).unwrap();
+        regions.write(&plan.operand("target").unwrap(), &t).unwrap();
+        exec.train_step(&mut regions, 0.05).unwrap();
+        if step >= steps - 10 {
+            tail += regions.read::<f32>(&plan.operand("loss").unwrap()).unwrap()[0] / 10.0;
+        }
+    }
+    tail
+}
+
+#[test]
+fn qas_trains_an_inner_int8_layer_that_plain_int8_gradients_barely_move() {
+    let (with, without) = (trained_loss(true, 300), trained_loss(false, 300));
+    assert!(with < 0.5 * without, "loss with QAS {with}, without {without}");
+}
