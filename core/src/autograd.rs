@@ -95,6 +95,22 @@ pub fn differentiate(
     Ok(Differentiated { graph, loss, gradients, forward_nodes })
 }
 
+impl Graph {
+    /// Parameters a gradient can reach: those some node reads where its rule passes a
+    /// gradient. Weight scales and requantization tables of int8 layers are not among them.
+    pub fn differentiable_parameters(&self) -> Vec<TensorId> {
+        let mut reachable = vec![false; self.tensors().len()];
+        for node in self.nodes() {
+            for &i in differentiable_inputs(&node.op) {
+                if let Some(t) = node.inputs.get(i) {
+                    reachable[t.index()] = true;
+                }
+            }
+        }
+        self.parameters().filter(|t| reachable[t.index()]).collect()
+    }
+}
+
 /// Which inputs of an op a gradient can flow into.
 fn differentiable_inputs(op: &Op) -> &'static [usize] {
     match op {

@@ -42,7 +42,8 @@ impl std::error::Error for SelectError {}
 /// - a parameter-name pattern where `*` matches any text, dots included
 ///   (`features.6.*`, `*.bn2.weight`, `fc.bias`).
 ///
-/// Batch-norm running statistics are buffers, never selected. Every entry must select at
+/// Batch-norm running statistics are buffers, never selected; nor are parameters no
+/// gradient reaches (an int8 layer's weight scales). Every entry must select at
 /// least one parameter, so a mistyped pattern is an error that names it.
 pub fn select_trainable(model: &ZooModel, choice: &str) -> Result<Vec<TensorId>, SelectError> {
     let entries: Vec<&str> = choice.split(',').map(str::trim).collect();
@@ -52,7 +53,8 @@ pub fn select_trainable(model: &ZooModel, choice: &str) -> Result<Vec<TensorId>,
     let graph = &model.graph;
     let mut used = vec![false; entries.len()];
     let selected = graph
-        .parameters()
+        .differentiable_parameters()
+        .into_iter()
         .filter(|&id| {
             let name = graph.tensor(id).name.as_str();
             let mut chosen = false;
