@@ -46,7 +46,8 @@ pub struct LinkStats {
     pub frames_received: u64,
     /// Frames that arrived damaged (bad COBS, CRC, length or content).
     pub damaged_frames: u64,
-    /// Payload bytes of samples and checkpoints that were acknowledged.
+    /// Payload bytes of samples and checkpoints that the other side took (bytes it
+    /// already had, skipped on resume, do not count).
     pub payload_bytes: u64,
 }
 
@@ -318,14 +319,17 @@ where
         let mut stalls = 0;
         loop {
             let end = (offset as usize + MAX_CHUNK).min(bytes.len());
+            let carried = (end - offset as usize) as u32;
             let request = wrap(Chunk { offset, bytes: &bytes[offset as usize..end] });
             let kind = request.kind();
             let next = self.call(&request, |answer| match answer {
                 Response::Received { next } if next <= total => Ok(next),
                 other => Err(unexpected(kind, other)),
             })?;
+            if next == offset + carried {
+                self.stats.payload_bytes += u64::from(carried);
+            }
             if next > offset {
-                self.stats.payload_bytes += u64::from(next - offset);
                 stalls = 0;
             } else {
                 stalls += 1;

@@ -85,6 +85,8 @@ pub struct SampleChunk<'a> {
 /// What [`DeviceSession::poll`] saw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Polled {
+    /// A request was answered (more bytes may be ready).
+    Answered,
     /// Every byte waiting was handled; nothing more is ready.
     Idle,
     /// The stream ended (a closed socket); a UART never ends.
@@ -114,9 +116,10 @@ impl Default for DeviceSession {
 }
 
 impl DeviceSession {
-    /// Handles every byte `io` has ready: each complete request is carried out through `app`
-    /// and answered; a damaged frame is answered with a nack. Returns when no byte is ready,
-    /// so it never blocks; errors are the stream's own.
+    /// Handles the bytes `io` has ready up to the end of one request, which is carried out
+    /// through `app` and answered (a damaged frame is answered with a nack). Returns after
+    /// that answer or when no byte is ready, so it never blocks and the firmware can train
+    /// between requests; errors are the stream's own.
     pub fn poll<IO, A>(&mut self, io: &mut IO, app: &mut A) -> Result<Polled, IO::Error>
     where
         IO: Read + ReadReady + Write,
@@ -133,6 +136,8 @@ impl DeviceSession {
                 Ok((seq, request)) => {
                     let answer = state.answer(seq, request, app, chunk, reply);
                     io.write_all(answer)?;
+                    io.flush()?;
+                    return Ok(Polled::Answered);
                 }
                 Err(_) => {
                     let mut nack = [0; 16];
