@@ -94,8 +94,9 @@ pub enum Polled {
 }
 
 /// The device's side of a conversation: about 1.7 KiB of buffers and a little state. Keep
-/// one for the device's whole run (across reconnects), and call [`DeviceSession::poll`]
-/// from the main loop.
+/// one for the device's whole run (across reconnects). The firmware's main loop calls
+/// `session.poll(&mut uart, &mut app)` and, while the app is training, runs one training
+/// step between calls; the UART only needs `embedded_io::{Read, ReadReady, Write}`.
 pub struct DeviceSession {
     reader: FrameReader<MAX_FRAME>,
     /// The last answer, kept to send again when its request is repeated.
