@@ -3,7 +3,8 @@
 //!
 //! Without the `alloc` feature the crate holds what a device needs to *run* a plan: the
 //! plan format, the executor, the backend trait and the reference kernels. With `alloc` it
-//! also records graphs, differentiates them and compiles plans.
+//! also records graphs, differentiates them and compiles plans. The `link` feature adds the
+//! host <-> device link protocol ([`link`]), which needs no heap either.
 //!
 //! ```
 //! use sprout_core::{compile_training_step, nn, Executor, Graph, Reference, Shape, TrainConfig};
@@ -46,11 +47,14 @@
 extern crate alloc;
 
 pub mod backend;
+pub mod checksum;
 pub mod dispatch;
 pub mod error;
 pub mod executor;
 pub mod geometry;
 pub mod kernel;
+#[cfg(feature = "link")]
+pub mod link;
 pub mod plan;
 pub mod quant;
 pub mod reference;

@@ -19,6 +19,8 @@ pub const NO_STD_BUILDS: &[(&str, &[&str])] = &[
     ("sprout-core", &[]),
     // Building, differentiating and compiling graphs needs `alloc`.
     ("sprout-core", &["alloc"]),
+    // The host <-> device link: framing, device session and client, still without a heap.
+    ("sprout-core", &["link"]),
     ("sprout-planner", &[]),
 ];
 

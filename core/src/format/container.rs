@@ -3,8 +3,8 @@
 //! trusts a length it has not bounded.
 
 use super::error::FormatError;
+use crate::checksum::CRC32;
 use alloc::vec::Vec;
-use crc::{Crc, CRC_32_ISO_HDLC};
 
 /// Which kind of file a frame holds: its magic bytes and the version this build writes
 /// (and the newest it reads).
@@ -29,8 +29,6 @@ pub const HEADER_BYTES: usize = 8 + 2 + 4;
 
 /// The CRC-32 after the body.
 pub const CHECKSUM_BYTES: usize = 4;
-
-const CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
 
 /// Frames a body: header, body, CRC-32 (IEEE) of everything before it.
 pub fn seal(framing: Framing, body: &[u8]) -> Result<Vec<u8>, FormatError> {

@@ -2,6 +2,7 @@
 //! definitions and dispatches to one module per command.
 
 mod data_cmd;
+mod device_cmd;
 mod eval_cmd;
 mod onnx_cmd;
 mod picture;
@@ -46,6 +47,9 @@ enum Command {
     Convert(onnx_cmd::ConvertArgs),
     /// Export a `.sprout` model's inference graph to ONNX, or its weights to safetensors.
     Export(onnx_cmd::ExportArgs),
+    /// Talk to a device running sprout's firmware (a serial port or tcp:HOST:PORT): train
+    /// on it from a data folder, pull its checkpoint, push one to it.
+    Device(device_cmd::DeviceArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run_cmd::run(args),
         Command::Convert(args) => onnx_cmd::convert(args),
         Command::Export(args) => onnx_cmd::export(args),
+        Command::Device(args) => device_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -30,4 +30,4 @@ pub use folder::Dataset;
 pub use leaves::{generate, Disease, Domain, LeafConfig, Summary};
 pub use pixels::Image;
 pub use rng::Rng;
-pub use transform::{Jitter, Normalize, Transform};
+pub use transform::{resize, Jitter, Normalize, Transform};

@@ -1,0 +1,198 @@
+//! `sprout device`: talks to a device running sprout's firmware over a serial port or
+//! `tcp:HOST:PORT`: `train` sends a data folder and trains on the device with progress bars,
+//! `pull` saves its checkpoint (CRC-checked, written atomically), `push` sends one back.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use sprout_core::link::{LinkStats, RetryPolicy, Split, TrainingConfig};
+use sprout_device::{checkpoint_for, ConnectOptions, Device, PortSpec, SampleSet};
+
+use crate::size::format_size;
+
+#[derive(Args, Debug)]
+pub struct DeviceArgs {
+    #[command(subcommand)]
+    command: DeviceCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum DeviceCommand {
+    /// Send the images of DIR (DIR/train and DIR/val, or DIR/<class>) to the device, train
+    /// there, and show its progress.
+    Train(TrainArgs),
+    /// Save the device's checkpoint, checked against its CRC-32.
+    Pull(PullArgs),
+    /// Send a checkpoint of the device's model for the device to keep.
+    Push(PushArgs),
+}
+
+#[derive(Args, Debug)]
+struct PortArgs {
+    /// A serial device (/dev/ttyACM0, COM3) or tcp:HOST:PORT (QEMU's serial socket).
+    #[arg(long, value_name = "PORT")]
+    port: String,
+    /// Baud rate of a serial port.
+    #[arg(long, value_name = "BAUD", default_value_t = 115_200)]
+    baud: u32,
+    /// Milliseconds to wait for an answer before asking again.
+    #[arg(long, value_name = "MS", default_value_t = RetryPolicy::default().timeout_ms)]
+    timeout_ms: u32,
+    /// Times a request is sent before the link counts as failed.
+    #[arg(long, value_name = "N", default_value_t = RetryPolicy::default().attempts)]
+    attempts: u32,
+}
+
+#[derive(Args, Debug)]
+struct TrainArgs {
+    #[command(flatten)]
+    port: PortArgs,
+    /// The data folder.
+    #[arg(long, value_name = "DIR")]
+    data: PathBuf,
+    /// Epochs to train.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    epochs: u16,
+    /// Learning rate; the device's own when absent.
+    #[arg(long, value_name = "LR")]
+    learning_rate: Option<f32>,
+    /// Add to the samples already on the device instead of replacing them.
+    #[arg(long)]
+    keep_samples: bool,
+}
+
+#[derive(Args, Debug)]
+struct PullArgs {
+    #[command(flatten)]
+    port: PortArgs,
+    /// Where to write the checkpoint (written whole or not at all).
+    #[arg(short, long, value_name = "CKPT")]
+    out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct PushArgs {
+    #[command(flatten)]
+    port: PortArgs,
+    /// The checkpoint file.
+    #[arg(value_name = "CKPT")]
+    checkpoint: PathBuf,
+}
+
+pub fn run(args: &DeviceArgs) -> Result<()> {
+    match &args.command {
+        DeviceCommand::Train(args) => train(args),
+        DeviceCommand::Pull(args) => pull(args),
+        DeviceCommand::Push(args) => push(args),
+    }
+}
+
+fn connect(port: &PortArgs) -> Result<Device> {
+    let policy = RetryPolicy { timeout_ms: port.timeout_ms, attempts: port.attempts };
+    let options = ConnectOptions { policy, ..ConnectOptions::default() };
+    let device = Device::connect(PortSpec::parse(&port.port, port.baud), options)?;
+    let info = device.info();
+    eprintln!(
+        "{}: model {:#018x}, {} classes, {}x{} samples, {} stored",
+        port.port,
+        info.model_hash,
+        info.classes,
+        info.sample.width,
+        info.sample.height,
+        info.samples
+    );
+    Ok(device)
+}
+
+fn train(args: &TrainArgs) -> Result<()> {
+    let mut device = connect(&args.port)?;
+    let classes = device.class_names()?;
+    let samples = SampleSet::open(&args.data, &classes, device.info().sample)?;
+    eprintln!(
+        "sending {} samples ({} to train on, {} to validate with)",
+        samples.len(),
+        samples.count(Split::Train),
+        samples.count(Split::Validation)
+    );
+    if !args.keep_samples {
+        device.clear_samples()?;
+    }
+    let bar = progress_bar(samples.len() as u64, "samples");
+    for index in 0..samples.len() {
+        let pixels = samples.pixels(index)?;
+        device.push_sample(index as u32, samples.label(index), samples.split(index), &pixels)?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    let config = TrainingConfig { epochs: args.epochs, learning_rate: args.learning_rate };
+    let bar = progress_bar(u64::from(args.epochs), "epochs");
+    let last = device.train(config, Duration::from_millis(500), |progress| {
+        bar.set_position(u64::from(progress.epoch));
+        bar.set_message(format!("loss {:.4}{}", progress.loss, accuracy(progress.accuracy)));
+    })?;
+    bar.finish_and_clear();
+    println!(
+        "trained {} of {} epochs ({} steps, {:?}): loss {:.4}{}",
+        last.epoch,
+        last.epochs,
+        last.step,
+        last.state,
+        last.loss,
+        accuracy(last.accuracy)
+    );
+    report_link(device.stats());
+    Ok(())
+}
+
+fn pull(args: &PullArgs) -> Result<()> {
+    let mut device = connect(&args.port)?;
+    let bar = progress_bar(device.info().checkpoint.map_or(0, |c| u64::from(c.len)), "bytes");
+    let (bytes, checkpoint) = device.pull_checkpoint(|received, total| {
+        bar.set_length(u64::from(total));
+        bar.set_position(u64::from(received));
+    })?;
+    bar.finish_and_clear();
+    sprout_train::write_atomic(&args.out, &bytes)?;
+    println!(
+        "pulled {} ({} bytes, CRC-32 {:#010x}) to {}",
+        format_size(bytes.len()),
+        bytes.len(),
+        checkpoint.crc,
+        args.out.display()
+    );
+    report_link(device.stats());
+    Ok(())
+}
+
+fn push(args: &PushArgs) -> Result<()> {
+    let mut device = connect(&args.port)?;
+    let bytes = checkpoint_for(&args.checkpoint, device.info())?;
+    let bar = progress_bar(bytes.len() as u64, "bytes");
+    device.push_checkpoint(&bytes, |sent| bar.set_position(u64::from(sent)))?;
+    bar.finish_and_clear();
+    println!("pushed {} ({} bytes) to the device", args.checkpoint.display(), bytes.len());
+    report_link(device.stats());
+    Ok(())
+}
+
+/// A bar on standard error (hidden when that is not a terminal).
+fn progress_bar(len: u64, unit: &'static str) -> ProgressBar {
+    let style = ProgressStyle::with_template("{bar:40} {pos}/{len} {prefix} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    ProgressBar::new(len).with_style(style).with_prefix(unit)
+}
+
+fn accuracy(accuracy: Option<f32>) -> String {
+    accuracy.map(|a| format!(", validation accuracy {:.1}%", a * 100.0)).unwrap_or_default()
+}
+
+fn report_link(stats: LinkStats) {
+    eprintln!(
+        "link: {} frames sent, {} retries, {} damaged frames received",
+        stats.frames_sent, stats.retries, stats.damaged_frames
+    );
+}

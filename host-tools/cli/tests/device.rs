@@ -1,0 +1,155 @@
+//! `sprout device train / pull / push` against a device session served in this process on
+//! a TCP listener (a fake app behind the real link), and the errors a person meets: a
+//! missing serial port, a device without a checkpoint; never a partial output file.
+
+#[path = "../../device/tests/support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+
+use sprout_core::checksum::CRC32;
+use sprout_core::link::Split;
+use sprout_train::Checkpoint;
+use support::fake_app::{spawn_tcp_device, FakeApp, CLASSES, MODEL_HASH, SHAPE};
+
+fn sprout(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sprout")).args(args).output().unwrap()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = sprout(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sprout {args:?} failed: {stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn fails(args: &[&str], needle: &str) {
+    let out = sprout(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "sprout {args:?} should fail");
+    assert!(stderr.contains(needle), "sprout {args:?}: '{needle}' not in: {stderr}");
+}
+
+fn device(checkpoint: Vec<u8>) -> (Arc<Mutex<FakeApp>>, String) {
+    let app = Arc::new(Mutex::new(FakeApp::new(checkpoint)));
+    let port = spawn_tcp_device(app.clone(), |_| false);
+    (app, format!("tcp:127.0.0.1:{port}"))
+}
+
+fn files_in(folder: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(folder)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn pull_writes_the_device_checkpoint_bit_exact() {
+    let checkpoint: Vec<u8> = (0..5000u32).map(|i| (i * 7 + i / 300) as u8).collect();
+    let (_, port) = device(checkpoint.clone());
+    let folder = tempfile::tempdir().unwrap();
+    let out = folder.path().join("device.ckpt");
+
+    let stdout = ok(&["device", "pull", "--port", &port, "-o", out.to_str().unwrap()]);
+    let written = std::fs::read(&out).unwrap();
+    assert!(written == checkpoint, "the file differs from the device's checkpoint");
+    let crc = format!("CRC-32 {:#010x}", CRC32.checksum(&checkpoint));
+    assert!(stdout.contains("5000 bytes") && stdout.contains(&crc), "{stdout}");
+    assert_eq!(files_in(folder.path()), ["device.ckpt"]);
+}
+
+#[test]
+fn a_failed_pull_leaves_no_file() {
+    let (_, port) = device(Vec::new());
+    let folder = tempfile::tempdir().unwrap();
+    let out = folder.path().join("device.ckpt");
+    fails(
+        &["device", "pull", "--port", &port, "-o", out.to_str().unwrap()],
+        "the device refused pull checkpoint: the device has no checkpoint yet",
+    );
+    assert!(files_in(folder.path()).is_empty());
+}
+
+#[test]
+fn a_missing_serial_port_is_named() {
+    let folder = tempfile::tempdir().unwrap();
+    let out = folder.path().join("device.ckpt");
+    fails(
+        &["device", "pull", "--port", "/dev/sprout-no-such-port", "-o", out.to_str().unwrap()],
+        "serial port /dev/sprout-no-such-port not found",
+    );
+    assert!(files_in(folder.path()).is_empty());
+}
+
+#[test]
+fn push_sends_a_checkpoint_of_the_device_model() {
+    let checkpoint = Checkpoint {
+        epoch: 3,
+        updates: 30,
+        micro_batches: 30,
+        pending: 0,
+        seed: 1,
+        best_accuracy: Some(0.9),
+        graph_hash: MODEL_HASH,
+        state_size: 2048,
+        state: (0..2048u32).map(|i| i as u8).collect(),
+        history: Vec::new(),
+        model: Vec::new(),
+    };
+    let folder = tempfile::tempdir().unwrap();
+    let file = folder.path().join("run.ckpt");
+    std::fs::write(&file, checkpoint.encode()).unwrap();
+    let (app, port) = device(Vec::new());
+
+    ok(&["device", "push", "--port", &port, file.to_str().unwrap()]);
+    assert!(app.lock().unwrap().checkpoint == checkpoint.encode());
+
+    let other = Checkpoint { graph_hash: 1, ..checkpoint };
+    std::fs::write(&file, other.encode()).unwrap();
+    fails(&["device", "push", "--port", &port, file.to_str().unwrap()], "belongs to model");
+}
+
+#[test]
+fn train_sends_the_data_folder_and_reports_the_device_progress() {
+    let folder = tempfile::tempdir().unwrap();
+    let data = folder.path().join("leaves");
+    let classes = CLASSES.join(",");
+    let size = SHAPE.width.to_string();
+    ok(&[
+        "data",
+        "leaves",
+        "--out",
+        data.to_str().unwrap(),
+        "--classes",
+        &classes,
+        "--per-class",
+        "5",
+        "--size",
+        &size,
+    ]);
+    let (app, port) = device(Vec::new());
+
+    let stdout = ok(&[
+        "device",
+        "train",
+        "--port",
+        &port,
+        "--data",
+        data.to_str().unwrap(),
+        "--epochs",
+        "3",
+    ]);
+    assert!(stdout.contains("trained 3 of 3 epochs"), "{stdout}");
+    let app = app.lock().unwrap();
+    assert_eq!(app.samples.len(), 15);
+    let validation = app.samples.iter().filter(|(_, split, _)| *split == Split::Validation).count();
+    assert!(validation > 0 && validation < 15, "{validation} validation samples");
+    for label in 0..3 {
+        assert_eq!(app.samples.iter().filter(|(l, _, _)| *l == label).count(), 5);
+    }
+    assert!(app.samples.iter().all(|(_, _, pixels)| pixels.len() == SHAPE.bytes() as usize));
+}

@@ -1,0 +1,196 @@
+//! `Device`: a connected device, from the host. It opens the port, says hello, and runs each
+//! request through the link's retrying client; when the link fails (no answer, a closed
+//! socket) it reconnects under the same session id, so a transfer resumes where it stood.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::thread;
+use std::time::Duration;
+
+use sprout_core::link::{
+    CheckpointInfo, Client, ClientError, DeviceInfo, LinkStats, Pull, RetryPolicy, Split,
+    TrainingConfig, TrainingProgress, TrainingState,
+};
+
+use crate::clock::StdClock;
+use crate::error::LinkError;
+use crate::port::{Port, PortSpec};
+
+type LinkClient = Client<Port, StdClock>;
+type LinkResult<T> = Result<T, ClientError<std::io::Error>>;
+
+/// How to reach a device and how hard to try.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectOptions {
+    pub policy: RetryPolicy,
+    /// Times one operation may reopen the port after the link failed.
+    pub reconnects: u32,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        Self { policy: RetryPolicy::default(), reconnects: 2 }
+    }
+}
+
+/// A device on the other end of a port.
+pub struct Device {
+    spec: PortSpec,
+    options: ConnectOptions,
+    session: u32,
+    client: LinkClient,
+    info: DeviceInfo,
+    /// Link statistics of the connections before the current one.
+    earlier: LinkStats,
+    reconnects: u32,
+}
+
+impl Device {
+    /// Opens `spec` and says hello: fails on an unreachable port, a silent device or another
+    /// protocol version.
+    pub fn connect(spec: PortSpec, options: ConnectOptions) -> Result<Self, LinkError> {
+        // A session id this device has not seen: it starts with fresh transfers.
+        let session = RandomState::new().hash_one(std::process::id()) as u32;
+        let mut client = Client::new(spec.open()?, StdClock::default(), options.policy);
+        let info = client.hello(session).map_err(|source| link(&spec, source))?;
+        Ok(Self {
+            spec,
+            options,
+            session,
+            client,
+            info,
+            earlier: LinkStats::default(),
+            reconnects: 0,
+        })
+    }
+
+    /// What the device said in its last hello.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Everything that crossed the link, over all connections.
+    pub fn stats(&self) -> LinkStats {
+        let (a, b) = (self.earlier, self.client.stats());
+        LinkStats {
+            frames_sent: a.frames_sent + b.frames_sent,
+            retries: a.retries + b.retries,
+            frames_received: a.frames_received + b.frames_received,
+            damaged_frames: a.damaged_frames + b.damaged_frames,
+            payload_bytes: a.payload_bytes + b.payload_bytes,
+        }
+    }
+
+    /// How often the port was reopened.
+    pub fn reconnects(&self) -> u32 {
+        self.reconnects
+    }
+
+    /// The device's class names, in label order.
+    pub fn class_names(&mut self) -> Result<Vec<String>, LinkError> {
+        (0..self.info.classes)
+            .map(|label| self.retrying(|c| c.class_name(label, str::to_owned)))
+            .collect()
+    }
+
+    pub fn clear_samples(&mut self) -> Result<(), LinkError> {
+        self.retrying(|c| c.clear_samples())
+    }
+
+    /// Sends one sample (RGB8 pixels of the device's sample shape) under `id`.
+    pub fn push_sample(
+        &mut self,
+        id: u32,
+        label: u16,
+        split: Split,
+        pixels: &[u8],
+    ) -> Result<(), LinkError> {
+        self.retrying(|c| c.push_sample(id, label, split, pixels))
+    }
+
+    /// Starts training and polls its progress every `poll` until it ends, telling
+    /// `progress` each report; returns the last one.
+    pub fn train(
+        &mut self,
+        config: TrainingConfig,
+        poll: Duration,
+        mut progress: impl FnMut(&TrainingProgress),
+    ) -> Result<TrainingProgress, LinkError> {
+        self.retrying(|c| c.start_training(config))?;
+        loop {
+            thread::sleep(poll);
+            let report = self.retrying(|c| c.progress())?;
+            progress(&report);
+            match report.state {
+                TrainingState::Idle | TrainingState::Running => continue,
+                TrainingState::Finished | TrainingState::Stopped => return Ok(report),
+                TrainingState::Failed => {
+                    return Err(LinkError::TrainingFailed { epoch: report.epoch })
+                }
+            }
+        }
+    }
+
+    /// Pulls the device's checkpoint, CRC-checked; `received` hears the bytes so far and the
+    /// total. Resumes across reconnects at the last acknowledged byte.
+    pub fn pull_checkpoint(
+        &mut self,
+        mut received: impl FnMut(u32, u32),
+    ) -> Result<(Vec<u8>, CheckpointInfo), LinkError> {
+        let mut pull = Pull::default();
+        let mut bytes = Vec::new();
+        let checkpoint = self.retrying(|c| {
+            c.pull_checkpoint(&mut pull, |checkpoint, chunk| {
+                bytes.extend_from_slice(chunk);
+                received(bytes.len() as u32, checkpoint.len);
+            })
+        })?;
+        Ok((bytes, checkpoint))
+    }
+
+    /// Sends a checkpoint for the device to store; `sent` hears the bytes acknowledged.
+    pub fn push_checkpoint(
+        &mut self,
+        bytes: &[u8],
+        mut sent: impl FnMut(u32),
+    ) -> Result<(), LinkError> {
+        self.retrying(|c| c.push_checkpoint(bytes, &mut sent))
+    }
+
+    /// Runs `operation`, reconnecting (at most `options.reconnects` times) when the link
+    /// fails, then running it again: operations keep their progress outside the client.
+    fn retrying<R>(
+        &mut self,
+        mut operation: impl FnMut(&mut LinkClient) -> LinkResult<R>,
+    ) -> Result<R, LinkError> {
+        let mut reconnects = 0;
+        loop {
+            match operation(&mut self.client) {
+                Err(e) if link_failed(&e) && reconnects < self.options.reconnects => {
+                    reconnects += 1;
+                    self.reconnect()?;
+                }
+                result => return result.map_err(|source| link(&self.spec, source)),
+            }
+        }
+    }
+
+    fn reconnect(&mut self) -> Result<(), LinkError> {
+        let stats = self.stats();
+        let mut client = Client::new(self.spec.open()?, StdClock::default(), self.options.policy);
+        self.info = client.hello(self.session).map_err(|source| link(&self.spec, source))?;
+        self.client = client;
+        self.earlier = stats;
+        self.reconnects += 1;
+        Ok(())
+    }
+}
+
+/// Whether reopening the port could help.
+fn link_failed(e: &ClientError<std::io::Error>) -> bool {
+    matches!(e, ClientError::NoAnswer { .. } | ClientError::EndOfStream | ClientError::Transport(_))
+}
+
+fn link(spec: &PortSpec, source: ClientError<std::io::Error>) -> LinkError {
+    LinkError::Link { port: spec.name(), source }
+}

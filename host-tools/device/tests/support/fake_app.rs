@@ -1,0 +1,208 @@
+//! `FakeApp`: an in-memory stand-in for the firmware behind a [`DeviceSession`]: it keeps
+//! samples and one checkpoint in vectors and "trains" one epoch per progress query. The
+//! serving helpers run a session on a thread over a pipe or a TCP listener.
+
+use std::cell::Cell;
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use embedded_io::{Read, ReadReady, Write};
+use sprout_core::link::{
+    CheckpointInfo, DeviceApp, DeviceError, DeviceInfo, DeviceSession, Polled, SampleChunk,
+    SampleShape, Split, TrainingConfig, TrainingProgress, TrainingState,
+};
+use sprout_device::StdStream;
+
+pub const MODEL_HASH: u64 = 0x5eed_cafe_f00d_0001;
+pub const CLASSES: [&str; 3] = ["healthy", "leaf_spot", "rust"];
+/// 768-byte samples: two chunks each.
+pub const SHAPE: SampleShape = SampleShape { width: 16, height: 16 };
+
+pub struct FakeApp {
+    /// Complete samples, in arrival order.
+    pub samples: Vec<(u16, Split, Vec<u8>)>,
+    partial: Vec<u8>,
+    pub checkpoint: Vec<u8>,
+    checkpoint_info: Option<CheckpointInfo>,
+    /// The checkpoint being pushed.
+    pub incoming: Vec<u8>,
+    /// Offsets the host read the checkpoint at, in order.
+    pub reads: Vec<u32>,
+    training: Cell<TrainingProgress>,
+}
+
+impl FakeApp {
+    pub fn new(checkpoint: Vec<u8>) -> Self {
+        let idle = TrainingProgress {
+            state: TrainingState::Idle,
+            epoch: 0,
+            epochs: 0,
+            step: 0,
+            loss: 0.0,
+            accuracy: None,
+        };
+        let mut app = Self {
+            samples: Vec::new(),
+            partial: Vec::new(),
+            checkpoint: Vec::new(),
+            checkpoint_info: None,
+            incoming: Vec::new(),
+            reads: Vec::new(),
+            training: Cell::new(idle),
+        };
+        app.set_checkpoint(checkpoint);
+        app
+    }
+
+    fn set_checkpoint(&mut self, bytes: Vec<u8>) {
+        self.checkpoint_info = (!bytes.is_empty()).then(|| CheckpointInfo::of(&bytes).unwrap());
+        self.checkpoint = bytes;
+    }
+
+    fn running(&self) -> bool {
+        self.training.get().state == TrainingState::Running
+    }
+}
+
+impl DeviceApp for FakeApp {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            model_hash: MODEL_HASH,
+            classes: CLASSES.len() as u16,
+            sample: SHAPE,
+            samples: self.samples.len() as u32,
+            checkpoint: self.checkpoint_info,
+        }
+    }
+
+    fn class_name(&self, label: u16) -> Option<&str> {
+        CLASSES.get(usize::from(label)).copied()
+    }
+
+    fn clear_samples(&mut self) -> Result<(), DeviceError> {
+        if self.running() {
+            return Err(DeviceError::Busy);
+        }
+        self.samples.clear();
+        Ok(())
+    }
+
+    fn receive_sample(&mut self, chunk: SampleChunk<'_>) -> Result<(), DeviceError> {
+        if chunk.offset == 0 {
+            self.partial.clear();
+        }
+        self.partial.extend_from_slice(chunk.bytes);
+        if chunk.offset as usize + chunk.bytes.len() == chunk.total as usize {
+            self.samples.push((chunk.label, chunk.split, std::mem::take(&mut self.partial)));
+        }
+        Ok(())
+    }
+
+    fn start_training(&mut self, config: TrainingConfig) -> Result<(), DeviceError> {
+        if self.samples.is_empty() {
+            return Err(DeviceError::NoSamples);
+        }
+        let mut progress = self.training.get();
+        progress.state = TrainingState::Running;
+        (progress.epoch, progress.epochs, progress.step) = (0, config.epochs, 0);
+        self.training.set(progress);
+        Ok(())
+    }
+
+    fn stop_training(&mut self) {
+        let mut progress = self.training.get();
+        progress.state = TrainingState::Stopped;
+        self.training.set(progress);
+    }
+
+    /// Each query while running finishes one epoch of one step per sample.
+    fn progress(&self) -> TrainingProgress {
+        let mut progress = self.training.get();
+        if progress.state == TrainingState::Running {
+            progress.epoch += 1;
+            progress.step += self.samples.len() as u32;
+            progress.loss = 1.0 / f32::from(progress.epoch);
+            progress.accuracy = Some(1.0 - progress.loss / 2.0);
+            if progress.epoch >= progress.epochs {
+                progress.state = TrainingState::Finished;
+            }
+            self.training.set(progress);
+        }
+        progress
+    }
+
+    fn read_checkpoint(&mut self, offset: u32, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.reads.push(offset);
+        let start = offset as usize;
+        buf.copy_from_slice(&self.checkpoint[start..start + buf.len()]);
+        Ok(())
+    }
+
+    fn begin_checkpoint(&mut self, checkpoint: CheckpointInfo) -> Result<(), DeviceError> {
+        if self.running() {
+            return Err(DeviceError::Busy);
+        }
+        self.incoming = Vec::with_capacity(checkpoint.len as usize);
+        Ok(())
+    }
+
+    fn write_checkpoint(&mut self, offset: u32, bytes: &[u8]) -> Result<(), DeviceError> {
+        assert_eq!(offset as usize, self.incoming.len(), "the session delivers chunks in order");
+        self.incoming.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn commit_checkpoint(&mut self) -> Result<(), DeviceError> {
+        let bytes = std::mem::take(&mut self.incoming);
+        self.set_checkpoint(bytes);
+        Ok(())
+    }
+}
+
+/// Serves `io` with `session` until the stream ends, fails, or `stop` says so.
+pub fn serve<IO: Read + ReadReady + Write>(
+    session: &mut DeviceSession,
+    app: &Mutex<FakeApp>,
+    io: &mut IO,
+    stop: impl Fn(&FakeApp) -> bool,
+) {
+    loop {
+        let mut app = app.lock().unwrap();
+        match session.poll(io, &mut *app) {
+            Ok(Polled::Answered | Polled::Idle) if !stop(&app) => {}
+            _ => return,
+        }
+        drop(app);
+        thread::yield_now();
+    }
+}
+
+/// A device on a thread, serving one in-memory stream.
+pub fn spawn_device<IO>(app: Arc<Mutex<FakeApp>>, mut io: IO) -> JoinHandle<()>
+where
+    IO: Read + ReadReady + Write + Send + 'static,
+{
+    thread::spawn(move || serve(&mut DeviceSession::default(), &app, &mut io, |_| false))
+}
+
+/// A device on a thread behind a TCP listener on a free local port (returned), keeping one
+/// session across connections. The first connection is dropped as soon as `cut` holds.
+pub fn spawn_tcp_device(
+    app: Arc<Mutex<FakeApp>>,
+    cut: impl Fn(&FakeApp) -> bool + Send + 'static,
+) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        let mut session = DeviceSession::default();
+        for (connection, stream) in listener.incoming().enumerate() {
+            let Ok(stream) = stream else { return };
+            stream.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+            let mut io = StdStream::new(stream);
+            serve(&mut session, &app, &mut io, |app| connection == 0 && cut(app));
+        }
+    });
+    port
+}
