@@ -27,6 +27,11 @@ pub const SUITES: &[(&str, &str)] = &[
          each memory pass saves, and gradient checkpointing's arena against recomputed FLOPs",
     ),
     (
+        "int8",
+        "the leaf classifier's validation accuracy in fp32 and int8: post-training \
+         quantization, head fine-tuning on an int8 backbone, an int8 block with and without QAS",
+    ),
+    (
         "kernels",
         "leafnet training-step time with the reference kernels against sprout-cpu (one \
          thread and all), and conv2d forward GFLOP/s",
@@ -62,6 +67,7 @@ pub fn run_suite(suite: &str) -> Result<()> {
     match suite {
         "planner" => planner(),
         "kernels" => crate::bench_kernels::kernels(),
+        "int8" => crate::bench_quant::int8(),
         _ => bail!("unknown bench suite `{suite}`\n\n{}", suites_help()),
     }
 }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_kernels;
+mod bench_quant;
 mod cmd;
 mod demo;
 mod test;
