@@ -272,6 +272,21 @@ pub trait Kernels {
     ) {
         r::adamw_update(param, grad, m, v, lr, grad_scale, step, cfg)
     }
+    fn cast_f32_to_f16(&mut self, x: &[f32], y: &mut [half::f16]) {
+        r::cast_f32_to_f16(x, y)
+    }
+    fn cast_f16_to_f32(&mut self, x: &[half::f16], y: &mut [f32]) {
+        r::cast_f16_to_f32(x, y)
+    }
+    fn unscale_gradient(
+        &mut self,
+        g: &[f32],
+        scale: f32,
+        unscaled: &mut [f32],
+        found_inf: &mut [f32],
+    ) {
+        r::unscale_gradient(g, scale, unscaled, found_inf)
+    }
 }
 
 /// The portable scalar backend: every kernel is the reference kernel. The oracle that other

@@ -42,6 +42,23 @@ impl Init {
             Init::Values(v) => v.clone(),
         }
     }
+
+    /// The initial values of a tensor of `numel` elements of `dtype`, as its bytes: f16
+    /// rounds to nearest even, the integer types take the values' integer parts
+    /// (saturating), as `as` casts do.
+    pub fn to_bytes(&self, numel: usize, dtype: DType) -> Vec<u8> {
+        let values = self.materialize(numel);
+        match dtype {
+            DType::F32 => bytemuck::cast_slice(&values).to_vec(),
+            DType::F16 => {
+                let halves: Vec<half::f16> =
+                    values.iter().map(|&v| half::f16::from_f32(v)).collect();
+                bytemuck::cast_slice(&halves).to_vec()
+            }
+            DType::I32 => values.iter().flat_map(|&v| (v as i32).to_ne_bytes()).collect(),
+            DType::I8 => values.iter().map(|&v| v as i8 as u8).collect(),
+        }
+    }
 }
 
 /// Everything the graph knows about one tensor.

@@ -6,7 +6,7 @@ use crate::graph::{Graph, Node};
 use crate::kernel::Kernel;
 use crate::op::{ConvParams, Op, PoolParams};
 use crate::shape::Shape;
-use crate::tensor::TensorId;
+use crate::tensor::{DType, TensorId};
 use alloc::vec::Vec;
 
 /// Whether a plan trains (batch statistics, dropout on) or evaluates.
@@ -92,6 +92,14 @@ pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> (Kernel, Vec<Tens
             Kernel::AdamWUpdate { cfg, len: input(0).numel(), clipped: node.inputs.len() == 2 }
         }
         Op::Zero => Kernel::Zero(shape(node.state[0]).numel()),
+        // The input's type picks the direction; a cast to the same type matches neither
+        // kernel's signature and is refused by the checks.
+        Op::Cast => match graph.tensor(node.inputs[0]).dtype {
+            DType::F16 => Kernel::CastF16ToF32(numel()),
+            _ => Kernel::CastF32ToF16(numel()),
+        },
+        Op::UnscaleGradient => Kernel::UnscaleGradient(numel()),
+        Op::UpdateLossScale(cfg) => Kernel::UpdateLossScale(cfg),
     };
     (kernel, all)
 }

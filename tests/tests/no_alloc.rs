@@ -94,6 +94,7 @@ fn training_and_inference_plans_run_without_heap_allocation() {
         optimizer: Optimizer::Sgd(SgdConfig { momentum: 0.9, weight_decay: 1e-4, nesterov: false }),
         clip_grad_norm: Some(1.0),
         accumulation: 2,
+        mixed_precision: None,
     };
     let training = compile_training_step(&model.graph, model.loss, &model.parameters, &cfg)
         .expect("the training step compiles");

@@ -108,10 +108,9 @@ impl Plan {
                 Some(init) => init,
                 None => continue,
             };
-            let values = init.materialize(b.shape.numel());
-            let bytes: &[u8] = bytemuck::cast_slice(&values);
+            let bytes = init.to_bytes(b.shape.numel(), b.operand.dtype);
             mem.region_mut(b.operand.region)[b.operand.offset..b.operand.end()]
-                .copy_from_slice(bytes);
+                .copy_from_slice(&bytes);
         }
         mem
     }

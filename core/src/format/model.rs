@@ -9,6 +9,7 @@ use crate::tensor::{DType, Role};
 use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use half::f16;
 use serde::{Deserialize, Serialize};
 
 /// Everything a `.sprout` file holds.
@@ -67,14 +68,102 @@ pub struct NamedWeight {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum WeightValues {
     F32(Vec<f32>),
+    /// IEEE half precision, two bytes per value.
+    F16(HalfValues),
 }
 
 impl WeightValues {
+    /// The values of a tensor of element type `dtype`, given as f32 (rounded to f16 when
+    /// the tensor stores f16; every other type is stored as f32).
+    pub fn encode(dtype: DType, values: Vec<f32>) -> Self {
+        match dtype {
+            DType::F16 => {
+                WeightValues::F16(HalfValues(values.iter().map(|&v| f16::from_f32(v)).collect()))
+            }
+            _ => WeightValues::F32(values),
+        }
+    }
+
     /// The element type the values are stored in.
     pub fn dtype(&self) -> DType {
         match self {
             WeightValues::F32(_) => DType::F32,
+            WeightValues::F16(_) => DType::F16,
         }
+    }
+
+    /// How many values are stored.
+    pub fn len(&self) -> usize {
+        match self {
+            WeightValues::F32(v) => v.len(),
+            WeightValues::F16(v) => v.0.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The values widened to f32 (exact for every stored type).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            WeightValues::F32(v) => v.clone(),
+            WeightValues::F16(v) => v.0.iter().map(|h| h.to_f32()).collect(),
+        }
+    }
+
+    /// Replaces the values with the native-endian `bytes` of the same element type and
+    /// count; `false` (nothing changed) when the length differs.
+    fn replace_from(&mut self, bytes: &[u8]) -> bool {
+        match self {
+            WeightValues::F32(v) if bytes.len() == v.len() * 4 => {
+                let words = bytes.chunks_exact(4);
+                *v = words.map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+                true
+            }
+            WeightValues::F16(v) if bytes.len() == v.0.len() * 2 => {
+                let pairs = bytes.chunks_exact(2);
+                v.0 = pairs.map(|c| f16::from_ne_bytes([c[0], c[1]])).collect();
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// f16 values, written as their two little-endian bytes each (a plain `u16` would become a
+/// varint of up to three bytes in postcard).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HalfValues(pub Vec<f16>);
+
+impl Serialize for HalfValues {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = self.0.iter().flat_map(|h| h.to_le_bytes()).collect();
+        serializer.serialize_bytes(&bytes)
+    }
+}
+
+impl<'de> Deserialize<'de> for HalfValues {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_bytes(HalfBytes)
+    }
+}
+
+/// Reads [`HalfValues`] from their bytes.
+struct HalfBytes;
+
+impl serde::de::Visitor<'_> for HalfBytes {
+    type Value = HalfValues;
+
+    fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("f16 values, two bytes each")
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<HalfValues, E> {
+        if bytes.len() % 2 != 0 {
+            return Err(E::invalid_length(bytes.len(), &self));
+        }
+        Ok(HalfValues(bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect()))
     }
 }
 
@@ -118,7 +207,7 @@ impl ModelFile {
             .iter()
             .filter_map(|t| {
                 let init = t.init.as_ref()?;
-                let values = WeightValues::F32(init.materialize(t.shape.numel()));
+                let values = WeightValues::encode(t.dtype, init.materialize(t.shape.numel()));
                 Some(NamedWeight { name: t.name.clone(), values })
             })
             .collect();
@@ -133,15 +222,9 @@ impl ModelFile {
         for weight in &mut self.weights {
             let Some(b) = plan.binding(&weight.name) else { continue };
             let bytes = &memory.region(b.operand.region)[b.operand.offset..b.operand.end()];
-            let WeightValues::F32(values) = &mut weight.values;
-            if bytes.len() != values.len() * 4 {
-                continue;
+            if b.operand.dtype == weight.values.dtype() && weight.values.replace_from(bytes) {
+                replaced += 1;
             }
-            *values = bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            replaced += 1;
         }
         replaced
     }
@@ -196,7 +279,7 @@ impl ModelFile {
         let mut tensors = Vec::with_capacity(self.graph.tensors.len());
         for (t, v) in self.graph.tensors.iter().zip(values) {
             let init = match (v, stores_values(t.role)) {
-                (Some(WeightValues::F32(v)), _) => Some(Init::Values(v.clone())),
+                (Some(values), _) => Some(Init::Values(values.to_f32())),
                 (None, true) => {
                     return Err(bad(alloc::format!(
                         "the {:?} tensor '{}' has no stored weight",

@@ -179,10 +179,9 @@ impl Model {
         let graph = &mut self.zoo.graph;
         let mut taken = 0;
         for stored in &file.weights {
-            let sprout_core::format::WeightValues::F32(values) = &stored.values;
             let Some(id) = graph.find(&stored.name) else { continue };
-            if graph.tensor(id).init.is_some() && graph.shape(id).numel() == values.len() {
-                graph.set_initial_values(id, values.clone())?;
+            if graph.tensor(id).init.is_some() && graph.shape(id).numel() == stored.values.len() {
+                graph.set_initial_values(id, stored.values.to_f32())?;
                 taken += 1;
             }
         }

@@ -251,7 +251,8 @@ pub fn train(
             Optimizer::AdamW(AdamWConfig { weight_decay, ..AdamWConfig::default() })
         }
     };
-    let cfg = TrainConfig { optimizer, clip_grad_norm: None, accumulation: 1 };
+    let cfg =
+        TrainConfig { optimizer, clip_grad_norm: None, accumulation: 1, mixed_precision: None };
     let training =
         compile_training_step_with(&z.graph, z.loss, &trainable, &cfg, &MemoryOptions::default())?;
     let plan = &training.plan;

@@ -67,6 +67,7 @@ fn write_set(path: &Path, n: usize, features: usize, classes: usize, seed: u64) 
 fn f32_weight(file: &ModelFile, name: &str) -> Vec<f32> {
     match file.weight(name).unwrap_or_else(|| panic!("no weight {name}")) {
         WeightValues::F32(v) => v.clone(),
+        other => panic!("{name} is stored as {:?}, not f32", other.dtype()),
     }
 }
 
