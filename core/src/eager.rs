@@ -264,6 +264,27 @@ mod tests {
     }
 
     #[test]
+    fn casts_run_eagerly_and_anomaly_mode_catches_an_f16_overflow() {
+        let mut g = Graph::eager(1, options(true));
+        let x = g.input("x", Shape::d1(3)).unwrap();
+        g.feed(x, &[1.0f32, -0.1, 65504.0]).unwrap();
+        let half = g.cast("narrow", x, DType::F16).unwrap();
+        let bits: Vec<u16> =
+            g.value_of::<half::f16>(half).unwrap().iter().map(|h| h.to_bits()).collect();
+        assert_eq!(bits, [0x3c00, 0xae66, 0x7bff]);
+        let wide = g.cast("widen", half, DType::F32).unwrap();
+        assert_eq!(g.value(wide), Some(&[1.0, -0.099975586, 65504.0][..]));
+        g.feed(x, &[1.0f32, 2.0, 65520.0]).unwrap();
+        let err = g.cast("overflow", x, DType::F16).unwrap_err();
+        assert!(
+            matches!(err, GraphError::Anomaly { op: "cast", index: 2, value, .. } if value == f32::INFINITY),
+            "{err:?}"
+        );
+        assert!(matches!(g.cast("again", wide, DType::I8), Err(GraphError::Invalid { .. })));
+        assert!(matches!(g.cast("same", wide, DType::F32), Err(GraphError::DType { .. })));
+    }
+
+    #[test]
     fn using_an_unfed_input_is_an_error_naming_it() {
         let mut g = Graph::eager(1, options(true));
         let x = g.input("pixels", Shape::d1(4)).unwrap();
