@@ -160,7 +160,7 @@ impl serde::de::Visitor<'_> for HalfBytes {
     }
 
     fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<HalfValues, E> {
-        if bytes.len() % 2 != 0 {
+        if !bytes.len().is_multiple_of(2) {
             return Err(E::invalid_length(bytes.len(), &self));
         }
         Ok(HalfValues(bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect()))
