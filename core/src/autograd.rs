@@ -5,7 +5,7 @@ use crate::builder::OutputSpec;
 use crate::graph::{Graph, GraphError, Node, Phase, Stage};
 use crate::op::Op;
 use crate::quant::QuantParams;
-use crate::tensor::{Role, TensorId};
+use crate::tensor::{DType, Role, TensorId};
 use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -27,6 +27,17 @@ pub fn differentiate(
     model: &Graph,
     loss: TensorId,
     trainable: &[TensorId],
+) -> Result<Differentiated, GraphError> {
+    differentiate_seeded(model, loss, trainable, None)
+}
+
+/// [`differentiate`] with the loss gradient seeded from the scalar `seed` of the model
+/// instead of 1 (a loss scale), when given.
+pub(crate) fn differentiate_seeded(
+    model: &Graph,
+    loss: TensorId,
+    trainable: &[TensorId],
+    seed: Option<TensorId>,
 ) -> Result<Differentiated, GraphError> {
     model.check_id(loss)?;
     let loss_info = model.tensor(loss);
@@ -56,10 +67,17 @@ pub fn differentiate(
     let wants = wanted_gradients(&graph, loss, trainable);
     let forward: Vec<Node> = graph.nodes().to_vec();
     let mut pending: Vec<Vec<TensorId>> = vec![Vec::new(); graph.tensors().len()];
+    let (seed_op, seed_inputs) = match seed {
+        Some(scale) => {
+            graph.check_id(scale)?;
+            (Op::Detach, vec![scale])
+        }
+        None => (Op::Fill(1.0), Vec::new()),
+    };
     let seed = graph.record(
         "loss.grad_seed",
-        Op::Fill(1.0),
-        Vec::new(),
+        seed_op,
+        seed_inputs,
         Vec::new(),
         vec![grad_spec(&graph, loss)],
         Phase::MicroBatch,
@@ -134,7 +152,8 @@ fn differentiable_inputs(op: &Op) -> &'static [usize] {
         | Op::Reshape
         | Op::Softmax
         | Op::CrossEntropy
-        | Op::Mse => &[0],
+        | Op::Mse
+        | Op::Cast => &[0],
         // Detach stops gradients; backward ops and training plumbing are not differentiated
         // again (no double backward).
         _ => &[],
@@ -174,24 +193,57 @@ fn wanted_gradients(graph: &Graph, loss: TensorId, trainable: &[TensorId]) -> Ve
     (0..n).map(|i| depends_on_trainable[i] && reaches_loss[i]).collect()
 }
 
-/// The gradient of `x`: its single contribution, or the sum of several (fan-out).
+/// The gradient of `x`: its single contribution, or the sum of several (fan-out). Sums are
+/// taken in f32: the gradients of an f16 tensor are widened, added and narrowed again.
 fn sum_contributions(
     graph: &mut Graph,
     x: TensorId,
     contributions: Vec<TensorId>,
 ) -> Result<TensorId, GraphError> {
-    let mut iter = contributions.into_iter();
+    if contributions.len() == 1 {
+        return Ok(contributions[0]);
+    }
+    let name = graph.tensor(x).name.clone();
+    let half = graph.tensor(x).dtype == DType::F16;
+    let mut wide = Vec::with_capacity(contributions.len());
+    for c in contributions {
+        wide.push(if half { widen(graph, c)? } else { c });
+    }
+    let mut iter = wide.into_iter();
     let mut total = iter.next().expect("callers pass at least one contribution");
     for c in iter {
-        let name = format!("{}.grad_sum", graph.tensor(x).name);
-        total = backward(graph, &name, Op::Add, vec![total, c], x)?;
+        let spec = OutputSpec::f32(format!("{name}.grad"), graph.shape(x), Role::Gradient);
+        let sum = format!("{name}.grad_sum");
+        total = graph.record(
+            &sum,
+            Op::Add,
+            vec![total, c],
+            Vec::new(),
+            vec![spec],
+            Phase::MicroBatch,
+        )?[0];
+    }
+    if half {
+        total = backward(graph, &format!("{name}.grad_narrow"), Op::Cast, vec![total], x)?;
     }
     Ok(total)
 }
 
+/// An f32 copy of the f16 gradient `g`.
+fn widen(graph: &mut Graph, g: TensorId) -> Result<TensorId, GraphError> {
+    let t = graph.tensor(g);
+    let spec = OutputSpec::f32(format!("{}.wide", t.name), t.shape, Role::Gradient);
+    let name = format!("{}.widen", t.name);
+    Ok(graph.record(&name, Op::Cast, vec![g], Vec::new(), vec![spec], Phase::MicroBatch)?[0])
+}
+
+/// The gradient of `like`: same shape and element type.
+/// A gradient keeps an f16 tensor's storage type; every other gradient is f32 (an int8
+/// tensor's gradient is real-valued).
 fn grad_spec(graph: &Graph, like: TensorId) -> OutputSpec {
     let t = graph.tensor(like);
-    OutputSpec::f32(format!("{}.grad", t.name), t.shape, Role::Gradient)
+    let dtype = if t.dtype == DType::F16 { DType::F16 } else { DType::F32 };
+    OutputSpec { name: format!("{}.grad", t.name), shape: t.shape, dtype, role: Role::Gradient }
 }
 
 /// Records one backward node producing a gradient shaped like `like`.
@@ -225,6 +277,8 @@ fn first_input_rule(node: &Node, dy: TensorId) -> Option<(Op, Vec<TensorId>)> {
         Op::Mse => (Op::MseGrad, vec![x, node.inputs[1], dy]),
         Op::QAvgPool2d(p, _) => (Op::AvgPool2dGrad(p), vec![dy]),
         Op::QGlobalAvgPool => (Op::GlobalAvgPoolGrad, vec![dy]),
+        // The gradient goes back to the input's type: a cast the other way.
+        Op::Cast => (Op::Cast, vec![dy]),
         _ => return None,
     })
 }

@@ -343,6 +343,23 @@ pub trait Kernels {
     ) {
         q::backward::channel_scale(g, scale, out, unit, power, d)
     }
+
+    // ---- half precision ----
+    fn cast_f32_to_f16(&mut self, x: &[f32], y: &mut [half::f16]) {
+        r::cast_f32_to_f16(x, y)
+    }
+    fn cast_f16_to_f32(&mut self, x: &[half::f16], y: &mut [f32]) {
+        r::cast_f16_to_f32(x, y)
+    }
+    fn unscale_gradient(
+        &mut self,
+        g: &[f32],
+        scale: f32,
+        unscaled: &mut [f32],
+        found_inf: &mut [f32],
+    ) {
+        r::unscale_gradient(g, scale, unscaled, found_inf)
+    }
 }
 
 /// The portable scalar backend: every kernel is the reference kernel. The oracle that other

@@ -306,6 +306,33 @@ impl Graph {
         self.record_one(name, Op::Mse, vec![pred, target], Shape::SCALAR)
     }
 
+    /// The values of `x` in another element type: f32 to f16 (round to nearest even, ±inf
+    /// beyond ±65504) or f16 to f32 (exact). The gradient is cast back.
+    pub fn cast(&mut self, name: &str, x: TensorId, dtype: DType) -> Result<TensorId, GraphError> {
+        self.check_id(x)?;
+        let t = self.tensor(x);
+        let expected = match dtype {
+            DType::F16 => DType::F32,
+            DType::F32 => DType::F16,
+            other => {
+                let detail = format!("casts go between f32 and f16, not to {other:?}");
+                return Err(invalid(Op::Cast, name, detail));
+            }
+        };
+        if t.dtype != expected {
+            return Err(GraphError::DType {
+                op: Op::Cast.kind(),
+                node: name.to_string(),
+                tensor: t.name.clone(),
+                expected,
+                actual: t.dtype,
+            });
+        }
+        let out =
+            OutputSpec { name: name.to_string(), shape: t.shape, dtype, role: Role::Activation };
+        Ok(self.record(name, Op::Cast, vec![x], Vec::new(), vec![out], Phase::MicroBatch)?[0])
+    }
+
     /// Passes the value, stops the gradient.
     pub fn detach(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
         self.elementwise(name, Op::Detach, x)

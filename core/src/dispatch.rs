@@ -23,6 +23,15 @@ pub struct StepContext {
     pub micro_batch: u64,
 }
 
+/// What the steps after a kernel call do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// A loss scaler found overflowing gradients: the parameter updates that follow in this
+    /// training step must not run.
+    SkipParameterUpdates,
+}
+
 /// Why a kernel call did not happen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -87,6 +96,15 @@ impl<'a> Operands<'a> {
         bytemuck::try_cast_slice(self.read_bytes()?).map_err(|_| Fault::Malformed("misaligned"))
     }
 
+    fn f16(&mut self) -> Result<&'a [half::f16], Fault> {
+        bytemuck::try_cast_slice(self.read_bytes()?).map_err(|_| Fault::Malformed("misaligned"))
+    }
+
+    fn f16_mut(&mut self) -> Result<&'a mut [half::f16], Fault> {
+        bytemuck::try_cast_slice_mut(self.write_bytes()?)
+            .map_err(|_| Fault::Malformed("misaligned"))
+    }
+
     fn f32_mut(&mut self) -> Result<&'a mut [f32], Fault> {
         bytemuck::try_cast_slice_mut(self.write_bytes()?)
             .map_err(|_| Fault::Malformed("misaligned"))
@@ -124,7 +142,7 @@ pub fn run_kernel<K: Kernels + ?Sized>(
     kernel: &Kernel,
     mut ops: Operands<'_>,
     ctx: &StepContext,
-) -> Result<(), Fault> {
+) -> Result<Flow, Fault> {
     let o = &mut ops;
     match *kernel {
         Kernel::Linear { dims, bias } => {
@@ -260,6 +278,24 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         Kernel::ChannelScale { dims, unit, power } => {
             k.channel_scale(o.f32()?, o.f32()?, o.f32_mut()?, unit, power, dims)
         }
+        Kernel::CastF32ToF16(_) => k.cast_f32_to_f16(o.f32()?, o.f16_mut()?),
+        Kernel::CastF16ToF32(_) => k.cast_f16_to_f32(o.f16()?, o.f32_mut()?),
+        Kernel::UnscaleGradient(_) => {
+            let (g, scale) = (o.f32()?, o.scalar()?);
+            let found_inf = o.f32_mut()?;
+            k.unscale_gradient(g, scale, o.f32_mut()?, found_inf)
+        }
+        Kernel::UpdateLossScale(cfg) => {
+            let found_inf = o.scalar()?;
+            let (scale, good_steps) = (o.f32_mut()?, o.f32_mut()?);
+            let (scale, good_steps) = match (scale.first_mut(), good_steps.first_mut()) {
+                (Some(scale), Some(good_steps)) => (scale, good_steps),
+                _ => return Err(Fault::Malformed("an empty scalar")),
+            };
+            if crate::reference::update_loss_scale(found_inf, scale, good_steps, cfg) {
+                return Ok(Flow::SkipParameterUpdates);
+            }
+        }
     }
-    Ok(())
+    Ok(Flow::Continue)
 }

@@ -23,16 +23,45 @@ pub struct EagerOptions {
     pub context: StepContext,
 }
 
-/// Values of an eager graph, one slot per tensor (integers are stored bit-for-bit).
+/// One tensor's value as the bytes of its element type, held in 4-byte words so that every
+/// element type is aligned.
+#[derive(Clone)]
+struct Stored {
+    words: Vec<u32>,
+    bytes: usize,
+}
+
+impl Stored {
+    fn zeroed(bytes: usize) -> Self {
+        Self { words: vec![0; bytes.div_ceil(4)], bytes }
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Self {
+        let mut stored = Self::zeroed(bytes.len());
+        stored.bytes_mut().copy_from_slice(bytes);
+        stored
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.bytes]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.bytes]
+    }
+}
+
+/// Values of an eager graph, one slot per tensor, each in its element type.
 #[derive(Clone)]
 pub(crate) struct Eager {
     options: EagerOptions,
-    values: Vec<Option<Vec<f32>>>,
+    values: Vec<Option<Stored>>,
 }
 
 impl Eager {
     pub(crate) fn on_new_tensor(&mut self, info: &TensorInfo) {
-        self.values.push(info.init.as_ref().map(|i| i.materialize(info.shape.numel())));
+        let value = info.init.as_ref().map(|i| i.to_bytes(info.dtype, info.shape.numel()));
+        self.values.push(value.as_deref().map(Stored::from_bytes));
     }
 
     /// Runs node `index` of `graph` (which has just been recorded).
@@ -44,7 +73,7 @@ impl Eager {
             |t: TensorId| GraphError::MissingValue { tensor: graph.tensor(t).name.clone() };
 
         // Written operands are moved out while the kernel runs, so reads can borrow the rest.
-        let mut written: Vec<(TensorId, Vec<f32>)> = Vec::new();
+        let mut written: Vec<(TensorId, Stored)> = Vec::new();
         for (slot, &t) in signature.slots.iter().zip(&operands) {
             match slot.access {
                 Access::Read => {}
@@ -52,15 +81,15 @@ impl Eager {
                     let value = self.values[t.index()].take().ok_or_else(|| missing(t))?;
                     written.push((t, value));
                 }
-                Access::Write => written.push((t, vec![0.0; slot.len])),
+                Access::Write => written.push((t, Stored::zeroed(slot.len * slot.dtype.size()))),
             }
         }
         let mut views = heapless::Vec::new();
         let mut outputs = written.iter_mut();
         for (slot, &t) in signature.slots.iter().zip(&operands) {
             let view = match slot.access {
-                Access::Read => match self.values[t.index()].as_deref() {
-                    Some(v) => View::Read(bytemuck::cast_slice(v)),
+                Access::Read => match self.values[t.index()].as_ref() {
+                    Some(v) => View::Read(v.bytes()),
                     None => {
                         let error = missing(t);
                         drop(views);
@@ -68,9 +97,7 @@ impl Eager {
                         return Err(error);
                     }
                 },
-                _ => View::Write(bytemuck::cast_slice_mut(
-                    &mut outputs.next().expect("one per written slot").1,
-                )),
+                _ => View::Write(outputs.next().expect("one per written slot").1.bytes_mut()),
             };
             let _ = views.push(view);
         }
@@ -87,7 +114,7 @@ impl Eager {
             Err(Fault::Malformed(detail)) => {
                 Err(GraphError::Invalid { op, node: node.name.clone(), detail: detail.to_string() })
             }
-            Ok(()) => match anomaly {
+            Ok(_) => match anomaly {
                 Some((tensor, index, value)) => Err(GraphError::Anomaly {
                     op,
                     node: node.name.clone(),
@@ -101,22 +128,30 @@ impl Eager {
         }
     }
 
-    fn restore(&mut self, written: Vec<(TensorId, Vec<f32>)>) {
+    fn restore(&mut self, written: Vec<(TensorId, Stored)>) {
         for (t, v) in written {
             self.values[t.index()] = Some(v);
         }
     }
 }
 
-/// The first non-finite float among freshly written tensors.
-fn first_anomaly(
-    graph: &Graph,
-    written: &[(TensorId, Vec<f32>)],
-) -> Option<(TensorId, usize, f32)> {
-    written
-        .iter()
-        .filter(|(t, _)| graph.tensor(*t).dtype == DType::F32)
-        .find_map(|(t, v)| v.iter().position(|x| !x.is_finite()).map(|i| (*t, i, v[i])))
+/// The first non-finite float (f32, or f16 widened to f32) among freshly written tensors.
+fn first_anomaly(graph: &Graph, written: &[(TensorId, Stored)]) -> Option<(TensorId, usize, f32)> {
+    written.iter().find_map(|(t, v)| {
+        let bytes = v.bytes();
+        let found = match graph.tensor(*t).dtype {
+            DType::F32 => first_non_finite(bytemuck::cast_slice::<u8, f32>(bytes).iter().copied()),
+            DType::F16 => first_non_finite(
+                bytemuck::cast_slice::<u8, half::f16>(bytes).iter().map(|h| h.to_f32()),
+            ),
+            DType::I8 | DType::I32 => None,
+        };
+        found.map(|(i, value)| (*t, i, value))
+    })
+}
+
+fn first_non_finite(values: impl Iterator<Item = f32>) -> Option<(usize, f32)> {
+    values.enumerate().find(|(_, x)| !x.is_finite())
 }
 
 impl Graph {
@@ -150,18 +185,24 @@ impl Graph {
             node: name,
             detail: "only an eager graph holds values".into(),
         })?;
-        eager.values[tensor.index()] = Some(bytemuck::cast_slice(values).to_vec());
+        eager.values[tensor.index()] = Some(Stored::from_bytes(bytemuck::cast_slice(values)));
         Ok(())
     }
 
     /// The current value of a float tensor of an eager graph.
     pub fn value(&self, tensor: TensorId) -> Option<&[f32]> {
+        self.value_of::<f32>(tensor)
+    }
+
+    /// The current value of an eager tensor of element type `T` (`f32`, `half::f16`, ...).
+    pub fn value_of<T: Element>(&self, tensor: TensorId) -> Option<&[T]> {
         let eager = self.eager.as_ref()?;
         let info = self.tensors().get(tensor.index())?;
-        if info.dtype != DType::F32 {
+        if info.dtype != T::DTYPE {
             return None;
         }
-        eager.values.get(tensor.index())?.as_deref()
+        let stored = eager.values.get(tensor.index())?.as_ref()?;
+        bytemuck::try_cast_slice(stored.bytes()).ok()
     }
 }
 
@@ -220,6 +261,27 @@ mod tests {
         g.feed(x, &[f32::NAN, 1.0]).unwrap();
         let y = g.relu6("act", x).unwrap();
         assert!(g.value(y).unwrap()[0].is_nan());
+    }
+
+    #[test]
+    fn casts_run_eagerly_and_anomaly_mode_catches_an_f16_overflow() {
+        let mut g = Graph::eager(1, options(true));
+        let x = g.input("x", Shape::d1(3)).unwrap();
+        g.feed(x, &[1.0f32, -0.1, 65504.0]).unwrap();
+        let half = g.cast("narrow", x, DType::F16).unwrap();
+        let bits: Vec<u16> =
+            g.value_of::<half::f16>(half).unwrap().iter().map(|h| h.to_bits()).collect();
+        assert_eq!(bits, [0x3c00, 0xae66, 0x7bff]);
+        let wide = g.cast("widen", half, DType::F32).unwrap();
+        assert_eq!(g.value(wide), Some(&[1.0, -0.099975586, 65504.0][..]));
+        g.feed(x, &[1.0f32, 2.0, 65520.0]).unwrap();
+        let err = g.cast("overflow", x, DType::F16).unwrap_err();
+        assert!(
+            matches!(err, GraphError::Anomaly { op: "cast", index: 2, value, .. } if value == f32::INFINITY),
+            "{err:?}"
+        );
+        assert!(matches!(g.cast("again", wide, DType::I8), Err(GraphError::Invalid { .. })));
+        assert!(matches!(g.cast("same", wide, DType::F32), Err(GraphError::DType { .. })));
     }
 
     #[test]

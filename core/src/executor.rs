@@ -2,7 +2,7 @@
 //! Each step's operands are carved out of the regions with safe, checked splits.
 
 use crate::backend::Kernels;
-use crate::dispatch::{run_kernel, Fault, Operands, StepContext, View};
+use crate::dispatch::{run_kernel, Fault, Flow, Operands, StepContext, View};
 use crate::kernel::{Access, Kernel, MAX_OPERANDS};
 use crate::plan::{ExecError, Operand, PlanView, Region, Step};
 use crate::reference::check_labels;
@@ -80,6 +80,10 @@ pub enum StepOutcome {
     Accumulated { remaining: u32 },
     /// The optimizer updated the weights; `update` counts updates so far.
     Updated { update: u32 },
+    /// The loss scaler found overflowing gradients: parameters, optimizer state and the
+    /// update count (`updates`, still the count so far) are as they were; the scale backed
+    /// off and the gradient accumulators were zeroed.
+    Skipped { updates: u32 },
 }
 
 /// Runs one plan with one backend. Holds the training counters, so accumulation and the
@@ -161,7 +165,7 @@ impl<'p, K: Kernels> Executor<'p, K> {
     pub fn run(&mut self, regions: &mut Regions<'_>) -> Result<(), ExecError> {
         self.check_inputs(regions)?;
         let ctx = self.context(0.0);
-        run_steps(&mut self.kernels, self.plan.steps, 0, regions, &ctx)
+        run_steps(&mut self.kernels, self.plan.steps, 0, regions, &ctx).map(|_| ())
     }
 
     /// One training micro-batch: forward, backward, and, every `accumulation` calls, the
@@ -173,7 +177,7 @@ impl<'p, K: Kernels> Executor<'p, K> {
     ) -> Result<StepOutcome, ExecError> {
         self.check_inputs(regions)?;
         let ctx = self.context(learning_rate);
-        run_steps(&mut self.kernels, self.plan.steps, 0, regions, &ctx)?;
+        let flow = run_steps(&mut self.kernels, self.plan.steps, 0, regions, &ctx)?;
         self.micro_batches += 1;
         self.pending += 1;
         if self.pending < self.plan.accumulation {
@@ -182,8 +186,12 @@ impl<'p, K: Kernels> Executor<'p, K> {
             });
         }
         let first = self.plan.steps.len();
-        run_steps(&mut self.kernels, self.plan.update_steps, first, regions, &ctx)?;
+        let update_flow =
+            run_steps(&mut self.kernels, self.plan.update_steps, first, regions, &ctx)?;
         self.pending = 0;
+        if flow == Flow::SkipParameterUpdates || update_flow == Flow::SkipParameterUpdates {
+            return Ok(StepOutcome::Skipped { updates: self.updates });
+        }
         self.updates += 1;
         Ok(StepOutcome::Updated { update: self.updates })
     }
@@ -193,23 +201,35 @@ impl<'p, K: Kernels> Executor<'p, K> {
     }
 }
 
+/// Runs `steps` in order; once a step asks for it (a loss scaler that found an overflow),
+/// the parameter updates among the rest are skipped, and the answer says so.
 fn run_steps<K: Kernels>(
     kernels: &mut K,
     steps: &[Step],
     first_index: usize,
     regions: &mut Regions<'_>,
     ctx: &StepContext,
-) -> Result<(), ExecError> {
+) -> Result<Flow, ExecError> {
+    let mut flow = Flow::Continue;
     for (i, step) in steps.iter().enumerate() {
+        if flow == Flow::SkipParameterUpdates && step.kernel.updates_parameters() {
+            continue;
+        }
         let index = first_index + i;
         let kernel = step.kernel.name();
         let views = split_operands(index, step, regions)?;
-        run_kernel(kernels, &step.kernel, Operands::new(views), ctx).map_err(|f| match f {
-            Fault::Malformed(detail) => ExecError::MalformedStep { step: index, kernel, detail },
-            Fault::Kernel(error) => ExecError::Kernel { step: index, kernel, error },
-        })?;
+        let asked =
+            run_kernel(kernels, &step.kernel, Operands::new(views), ctx).map_err(|f| match f {
+                Fault::Malformed(detail) => {
+                    ExecError::MalformedStep { step: index, kernel, detail }
+                }
+                Fault::Kernel(error) => ExecError::Kernel { step: index, kernel, error },
+            })?;
+        if asked == Flow::SkipParameterUpdates {
+            flow = asked;
+        }
     }
-    Ok(())
+    Ok(flow)
 }
 
 /// Borrows every operand of `step`: written operands mutably and alone, read operands

@@ -230,3 +230,29 @@ impl Default for AdamWConfig {
         Self { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
     }
 }
+
+/// Dynamic loss scaling with PyTorch `GradScaler`'s semantics: after an overflow the scale
+/// is multiplied by `backoff` (and the optimizer step skipped); after `growth_interval`
+/// overflow-free steps in a row it is multiplied by `growth`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+pub struct LossScaleConfig {
+    /// The scale of the first step.
+    pub init_scale: f32,
+    pub growth: f32,
+    pub backoff: f32,
+    pub growth_interval: u32,
+}
+
+impl LossScaleConfig {
+    /// The longest growth interval: the count of good steps is kept in an f32 state tensor,
+    /// exact up to 2^24.
+    pub const MAX_GROWTH_INTERVAL: u32 = 1 << 24;
+}
+
+impl Default for LossScaleConfig {
+    /// `GradScaler()`'s defaults: scale 65536, growth 2, backoff 0.5, interval 2000.
+    fn default() -> Self {
+        Self { init_scale: 65536.0, growth: 2.0, backoff: 0.5, growth_interval: 2000 }
+    }
+}

@@ -57,7 +57,8 @@ impl Init {
     }
 
     /// The initial values of a tensor of `numel` elements of `dtype`, as stored in memory
-    /// (native byte order). Integer tensors saturate float values into their range.
+    /// (native byte order): f16 rounds to nearest even, integer tensors hold exact integer
+    /// values or round float ones, saturating.
     pub fn to_bytes(&self, dtype: DType, numel: usize) -> Vec<u8> {
         let ints = || match self {
             Init::Ints(v) => v.clone(),
@@ -66,11 +67,8 @@ impl Init {
         match dtype {
             DType::F32 => bytemuck::cast_slice(&self.materialize(numel)).to_vec(),
             DType::F16 => {
-                let halves: Vec<u16> = self
-                    .materialize(numel)
-                    .iter()
-                    .map(|&x| half::f16::from_f32(x).to_bits())
-                    .collect();
+                let halves: Vec<half::f16> =
+                    self.materialize(numel).iter().map(|&v| half::f16::from_f32(v)).collect();
                 bytemuck::cast_slice(&halves).to_vec()
             }
             DType::I8 => ints().iter().map(|&i| i.clamp(-128, 127) as i8 as u8).collect(),

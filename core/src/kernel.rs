@@ -3,7 +3,7 @@
 
 use crate::geometry::{
     AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, GeometryError,
-    LinearDims, Pool2dGeometry, RowDims, SgdConfig,
+    LinearDims, LossScaleConfig, Pool2dGeometry, RowDims, SgdConfig,
 };
 use crate::quant::{AddRescale, QuantParams};
 use crate::tensor::DType;
@@ -82,6 +82,16 @@ pub enum Kernel {
     },
     Zero(usize),
 
+    // ---- half precision ----
+    /// `x (f32) → y (f16)`.
+    CastF32ToF16(usize),
+    /// `x (f16) → y (f32)`.
+    CastF16ToF32(usize),
+    /// `g, scale, [found_inf] → unscaled`.
+    UnscaleGradient(usize),
+    /// `found_inf, [scale, good_steps]`; tells the executor to skip the parameter updates
+    /// after it when `found_inf` is set.
+    UpdateLossScale(LossScaleConfig),
     // ---- int8 ----
     Quantize(QuantParams, usize),
     Dequantize(QuantParams, usize),
@@ -308,6 +318,10 @@ impl Kernel {
                 s.read_as(DType::I8, d.len()).read(d.channels).write(d.len())
             }
             Kernel::ChannelScale { dims: d, .. } => s.read(d.len()).read(d.channels).write(d.len()),
+            Kernel::CastF32ToF16(n) => s.read(n).slot(Access::Write, DType::F16, n),
+            Kernel::CastF16ToF32(n) => s.slot(Access::Read, DType::F16, n).write(n),
+            Kernel::UnscaleGradient(n) => s.read(n).read(1).update(1).write(n),
+            Kernel::UpdateLossScale(_) => s.read(1).update(1).update(1),
         }
     }
 
@@ -410,8 +424,16 @@ impl Kernel {
             | Kernel::DequantizeWeights(d)
             | Kernel::ChannelScale { dims: d, .. } => d.len(),
             Kernel::CopyI8(_) => 0,
+            Kernel::CastF32ToF16(n) | Kernel::CastF16ToF32(n) | Kernel::UnscaleGradient(n) => n,
+            Kernel::UpdateLossScale(_) => 0,
         };
         flops as u64
+    }
+
+    /// Whether the kernel changes parameters and their optimizer state: the steps a loss
+    /// scaler skips after an overflow.
+    pub fn updates_parameters(&self) -> bool {
+        matches!(self, Kernel::SgdUpdate { .. } | Kernel::AdamWUpdate { .. })
     }
 
     /// A short name for errors and reports.
@@ -477,6 +499,10 @@ impl Kernel {
             Kernel::QClampGrad(..) => "qclamp_grad",
             Kernel::DequantizeWeights(_) => "dequantize_weights",
             Kernel::ChannelScale { .. } => "channel_scale",
+            Kernel::CastF32ToF16(_) => "cast_f32_to_f16",
+            Kernel::CastF16ToF32(_) => "cast_f16_to_f32",
+            Kernel::UnscaleGradient(_) => "unscale_gradient",
+            Kernel::UpdateLossScale(_) => "update_loss_scale",
         }
     }
 }

@@ -72,6 +72,8 @@ pub mod compile;
 #[cfg(feature = "alloc")]
 pub mod eager;
 #[cfg(feature = "alloc")]
+pub mod f16_storage;
+#[cfg(feature = "alloc")]
 pub mod format;
 #[cfg(feature = "alloc")]
 pub mod graph;
@@ -91,7 +93,7 @@ mod rebatch;
 pub mod training;
 
 pub use backend::{Kernels, Reference};
-pub use dispatch::StepContext;
+pub use dispatch::{Flow, StepContext};
 pub use executor::{Executor, Progress, Regions, StepOutcome};
 pub use plan::{ExecError, Operand, PlanView, Region, RegionSizes, Step};
 pub use shape::Shape;
@@ -105,6 +107,8 @@ pub use compile::{
 };
 #[cfg(feature = "alloc")]
 pub use eager::EagerOptions;
+#[cfg(feature = "alloc")]
+pub use f16_storage::{to_f16_storage, F16Storage};
 #[cfg(feature = "alloc")]
 pub use format::{load_model, save_model, FormatError, Metadata, ModelFile};
 #[cfg(feature = "alloc")]

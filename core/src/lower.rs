@@ -127,6 +127,14 @@ pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> (Kernel, Vec<Tens
         Op::ChannelScale { unit, power } => {
             Kernel::ChannelScale { dims: leading_channel_dims(input(0)), unit, power }
         }
+        // The input's type picks the direction; a cast to the same type matches neither
+        // kernel's signature and is refused by the checks.
+        Op::Cast => match graph.tensor(node.inputs[0]).dtype {
+            DType::F16 => Kernel::CastF16ToF32(numel()),
+            _ => Kernel::CastF32ToF16(numel()),
+        },
+        Op::UnscaleGradient => Kernel::UnscaleGradient(numel()),
+        Op::UpdateLossScale(cfg) => Kernel::UpdateLossScale(cfg),
     };
     (kernel, all)
 }

@@ -1,7 +1,7 @@
 //! The operations a graph records: forward ops written by model code, backward ops appended
 //! by [`crate::autograd`], and training plumbing (accumulation, clipping, optimizer updates).
 
-use crate::geometry::{AdamWConfig, BatchNormConfig, DropoutConfig, SgdConfig};
+use crate::geometry::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, QuantParams};
 use core::fmt;
 use core::ops::RangeInclusive;
@@ -143,6 +143,15 @@ pub enum Op {
     /// `[t]`: zero a tensor in place (gradient accumulators after the update that used them).
     Zero,
 
+    // ---- half precision: f16 storage and loss-scaled mixed precision ----
+    /// `x → y` of the same shape: f32 to f16 or f16 to f32, as the operand dtypes say.
+    Cast,
+    /// `g, scale, [found_inf] → unscaled`: `g / scale[0]`; `found_inf` becomes 1 when `g`
+    /// holds NaN or infinity.
+    UnscaleGradient,
+    /// `found_inf, [scale, good_steps]`: dynamic loss scaling. After an overflow the scale
+    /// backs off and the parameter updates that follow in the step are skipped.
+    UpdateLossScale(LossScaleConfig),
     // ---- int8 (TFLite's scheme, see `crate::quant`) ----
     /// `x (f32) → y (i8)`.
     Quantize(QuantParams),
@@ -235,6 +244,9 @@ impl Op {
             Op::QClampGrad(_) => "qclamp_grad",
             Op::DequantizeWeights => "dequantize_weights",
             Op::ChannelScale { .. } => "channel_scale",
+            Op::Cast => "cast",
+            Op::UnscaleGradient => "unscale_gradient",
+            Op::UpdateLossScale(_) => "update_loss_scale",
         }
     }
 }
@@ -300,6 +312,9 @@ impl Op {
             Op::SgdUpdate(_) => (1..=2, 1..=2, 0..=0),
             Op::AdamWUpdate(_) => (1..=2, 3..=3, 0..=0),
             Op::Zero => (0..=0, 1..=1, 0..=0),
+            Op::Cast => (1..=1, 0..=0, 1..=1),
+            Op::UnscaleGradient => (2..=2, 1..=1, 1..=1),
+            Op::UpdateLossScale(_) => (1..=1, 2..=2, 0..=0),
         };
         OperandCounts { inputs, state, outputs }
     }

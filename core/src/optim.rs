@@ -2,7 +2,7 @@
 //! AdamW update of every trainable tensor, appended after `differentiate`.
 
 use crate::builder::OutputSpec;
-use crate::geometry::{AdamWConfig, SgdConfig};
+use crate::geometry::{AdamWConfig, LossScaleConfig, SgdConfig};
 use crate::graph::{Graph, GraphError, Init, Phase, Stage, TensorInfo};
 use crate::op::Op;
 use crate::shape::Shape;
@@ -27,6 +27,10 @@ pub struct TrainConfig {
     pub clip_grad_norm: Option<f32>,
     /// Micro-batches whose gradients are summed (averaged) before one update.
     pub accumulation: u32,
+    /// Mixed precision: the forward pass reads f16 copies of weights and activations
+    /// ([`crate::F16Storage::MIXED_PRECISION`]), the optimizer updates f32 masters, and the
+    /// loss is scaled dynamically with these settings (overflowing steps are skipped).
+    pub mixed_precision: Option<LossScaleConfig>,
 }
 
 impl TrainConfig {
@@ -36,6 +40,7 @@ impl TrainConfig {
             optimizer: Optimizer::Sgd(SgdConfig { momentum, weight_decay: 0.0, nesterov: false }),
             clip_grad_norm: None,
             accumulation: 1,
+            mixed_precision: None,
         }
     }
 }
@@ -69,31 +74,128 @@ pub(crate) fn check_config(cfg: &TrainConfig) -> Result<(), GraphError> {
                 Some(format!("gradient clipping norm {c} must be positive"))
             }
             _ => None,
-        });
+        })
+        .or_else(|| cfg.mixed_precision.and_then(loss_scale_problem));
     match problem {
         Some(detail) => Err(GraphError::Invalid { op: "optimizer", node: "train".into(), detail }),
         None => Ok(()),
     }
 }
 
+fn loss_scale_problem(c: LossScaleConfig) -> Option<String> {
+    let interval = 1..=LossScaleConfig::MAX_GROWTH_INTERVAL;
+    if !(c.init_scale.is_finite() && c.init_scale > 0.0) {
+        Some(format!("initial loss scale {} must be positive", c.init_scale))
+    } else if !(c.growth.is_finite() && c.growth > 1.0) {
+        Some(format!("loss-scale growth {} must be above 1", c.growth))
+    } else if !(c.backoff > 0.0 && c.backoff < 1.0) {
+        Some(format!("loss-scale backoff {} must be in (0, 1)", c.backoff))
+    } else if !interval.contains(&c.growth_interval) {
+        Some(format!(
+            "loss-scale growth interval {} must be in 1..={}",
+            c.growth_interval,
+            LossScaleConfig::MAX_GROWTH_INTERVAL
+        ))
+    } else {
+        None
+    }
+}
+
 fn state_tensor(graph: &mut Graph, name: String, shape: Shape) -> Result<TensorId, GraphError> {
+    state_tensor_from(graph, name, shape, Init::Zeros)
+}
+
+fn state_tensor_from(
+    graph: &mut Graph,
+    name: String,
+    shape: Shape,
+    init: Init,
+) -> Result<TensorId, GraphError> {
     graph.add_tensor(TensorInfo {
         name,
         shape,
         dtype: DType::F32,
         role: Role::OptimizerState,
-        init: Some(Init::Zeros),
+        init: Some(init),
     })
+}
+
+/// The name of the loss scale of a mixed-precision training step (a state tensor, so
+/// checkpoints keep it), and of its count of overflow-free steps in a row.
+pub const LOSS_SCALE: &str = "loss_scale";
+pub const LOSS_SCALE_GOOD_STEPS: &str = "loss_scale.good_steps";
+
+/// The loss scale and its count of good steps: state added to a model before
+/// differentiating it, so the loss gradient can be seeded with the scale.
+pub(crate) fn add_loss_scale(
+    graph: &mut Graph,
+    cfg: LossScaleConfig,
+) -> Result<LossScale, GraphError> {
+    let scale =
+        state_tensor_from(graph, LOSS_SCALE.into(), Shape::d1(1), Init::Constant(cfg.init_scale))?;
+    let good_steps = state_tensor(graph, LOSS_SCALE_GOOD_STEPS.into(), Shape::d1(1))?;
+    Ok(LossScale { scale, good_steps, cfg })
+}
+
+/// The state of dynamic loss scaling in a training graph.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LossScale {
+    pub scale: TensorId,
+    pub good_steps: TensorId,
+    pub cfg: LossScaleConfig,
+}
+
+/// Unscales every gradient (gathering whether any overflowed), then moves the scale; the
+/// parameter updates recorded after this are skipped when a gradient overflowed. The
+/// gradients in `effective` are replaced by their unscaled copies.
+fn unscale(
+    graph: &mut Graph,
+    effective: &mut [(TensorId, TensorId, Option<TensorId>)],
+    loss_scale: LossScale,
+    phase: Phase,
+) -> Result<(), GraphError> {
+    let found_inf = graph.record(
+        "loss_scale.clear_found_inf",
+        Op::Fill(0.0),
+        Vec::new(),
+        Vec::new(),
+        vec![scratch("loss_scale.found_inf")],
+        phase,
+    )?[0];
+    for (p, g, _) in effective.iter_mut() {
+        let pname = graph.tensor(*p).name.clone();
+        let spec =
+            OutputSpec::f32(format!("{pname}.grad_unscaled"), graph.shape(*p), Role::Gradient);
+        *g = graph.record(
+            &format!("{pname}.unscale_grad"),
+            Op::UnscaleGradient,
+            vec![*g, loss_scale.scale],
+            vec![found_inf],
+            vec![spec],
+            phase,
+        )?[0];
+    }
+    graph.record(
+        "loss_scale.update",
+        Op::UpdateLossScale(loss_scale.cfg),
+        vec![found_inf],
+        vec![loss_scale.scale, loss_scale.good_steps],
+        Vec::new(),
+        phase,
+    )?;
+    Ok(())
 }
 
 fn scratch(name: &str) -> OutputSpec {
     OutputSpec::f32(name.to_string(), Shape::SCALAR, Role::Scratch)
 }
 
+/// Appends accumulation, unscaling (with `loss_scale`), clipping and the updates.
 pub(crate) fn append_optimizer(
     graph: &mut Graph,
     gradients: &[(TensorId, TensorId)],
     cfg: &TrainConfig,
+    loss_scale: Option<LossScale>,
 ) -> Result<(), GraphError> {
     graph.stage = Stage::Optimizer;
     let accumulate = cfg.accumulation > 1;
@@ -120,6 +222,10 @@ pub(crate) fn append_optimizer(
             Phase::MicroBatch,
         )?;
         effective.push((p, acc, Some(acc)));
+    }
+
+    if let Some(loss_scale) = loss_scale {
+        unscale(graph, &mut effective, loss_scale, phase)?;
     }
 
     let coef = match cfg.clip_grad_norm {

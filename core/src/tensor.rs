@@ -1,8 +1,8 @@
 //! What a tensor is in a graph: its element type, what role it plays in training, and the
 //! handle model code holds to it.
 
-/// Element types. Only `F32` has kernels today; the others are reserved in the format so
-/// int8 and fp16 paths slot in without changing it.
+/// Element types. Compute kernels work on `F32`; `F16` is a storage type (weights and
+/// activations converted by the cast kernels); the integer types carry labels and int8 data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
 pub enum DType {
@@ -38,6 +38,10 @@ impl Element for i32 {
 
 impl Element for i8 {
     const DTYPE: DType = DType::I8;
+}
+
+impl Element for half::f16 {
+    const DTYPE: DType = DType::F16;
 }
 
 /// The part a tensor plays. Roles decide where a tensor lives: frozen parameters in

@@ -1,10 +1,11 @@
 //! Compiling a whole training step: differentiate, append the optimizer, run the passes
 //! (early updates, gradient checkpointing under a byte budget) and place the result.
 
-use crate::autograd::{differentiate, Differentiated};
+use crate::autograd::{differentiate_seeded, Differentiated};
 use crate::compile::{compile_training, PlacementOptions, Plan};
+use crate::f16_storage::{f32_copies, to_f16_storage, F16Storage};
 use crate::graph::{Graph, GraphError};
-use crate::optim::{append_optimizer, check_config, TrainConfig};
+use crate::optim::{add_loss_scale, append_optimizer, check_config, TrainConfig};
 use crate::passes::{checkpoint, reorder};
 use crate::tensor::TensorId;
 use alloc::vec::Vec;
@@ -17,11 +18,20 @@ pub struct MemoryOptions {
     pub update_early: bool,
     /// Arena bytes the step must fit in; activations are recomputed until it does.
     pub budget: Option<usize>,
+    /// Store frozen weights and/or activations as f16 (see [`F16Storage`]); mixed
+    /// precision ([`TrainConfig::mixed_precision`]) implies
+    /// [`F16Storage::MIXED_PRECISION`].
+    pub f16_storage: Option<F16Storage>,
 }
 
 impl Default for MemoryOptions {
     fn default() -> Self {
-        Self { placement: PlacementOptions::default(), update_early: true, budget: None }
+        Self {
+            placement: PlacementOptions::default(),
+            update_early: true,
+            budget: None,
+            f16_storage: None,
+        }
     }
 }
 
@@ -55,10 +65,22 @@ pub fn compile_training_step_with(
     memory: &MemoryOptions,
 ) -> Result<Training, GraphError> {
     check_config(cfg)?;
+    let storage = cfg.mixed_precision.map(|_| F16Storage::MIXED_PRECISION).or(memory.f16_storage);
+    let mut model = match storage {
+        Some(storage) => to_f16_storage(model, trainable, storage)?,
+        None => model.clone(),
+    };
+    let loss_scale = cfg.mixed_precision.map(|c| add_loss_scale(&mut model, c)).transpose()?;
+    let seed = loss_scale.map(|s| s.scale);
     let Differentiated { mut graph, loss, gradients, forward_nodes } =
-        differentiate(model, loss, trainable)?;
-    append_optimizer(&mut graph, &gradients, cfg)?;
-    let step = Step { graph: &graph, forward_nodes, loss, cfg, memory };
+        differentiate_seeded(&model, loss, trainable, seed)?;
+    append_optimizer(&mut graph, &gradients, cfg, loss_scale)?;
+    // The f32 copies that f16 storage makes are recomputed for the backward pass, so only
+    // f16 copies stay alive between the passes.
+    let f32_copies = f32_copies(&graph, forward_nodes);
+    // A loss scaler decides whether to update only once every gradient is known.
+    let update_early = memory.update_early && loss_scale.is_none();
+    let step = Step { graph: &graph, forward_nodes, loss, cfg, memory, update_early, f32_copies };
     let (graph, plan, recomputed) = match memory.budget {
         None => step.build(&[])?,
         Some(budget) => step.fit(budget)?,
@@ -73,23 +95,30 @@ struct Step<'a> {
     loss: TensorId,
     cfg: &'a TrainConfig,
     memory: &'a MemoryOptions,
+    update_early: bool,
+    /// Always recomputed (see [`f32_copies`]).
+    f32_copies: Vec<TensorId>,
 }
 
 type Built = (Graph, Plan, Vec<TensorId>);
 
 impl Step<'_> {
-    /// The step with the activations in `drop` recomputed.
+    /// The step with the activations in `drop` (and the f32 copies) recomputed.
     fn build(&self, drop: &[TensorId]) -> Result<Built, GraphError> {
         let mut graph = self.graph.clone();
+        let mut drop = drop.to_vec();
+        let extra: Vec<TensorId> =
+            self.f32_copies.iter().copied().filter(|t| !drop.contains(t)).collect();
+        drop.extend(extra);
         if !drop.is_empty() {
-            checkpoint::recompute(&mut graph, self.forward_nodes, drop)?;
+            checkpoint::recompute(&mut graph, self.forward_nodes, &drop)?;
         }
-        if self.memory.update_early {
+        if self.update_early {
             reorder::update_early(&mut graph);
         }
         let plan =
             compile_training(&graph, self.loss, self.cfg.accumulation, &self.memory.placement)?;
-        Ok((graph, plan, drop.to_vec()))
+        Ok((graph, plan, drop))
     }
 
     /// The cheapest step (least recomputation) whose arena fits `budget`. Candidates:

@@ -9,9 +9,9 @@ use sprout_core::geometry::AdamWConfig;
 use sprout_core::op::{ConvParams, PoolParams};
 use sprout_core::rng::SplitMix;
 use sprout_core::{
-    compile_inference, compile_training_step, load_model, nn, save_model, Executor, FormatError,
-    Graph, HostMemory, Metadata, ModelFile, Optimizer, Plan, Reference, Shape, TensorId,
-    TrainConfig,
+    compile_inference, compile_training_step, load_model, nn, save_model, to_f16_storage, DType,
+    Executor, F16Storage, FormatError, Graph, HostMemory, Metadata, ModelFile, Optimizer, Plan,
+    Reference, Shape, TensorId, TrainConfig,
 };
 
 const BATCH: usize = 4;
@@ -131,8 +131,9 @@ fn trained_weights_survive_a_save_load_round_trip() {
             .chunks_exact(4)
             .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
             .collect();
-        let stored = loaded.weight(name).unwrap().as_f32().unwrap();
-        assert_eq!(bits(stored), bits(&trained), "{name}");
+        let stored = loaded.weight(name).unwrap();
+        assert_eq!(stored.dtype(), DType::F32, "{name}");
+        assert_eq!(bits(&stored.float_values().unwrap()), bits(&trained), "{name}");
         let init = g.tensor(g.find(name).unwrap()).init.as_ref().unwrap();
         assert_ne!(bits(&init.materialize(trained.len())), bits(&trained), "{name} did not train");
     }
@@ -150,6 +151,7 @@ fn a_training_graph_with_backward_and_optimizer_ops_round_trips() {
         optimizer: Optimizer::AdamW(AdamWConfig::default()),
         clip_grad_norm: Some(1.0),
         accumulation: 2,
+        mixed_precision: None,
     };
     let training = compile_training_step(&g, loss, &trainable, &cfg).unwrap();
     let model = ModelFile::from_graph(&training.graph, metadata());
@@ -310,4 +312,53 @@ fn random_damage_never_panics() {
         ok > 0 && bad_graph > 0 && body_errors > 0 && framing > 0,
         "{ok} {bad_graph} {body_errors} {framing}"
     );
+}
+
+#[test]
+fn f16_weights_round_trip_at_two_bytes_each() {
+    let (g, _) = small_cnn(8);
+    let frozen = F16Storage { frozen_weights: true, ..F16Storage::default() };
+    let half = to_f16_storage(&g, &[], frozen).unwrap();
+    let model = ModelFile::from_graph(&half, metadata());
+    let f16_file = save_model(&model).unwrap();
+    // Every parameter value takes two bytes instead of four (a length prefix may grow by a
+    // byte per tensor); batch-norm running statistics are buffers and stay f32.
+    let weight_bytes = |m: &ModelFile| postcard::to_allocvec(&m.weights).unwrap().len();
+    let saved = weight_bytes(&ModelFile::from_graph(&g, metadata())) - weight_bytes(&model);
+    let values: usize = g.parameters().map(|p| g.shape(p).numel()).sum();
+    let tensors = g.parameters().count();
+    assert!((2 * values - tensors..=2 * values).contains(&saved), "saved {saved} of {values}");
+
+    let loaded = load_model(&f16_file).unwrap();
+    assert_eq!(loaded, model);
+    let weight = loaded.weight("conv1.weight").unwrap();
+    assert_eq!(weight.dtype(), DType::F16);
+    let rounded: Vec<f32> = g
+        .tensor(g.find("conv1.weight").unwrap())
+        .init
+        .as_ref()
+        .unwrap()
+        .materialize(weight.len())
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_f32())
+        .collect();
+    assert_eq!(bits(&weight.float_values().unwrap()), bits(&rounded));
+    // The loaded model stores the weights as f16 and runs to the same logits.
+    let rebuilt = loaded.to_graph().unwrap();
+    assert_eq!(rebuilt.tensor(rebuilt.find("fc.weight").unwrap()).dtype, DType::F16);
+    assert_eq!(bits(&infer(&rebuilt, None)), bits(&infer(&half, None)));
+    let exact = infer(&g, None);
+    let close = exact.iter().zip(infer(&half, None)).all(|(a, b)| (a - b).abs() < 1e-2);
+    assert!(close, "f16 weights change the logits by rounding only");
+
+    // An odd number of f16 bytes is a body error, not a panic.
+    let mut damaged = model.clone();
+    if let WeightValues::F16(values) = &mut damaged.weights[0].values {
+        values.0.pop();
+    }
+    let detail = match load_model(&save_model(&damaged).unwrap()) {
+        Err(FormatError::BadGraph { detail }) => detail,
+        other => panic!("expected a bad graph, got {other:?}"),
+    };
+    assert!(detail.contains("conv1.weight"), "{detail}");
 }

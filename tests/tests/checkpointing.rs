@@ -96,7 +96,7 @@ fn pass_variants(trainable: &str) -> Vec<(usize, Parameters)> {
         .iter()
         .map(|&(update_early, in_place)| {
             let placement = PlacementOptions { in_place, ..PlacementOptions::default() };
-            let memory = MemoryOptions { update_early, placement, budget: None };
+            let memory = MemoryOptions { update_early, placement, budget: None, f16_storage: None };
             let training = compile(&model, trainable, memory).unwrap();
             (training.plan.sizes.arena, train_twice(&model, &training))
         })

@@ -40,7 +40,12 @@ fn same3() -> ConvParams {
 
 fn sgd_config(accumulation: u32) -> TrainConfig {
     let sgd = SgdConfig { momentum: 0.9, weight_decay: 1e-3, nesterov: false };
-    TrainConfig { optimizer: Optimizer::Sgd(sgd), clip_grad_norm: None, accumulation }
+    TrainConfig {
+        optimizer: Optimizer::Sgd(sgd),
+        clip_grad_norm: None,
+        accumulation,
+        mixed_precision: None,
+    }
 }
 
 /// The small CNN, its compiled SGD training step (every parameter trainable) and its

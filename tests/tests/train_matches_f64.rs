@@ -394,7 +394,12 @@ fn check_finals(run: &SproutRun, model: &Model64, trained: &[usize]) {
 fn sgd_momentum_weight_decay_five_steps_match_f64() {
     let weights = SmallCnnWeights::random(2024);
     let sgd = SgdConfig { momentum: 0.9, weight_decay: 1e-3, nesterov: false };
-    let cfg = TrainConfig { optimizer: Optimizer::Sgd(sgd), clip_grad_norm: None, accumulation: 1 };
+    let cfg = TrainConfig {
+        optimizer: Optimizer::Sgd(sgd),
+        clip_grad_norm: None,
+        accumulation: 1,
+        mixed_precision: None,
+    };
     let data = batches(5);
     let lrs = [0.1, 0.1, 0.05, 0.05, 0.02];
     let trained = [CONV_W, CONV_B, GAMMA, BETA, FC_W, FC_B];
@@ -431,6 +436,7 @@ fn adamw_accumulation_and_clipping_match_f64() {
         optimizer: Optimizer::AdamW(adamw),
         clip_grad_norm: Some(max_norm),
         accumulation: 2,
+        mixed_precision: None,
     };
     let data = batches(4);
     let lr = 0.01;
@@ -502,7 +508,12 @@ fn adamw_accumulation_and_clipping_match_f64() {
 fn sgd_accumulation_averages_micro_batches() {
     let weights = SmallCnnWeights::random(5);
     let sgd = SgdConfig { momentum: 0.9, weight_decay: 0.0, nesterov: false };
-    let cfg = TrainConfig { optimizer: Optimizer::Sgd(sgd), clip_grad_norm: None, accumulation: 3 };
+    let cfg = TrainConfig {
+        optimizer: Optimizer::Sgd(sgd),
+        clip_grad_norm: None,
+        accumulation: 3,
+        mixed_precision: None,
+    };
     let data = batches(6);
     let lr = 0.1;
     let trained = [CONV_W, GAMMA, BETA, FC_W, FC_B];

@@ -155,6 +155,7 @@ fn options(strategy: Strategy, update_early: bool, in_place: bool) -> MemoryOpti
         placement: PlacementOptions { strategy, in_place, ..PlacementOptions::default() },
         update_early,
         budget: None,
+        f16_storage: None,
     }
 }
 

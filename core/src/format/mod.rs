@@ -12,7 +12,8 @@ pub mod model;
 pub use container::{MAGIC, VERSION};
 pub use error::FormatError;
 pub use model::{
-    GraphRecord, Metadata, ModelFile, NamedWeight, Preprocessing, TensorRecord, WeightValues,
+    GraphRecord, HalfValues, Metadata, ModelFile, NamedWeight, Preprocessing, TensorRecord,
+    WeightValues,
 };
 
 use alloc::vec::Vec;

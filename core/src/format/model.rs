@@ -9,6 +9,7 @@ use crate::tensor::{DType, Role};
 use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use half::f16;
 use serde::{Deserialize, Serialize};
 
 /// Everything a `.sprout` file holds.
@@ -67,6 +68,8 @@ pub struct NamedWeight {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum WeightValues {
     F32(Vec<f32>),
+    /// IEEE half precision, two bytes per value.
+    F16(HalfValues),
     /// Quantized weights (see `crate::quant`); their scales are tensors of their own.
     I8(Vec<i8>),
     /// Quantized biases and requantization multipliers.
@@ -74,20 +77,33 @@ pub enum WeightValues {
 }
 
 impl WeightValues {
+    /// The values of a tensor of element type `dtype`, given as f32 (rounded to f16 when
+    /// the tensor stores f16; every other type is stored as f32).
+    pub fn encode(dtype: DType, values: Vec<f32>) -> Self {
+        match dtype {
+            DType::F16 => {
+                WeightValues::F16(HalfValues(values.iter().map(|&v| f16::from_f32(v)).collect()))
+            }
+            _ => WeightValues::F32(values),
+        }
+    }
+
     /// The element type the values are stored in.
     pub fn dtype(&self) -> DType {
         match self {
             WeightValues::F32(_) => DType::F32,
+            WeightValues::F16(_) => DType::F16,
             WeightValues::I8(_) => DType::I8,
             WeightValues::I32(_) => DType::I32,
         }
     }
 
-    /// The values, when they are stored as `f32`.
-    pub fn as_f32(&self) -> Option<&[f32]> {
+    /// The values widened to f32 (exactly), when they are stored as a float type.
+    pub fn float_values(&self) -> Option<Vec<f32>> {
         match self {
-            WeightValues::F32(v) => Some(v),
-            _ => None,
+            WeightValues::F32(v) => Some(v.clone()),
+            WeightValues::F16(v) => Some(v.0.iter().map(|h| h.to_f32()).collect()),
+            WeightValues::I8(_) | WeightValues::I32(_) => None,
         }
     }
 
@@ -95,6 +111,7 @@ impl WeightValues {
     pub fn len(&self) -> usize {
         match self {
             WeightValues::F32(v) => v.len(),
+            WeightValues::F16(v) => v.0.len(),
             WeightValues::I8(v) => v.len(),
             WeightValues::I32(v) => v.len(),
         }
@@ -115,7 +132,9 @@ impl WeightValues {
             DType::I32 => WeightValues::I32(
                 words(4).map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect(),
             ),
-            DType::F16 => return None,
+            DType::F16 => WeightValues::F16(HalfValues(
+                words(2).map(|c| f16::from_ne_bytes([c[0], c[1]])).collect(),
+            )),
         })
     }
 
@@ -123,9 +142,46 @@ impl WeightValues {
     fn to_init(&self) -> Init {
         match self {
             WeightValues::F32(v) => Init::Values(v.clone()),
+            WeightValues::F16(v) => Init::Values(v.0.iter().map(|h| h.to_f32()).collect()),
             WeightValues::I8(v) => Init::Ints(v.iter().map(|&q| i32::from(q)).collect()),
             WeightValues::I32(v) => Init::Ints(v.clone()),
         }
+    }
+}
+
+/// f16 values, written as their two little-endian bytes each (a plain `u16` would become a
+/// varint of up to three bytes in postcard).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HalfValues(pub Vec<f16>);
+
+impl Serialize for HalfValues {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = self.0.iter().flat_map(|h| h.to_le_bytes()).collect();
+        serializer.serialize_bytes(&bytes)
+    }
+}
+
+impl<'de> Deserialize<'de> for HalfValues {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_bytes(HalfBytes)
+    }
+}
+
+/// Reads [`HalfValues`] from their bytes.
+struct HalfBytes;
+
+impl serde::de::Visitor<'_> for HalfBytes {
+    type Value = HalfValues;
+
+    fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("f16 values, two bytes each")
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<HalfValues, E> {
+        if !bytes.len().is_multiple_of(2) {
+            return Err(E::invalid_length(bytes.len(), &self));
+        }
+        Ok(HalfValues(bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect()))
     }
 }
 

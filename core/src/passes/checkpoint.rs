@@ -26,6 +26,7 @@ fn recomputable(op: &Op) -> bool {
             | Op::Reshape
             | Op::Softmax
             | Op::Detach
+            | Op::Cast
     )
 }
 

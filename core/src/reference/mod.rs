@@ -2,10 +2,12 @@
 //! correctness oracle every optimised backend is checked against, so clarity beats speed.
 
 pub mod activation;
+pub mod cast;
 pub mod conv;
 pub mod dense;
 pub mod dropout;
 pub mod loss;
+pub mod loss_scale;
 pub mod norm;
 pub mod optim;
 pub mod pool;
@@ -18,10 +20,12 @@ pub use activation::{
     relu, relu6, relu6_grad, relu6_grad_in_place, relu6_in_place, relu_grad, relu_grad_in_place,
     relu_in_place, softmax, softmax_grad,
 };
+pub use cast::{cast_f16_to_f32, cast_f32_to_f16};
 pub use conv::{conv2d, conv2d_grad_input, conv2d_grad_weight};
 pub use dense::{add, bias_grad, copy, fill, linear, linear_grad_input, linear_grad_weight};
 pub use dropout::{dropout, dropout_grad, dropout_in_place, dropout_keeps};
 pub use loss::{check_labels, cross_entropy, cross_entropy_grad, mse, mse_grad};
+pub use loss_scale::{unscale_gradient, update_loss_scale};
 pub use norm::{
     batch_norm_apply, batch_norm_eval, batch_norm_eval_in_place, batch_norm_grad_input,
     batch_norm_grad_params, batch_norm_train, batch_norm_train_in_place,

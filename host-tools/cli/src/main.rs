@@ -8,6 +8,7 @@ mod onnx_cmd;
 mod picture;
 mod plan_cmd;
 mod predict_cmd;
+mod quantize_cmd;
 mod report;
 mod run_cmd;
 mod size;
@@ -43,6 +44,9 @@ enum Command {
     Predict(predict_cmd::PredictArgs),
     /// Run a .sprout model on a float32 .npy tensor and write its logits as .npy.
     Run(run_cmd::RunArgs),
+    /// Store a .sprout model's frozen weights as f16 (--dtype f16) or int8 (--dtype int8
+    /// with --calib DATA).
+    Quantize(quantize_cmd::QuantizeArgs),
     /// Import an ONNX model into a `.sprout` file.
     Convert(onnx_cmd::ConvertArgs),
     /// Export a `.sprout` model's inference graph to ONNX, or its weights to safetensors.
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => eval_cmd::run(args),
         Command::Predict(args) => predict_cmd::run(args),
         Command::Run(args) => run_cmd::run(args),
+        Command::Quantize(args) => quantize_cmd::run(args),
         Command::Convert(args) => onnx_cmd::convert(args),
         Command::Export(args) => onnx_cmd::export(args),
         Command::Device(args) => device_cmd::run(args),

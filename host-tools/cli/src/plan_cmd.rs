@@ -109,6 +109,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         },
         update_early: request.update_early,
         budget: request.budget,
+        f16_storage: None,
     };
     let sgd = TrainConfig::sgd(0.9);
     let training =

@@ -65,6 +65,11 @@ pub struct TrainArgs {
     /// Seed of the zoo model's initial weights, the data order and the augmentation.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Mixed precision: the forward pass reads f16 copies of the weights and activations,
+    /// the optimizer updates f32 master weights, and the loss is scaled dynamically
+    /// (overflowing steps are skipped; PyTorch GradScaler's defaults).
+    #[arg(long)]
+    mixed_precision: bool,
     /// Continue from a checkpoint-epoch-NNN.ckpt (same model, data, options and --seed).
     #[arg(long, value_name = "CKPT")]
     resume: Option<PathBuf>,
@@ -157,6 +162,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         seed: args.seed,
         out_dir: Some(out_dir.clone()),
         resume: args.resume.clone(),
+        mixed_precision: args.mixed_precision,
     };
     let mut stderr = std::io::stderr();
     let terminal = stderr.is_terminal();
@@ -206,6 +212,12 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         outcome.metrics.samples(),
         100.0 * outcome.best_accuracy.unwrap_or(0.0)
     );
+    if let Some(scaling) = outcome.loss_scale {
+        println!(
+            "mixed precision: loss scale {} at the end, {} overflowing steps skipped",
+            scaling.final_scale, scaling.skipped_steps
+        );
+    }
     println!(
         "wrote {} (run folder {}: checkpoints, best.sprout, curve.png) in {:.1} s",
         args.output.display(),

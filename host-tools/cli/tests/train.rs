@@ -142,3 +142,75 @@ fn train_eval_predict_run_and_bad_inputs() {
     assert!(!not_written.exists() && !never.exists());
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// The accuracy `sprout eval` prints, in percent.
+fn accuracy(eval_output: &str) -> f64 {
+    let line = eval_output.lines().find(|l| l.starts_with("accuracy")).expect("an accuracy line");
+    line.split_whitespace().nth(1).and_then(|a| a.trim_end_matches('%').parse().ok()).unwrap()
+}
+
+#[test]
+fn mixed_precision_training_then_f16_and_int8_quantization_and_bad_inputs() {
+    let dir = temp_dir("quantize");
+    let leaves = dir.join("leaves");
+    ok(&["data", "leaves", "--out", s(&leaves), "--per-class", "10", "--size", "16"]);
+    let tiny = dir.join("tiny.sprout");
+    tiny_model(&tiny);
+    let trained = dir.join("trained.sprout");
+    let out = ok(&[
+        "train",
+        "--model",
+        s(&tiny),
+        "--data",
+        s(&leaves),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "4",
+        "--lr",
+        "0.01",
+        "--mixed-precision",
+        "--out-dir",
+        s(&dir.join("run")),
+        "-o",
+        s(&trained),
+    ]);
+    assert!(out.contains("mixed precision: loss scale"), "{out}");
+
+    let half = dir.join("half.sprout");
+    let out = ok(&["quantize", s(&trained), "--dtype", "f16", "-o", s(&half)]);
+    // 768·8 + 8 + 8·3 + 3 = 6179 weights: 24 716 bytes as f32, half of it as f16.
+    assert!(out.contains("24716 bytes as f32 -> 12358 bytes as f16"), "{out}");
+    assert!(fs::metadata(&half).unwrap().len() < fs::metadata(&trained).unwrap().len() * 6 / 10);
+    let full = accuracy(&ok(&["eval", s(&trained), "--data", s(&leaves)]));
+    let rounded = accuracy(&ok(&["eval", s(&half), "--data", s(&leaves)]));
+    assert!((full - rounded).abs() <= 10.0, "f32 {full}% against f16 {rounded}%");
+    let x: Vec<f32> = (0..3 * 16 * 16).map(|i| (i % 5) as f32 / 5.0).collect();
+    let input = dir.join("x.npy");
+    fs::write(&input, sprout_train::encode_npy(&[1, 3, 16, 16], &x)).unwrap();
+    let (y32, y16) = (dir.join("y32.npy"), dir.join("y16.npy"));
+    ok(&["run", s(&trained), "--input", s(&input), "--output", s(&y32)]);
+    ok(&["run", s(&half), "--input", s(&input), "--output", s(&y16)]);
+    let (exact, rounded) =
+        (sprout_train::read_npy(&y32).unwrap().1, sprout_train::read_npy(&y16).unwrap().1);
+    assert!(exact.iter().zip(&rounded).all(|(a, b)| (a - b).abs() < 2e-2), "{exact:?} {rounded:?}");
+
+    let int8 = dir.join("int8.sprout");
+    let out = ok(&["quantize", s(&trained), "--calib", s(&leaves), "-o", s(&int8)]);
+    assert!(out.contains("calibrating on 24 samples"), "{out}");
+    assert!(fs::metadata(&int8).unwrap().len() < fs::metadata(&trained).unwrap().len() * 4 / 10);
+    let quantized = accuracy(&ok(&["eval", s(&int8), "--data", s(&leaves)]));
+    assert!((full - quantized).abs() <= 10.0, "f32 {full}% against int8 {quantized}%");
+
+    let never = dir.join("never.sprout");
+    fails(&["quantize", s(&trained), "-o", s(&never)], "needs calibration data: give --calib");
+    fails(
+        &["quantize", s(&trained), "--dtype", "f16", "--percentile", "120", "-o", s(&never)],
+        "120",
+    );
+    let truncated = dir.join("truncated.sprout");
+    fs::write(&truncated, &fs::read(&trained).unwrap()[..100]).unwrap();
+    fails(&["quantize", s(&truncated), "--dtype", "f16", "-o", s(&never)], "truncated.sprout");
+    assert!(!never.exists());
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -179,10 +179,10 @@ impl Model {
         let graph = &mut self.zoo.graph;
         let mut taken = 0;
         for stored in &file.weights {
-            let Some(values) = stored.values.as_f32() else { continue };
+            let Some(values) = stored.values.float_values() else { continue };
             let Some(id) = graph.find(&stored.name) else { continue };
             if graph.tensor(id).init.is_some() && graph.shape(id).numel() == values.len() {
-                graph.set_initial_values(id, values.to_vec())?;
+                graph.set_initial_values(id, values)?;
                 taken += 1;
             }
         }

@@ -5,11 +5,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use sprout_core::geometry::{AdamWConfig, SgdConfig};
+use sprout_core::geometry::{AdamWConfig, LossScaleConfig, SgdConfig};
+use sprout_core::optim::LOSS_SCALE;
 use sprout_core::schedule::{Constant, CosineWithWarmup, Goal, ReduceOnPlateau, StepDecay};
 use sprout_core::{
     compile_training_step_with, save_model, Executor, MemoryOptions, ModelFile, Optimizer,
-    Progress as ExecProgress, Region, TrainConfig,
+    Progress as ExecProgress, Region, StepOutcome, TrainConfig,
 };
 use sprout_data::{Normalize, Transform};
 
@@ -56,6 +57,9 @@ pub struct TrainOptions {
     pub out_dir: Option<PathBuf>,
     /// A checkpoint to continue from.
     pub resume: Option<PathBuf>,
+    /// Mixed precision: f16 copies of weights and activations in the forward pass, f32
+    /// master weights, dynamic loss scaling with `GradScaler`'s defaults.
+    pub mixed_precision: bool,
 }
 
 impl Default for TrainOptions {
@@ -69,6 +73,7 @@ impl Default for TrainOptions {
             seed: 0,
             out_dir: None,
             resume: None,
+            mixed_precision: false,
         }
     }
 }
@@ -92,6 +97,16 @@ pub struct Outcome {
     /// Validation metrics after the last epoch.
     pub metrics: Metrics,
     pub best_accuracy: Option<f32>,
+    /// With mixed precision: the loss scale at the end, and how many optimizer steps this
+    /// run skipped because gradients overflowed.
+    pub loss_scale: Option<LossScaleReport>,
+}
+
+/// How dynamic loss scaling went in a mixed-precision run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossScaleReport {
+    pub final_scale: f32,
+    pub skipped_steps: u32,
 }
 
 /// The training and validation folders of a class-folder data set: `DATA/train` and
@@ -251,7 +266,8 @@ pub fn train(
             Optimizer::AdamW(AdamWConfig { weight_decay, ..AdamWConfig::default() })
         }
     };
-    let cfg = TrainConfig { optimizer, clip_grad_norm: None, accumulation: 1 };
+    let mixed_precision = options.mixed_precision.then(LossScaleConfig::default);
+    let cfg = TrainConfig { optimizer, clip_grad_norm: None, accumulation: 1, mixed_precision };
     let training =
         compile_training_step_with(&z.graph, z.loss, &trainable, &cfg, &MemoryOptions::default())?;
     let plan = &training.plan;
@@ -321,6 +337,7 @@ pub fn train(
     }
 
     let mut metrics = None;
+    let mut skipped_steps = 0;
     for epoch in first..options.epochs {
         let (mut loss_sum, mut steps, mut lr) = (0.0f64, 0usize, options.learning_rate);
         for (index, b) in train.epoch(u64::from(epoch)).enumerate() {
@@ -332,7 +349,9 @@ pub fn train(
             regions.write(&input, &b.x)?;
             regions.write(&labels, &b.y)?;
             lr = rate.at(exec.updates());
-            exec.train_step(&mut regions, lr)?;
+            if let StepOutcome::Skipped { .. } = exec.train_step(&mut regions, lr)? {
+                skipped_steps += 1;
+            }
             let value = regions.read::<f32>(&loss)?[0];
             loss_sum += f64::from(value);
             steps += 1;
@@ -389,5 +408,18 @@ pub fn train(
             inference.evaluate(val)?
         }
     };
-    Ok(Outcome { model: model.file_with(plan, &memory), history, metrics, best_accuracy: best })
+    let loss_scale = match plan.binding(LOSS_SCALE) {
+        Some(b) => {
+            let final_scale = memory.regions().read::<f32>(&b.operand)?[0];
+            Some(LossScaleReport { final_scale, skipped_steps })
+        }
+        None => None,
+    };
+    Ok(Outcome {
+        model: model.file_with(plan, &memory),
+        history,
+        metrics,
+        best_accuracy: best,
+        loss_scale,
+    })
 }

@@ -6,6 +6,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use sprout_core::format::WeightValues;
 use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
 use sprout_train::{
     encode_npy, open_data, train, CheckpointError, Model, OptimizerChoice, Outcome, TrainError,
@@ -64,8 +65,10 @@ fn write_set(path: &Path, n: usize, features: usize, classes: usize, seed: u64) 
 }
 
 fn f32_weight(file: &ModelFile, name: &str) -> Vec<f32> {
-    let values = file.weight(name).unwrap_or_else(|| panic!("no weight {name}"));
-    values.as_f32().unwrap_or_else(|| panic!("{name} is not stored as f32")).to_vec()
+    match file.weight(name).unwrap_or_else(|| panic!("no weight {name}")) {
+        WeightValues::F32(v) => v.clone(),
+        other => panic!("{name} is stored as {:?}, not f32", other.dtype()),
+    }
 }
 
 #[test]
