@@ -3,8 +3,10 @@
 
 mod bench;
 mod bench_kernels;
+mod boards;
 mod cmd;
 mod demo;
+mod qemu;
 mod test;
 
 use std::path::{Path, PathBuf};

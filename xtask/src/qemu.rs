@@ -2,8 +2,12 @@
 //! runs an ELF on the `mps2-an386` machine (Cortex-M4F) with semihosting, a timeout, bytes
 //! for its UART and optionally `-icount shift=0`, and decodes its defmt log with the ELF's
 //! own defmt table.
+//!
+//! The firmware's defmt frames reach QEMU's stdout (semihosting writes to `:tt` go to the
+//! host's stdout); UART0 is a Unix socket QEMU connects to, so the two never mix.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
@@ -32,9 +36,8 @@ pub fn ensure_installed(root: &Path) -> Result<()> {
         true => Cmd::new("apt-get", root).args(args.iter().copied()),
         false => Cmd::new("sudo", root).args(["apt-get"]).args(args.iter().copied()),
     };
-    let installed = apt(&["update", "-q"])
-        .run()
-        .and_then(|()| apt(&["install", "-y", "-q", PACKAGE]).run());
+    let installed =
+        apt(&["update", "-q"]).run().and_then(|()| apt(&["install", "-y", "-q", PACKAGE]).run());
     match installed {
         Ok(()) if qemu_runs() => Ok(()),
         Ok(()) => bail!("apt-get installed {PACKAGE} but `{QEMU} --version` still fails"),
@@ -107,28 +110,44 @@ pub fn run(elf: &Path, options: &Options) -> Result<Run> {
     let table = Table::parse(&image)
         .with_context(|| format!("reading the defmt table of {}", elf.display()))?
         .ok_or_else(|| anyhow!("{} has no defmt table (not a defmt firmware?)", elf.display()))?;
-    let semihosting = semihosting_file(elf);
+    let socket = uart_socket(elf);
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket)
+        .with_context(|| format!("opening the UART socket {}", socket.display()))?;
     let mut command = Command::new(QEMU);
     command
         .args(["-machine", MACHINE, "-cpu", "cortex-m4", "-display", "none", "-monitor", "none"])
-        .args(["-serial", "stdio", "-chardev"])
-        .arg(format!("file,id=semihosting,path={}", semihosting.display()))
-        .args(["-semihosting-config", "enable=on,target=native,chardev=semihosting"]);
+        .arg("-chardev")
+        .arg(format!("socket,id=uart,path={}", socket.display()))
+        .args(["-serial", "chardev:uart", "-semihosting-config", "enable=on,target=native"]);
     if options.icount {
         command.args(["-icount", "shift=0"]);
     }
     command.arg("-kernel").arg(elf);
-    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let start = Instant::now();
     let mut child = command.spawn().with_context(|| format!("starting {QEMU}"))?;
-    let mut stdin = child.stdin.take().context("QEMU's stdin")?;
-    stdin.write_all(&options.uart_input).context("sending UART input to QEMU")?;
-    // Closing stdin would not end the run: QEMU keeps the serial port open.
-    let uart = drain(child.stdout.take().context("QEMU's stdout")?);
+    let defmt = drain(child.stdout.take().context("QEMU's stdout")?);
     let stderr = drain(child.stderr.take().context("QEMU's stderr")?);
-    let code = wait(&mut child, options.timeout);
-    drop(stdin);
-    let (uart, stderr) = (join(uart)?, String::from_utf8_lossy(&join(stderr)?).into_owned());
-    let log = decode(&table, &std::fs::read(&semihosting).unwrap_or_default())
+    let uart = match accept(&listener, &mut child, options.timeout) {
+        Ok(mut stream) => {
+            stream.write_all(&options.uart_input).context("sending UART input to QEMU")?;
+            Some(drain(stream))
+        }
+        Err(error) => {
+            let _ = child.kill();
+            eprintln!("{error:#}");
+            None
+        }
+    };
+    let code = wait(&mut child, options.timeout.saturating_sub(start.elapsed()));
+    let _ = std::fs::remove_file(&socket);
+    let stderr = String::from_utf8_lossy(&join(stderr)?).into_owned();
+    let uart = match uart {
+        Some(uart) => join(uart)?,
+        None => bail!("QEMU never connected to its UART socket\n{stderr}"),
+    };
+    let log = decode(&table, &join(defmt)?)
         .with_context(|| format!("decoding the defmt log of {}", elf.display()))?;
     match code {
         Some(code) => Ok(Run { code, uart, log, stderr }),
@@ -141,10 +160,31 @@ pub fn run(elf: &Path, options: &Options) -> Result<Run> {
     }
 }
 
-/// Where a run's semihosting output goes: beside the ELF.
-fn semihosting_file(elf: &Path) -> PathBuf {
+/// Waits for QEMU to connect to the UART socket (it does so as it starts).
+fn accept(listener: &UnixListener, child: &mut Child, timeout: Duration) -> Result<UnixStream> {
+    listener.set_nonblocking(true)?;
+    let start = Instant::now();
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false)?;
+                return Ok(stream);
+            }
+            Err(error) if error.kind() == ErrorKind::WouldBlock => {
+                if start.elapsed() > timeout || child.try_wait()?.is_some() {
+                    bail!("QEMU exited or timed out before connecting to its UART");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(error) => return Err(error).context("accepting QEMU's UART connection"),
+        }
+    }
+}
+
+/// The UART socket of a run: beside the ELF.
+fn uart_socket(elf: &Path) -> PathBuf {
     let mut name = elf.file_name().unwrap_or_default().to_os_string();
-    name.push(".semihosting");
+    name.push(".uart");
     elf.with_file_name(name)
 }
 
@@ -183,7 +223,9 @@ pub fn decode(table: &Table, bytes: &[u8]) -> Result<Vec<String>> {
     loop {
         match decoder.decode() {
             Ok(frame) => lines.push(match frame.level() {
-                Some(level) => format!("{} {}", level.as_str().to_uppercase(), frame.display_message()),
+                Some(level) => {
+                    format!("{} {}", level.as_str().to_uppercase(), frame.display_message())
+                }
                 None => frame.display_message().to_string(),
             }),
             Err(DecodeError::UnexpectedEof) => return Ok(lines),
