@@ -4,8 +4,10 @@
 mod bench;
 mod bench_kernels;
 mod bench_quant;
+mod boards;
 mod cmd;
 mod demo;
+mod qemu;
 mod test;
 
 use std::path::{Path, PathBuf};
@@ -21,9 +23,11 @@ Commands:
           passes on the model zoo)
   demo    train a small CNN on a generated task (release build) and print
           the falling loss and the final accuracy
-  test    everything CI checks: the thumbv7em-none-eabihf target (installed
-          if missing), rustfmt, clippy, the workspace tests, and the no_std
-          builds and clippy for the microcontroller target
+  test    everything CI checks: the thumbv7em-none-eabihf and thumbv6m-none-eabi
+          targets (installed if missing), rustfmt, clippy, the workspace tests,
+          the no_std builds and clippy for the microcontroller targets, and the
+          boards: built, run under QEMU (installed with apt-get if missing), and
+          their sizes compared with boards/sizes.expected (SPROUT_BLESS=1 updates it)
   help    print this message";
 
 fn main() -> ExitCode {

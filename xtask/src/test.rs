@@ -1,5 +1,6 @@
 //! `cargo xtask test`: everything CI checks, in order, stopping at the first failure:
-//! the microcontroller target, rustfmt, clippy, the workspace tests, and the no_std builds.
+//! the microcontroller targets, rustfmt, clippy, the workspace tests, the no_std builds,
+//! and the boards (built, run under QEMU, sizes compared with their snapshot).
 
 use std::path::Path;
 use std::time::Instant;
@@ -11,6 +12,10 @@ use crate::format_duration;
 
 /// The microcontroller target every `no_std` crate must build for (Cortex-M4F/M7).
 pub const NO_STD_TARGET: &str = "thumbv7em-none-eabihf";
+/// Cortex-M0+ (no DSP extension): proves the Cortex-M backend's scalar fallback builds.
+pub const SCALAR_TARGET: &str = "thumbv6m-none-eabi";
+/// The targets installed by the first stage.
+const TARGETS: [&str; 2] = [NO_STD_TARGET, SCALAR_TARGET];
 
 /// Every `no_std` build CI proves: (crate, features on top of `--no-default-features`).
 /// A later crate (`sprout-planner`, `sprout-cortex-m`, the firmware, a board) is one line here.
@@ -22,18 +27,25 @@ pub const NO_STD_BUILDS: &[(&str, &[&str])] = &[
     // The host <-> device link: framing, device session and client, still without a heap.
     ("sprout-core", &["link"]),
     ("sprout-planner", &[]),
+    // The DSP int8 path and, with `conformance`, the checks the QEMU board runs.
+    ("sprout-cortex-m", &[]),
+    ("sprout-cortex-m", &["conformance"]),
 ];
 
 type StageFn = fn(&Path) -> Result<()>;
 
 /// The stages, in the order they run.
 const STAGES: &[(&str, StageFn)] = &[
-    ("thumbv7em-none-eabihf target installed", ensure_target),
+    ("thumbv7em-none-eabihf and thumbv6m-none-eabi targets installed", ensure_targets),
     ("formatting (cargo fmt --check)", fmt),
     ("lints (cargo clippy, host, all targets)", clippy),
     ("tests (cargo test --workspace)", workspace_tests),
     ("no_std builds (thumbv7em)", no_std_builds),
     ("no_std lints (clippy, thumbv7em)", no_std_clippy),
+    ("Cortex-M scalar fallback (build and clippy, thumbv6m)", scalar_fallback),
+    ("boards: rustfmt, clippy, release build", boards_build),
+    ("boards: board-check and kernel conformance under QEMU", crate::boards::run_on_qemu),
+    ("boards: flash/RAM sizes against boards/sizes.expected", crate::boards::check_sizes),
 ];
 
 pub fn run(root: &Path) -> Result<()> {
@@ -55,34 +67,39 @@ pub fn run(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Stage 1: installs the `no_std` target with rustup if it is missing.
-pub fn ensure_target(root: &Path) -> Result<()> {
+/// Stage 1: installs the microcontroller targets with rustup where missing.
+fn ensure_targets(root: &Path) -> Result<()> {
+    TARGETS.iter().try_for_each(|target| ensure_target(root, target))
+}
+
+/// Installs `target` with rustup if it is missing.
+pub fn ensure_target(root: &Path, target: &str) -> Result<()> {
     let installed = match Cmd::new("rustup", root).args(["target", "list", "--installed"]).read() {
         Ok(installed) => installed,
         Err(error) if error.downcast_ref::<NotFound>().is_some() => {
             return Err(error.context(format!(
-                "rustup is not installed, and the no_std stages need the `{NO_STD_TARGET}` \
+                "rustup is not installed, and the no_std stages need the `{target}` \
                  target: install rustup from https://rustup.rs, then run \
-                 `rustup target add {NO_STD_TARGET}`"
+                 `rustup target add {target}`"
             )));
         }
         Err(error) => {
             return Err(error.context(format!(
                 "could not list the installed Rust targets; check that \
                  `rustup target list --installed` works, then run \
-                 `rustup target add {NO_STD_TARGET}` by hand"
+                 `rustup target add {target}` by hand"
             )));
         }
     };
-    if is_installed(&installed, NO_STD_TARGET) {
-        println!("{NO_STD_TARGET} is installed");
+    if is_installed(&installed, target) {
+        println!("{target} is installed");
         return Ok(());
     }
-    println!("{NO_STD_TARGET} is missing; installing it");
-    Cmd::new("rustup", root).args(["target", "add", NO_STD_TARGET]).run().with_context(|| {
+    println!("{target} is missing; installing it");
+    Cmd::new("rustup", root).args(["target", "add", target]).run().with_context(|| {
         format!(
-            "could not install the `{NO_STD_TARGET}` target (offline?); install it by hand \
-                 with `rustup target add {NO_STD_TARGET}` (rustup: https://rustup.rs)"
+            "could not install the `{target}` target (offline?); install it by hand \
+                 with `rustup target add {target}` (rustup: https://rustup.rs)"
         )
     })
 }
@@ -125,6 +142,17 @@ fn no_std_clippy(root: &Path) -> Result<()> {
     Ok(())
 }
 
+fn scalar_fallback(root: &Path) -> Result<()> {
+    let args = ["-p", "sprout-cortex-m", "--target", SCALAR_TARGET, "--locked"];
+    Cmd::cargo(root).args(["build"]).args(args).run()?;
+    Cmd::cargo(root).args(["clippy"]).args(args).args(["--", "-D", "warnings"]).run()
+}
+
+fn boards_build(root: &Path) -> Result<()> {
+    crate::boards::lint(root)?;
+    crate::boards::build(root)
+}
+
 /// `-p CRATE --no-default-features [--features A,B] --target thumbv7em-none-eabihf --locked`
 fn no_std_args(krate: &str, features: &[&str]) -> Vec<String> {
     let mut args = vec!["-p".into(), krate.into(), "--no-default-features".into()];
@@ -164,8 +192,8 @@ mod tests {
     }
 
     #[test]
-    fn six_stages_and_the_first_installs_the_target() {
-        assert_eq!(STAGES.len(), 6);
-        assert!(STAGES[0].0.contains(NO_STD_TARGET));
+    fn ten_stages_and_the_first_installs_the_targets() {
+        assert_eq!(STAGES.len(), 10);
+        assert!(TARGETS.iter().all(|target| STAGES[0].0.contains(target)));
     }
 }

@@ -23,7 +23,8 @@ pub struct OutputQuant<'a> {
 }
 
 impl OutputQuant<'_> {
-    /// The int8 output of output channel `channel` for accumulator `acc`.
+    /// The int8 output of output channel `channel` for accumulator `acc`. Public so that
+    /// optimized kernels finish their accumulators exactly as the reference does.
     pub fn finish(&self, channel: usize, acc: i32) -> i8 {
         clamp_to(self.multipliers[channel].apply(acc).saturating_add(self.zero_point), self.act)
     }

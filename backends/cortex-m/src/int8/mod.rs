@@ -1,0 +1,143 @@
+//! Int8 convolution and dense kernels with the exact results of
+//! [`sprout_core::quant::conv2d_s8`] and [`sprout_core::quant::linear_s8`] (same
+//! parameters): [`conv2d_s8`] and [`linear_s8`] take the DSP-SIMD path where the target has
+//! the DSP extension and the scalar path elsewhere; [`scalar`] and (on DSP targets) [`dsp`]
+//! name each path, so both can be tested and benchmarked on one core.
+//!
+//! Both are the product of [`product`]: output channels against columns of
+//! zero-point-free `i16` inputs ([`columns`]), accumulated in wrapping `i32` like the
+//! reference, then requantized by the same [`OutputQuant`].
+
+mod columns;
+pub use columns::CHUNK;
+mod product;
+pub mod scalar;
+
+#[cfg(dsp_simd)]
+pub mod dsp;
+
+use core::ops::Range;
+
+use sprout_core::geometry::{Conv2dGeometry, LinearDims};
+use sprout_core::quant::OutputQuant;
+
+use columns::{centered, ConvPatch};
+use product::{product, Columns, Engine, Rows};
+
+#[cfg(dsp_simd)]
+use dsp::Dsp as Best;
+#[cfg(not(dsp_simd))]
+use scalar::Scalar as Best;
+
+/// Int8 convolution, bit-exact with [`sprout_core::quant::conv2d_s8`], on the fastest path
+/// this target has.
+pub fn conv2d_s8(
+    x: &[i8],
+    x_zp: i32,
+    w: &[i8],
+    bias: Option<&[i32]>,
+    y: &mut [i8],
+    out: &OutputQuant<'_>,
+    g: &Conv2dGeometry,
+) {
+    conv2d::<Best>(x, x_zp, w, bias, y, out, g)
+}
+
+/// Int8 dense layer, bit-exact with [`sprout_core::quant::linear_s8`], on the fastest path
+/// this target has.
+pub fn linear_s8(
+    x: &[i8],
+    x_zp: i32,
+    w: &[i8],
+    bias: Option<&[i32]>,
+    y: &mut [i8],
+    out: &OutputQuant<'_>,
+    d: &LinearDims,
+) {
+    linear::<Best>(x, x_zp, w, bias, y, out, d)
+}
+
+/// The output positions of one image and group, as columns of their receptive fields.
+struct ConvColumns<'a> {
+    patch: ConvPatch<'a>,
+}
+
+impl Columns for ConvColumns<'_> {
+    fn count(&self) -> usize {
+        self.patch.g.out_h * self.patch.g.out_w
+    }
+    fn fill(&self, column: usize, range: Range<usize>, out: &mut [i16]) {
+        let out_w = self.patch.g.out_w;
+        self.patch.fill((column / out_w, column % out_w), range, out)
+    }
+}
+
+/// The rows of a dense layer's input, as columns.
+struct InputRows<'a> {
+    x: &'a [i8],
+    zero_point: i32,
+    k: usize,
+}
+
+impl Columns for InputRows<'_> {
+    fn count(&self) -> usize {
+        self.x.len().checked_div(self.k).unwrap_or(0)
+    }
+    fn fill(&self, column: usize, range: Range<usize>, out: &mut [i16]) {
+        let row = &self.x[column * self.k..][range];
+        for (value, &q) in out.iter_mut().zip(row) {
+            *value = centered(q, self.zero_point);
+        }
+    }
+}
+
+fn conv2d<E: Engine>(
+    x: &[i8],
+    x_zp: i32,
+    w: &[i8],
+    bias: Option<&[i32]>,
+    y: &mut [i8],
+    out: &OutputQuant<'_>,
+    g: &Conv2dGeometry,
+) {
+    debug_assert_eq!(x.len(), g.input_len());
+    debug_assert_eq!(w.len(), g.weight_len());
+    debug_assert_eq!(y.len(), g.output_len());
+    debug_assert_eq!(out.multipliers.len(), g.c_out);
+    let (cig, cog, plane) = (g.c_in_per_group(), g.c_out_per_group(), g.out_h * g.out_w);
+    let depth = cig * g.kh * g.kw;
+    for n in 0..g.n {
+        for group in 0..g.groups {
+            let first = group * cog;
+            let patch = ConvPatch { x, zero_point: x_zp, g, first_plane: n * g.c_in + group * cig };
+            let rows = Rows {
+                w: &w[first * depth..(first + cog) * depth],
+                count: cog,
+                depth,
+                bias,
+                first,
+                out,
+            };
+            let y_first = (n * g.c_out + first) * plane;
+            product::<E>(&ConvColumns { patch }, &rows, |p, r, v| y[y_first + r * plane + p] = v);
+        }
+    }
+}
+
+fn linear<E: Engine>(
+    x: &[i8],
+    x_zp: i32,
+    w: &[i8],
+    bias: Option<&[i32]>,
+    y: &mut [i8],
+    out: &OutputQuant<'_>,
+    d: &LinearDims,
+) {
+    debug_assert_eq!(x.len(), d.n * d.k);
+    debug_assert_eq!(w.len(), d.m * d.k);
+    debug_assert_eq!(y.len(), d.n * d.m);
+    debug_assert_eq!(out.multipliers.len(), d.m);
+    let columns = InputRows { x, zero_point: x_zp, k: d.k };
+    let rows = Rows { w, count: d.m, depth: d.k, bias, first: 0, out };
+    product::<E>(&columns, &rows, |i, j, v| y[i * d.m + j] = v);
+}

@@ -1,0 +1,110 @@
+//! The blocked int8 product both int8 kernels reduce to: for every row `r` (an output
+//! channel, with its int8 weight row) and column `c` (a conv output position or a dense
+//! input row, see [`super::columns`]), `acc = bias[r] + Σ_k w[r, k] · column_c[k]`,
+//! requantized per output channel. An [`Engine`] supplies the multiply-accumulate loop.
+//!
+//! Columns are built [`WIDE`] at a time and reused by every row; a reduction longer than
+//! [`CHUNK`] is cut into chunks, rows then go in blocks of [`ROW_BLOCK`] whose accumulators
+//! live on the stack between chunks. Stack use: about 3 KiB.
+
+use core::ops::Range;
+
+use sprout_core::quant::OutputQuant;
+
+use super::columns::{natural_order, ColumnBlock, CHUNK, WIDE};
+
+/// Rows whose accumulators are kept across the chunks of a long reduction.
+const ROW_BLOCK: usize = 16;
+
+/// The multiply-accumulate loop over whole groups of four reduction indices.
+pub trait Engine {
+    /// `acc[c] += Σ_k w[k] · column_c[k]` for the [`WIDE`] columns of a block's values.
+    fn dot_wide(w: &[i8], values: &[i16], acc: &mut [i32; WIDE]);
+    /// `acc += Σ_k w[k] · column[k]` for the values of a one-column block.
+    fn dot_one(w: &[i8], values: &[i16], acc: &mut i32);
+}
+
+/// The columns of a product: how many, and the natural-order values of one of them.
+pub trait Columns {
+    fn count(&self) -> usize;
+    /// Writes column `column`'s values at reduction indices `range` into `out`.
+    fn fill(&self, column: usize, range: Range<usize>, out: &mut [i16]);
+}
+
+/// The rows of a product: `count` int8 weight rows of `depth` values, their bias and output
+/// quantization, for output channels `first..first + count` of `out`.
+pub struct Rows<'a> {
+    pub w: &'a [i8],
+    pub count: usize,
+    pub depth: usize,
+    pub bias: Option<&'a [i32]>,
+    pub first: usize,
+    pub out: &'a OutputQuant<'a>,
+}
+
+/// Runs the product and hands every output to `store(column, row, value)`.
+pub fn product<E: Engine>(
+    columns: &impl Columns,
+    rows: &Rows<'_>,
+    mut store: impl FnMut(usize, usize, i8),
+) {
+    let (depth, count, row_count) = (rows.depth, columns.count(), rows.count);
+    let chunks = depth.div_ceil(CHUNK);
+    let mut block = ColumnBlock::new();
+    let mut natural = [0i16; CHUNK];
+    let mut start = 0;
+    while start < count {
+        let width = if count - start >= WIDE { WIDE } else { 1 };
+        let mut built = None;
+        for row_start in (0..row_count).step_by(ROW_BLOCK) {
+            let row_end = (row_start + ROW_BLOCK).min(row_count);
+            let mut acc = [[0i32; WIDE]; ROW_BLOCK];
+            for (r, acc) in (row_start..row_end).zip(&mut acc) {
+                *acc = [rows.bias.map_or(0, |b| b[rows.first + r]); WIDE];
+            }
+            for chunk in 0..chunks {
+                let range = chunk * CHUNK..((chunk + 1) * CHUNK).min(depth);
+                if built != Some(chunk) {
+                    block.reset(width, range.len());
+                    for column in 0..width {
+                        let natural = &mut natural[..range.len()];
+                        columns.fill(start + column, range.clone(), natural);
+                        block.set_column(column, natural);
+                    }
+                    built = Some(chunk);
+                }
+                for (r, acc) in (row_start..row_end).zip(&mut acc) {
+                    let w = &rows.w[r * depth..][range.clone()];
+                    accumulate::<E>(&block, w, width, acc);
+                }
+            }
+            for (r, acc) in (row_start..row_end).zip(&acc) {
+                for (column, &acc) in acc[..width].iter().enumerate() {
+                    store(start + column, r, rows.out.finish(rows.first + r, acc));
+                }
+            }
+        }
+        start += width;
+    }
+}
+
+/// `acc[c] += w · column_c` over one chunk: whole groups through the engine, the short
+/// last group here.
+fn accumulate<E: Engine>(block: &ColumnBlock, w: &[i8], width: usize, acc: &mut [i32; WIDE]) {
+    let full = w.len() / 4;
+    let (values, short) = block.split_at_group(full);
+    let (w_full, w_short) = w.split_at(full * 4);
+    match width {
+        WIDE => E::dot_wide(w_full, values, acc),
+        _ => E::dot_one(w_full, values, &mut acc[0]),
+    }
+    if !w_short.is_empty() {
+        for (acc, lanes) in acc[..width].iter_mut().zip(short.chunks_exact(4)) {
+            let x = natural_order(lanes);
+            *acc = w_short
+                .iter()
+                .zip(x)
+                .fold(*acc, |acc, (&w, x)| acc.wrapping_add(i32::from(w) * i32::from(x)));
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! sprout's Cortex-M backend (`no_std`): [`CortexM`] implements [`Kernels`] with f32 kernels
+//! shaped for the Cortex-M4F/M7 FPU, and [`int8`] holds the int8 convolution and dense
+//! kernels: a DSP-SIMD path (`SXTB16` + `SMLAD`, inline assembly) on cores with the DSP
+//! extension (`thumbv7em`) and a scalar path everywhere else (`thumbv6m`, the host).
+//!
+//! Every kernel gives the reference kernel's result: the int8 ones bit for bit, the f32 ones
+//! within the conformance suite's reduction tolerance (they add in another order).
+#![no_std]
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+mod float;
+pub mod int8;
+
+use sprout_core::geometry::{Conv2dGeometry, LinearDims};
+use sprout_core::quant::OutputQuant;
+use sprout_core::Kernels;
+
+/// The Cortex-M backend: FPU-friendly dense layers and convolutions (forward and
+/// gradients of dense layers) and the int8 convolution and dense kernels of [`int8`];
+/// every other kernel is the reference kernel.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CortexM;
+
+impl Kernels for CortexM {
+    fn conv2d_s8(
+        &mut self,
+        x: &[i8],
+        x_zp: i32,
+        w: &[i8],
+        bias: Option<&[i32]>,
+        y: &mut [i8],
+        out: &OutputQuant<'_>,
+        g: &Conv2dGeometry,
+    ) {
+        int8::conv2d_s8(x, x_zp, w, bias, y, out, g)
+    }
+    fn linear_s8(
+        &mut self,
+        x: &[i8],
+        x_zp: i32,
+        w: &[i8],
+        bias: Option<&[i32]>,
+        y: &mut [i8],
+        out: &OutputQuant<'_>,
+        d: &LinearDims,
+    ) {
+        int8::linear_s8(x, x_zp, w, bias, y, out, d)
+    }
+    fn linear(&mut self, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearDims) {
+        float::linear(x, w, b, y, d)
+    }
+    fn linear_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], d: LinearDims) {
+        float::linear_grad_input(dy, w, dx, d)
+    }
+    fn linear_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], d: LinearDims) {
+        float::linear_grad_weight(dy, x, dw, d)
+    }
+    fn conv2d(
+        &mut self,
+        x: &[f32],
+        w: &[f32],
+        b: Option<&[f32]>,
+        y: &mut [f32],
+        g: &Conv2dGeometry,
+    ) {
+        float::conv2d(x, w, b, y, g)
+    }
+    fn conv2d_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
+        float::conv2d_grad_input(dy, w, dx, g)
+    }
+    fn conv2d_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], g: &Conv2dGeometry) {
+        float::conv2d_grad_weight(dy, x, dw, g)
+    }
+}

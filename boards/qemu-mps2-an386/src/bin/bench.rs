@@ -1,0 +1,204 @@
+//! Executed instructions per multiply-accumulate of the Cortex-M kernels, DSP against
+//! scalar (int8) and FPU against the reference kernels (f32), on the same emulated
+//! Cortex-M4. Run under `qemu-system-arm -icount shift=0` (`cargo xtask bench cortex-m`).
+//!
+//! Method: with `-icount shift=0` QEMU's virtual clock advances exactly 1 ns per executed
+//! instruction, and SysTick counts core-clock ticks of that clock. The counter is first
+//! calibrated on a loop of known length (instructions per tick) and the cost of an empty
+//! measurement is subtracted (see `qemu_mps2_an386::counter`). Each kernel call is then
+//! counted whole: column building, requantization and loop overheads included; the figure
+//! is that count over the call's multiply-accumulates. The `hot loop` line counts the
+//! DSP multiply-accumulate loop alone, on a long reduction. Shapes:
+//! conv 3x3: 16 → 32 channels, 16x16, padding 1; pointwise: 32 → 64 channels, 16x16;
+//! depthwise 3x3: 32 channels, 16x16; linear: batch 8, 256 → 32.
+#![no_std]
+#![no_main]
+
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use qemu_mps2_an386 as board;
+use qemu_mps2_an386::counter::InstructionCounter;
+use sprout_core::geometry::{Conv2dGeometry, LinearDims};
+use sprout_core::quant::{OutputQuant, Requantize};
+use sprout_core::{Kernels, Reference};
+use sprout_cortex_m::conformance::{ConvS8, LinearS8};
+use sprout_cortex_m::int8::{dsp, scalar};
+use sprout_cortex_m::CortexM;
+
+const MAX_X: usize = 16 * 1024;
+const MAX_W: usize = 16 * 1024;
+const MAX_Y: usize = 16 * 1024;
+
+/// Operands, in `.bss`.
+struct Buffers {
+    xq: [i8; MAX_X],
+    wq: [i8; MAX_W],
+    yq: [i8; MAX_Y],
+    x: [f32; MAX_X / 2],
+    w: [f32; MAX_W / 2],
+    y: [f32; MAX_Y / 2],
+}
+
+fn buffers() -> &'static mut Buffers {
+    static TAKEN: AtomicBool = AtomicBool::new(false);
+    static mut BUFFERS: Buffers = Buffers {
+        xq: [0; MAX_X],
+        wq: [0; MAX_W],
+        yq: [0; MAX_Y],
+        x: [0.0; MAX_X / 2],
+        w: [0.0; MAX_W / 2],
+        y: [0.0; MAX_Y / 2],
+    };
+    if TAKEN.swap(true, Ordering::AcqRel) {
+        board::exit(false);
+    }
+    let place = &raw mut BUFFERS;
+    // SAFETY: `TAKEN` lets this line run once, so the reference is unique.
+    unsafe { &mut *place }
+}
+
+const fn conv(c_in: usize, c_out: usize, k: usize, groups: usize) -> Conv2dGeometry {
+    let pad = k / 2;
+    Conv2dGeometry {
+        n: 1,
+        c_in,
+        h: 16,
+        w: 16,
+        c_out,
+        kh: k,
+        kw: k,
+        stride: (1, 1),
+        padding: (pad, pad),
+        groups,
+        out_h: 16,
+        out_w: 16,
+    }
+}
+
+const CONV: Conv2dGeometry = conv(16, 32, 3, 1);
+const POINTWISE: Conv2dGeometry = conv(32, 64, 1, 1);
+const DEPTHWISE: Conv2dGeometry = conv(32, 32, 3, 32);
+const LINEAR: LinearDims = LinearDims { n: 8, k: 256, m: 32 };
+
+/// Prints `NAME: X.XX insn/MAC`.
+fn report(name: &str, instructions: f32, macs: usize) {
+    let hundredths = (instructions * 100.0 / macs as f32 + 0.5) as u32;
+    defmt::println!("{=str}: {=u32}.{=u32:02} insn/MAC", name, hundredths / 100, hundredths % 100);
+}
+
+/// Pseudo-random int8 and f32 data (the figures do not depend on the values).
+fn fill(b: &mut Buffers) {
+    let mut state = 0x1234_5678u32;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state
+    };
+    b.xq.iter_mut().for_each(|q| *q = next() as i8);
+    b.wq.iter_mut().for_each(|q| *q = (next() as i8).max(-127));
+    b.x.iter_mut().for_each(|v| *v = (next() >> 8) as f32 / 16_777_216.0 - 0.5);
+    b.w.iter_mut().for_each(|v| *v = (next() >> 8) as f32 / 16_777_216.0 - 0.5);
+}
+
+fn int8_conv(
+    c: &mut InstructionCounter,
+    b: &mut Buffers,
+    name: &str,
+    k: ConvS8,
+    g: &Conv2dGeometry,
+) {
+    let multipliers =
+        [Requantize::new(0.004).unwrap_or(Requantize { multiplier: 0, shift: 0 }); 64];
+    let out = OutputQuant { multipliers: &multipliers[..g.c_out], zero_point: 3, act: (-128, 127) };
+    let (x, w, y) = (&b.xq[..g.input_len()], &b.wq[..g.weight_len()], &mut b.yq[..g.output_len()]);
+    let n = c.instructions(|| k(x, -5, w, None, y, &out, g));
+    report(name, n, g.macs());
+}
+
+fn int8_linear(
+    c: &mut InstructionCounter,
+    b: &mut Buffers,
+    name: &str,
+    k: LinearS8,
+    d: &LinearDims,
+) {
+    let multipliers =
+        [Requantize::new(0.004).unwrap_or(Requantize { multiplier: 0, shift: 0 }); 64];
+    let out = OutputQuant { multipliers: &multipliers[..d.m], zero_point: 3, act: (-128, 127) };
+    let (x, w, y) = (&b.xq[..d.n * d.k], &b.wq[..d.m * d.k], &mut b.yq[..d.n * d.m]);
+    let n = c.instructions(|| k(x, -5, w, None, y, &out, d));
+    report(name, n, d.n * d.k * d.m);
+}
+
+fn f32_conv(
+    c: &mut InstructionCounter,
+    b: &mut Buffers,
+    name: &str,
+    k: &mut impl Kernels,
+    g: &Conv2dGeometry,
+) {
+    let (x, w, y) = (&b.x[..g.input_len()], &b.w[..g.weight_len()], &mut b.y[..g.output_len()]);
+    let n = c.instructions(|| k.conv2d(x, w, None, y, g));
+    report(name, n, g.macs());
+}
+
+fn f32_linear(
+    c: &mut InstructionCounter,
+    b: &mut Buffers,
+    name: &str,
+    k: &mut impl Kernels,
+    d: LinearDims,
+) {
+    let (x, w, y) = (&b.x[..d.n * d.k], &b.w[..d.m * d.k], &mut b.y[..d.n * d.m]);
+    let n = c.instructions(|| k.linear(x, w, None, y, d));
+    report(name, n, d.n * d.k * d.m);
+}
+
+/// The DSP multiply-accumulate loop alone: 4 columns × 1024 reduction indices, 16 rows.
+fn hot_loop(c: &mut InstructionCounter, b: &mut Buffers) {
+    #[repr(C, align(8))]
+    struct Columns([i16; 4 * 1024]);
+    let columns = Columns(core::array::from_fn(|i| i as i16 % 255));
+    let rows = 16;
+    let w = &b.wq[..rows * 1024];
+    let mut acc = [0i32; 4];
+    let n = c.instructions(|| {
+        for row in w.chunks_exact(1024) {
+            dsp::dot_wide(row, &columns.0, &mut acc);
+        }
+    });
+    report("int8 dsp hot loop", n, rows * 1024 * 4);
+    defmt::debug!("checksum {=i32}", acc[0]);
+}
+
+#[cortex_m_rt::entry]
+fn main() -> ! {
+    let Some(board) = board::init() else { board::exit(false) };
+    let mut c = board.counter;
+    let per_tick = c.calibrate();
+    if !(39.0..=41.0).contains(&per_tick) {
+        defmt::warn!(
+            "{=f32} instructions per SysTick tick: not running under -icount shift=0?",
+            per_tick
+        );
+    }
+    let b = buffers();
+    fill(b);
+    int8_conv(&mut c, b, "int8 conv dsp", dsp::conv2d_s8, &CONV);
+    int8_conv(&mut c, b, "int8 conv scalar", scalar::conv2d_s8, &CONV);
+    int8_conv(&mut c, b, "int8 pointwise conv dsp", dsp::conv2d_s8, &POINTWISE);
+    int8_conv(&mut c, b, "int8 pointwise conv scalar", scalar::conv2d_s8, &POINTWISE);
+    int8_conv(&mut c, b, "int8 depthwise conv dsp", dsp::conv2d_s8, &DEPTHWISE);
+    int8_conv(&mut c, b, "int8 depthwise conv scalar", scalar::conv2d_s8, &DEPTHWISE);
+    int8_linear(&mut c, b, "int8 linear dsp", dsp::linear_s8, &LINEAR);
+    int8_linear(&mut c, b, "int8 linear scalar", scalar::linear_s8, &LINEAR);
+    hot_loop(&mut c, b);
+    f32_conv(&mut c, b, "f32 conv fpu", &mut CortexM, &CONV);
+    f32_conv(&mut c, b, "f32 conv reference", &mut Reference, &CONV);
+    f32_conv(&mut c, b, "f32 depthwise conv fpu", &mut CortexM, &DEPTHWISE);
+    f32_conv(&mut c, b, "f32 depthwise conv reference", &mut Reference, &DEPTHWISE);
+    f32_linear(&mut c, b, "f32 linear fpu", &mut CortexM, LINEAR);
+    f32_linear(&mut c, b, "f32 linear reference", &mut Reference, LINEAR);
+    board::exit(true)
+}

@@ -1,0 +1,198 @@
+//! The `boards/` workspace in `cargo xtask test` and `cargo xtask bench cortex-m`: builds
+//! every board (release, `--locked`), runs the QEMU board's `board-check` and
+//! `conformance` binaries under `qemu-system-arm`, compares each binary's flash and static
+//! RAM with the snapshot `boards/sizes.expected`, and runs the instruction-count bench.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use object::{Object, ObjectSection, SectionFlags, SectionKind};
+
+use crate::cmd::Cmd;
+use crate::qemu::{self, Options};
+
+/// Every board binary: (board crate, binary).
+pub const BINARIES: &[(&str, &str)] = &[
+    ("qemu-mps2-an386", "board-check"),
+    ("qemu-mps2-an386", "conformance"),
+    ("qemu-mps2-an386", "bench"),
+    ("stm32f746g-disco", "hello-stm32f746g-disco"),
+    ("nrf52840-dk", "hello-nrf52840-dk"),
+];
+
+/// Setting this to 1 rewrites the size snapshot instead of comparing with it.
+pub const BLESS_VAR: &str = "SPROUT_BLESS";
+const SNAPSHOT: &str = "sizes.expected";
+/// Where every board's RAM starts (all three map SRAM at 0x2000_0000).
+const RAM_START: u64 = 0x2000_0000;
+/// The line `board-check` sends and the echo it must answer with.
+const UART_LINE: &[u8] = b"sprout\n";
+const UART_ECHO: &str = "echo: SPROUT";
+
+fn boards_dir(root: &Path) -> PathBuf {
+    root.join("boards")
+}
+
+fn elf(root: &Path, binary: &str) -> PathBuf {
+    boards_dir(root).join("target/thumbv7em-none-eabihf/release").join(binary)
+}
+
+/// Builds every board in release with `--locked`. Source paths are remapped so the panic
+/// messages compiled into the images, and so the sizes, do not depend on where the
+/// checkout or the cargo home lies.
+pub fn build(root: &Path) -> Result<()> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")))
+        .unwrap_or_default();
+    let remap = format!(
+        "target.thumbv7em-none-eabihf.rustflags=[\"--remap-path-prefix={}=/sprout\", \
+         \"--remap-path-prefix={}=/cargo\"]",
+        root.display(),
+        home.display()
+    );
+    Cmd::cargo(&boards_dir(root)).args(["build", "--release", "--locked", "--config", &remap]).run()
+}
+
+/// rustfmt and clippy over the boards workspace (the root workspace excludes it).
+pub fn lint(root: &Path) -> Result<()> {
+    let dir = boards_dir(root);
+    Cmd::cargo(&dir).args(["fmt", "--all", "--", "--check"]).run()?;
+    Cmd::cargo(&dir).args(["clippy", "--release", "--locked", "--", "-D", "warnings"]).run()
+}
+
+/// Runs the QEMU board's checks: UART and flash emulation, then the kernel conformance.
+pub fn run_on_qemu(root: &Path) -> Result<()> {
+    qemu::ensure_installed(root)?;
+    let board_check = elf(root, "board-check");
+    let options = Options { uart_input: UART_LINE.to_vec(), ..Options::default() };
+    let run = qemu::run(&board_check, &options)?;
+    print_log(&run.log);
+    run.expect_success(&board_check)?;
+    let uart = String::from_utf8_lossy(&run.uart);
+    if !uart.contains(UART_ECHO) {
+        bail!("board-check answered {uart:?} on UART0, expected a line `{UART_ECHO}`");
+    }
+    let conformance = elf(root, "conformance");
+    let run = qemu::run(&conformance, &Options::default())?;
+    print_log(&run.log);
+    run.expect_success(&conformance)
+}
+
+/// `cargo xtask bench cortex-m`: builds the boards and prints the bench's insn/MAC lines,
+/// counted under `-icount shift=0`.
+pub fn bench(root: &Path) -> Result<()> {
+    qemu::ensure_installed(root)?;
+    build(root)?;
+    let bench = elf(root, "bench");
+    let options = Options { icount: true, timeout: Duration::from_secs(600), ..Options::default() };
+    let run = qemu::run(&bench, &options)?;
+    print_log(&run.log);
+    run.expect_success(&bench)
+}
+
+fn print_log(log: &[String]) {
+    for line in log {
+        println!("  {line}");
+    }
+}
+
+/// Flash (everything loaded: vector table, code, read-only data, `.data`'s initial values)
+/// and static RAM (`.data`, `.bss`, `.uninit`) of one ELF, in bytes.
+pub fn sizes(image: &[u8]) -> Result<(u64, u64)> {
+    let file = object::File::parse(image).context("parsing the ELF")?;
+    let (mut flash, mut ram) = (0, 0);
+    for section in file.sections() {
+        let SectionFlags::Elf { sh_flags } = section.flags() else { continue };
+        if sh_flags & u64::from(object::elf::SHF_ALLOC) == 0 || section.size() == 0 {
+            continue;
+        }
+        let in_ram = section.address() >= RAM_START;
+        match section.kind() {
+            SectionKind::UninitializedData | SectionKind::UninitializedTls => ram += section.size(),
+            _ if in_ram => {
+                ram += section.size();
+                flash += section.size();
+            }
+            _ => flash += section.size(),
+        }
+    }
+    Ok((flash, ram))
+}
+
+/// The snapshot text for the current binaries.
+fn snapshot(root: &Path) -> Result<String> {
+    let mut text = String::from(
+        "# Flash and static RAM in bytes of every board binary (release build), checked by\n\
+         # `cargo xtask test`. After an intended change: SPROUT_BLESS=1 cargo xtask test\n",
+    );
+    for (board, binary) in BINARIES {
+        let path = elf(root, binary);
+        let image = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let (flash, ram) = sizes(&image).with_context(|| format!("sizing {}", path.display()))?;
+        writeln!(text, "{board} {binary}: flash {flash} ram {ram}")?;
+    }
+    Ok(text)
+}
+
+/// Compares the binaries' sizes with `boards/sizes.expected`, or rewrites it when
+/// `SPROUT_BLESS=1`.
+pub fn check_sizes(root: &Path) -> Result<()> {
+    let path = boards_dir(root).join(SNAPSHOT);
+    let actual = snapshot(root)?;
+    if std::env::var(BLESS_VAR).is_ok_and(|v| v == "1") {
+        let temp = path.with_extension("expected.tmp");
+        std::fs::write(&temp, &actual).with_context(|| format!("writing {}", temp.display()))?;
+        std::fs::rename(&temp, &path).with_context(|| format!("replacing {}", path.display()))?;
+        println!("updated {}", path.display());
+        return Ok(());
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    print!("{actual}");
+    if expected != actual {
+        bail!(
+            "board binary sizes differ from {}:\n{}\nIf the change is intended, update the \
+             snapshot with `{BLESS_VAR}=1 cargo xtask test` and commit it",
+            path.display(),
+            size_diff(&expected, &actual)
+        );
+    }
+    Ok(())
+}
+
+/// The lines of `actual` that `expected` lacks, with the expected line they replace.
+fn size_diff(expected: &str, actual: &str) -> String {
+    let mut diff = String::new();
+    for line in actual.lines().filter(|line| !line.starts_with('#')) {
+        if !expected.lines().any(|e| e == line) {
+            let key = line.split(':').next().unwrap_or(line);
+            let old = expected.lines().find(|e| e.split(':').next() == Some(key));
+            let _ = writeln!(diff, "  expected {}\n  actual   {line}", old.unwrap_or("(none)"));
+        }
+    }
+    diff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_diff_names_the_changed_binary_with_both_sizes() {
+        let expected = "# c\nqemu a: flash 10 ram 2\nqemu b: flash 5 ram 1\n";
+        let actual = "# c\nqemu a: flash 12 ram 2\nqemu b: flash 5 ram 1\n";
+        assert_eq!(
+            size_diff(expected, actual),
+            "  expected qemu a: flash 10 ram 2\n  actual   qemu a: flash 12 ram 2\n"
+        );
+    }
+
+    #[test]
+    fn every_board_has_a_binary() {
+        for board in ["qemu-mps2-an386", "stm32f746g-disco", "nrf52840-dk"] {
+            assert!(BINARIES.iter().any(|(b, _)| *b == board), "{board}");
+        }
+    }
+}

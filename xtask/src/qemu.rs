@@ -1,0 +1,237 @@
+//! Firmware under `qemu-system-arm`: finds QEMU (installing it with apt-get when missing),
+//! runs an ELF on the `mps2-an386` machine (Cortex-M4F) with semihosting, a timeout, bytes
+//! for its UART and optionally `-icount shift=0`, and decodes its defmt log with the ELF's
+//! own defmt table.
+//!
+//! The firmware's defmt frames reach QEMU's stdout (semihosting writes to `:tt` go to the
+//! host's stdout); UART0 is a Unix socket QEMU connects to, so the two never mix.
+
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use defmt_decoder::{DecodeError, Table};
+
+use crate::cmd::Cmd;
+
+/// The emulator and the machine sprout's CI firmware runs on.
+pub const QEMU: &str = "qemu-system-arm";
+pub const MACHINE: &str = "mps2-an386";
+/// The Debian package that holds it.
+const PACKAGE: &str = "qemu-system-arm";
+
+/// Returns once `qemu-system-arm` runs, installing it with apt-get (through `sudo` unless
+/// root) when it is missing.
+pub fn ensure_installed(root: &Path) -> Result<()> {
+    if qemu_runs() {
+        return Ok(());
+    }
+    println!("{QEMU} is missing; installing {PACKAGE} with apt-get");
+    let as_root = Cmd::new("id", root).args(["-u"]).read().is_ok_and(|uid| uid.trim() == "0");
+    let apt = |args: &[&str]| match as_root {
+        true => Cmd::new("apt-get", root).args(args.iter().copied()),
+        false => Cmd::new("sudo", root).args(["apt-get"]).args(args.iter().copied()),
+    };
+    let installed =
+        apt(&["update", "-q"]).run().and_then(|()| apt(&["install", "-y", "-q", PACKAGE]).run());
+    match installed {
+        Ok(()) if qemu_runs() => Ok(()),
+        Ok(()) => bail!("apt-get installed {PACKAGE} but `{QEMU} --version` still fails"),
+        Err(error) => Err(error.context(format!(
+            "could not install {QEMU}; install it by hand with \
+             `sudo apt-get install -y {PACKAGE}` (Debian/Ubuntu) and run again"
+        ))),
+    }
+}
+
+fn qemu_runs() -> bool {
+    Command::new(QEMU)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// How to run a firmware image.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bytes sent to UART0 (QEMU's first serial port).
+    pub uart_input: Vec<u8>,
+    /// Run with `-icount shift=0`: the virtual clock counts executed instructions.
+    pub icount: bool,
+    /// Wall-clock limit.
+    pub timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { uart_input: Vec::new(), icount: false, timeout: Duration::from_secs(120) }
+    }
+}
+
+/// What a run left behind.
+#[derive(Debug)]
+pub struct Run {
+    /// QEMU's exit status: the firmware's semihosting exit (0 success, 1 failure).
+    pub code: i32,
+    /// Everything the firmware wrote to UART0.
+    pub uart: Vec<u8>,
+    /// The decoded defmt log, one line per frame (`LEVEL message` or the bare message).
+    pub log: Vec<String>,
+    /// What QEMU itself printed on stderr.
+    pub stderr: String,
+}
+
+impl Run {
+    /// Fails, showing the log, unless the firmware exited with success.
+    pub fn expect_success(&self, elf: &Path) -> Result<()> {
+        if self.code == 0 {
+            return Ok(());
+        }
+        bail!(
+            "{} exited with {} under QEMU\n--- defmt log ---\n{}\n--- qemu stderr ---\n{}",
+            elf.display(),
+            self.code,
+            self.log.join("\n"),
+            self.stderr.trim_end()
+        )
+    }
+}
+
+/// Runs `elf` on the mps2-an386 machine with semihosting and decodes its defmt log.
+pub fn run(elf: &Path, options: &Options) -> Result<Run> {
+    let image = std::fs::read(elf).with_context(|| format!("reading {}", elf.display()))?;
+    let table = Table::parse(&image)
+        .with_context(|| format!("reading the defmt table of {}", elf.display()))?
+        .ok_or_else(|| anyhow!("{} has no defmt table (not a defmt firmware?)", elf.display()))?;
+    let socket = uart_socket(elf);
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket)
+        .with_context(|| format!("opening the UART socket {}", socket.display()))?;
+    let mut command = Command::new(QEMU);
+    command
+        .args(["-machine", MACHINE, "-cpu", "cortex-m4", "-display", "none", "-monitor", "none"])
+        .arg("-chardev")
+        .arg(format!("socket,id=uart,path={}", socket.display()))
+        .args(["-serial", "chardev:uart", "-semihosting-config", "enable=on,target=native"]);
+    if options.icount {
+        command.args(["-icount", "shift=0"]);
+    }
+    command.arg("-kernel").arg(elf);
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = command.spawn().with_context(|| format!("starting {QEMU}"))?;
+    let defmt = drain(child.stdout.take().context("QEMU's stdout")?);
+    let stderr = drain(child.stderr.take().context("QEMU's stderr")?);
+    let uart = match accept(&listener, &mut child, options.timeout) {
+        Ok(mut stream) => {
+            stream.write_all(&options.uart_input).context("sending UART input to QEMU")?;
+            Some(drain(stream))
+        }
+        Err(error) => {
+            let _ = child.kill();
+            eprintln!("{error:#}");
+            None
+        }
+    };
+    let code = wait(&mut child, options.timeout.saturating_sub(start.elapsed()));
+    let _ = std::fs::remove_file(&socket);
+    let stderr = String::from_utf8_lossy(&join(stderr)?).into_owned();
+    let uart = match uart {
+        Some(uart) => join(uart)?,
+        None => bail!("QEMU never connected to its UART socket\n{stderr}"),
+    };
+    let log = decode(&table, &join(defmt)?)
+        .with_context(|| format!("decoding the defmt log of {}", elf.display()))?;
+    match code {
+        Some(code) => Ok(Run { code, uart, log, stderr }),
+        None => bail!(
+            "{} did not finish within {:?} under QEMU\n--- defmt log ---\n{}",
+            elf.display(),
+            options.timeout,
+            log.join("\n")
+        ),
+    }
+}
+
+/// Waits for QEMU to connect to the UART socket (it does so as it starts).
+fn accept(listener: &UnixListener, child: &mut Child, timeout: Duration) -> Result<UnixStream> {
+    listener.set_nonblocking(true)?;
+    let start = Instant::now();
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false)?;
+                return Ok(stream);
+            }
+            Err(error) if error.kind() == ErrorKind::WouldBlock => {
+                if start.elapsed() > timeout || child.try_wait()?.is_some() {
+                    bail!("QEMU exited or timed out before connecting to its UART");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(error) => return Err(error).context("accepting QEMU's UART connection"),
+        }
+    }
+}
+
+/// The UART socket of a run: beside the ELF.
+fn uart_socket(elf: &Path) -> PathBuf {
+    let mut name = elf.file_name().unwrap_or_default().to_os_string();
+    name.push(".uart");
+    elf.with_file_name(name)
+}
+
+fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<std::io::Result<Vec<u8>>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        pipe.read_to_end(&mut bytes).map(|_| bytes)
+    })
+}
+
+fn join(reader: JoinHandle<std::io::Result<Vec<u8>>>) -> Result<Vec<u8>> {
+    reader.join().map_err(|_| anyhow!("a QEMU output reader panicked"))?.context("reading QEMU")
+}
+
+/// The exit code, or `None` when the run was killed at the timeout.
+fn wait(child: &mut Child, timeout: Duration) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status.code().unwrap_or(-1)),
+            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// Decodes a defmt byte stream into lines.
+pub fn decode(table: &Table, bytes: &[u8]) -> Result<Vec<String>> {
+    let mut decoder = table.new_stream_decoder();
+    decoder.received(bytes);
+    let mut lines = Vec::new();
+    loop {
+        match decoder.decode() {
+            Ok(frame) => lines.push(match frame.level() {
+                Some(level) => {
+                    format!("{} {}", level.as_str().to_uppercase(), frame.display_message())
+                }
+                None => frame.display_message().to_string(),
+            }),
+            Err(DecodeError::UnexpectedEof) => return Ok(lines),
+            Err(DecodeError::Malformed) => {
+                bail!("malformed defmt frame after {} lines: {}", lines.len(), lines.join("\n"))
+            }
+        }
+    }
+}
