@@ -49,6 +49,7 @@ pub mod backend;
 pub mod dispatch;
 pub mod error;
 pub mod executor;
+pub mod format;
 pub mod geometry;
 pub mod kernel;
 pub mod plan;
@@ -67,8 +68,6 @@ pub mod builder;
 pub mod compile;
 #[cfg(feature = "alloc")]
 pub mod eager;
-#[cfg(feature = "alloc")]
-pub mod format;
 #[cfg(feature = "alloc")]
 pub mod graph;
 #[cfg(feature = "alloc")]
