@@ -20,6 +20,8 @@ pub const NO_STD_BUILDS: &[(&str, &[&str])] = &[
     // Building, differentiating and compiling graphs needs `alloc`.
     ("sprout-core", &["alloc"]),
     ("sprout-planner", &[]),
+    // The on-device trainer: bundle decoding, training and checkpoint storage without a heap.
+    ("sprout-firmware", &[]),
 ];
 
 type StageFn = fn(&Path) -> Result<()>;
