@@ -4,7 +4,7 @@
 /// Element types. Only `F32` has kernels today; the others are reserved in the format so
 /// int8 and fp16 paths slot in without changing it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum DType {
     F32,
     F16,
@@ -43,7 +43,7 @@ impl Element for i8 {
 /// The part a tensor plays. Roles decide where a tensor lives: frozen parameters in
 /// read-only memory (flash), trainable state in its own region, the rest in the arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Role {
     /// Data fed by the caller each step.
     Input,
@@ -74,7 +74,7 @@ impl Role {
 
 /// A handle to a tensor of one [`crate::graph::Graph`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TensorId(pub u32);
 
 impl TensorId {
