@@ -2,6 +2,8 @@
 //! fine-tune a model's head where it runs, with no heap:
 //!
 //! - [`bundle`]: the compiled plans, frozen weights and initial state the host prepares;
+//! - [`trainer`]: caches backbone features per sample, trains the head for epochs,
+//!   evaluates held-out samples and keeps the best checkpoint;
 //! - [`storage`]: checkpoints in two flash slots that survive a power cut at any moment.
 #![no_std]
 
@@ -10,3 +12,4 @@ extern crate std;
 
 pub mod bundle;
 pub mod storage;
+pub mod trainer;
