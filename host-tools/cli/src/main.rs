@@ -1,8 +1,10 @@
 //! `sprout`: the command line of the sprout runtime. This file holds the command-line
 //! definitions and dispatches to one module per command.
 
+mod bundle_cmd;
 mod data_cmd;
 mod eval_cmd;
+mod flash_cmd;
 mod onnx_cmd;
 mod picture;
 mod plan_cmd;
@@ -46,6 +48,11 @@ enum Command {
     Convert(onnx_cmd::ConvertArgs),
     /// Export a `.sprout` model's inference graph to ONNX, or its weights to safetensors.
     Export(onnx_cmd::ExportArgs),
+    /// Write a .sprout model as a device bundle: backbone, head training and head evaluation
+    /// plans with their weights, for the firmware to embed.
+    Bundle(bundle_cmd::BundleArgs),
+    /// Flash a firmware ELF to a board through its debug probe.
+    Flash(flash_cmd::FlashArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +66,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run_cmd::run(args),
         Command::Convert(args) => onnx_cmd::convert(args),
         Command::Export(args) => onnx_cmd::export(args),
+        Command::Bundle(args) => bundle_cmd::run(args),
+        Command::Flash(args) => flash_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
