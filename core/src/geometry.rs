@@ -27,6 +27,7 @@ fn counts(all: &[&[usize]]) -> Result<(), GeometryError> {
 
 /// A dense layer `y[n, m] = x[n, k] · w[m, k]ᵀ + b[m]` (PyTorch's `nn.Linear` layout).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LinearDims {
     /// Rows of the batch.
     pub n: usize,
@@ -44,6 +45,7 @@ impl LinearDims {
 
 /// A 2-D convolution over NCHW input with OIHW weights (`w[c_out, c_in / groups, kh, kw]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Conv2dGeometry {
     pub n: usize,
     pub c_in: usize,
@@ -104,6 +106,7 @@ impl Conv2dGeometry {
 /// A 2-D pooling window over NCHW input. Padding never wins a max; for averages,
 /// `count_include_pad` chooses PyTorch's default (`true`) or ONNX's (`false`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Pool2dGeometry {
     pub n: usize,
     pub c: usize,
@@ -143,6 +146,7 @@ impl Pool2dGeometry {
 /// A tensor seen as `[outer, channels, inner]`: batch, channel axis, everything after it.
 /// Batch-norm statistics, bias gradients and global pooling reduce over `outer` and `inner`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ChannelDims {
     pub outer: usize,
     pub channels: usize,
@@ -168,6 +172,7 @@ impl ChannelDims {
 
 /// A 2-D row-wise problem: `rows` independent rows of `cols` values (softmax, cross-entropy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RowDims {
     pub rows: usize,
     pub cols: usize,
@@ -184,7 +189,7 @@ impl RowDims {
 
 /// Batch-norm hyper-parameters (PyTorch's meaning of `momentum`: weight of the new batch).
 #[derive(Clone, Copy, Debug, PartialEq)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct BatchNormConfig {
     pub eps: f32,
     pub momentum: f32,
@@ -199,7 +204,7 @@ impl Default for BatchNormConfig {
 /// Inverted dropout: kept elements are scaled by `1 / (1 - p)`. The mask is a pure function
 /// of `(seed, step, element index)`, so the backward pass recomputes it instead of storing it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct DropoutConfig {
     pub p: f32,
     pub seed: u64,
@@ -208,7 +213,7 @@ pub struct DropoutConfig {
 /// SGD with PyTorch's semantics (no dampening): `g += wd·p; b = μ·b + g;
 /// g = nesterov ? g + μ·b : b; p -= lr·g`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SgdConfig {
     pub momentum: f32,
     pub weight_decay: f32,
@@ -217,7 +222,7 @@ pub struct SgdConfig {
 
 /// AdamW with decoupled weight decay (Loshchilov & Hutter), PyTorch's semantics.
 #[derive(Clone, Copy, Debug, PartialEq)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AdamWConfig {
     pub beta1: f32,
     pub beta2: f32,
@@ -235,7 +240,7 @@ impl Default for AdamWConfig {
 /// is multiplied by `backoff` (and the optimizer step skipped); after `growth_interval`
 /// overflow-free steps in a row it is multiplied by `growth`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LossScaleConfig {
     /// The scale of the first step.
     pub init_scale: f32,

@@ -12,8 +12,10 @@ use crate::tensor::DType;
 pub const MAX_OPERANDS: usize = 8;
 
 /// One kernel call. Element-wise kernels carry their element count so every operand's
-/// length is known from the kernel alone.
+/// length is known from the kernel alone. Variant order is part of the device bundle format
+/// (postcard's variant index): add new kernels at the end.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Kernel {
     Linear {
         dims: LinearDims,

@@ -51,6 +51,7 @@ pub mod checksum;
 pub mod dispatch;
 pub mod error;
 pub mod executor;
+pub mod format;
 pub mod geometry;
 pub mod kernel;
 #[cfg(feature = "link")]
@@ -73,8 +74,6 @@ pub mod compile;
 pub mod eager;
 #[cfg(feature = "alloc")]
 pub mod f16_storage;
-#[cfg(feature = "alloc")]
-pub mod format;
 #[cfg(feature = "alloc")]
 pub mod graph;
 #[cfg(feature = "alloc")]

@@ -7,6 +7,7 @@ use core::fmt;
 
 /// Where a tensor lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Region {
     /// Frozen weights: read-only, may be flash on a device.
     Frozen,
@@ -32,6 +33,7 @@ pub const ALIGN: usize = 16;
 /// One operand of a step: a run of `len` elements of `dtype` starting `offset` bytes into
 /// `region`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Operand {
     pub region: Region,
     pub offset: usize,
@@ -72,6 +74,7 @@ impl Operand {
 
 /// One kernel call. `node` is the index of the graph node it came from, for messages.
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Step {
     pub kernel: Kernel,
     pub operands: heapless::Vec<Operand, MAX_OPERANDS>,
@@ -80,6 +83,7 @@ pub struct Step {
 
 /// Bytes each region must hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RegionSizes {
     pub frozen: usize,
     pub state: usize,

@@ -106,7 +106,7 @@ impl fmt::Display for Shape {
 
 /// Shapes are written as their dimensions (a sequence of at most [`MAX_RANK`] integers);
 /// reading more than that is an error, never a longer shape.
-#[cfg(feature = "alloc")]
+#[cfg(feature = "serde")]
 mod wire {
     use super::{Shape, MAX_RANK};
     use core::fmt;

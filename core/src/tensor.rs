@@ -4,7 +4,7 @@
 /// Element types. Compute kernels work on `F32`; `F16` is a storage type (weights and
 /// activations converted by the cast kernels); the integer types carry labels and int8 data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum DType {
     F32,
     F16,
@@ -47,7 +47,7 @@ impl Element for half::f16 {
 /// The part a tensor plays. Roles decide where a tensor lives: frozen parameters in
 /// read-only memory (flash), trainable state in its own region, the rest in the arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Role {
     /// Data fed by the caller each step.
     Input,
@@ -78,7 +78,7 @@ impl Role {
 
 /// A handle to a tensor of one [`crate::graph::Graph`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TensorId(pub u32);
 
 impl TensorId {

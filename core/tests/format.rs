@@ -4,7 +4,7 @@
 #![cfg(feature = "alloc")]
 
 use sprout_core::format::container::{seal, HEADER_BYTES, MODEL};
-use sprout_core::format::{Preprocessing, WeightValues};
+use sprout_core::format::{FrameError, Preprocessing, WeightValues};
 use sprout_core::geometry::AdamWConfig;
 use sprout_core::op::{ConvParams, PoolParams};
 use sprout_core::rng::SplitMix;
@@ -176,7 +176,7 @@ fn a_flipped_body_byte_is_a_checksum_mismatch() {
     bytes[HEADER_BYTES + 7] ^= 0x10;
     let err = load_model(&bytes).unwrap_err();
     assert!(
-        matches!(err, FormatError::ChecksumMismatch { stored, computed } if stored != computed),
+        matches!(err, FormatError::Frame(FrameError::ChecksumMismatch { stored, computed }) if stored != computed),
         "{err:?}"
     );
 }
@@ -187,7 +187,7 @@ fn truncation_anywhere_is_reported_with_the_bytes_needed() {
     let len = bytes.len();
     for cut in [0, 3, 8, 9, 12, HEADER_BYTES, HEADER_BYTES + 1, len / 2, len - 4, len - 1] {
         match load_model(&bytes[..cut]) {
-            Err(FormatError::Truncated { needed, available }) => {
+            Err(FormatError::Frame(FrameError::Truncated { needed, available })) => {
                 assert_eq!(available, cut);
                 assert!(needed > cut && needed <= len, "cut {cut}: needed {needed}");
             }
@@ -201,11 +201,14 @@ fn wrong_magic_and_future_version_are_refused() {
     let mut bytes = saved_cnn();
     bytes[1] = b'X';
     let err = load_model(&bytes).unwrap_err();
-    assert!(matches!(err, FormatError::BadMagic { found } if found[1] == b'X'), "{err:?}");
+    assert!(
+        matches!(err, FormatError::Frame(FrameError::BadMagic { found, .. }) if found[1] == b'X'),
+        "{err:?}"
+    );
     let mut bytes = saved_cnn();
     bytes[8..10].copy_from_slice(&2u16.to_le_bytes());
     let err = load_model(&bytes).unwrap_err();
-    assert_eq!(err, FormatError::UnsupportedVersion { found: 2, supported: 1 });
+    assert_eq!(err, FormatError::Frame(FrameError::UnsupportedVersion { found: 2, supported: 1 }));
     assert!(err.to_string().contains("version 2"), "{err}");
 }
 

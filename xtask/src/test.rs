@@ -30,6 +30,8 @@ pub const NO_STD_BUILDS: &[(&str, &[&str])] = &[
     // The DSP int8 path and, with `conformance`, the checks the QEMU board runs.
     ("sprout-cortex-m", &[]),
     ("sprout-cortex-m", &["conformance"]),
+    // The on-device trainer: bundle decoding, training and checkpoint storage without a heap.
+    ("sprout-firmware", &[]),
 ];
 
 type StageFn = fn(&Path) -> Result<()>;

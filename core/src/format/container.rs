@@ -2,9 +2,10 @@
 //! length, body and a CRC-32 over all of it, checked in that order so a reader never
 //! trusts a length it has not bounded.
 
-use super::error::FormatError;
-use crate::checksum::CRC32;
+pub use crate::checksum::CRC32;
+#[cfg(feature = "alloc")]
 use alloc::vec::Vec;
+use core::fmt;
 
 /// Which kind of file a frame holds: its magic bytes and the version this build writes
 /// (and the newest it reads).
@@ -30,9 +31,55 @@ pub const HEADER_BYTES: usize = 8 + 2 + 4;
 /// The CRC-32 after the body.
 pub const CHECKSUM_BYTES: usize = 4;
 
+/// Why a frame could not be written or opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// The bytes do not start with the expected magic.
+    BadMagic { found: [u8; 8], expected: [u8; 8] },
+    /// The frame was written by a newer version of its format.
+    UnsupportedVersion { found: u16, supported: u16 },
+    /// The bytes end before the header, body or checksum they announce.
+    Truncated { needed: usize, available: usize },
+    /// Bytes follow the checksum.
+    TrailingBytes { count: usize },
+    /// The stored CRC-32 differs from the one computed over the frame.
+    ChecksumMismatch { stored: u32, computed: u32 },
+    /// The body is larger than the 4 GiB a `u32` length can announce.
+    TooLarge { bytes: usize },
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::BadMagic { found, expected } => {
+                write!(f, "wrong kind of file: magic {found:02x?}, expected {expected:02x?}")
+            }
+            FrameError::UnsupportedVersion { found, supported } => write!(
+                f,
+                "format version {found} is not supported (this build reads up to {supported})"
+            ),
+            FrameError::Truncated { needed, available } => {
+                write!(f, "truncated: {needed} bytes needed, {available} available")
+            }
+            FrameError::TrailingBytes { count } => {
+                write!(f, "{count} unexpected bytes after the checksum")
+            }
+            FrameError::ChecksumMismatch { stored, computed } => {
+                write!(f, "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")
+            }
+            FrameError::TooLarge { bytes } => {
+                write!(f, "a body of {bytes} bytes exceeds the format's 4 GiB limit")
+            }
+        }
+    }
+}
+
+impl core::error::Error for FrameError {}
+
 /// Frames a body: header, body, CRC-32 (IEEE) of everything before it.
-pub fn seal(framing: Framing, body: &[u8]) -> Result<Vec<u8>, FormatError> {
-    let len = u32::try_from(body.len()).map_err(|_| FormatError::TooLarge { bytes: body.len() })?;
+#[cfg(feature = "alloc")]
+pub fn seal(framing: Framing, body: &[u8]) -> Result<Vec<u8>, FrameError> {
+    let len = u32::try_from(body.len()).map_err(|_| FrameError::TooLarge { bytes: body.len() })?;
     let mut out = Vec::with_capacity(HEADER_BYTES + body.len() + CHECKSUM_BYTES);
     out.extend_from_slice(&framing.magic);
     out.extend_from_slice(&framing.version.to_le_bytes());
@@ -44,22 +91,22 @@ pub fn seal(framing: Framing, body: &[u8]) -> Result<Vec<u8>, FormatError> {
 }
 
 /// The body of a framed file, after checking magic, version, lengths and checksum.
-pub fn open(framing: Framing, bytes: &[u8]) -> Result<&[u8], FormatError> {
+pub fn open(framing: Framing, bytes: &[u8]) -> Result<&[u8], FrameError> {
     let need = |needed: usize| match bytes.len() < needed {
-        true => Err(FormatError::Truncated { needed, available: bytes.len() }),
+        true => Err(FrameError::Truncated { needed, available: bytes.len() }),
         false => Ok(()),
     };
     need(framing.magic.len())?;
     let mut found = [0; 8];
     found.copy_from_slice(&bytes[..8]);
     if found != framing.magic {
-        return Err(FormatError::BadMagic { found });
+        return Err(FrameError::BadMagic { found, expected: framing.magic });
     }
     need(10)?;
     let version = u16::from_le_bytes([bytes[8], bytes[9]]);
     if version != framing.version {
         let supported = framing.version;
-        return Err(FormatError::UnsupportedVersion { found: version, supported });
+        return Err(FrameError::UnsupportedVersion { found: version, supported });
     }
     need(HEADER_BYTES)?;
     let len = u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]);
@@ -68,7 +115,7 @@ pub fn open(framing: Framing, bytes: &[u8]) -> Result<&[u8], FormatError> {
     let total = body_end.saturating_add(CHECKSUM_BYTES);
     need(total)?;
     if bytes.len() > total {
-        return Err(FormatError::TrailingBytes { count: bytes.len() - total });
+        return Err(FrameError::TrailingBytes { count: bytes.len() - total });
     }
     let stored = u32::from_le_bytes([
         bytes[body_end],
@@ -78,12 +125,12 @@ pub fn open(framing: Framing, bytes: &[u8]) -> Result<&[u8], FormatError> {
     ]);
     let computed = CRC32.checksum(&bytes[..body_end]);
     if stored != computed {
-        return Err(FormatError::ChecksumMismatch { stored, computed });
+        return Err(FrameError::ChecksumMismatch { stored, computed });
     }
     Ok(&bytes[HEADER_BYTES..body_end])
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "alloc"))]
 mod tests {
     use super::*;
 
@@ -107,7 +154,7 @@ mod tests {
         let expected = HEADER_BYTES + u32::MAX as usize + CHECKSUM_BYTES;
         assert_eq!(
             open(MODEL, &file),
-            Err(FormatError::Truncated { needed: expected, available: HEADER_BYTES + 4 })
+            Err(FrameError::Truncated { needed: expected, available: HEADER_BYTES + 4 })
         );
     }
 
@@ -115,7 +162,7 @@ mod tests {
     fn trailing_bytes_are_refused() {
         let mut file = seal(MODEL, b"abc").unwrap();
         file.extend_from_slice(&[0, 0]);
-        assert_eq!(open(MODEL, &file), Err(FormatError::TrailingBytes { count: 2 }));
-        assert_eq!(open(MODEL, &[0x89]), Err(FormatError::Truncated { needed: 8, available: 1 }));
+        assert_eq!(open(MODEL, &file), Err(FrameError::TrailingBytes { count: 2 }));
+        assert_eq!(open(MODEL, &[0x89]), Err(FrameError::Truncated { needed: 8, available: 1 }));
     }
 }

@@ -136,7 +136,7 @@ const ADD_LEFT_SHIFT: u32 = 20;
 /// `Requantize(a.scale / s).apply((q − a_zp) · 2^20)` (so both share the scale `s / 2^20`),
 /// their sum becomes `Requantize(s / (2^20 · y.scale)).apply(sum) + y_zp`, clamped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AddRescale {
     a: Requantize,
     b: Requantize,

@@ -59,7 +59,7 @@ pub(super) fn clamp_to(value: i32, (lo, hi): (i8, i8)) -> i8 {
 
 /// Per-tensor asymmetric int8 parameters: `real = scale · (q − zero_point)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct QuantParams {
     pub scale: f32,
     pub zero_point: i32,
@@ -146,7 +146,7 @@ pub fn quantize_symmetric(w: &[f32], out: &mut [i8]) -> f32 {
 /// Plans store one per output channel in an `i32` tensor of `[multiplier, shift]` pairs,
 /// which is this type's layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
-#[cfg_attr(feature = "alloc", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[repr(C)]
 pub struct Requantize {
     pub multiplier: i32,

@@ -1,9 +1,11 @@
 //! `sprout`: the command line of the sprout runtime. This file holds the command-line
 //! definitions and dispatches to one module per command.
 
+mod bundle_cmd;
 mod data_cmd;
 mod device_cmd;
 mod eval_cmd;
+mod flash_cmd;
 mod onnx_cmd;
 mod picture;
 mod plan_cmd;
@@ -54,6 +56,11 @@ enum Command {
     /// Talk to a device running sprout's firmware (a serial port or tcp:HOST:PORT): train
     /// on it from a data folder, pull its checkpoint, push one to it.
     Device(device_cmd::DeviceArgs),
+    /// Write a .sprout model as a device bundle: backbone, head training and head evaluation
+    /// plans with their weights, for the firmware to embed.
+    Bundle(bundle_cmd::BundleArgs),
+    /// Flash a firmware ELF to a board through its debug probe.
+    Flash(flash_cmd::FlashArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +76,8 @@ fn main() -> ExitCode {
         Command::Convert(args) => onnx_cmd::convert(args),
         Command::Export(args) => onnx_cmd::export(args),
         Command::Device(args) => device_cmd::run(args),
+        Command::Bundle(args) => bundle_cmd::run(args),
+        Command::Flash(args) => flash_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

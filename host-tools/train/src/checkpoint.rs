@@ -77,8 +77,7 @@ impl Checkpoint {
         let (checkpoint, rest) =
             postcard::take_from_bytes::<Checkpoint>(body).map_err(CheckpointError::Body)?;
         if !rest.is_empty() {
-            let e = sprout_core::FormatError::TrailingBytes { count: rest.len() };
-            return Err(CheckpointError::Container(e));
+            return Err(CheckpointError::TrailingBytes { count: rest.len() });
         }
         if checkpoint.state.len() as u64 != checkpoint.state_size {
             return Err(CheckpointError::StateSize {

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use sprout_core::format::FrameError;
 use sprout_core::{ExecError, FormatError, GraphError};
 
 /// A training, evaluation or inference failure.
@@ -60,7 +61,10 @@ pub enum CheckpointError {
     /// The framing (magic, version, length, CRC-32) is damaged or truncated, or the file
     /// is not a checkpoint.
     #[error("not a readable sprout checkpoint: {0}")]
-    Container(FormatError),
+    Container(FrameError),
+    /// Bytes follow the encoded body inside the frame.
+    #[error("{count} unexpected bytes after the checkpoint body")]
+    TrailingBytes { count: usize },
     /// The body does not decode.
     #[error("malformed checkpoint body: {0}")]
     Body(postcard::Error),

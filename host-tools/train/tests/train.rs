@@ -215,7 +215,10 @@ fn a_damaged_checkpoint_is_a_typed_error() {
     type Expect = fn(&CheckpointError) -> bool;
     let cases: [(Vec<u8>, Expect); 4] = [
         (good[..good.len() - 9].to_vec(), |e| {
-            matches!(e, CheckpointError::Container(sprout_core::FormatError::Truncated { .. }))
+            matches!(
+                e,
+                CheckpointError::Container(sprout_core::format::FrameError::Truncated { .. })
+            )
         }),
         (
             {
@@ -226,12 +229,17 @@ fn a_damaged_checkpoint_is_a_typed_error() {
             |e| {
                 matches!(
                     e,
-                    CheckpointError::Container(sprout_core::FormatError::ChecksumMismatch { .. })
+                    CheckpointError::Container(
+                        sprout_core::format::FrameError::ChecksumMismatch { .. }
+                    )
                 )
             },
         ),
         (fs::read(dir.join("best.sprout")).unwrap(), |e| {
-            matches!(e, CheckpointError::Container(sprout_core::FormatError::BadMagic { .. }))
+            matches!(
+                e,
+                CheckpointError::Container(sprout_core::format::FrameError::BadMagic { .. })
+            )
         }),
         (good[..5].to_vec(), |e| matches!(e, CheckpointError::Container(_))),
     ];

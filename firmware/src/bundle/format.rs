@@ -1,0 +1,84 @@
+//! The device bundle's wire types, shared by the host's writer and the device's decoder.
+//!
+//! A bundle is a sprout frame ([`FRAMING`]: magic, version, length, CRC-32) whose body is
+//! a postcard [`BundleHeader`], then the postcard-encoded steps of the backbone, training
+//! and evaluation plans (each plan's steps, then its update steps), then the frozen-weight
+//! and initial-state sections at file offsets that are multiples of [`SECTION_ALIGN`], so a
+//! bundle embedded at an aligned address is run in place.
+
+use serde::{Deserialize, Serialize};
+use sprout_core::format::container::Framing;
+use sprout_core::{Operand, RegionSizes, Shape};
+
+/// Magic and version of a `.bundle` file.
+pub const FRAMING: Framing = Framing { magic: *b"\x89SPRBDL\n", version: 1 };
+
+/// Class names a bundle may carry.
+pub const MAX_CLASSES: usize = 32;
+
+/// Sections start at file offsets that are multiples of this (the plans' operand alignment).
+pub const SECTION_ALIGN: usize = sprout_core::plan::ALIGN;
+
+/// A run of bytes of the file: `len` bytes from file offset `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Section {
+    pub offset: u32,
+    pub len: u32,
+}
+
+/// How many steps a plan has and what memory it runs over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanHeader {
+    pub steps: u32,
+    pub update_steps: u32,
+    pub accumulation: u32,
+    pub sizes: RegionSizes,
+}
+
+/// The backbone's inference plan: one sample in, its feature vector out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackboneIo {
+    pub sample: Operand,
+    pub features: Operand,
+}
+
+/// The head's training step: a batch of features and labels in, the loss out; the
+/// optimizer updates the state region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainIo {
+    pub features: Operand,
+    pub labels: Operand,
+    pub loss: Operand,
+}
+
+/// The head's evaluation plan (dropout off): a batch of features in, logits out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvalIo {
+    pub features: Operand,
+    pub logits: Operand,
+}
+
+/// Everything about a bundle except its steps and sections' bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BundleHeader<'a> {
+    /// The host's hash of the model graph, so a checkpoint is matched to its model.
+    pub model_hash: u64,
+    /// The shape of one input sample (e.g. `[3, 64, 64]`).
+    pub sample_shape: Shape,
+    /// In logit order.
+    #[serde(borrow)]
+    pub class_names: heapless::Vec<&'a str, MAX_CLASSES>,
+    /// Samples per training and evaluation batch of the head.
+    pub head_batch: u32,
+    pub learning_rate: f32,
+    pub backbone: PlanHeader,
+    pub backbone_io: BackboneIo,
+    pub train: PlanHeader,
+    pub train_io: TrainIo,
+    pub eval: PlanHeader,
+    pub eval_io: EvalIo,
+    /// Read by every plan; the training and evaluation plans share the state region.
+    pub frozen: Section,
+    /// The state region's initial image: trainable head weights and optimizer state.
+    pub state: Section,
+}

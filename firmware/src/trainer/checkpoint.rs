@@ -1,0 +1,151 @@
+//! The trainer's checkpoint as bytes for the flash store or the link: which model, how far
+//! training came, the metric it reached and the state region (trainable weights and
+//! optimizer state). Little-endian; the store and the link add the CRC.
+//!
+//! Layout: model hash `u64`, epoch `u32`, updates `u32`, micro-batches `u64`, pending
+//! `u32`, accuracy `f32`, state length `u32`, then the state bytes.
+
+use sprout_core::Progress;
+
+/// Bytes before the state.
+pub const CHECKPOINT_HEADER_BYTES: usize = 36;
+
+/// What a checkpoint records besides the state bytes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CheckpointInfo {
+    pub model_hash: u64,
+    /// Epochs completed when it was taken.
+    pub epoch: u32,
+    /// The executor's counters (optimizer updates, micro-batches, pending accumulation).
+    pub progress: Progress,
+    /// Held-out accuracy in `[0, 1]`.
+    pub accuracy: f32,
+}
+
+/// Why checkpoint bytes were refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointError {
+    /// Fewer bytes than the header and the state it announces.
+    Truncated { needed: usize, available: usize },
+    /// The buffer to write into is too small.
+    BufferTooSmall { needed: usize, available: usize },
+    /// Written for another model.
+    OtherModel { found: u64, expected: u64 },
+    /// Its state has another size than this model's.
+    StateSize { found: usize, expected: usize },
+}
+
+impl core::fmt::Display for CheckpointError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CheckpointError::Truncated { needed, available } => {
+                write!(f, "truncated checkpoint: {needed} bytes needed, {available} given")
+            }
+            CheckpointError::BufferTooSmall { needed, available } => {
+                write!(f, "a checkpoint needs {needed} bytes, the buffer holds {available}")
+            }
+            CheckpointError::OtherModel { found, expected } => {
+                write!(f, "the checkpoint belongs to model {found:#018x}, not {expected:#018x}")
+            }
+            CheckpointError::StateSize { found, expected } => {
+                write!(f, "the checkpoint holds {found} state bytes, the model {expected}")
+            }
+        }
+    }
+}
+
+impl core::error::Error for CheckpointError {}
+
+/// Writes `info` and `state` into the front of `out`; returns the bytes used.
+pub fn encode(
+    info: &CheckpointInfo,
+    state: &[u8],
+    out: &mut [u8],
+) -> Result<usize, CheckpointError> {
+    let needed = CHECKPOINT_HEADER_BYTES + state.len();
+    let available = out.len();
+    let out = out.get_mut(..needed).ok_or(CheckpointError::BufferTooSmall { needed, available })?;
+    let p = &info.progress;
+    let fields: [&[u8]; 7] = [
+        &info.model_hash.to_le_bytes(),
+        &info.epoch.to_le_bytes(),
+        &p.updates.to_le_bytes(),
+        &p.micro_batches.to_le_bytes(),
+        &p.pending.to_le_bytes(),
+        &info.accuracy.to_le_bytes(),
+        &(state.len() as u32).to_le_bytes(),
+    ];
+    let mut at = 0;
+    for field in fields.iter().chain([&state]) {
+        out[at..at + field.len()].copy_from_slice(field);
+        at += field.len();
+    }
+    Ok(needed)
+}
+
+/// Reads a checkpoint of the model `model_hash` whose state has `state_len` bytes.
+pub fn decode(
+    bytes: &[u8],
+    model_hash: u64,
+    state_len: usize,
+) -> Result<(CheckpointInfo, &[u8]), CheckpointError> {
+    let truncated = |needed| CheckpointError::Truncated { needed, available: bytes.len() };
+    let header = bytes.get(..CHECKPOINT_HEADER_BYTES).ok_or(truncated(CHECKPOINT_HEADER_BYTES))?;
+    let u32_at = |at: usize| {
+        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let u64_at = |at: usize| u64::from(u32_at(at)) | (u64::from(u32_at(at + 4)) << 32);
+    let found = u64_at(0);
+    if found != model_hash {
+        return Err(CheckpointError::OtherModel { found, expected: model_hash });
+    }
+    let len = u32_at(32) as usize;
+    if len != state_len {
+        return Err(CheckpointError::StateSize { found: len, expected: state_len });
+    }
+    let needed = CHECKPOINT_HEADER_BYTES + len;
+    let state = bytes.get(CHECKPOINT_HEADER_BYTES..needed).ok_or(truncated(needed))?;
+    let info = CheckpointInfo {
+        model_hash: found,
+        epoch: u32_at(8),
+        progress: Progress { updates: u32_at(12), micro_batches: u64_at(16), pending: u32_at(24) },
+        accuracy: f32::from_bits(u32_at(28)),
+    };
+    Ok((info, state))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_round_trips_and_refuses_the_wrong_model_or_size() {
+        let info = CheckpointInfo {
+            model_hash: 0x0123_4567_89ab_cdef,
+            epoch: 3,
+            progress: Progress { updates: 40, micro_batches: 41, pending: 1 },
+            accuracy: 0.9375,
+        };
+        let state = [1u8, 2, 3, 4, 5, 6, 7, 8];
+        let mut out = [0u8; 64];
+        let n = encode(&info, &state, &mut out).unwrap();
+        assert_eq!(n, CHECKPOINT_HEADER_BYTES + 8);
+        assert_eq!(decode(&out[..n], info.model_hash, 8), Ok((info, &state[..])));
+        assert_eq!(
+            decode(&out[..n], 7, 8),
+            Err(CheckpointError::OtherModel { found: info.model_hash, expected: 7 })
+        );
+        assert_eq!(
+            decode(&out[..n], info.model_hash, 9),
+            Err(CheckpointError::StateSize { found: 8, expected: 9 })
+        );
+        assert_eq!(
+            decode(&out[..n - 1], info.model_hash, 8),
+            Err(CheckpointError::Truncated { needed: n, available: n - 1 })
+        );
+        assert_eq!(
+            encode(&info, &state, &mut out[..10]),
+            Err(CheckpointError::BufferTooSmall { needed: n, available: 10 })
+        );
+    }
+}

@@ -1,0 +1,380 @@
+//! The on-device trainer: runs the frozen backbone once per labeled sample and caches its
+//! features, trains the head for epochs over the cache with the bundle's training plan,
+//! evaluates held-out samples with the evaluation plan (dropout off) and keeps the best
+//! state. Generic over the kernels and a progress log; all memory is the caller's.
+
+pub mod checkpoint;
+mod samples;
+
+pub use checkpoint::{CheckpointError, CheckpointInfo, CHECKPOINT_HEADER_BYTES};
+pub use samples::SampleCache;
+
+use crate::bundle::Bundle;
+use core::fmt;
+use sprout_core::rng::SplitMix;
+use sprout_core::{ExecError, Executor, Kernels, Operand, Regions};
+
+/// What the trainer reports after each epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EpochReport {
+    /// Epochs completed.
+    pub epoch: u32,
+    /// Optimizer updates so far.
+    pub step: u32,
+    /// Mean training loss over the epoch's batches.
+    pub loss: f32,
+    /// Held-out accuracy after the epoch, in `[0, 1]`.
+    pub accuracy: f32,
+    /// The best held-out accuracy so far (the kept checkpoint's).
+    pub best_accuracy: f32,
+}
+
+/// Where progress goes: `defmt` on a board, semihosting under QEMU, nothing in a test.
+pub trait Log {
+    fn epoch(&mut self, report: &EpochReport);
+}
+
+impl Log for () {
+    fn epoch(&mut self, _: &EpochReport) {}
+}
+
+/// Why the trainer refused a call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TrainerError {
+    /// A plan failed to run.
+    Exec(ExecError),
+    /// A sample has another number of values than the model's input.
+    SampleLength { expected: usize, actual: usize },
+    /// A label is not a class index of the model.
+    Label { label: i32, classes: usize },
+    /// The sample cache is full.
+    Full { capacity: usize },
+    /// Fewer training samples than one batch, or no held-out sample.
+    NotEnoughSamples { have: usize, need: usize },
+    /// A memory buffer given to the trainer is too small.
+    Memory { what: &'static str, needed: usize, actual: usize },
+    /// Checkpoint bytes do not fit this model.
+    Checkpoint(CheckpointError),
+}
+
+impl fmt::Display for TrainerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrainerError::Exec(e) => write!(f, "training failed: {e}"),
+            TrainerError::SampleLength { expected, actual } => {
+                write!(f, "a sample has {actual} values, the model takes {expected}")
+            }
+            TrainerError::Label { label, classes } => {
+                write!(f, "label {label} is not one of the model's {classes} classes")
+            }
+            TrainerError::Full { capacity } => {
+                write!(f, "the sample cache holds {capacity} samples")
+            }
+            TrainerError::NotEnoughSamples { have, need } => {
+                write!(f, "{have} samples given, at least {need} needed")
+            }
+            TrainerError::Memory { what, needed, actual } => {
+                write!(f, "the {what} buffer holds {actual} bytes, {needed} are needed")
+            }
+            TrainerError::Checkpoint(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl core::error::Error for TrainerError {}
+
+impl From<ExecError> for TrainerError {
+    fn from(e: ExecError) -> Self {
+        TrainerError::Exec(e)
+    }
+}
+
+/// The caller's memory for a trainer (state, arena and best state 4-byte aligned).
+pub struct TrainerMemory<'m> {
+    /// The state region: at least the bundle's initial state.
+    pub state: &'m mut [u8],
+    /// The arena: at least [`Bundle::arena_bytes`].
+    pub arena: &'m mut [u8],
+    /// A copy of the best state: as large as the state.
+    pub best_state: &'m mut [u8],
+    /// Features of the training samples.
+    pub train: SampleCache<'m>,
+    /// Features of the held-out samples.
+    pub held_out: SampleCache<'m>,
+}
+
+/// Trains a bundle's head on the device.
+pub struct Trainer<'b, 's, 'm, K> {
+    bundle: &'b Bundle<'b, 's>,
+    backbone: Executor<'s, K>,
+    train: Executor<'s, K>,
+    eval: Executor<'s, K>,
+    memory: TrainerMemory<'m>,
+    state_len: usize,
+    epoch: u32,
+    best: Option<CheckpointInfo>,
+    rng: SplitMix,
+}
+
+impl<'b, 's, 'm, K: Kernels + Clone> Trainer<'b, 's, 'm, K> {
+    /// Checks the memory and copies the bundle's initial state into it. `seed` drives the
+    /// order in which training samples are batched.
+    pub fn new(
+        bundle: &'b Bundle<'b, 's>,
+        kernels: K,
+        memory: TrainerMemory<'m>,
+        seed: u64,
+    ) -> Result<Self, TrainerError> {
+        let state_len = bundle.initial_state.len();
+        let checks = [
+            ("state", state_len, memory.state.len()),
+            ("best state", state_len, memory.best_state.len()),
+            ("arena", bundle.arena_bytes(), memory.arena.len()),
+        ];
+        for (what, needed, actual) in checks {
+            if actual < needed {
+                return Err(TrainerError::Memory { what, needed, actual });
+            }
+        }
+        let trainer = Self {
+            backbone: Executor::new(bundle.backbone, kernels.clone())?,
+            train: Executor::new(bundle.train, kernels.clone())?,
+            eval: Executor::new(bundle.eval, kernels)?,
+            bundle,
+            memory,
+            state_len,
+            epoch: 0,
+            best: None,
+            rng: SplitMix::new(seed),
+        };
+        trainer.memory.state[..state_len].copy_from_slice(bundle.initial_state);
+        Ok(trainer)
+    }
+
+    /// Runs the backbone on one sample and caches its features with `label`, for training
+    /// or, when `held_out`, for evaluation.
+    pub fn add_sample(
+        &mut self,
+        sample: &[f32],
+        label: i32,
+        held_out: bool,
+    ) -> Result<(), TrainerError> {
+        let io = self.bundle.header.backbone_io;
+        if sample.len() != io.sample.len {
+            return Err(TrainerError::SampleLength {
+                expected: io.sample.len,
+                actual: sample.len(),
+            });
+        }
+        let classes = self.bundle.classes();
+        if !(0..classes as i64).contains(&i64::from(label)) {
+            return Err(TrainerError::Label { label, classes });
+        }
+        let cache = if held_out { &self.memory.held_out } else { &self.memory.train };
+        if cache.len() >= cache.capacity() {
+            return Err(TrainerError::Full { capacity: cache.capacity() });
+        }
+        let mut regions = Regions {
+            frozen: self.bundle.frozen,
+            state: &mut self.memory.state[..self.state_len],
+            arena: &mut *self.memory.arena,
+        };
+        regions.write(&io.sample, sample)?;
+        self.backbone.run(&mut regions)?;
+        let features = regions.read::<f32>(&io.features)?;
+        let cache = if held_out { &mut self.memory.held_out } else { &mut self.memory.train };
+        if let Some(row) = cache.next_row() {
+            row.copy_from_slice(features);
+            cache.commit(label);
+        }
+        Ok(())
+    }
+
+    /// One epoch over the cached training samples in a new random order (a last partial
+    /// batch waits for a later epoch), then evaluation; keeps the state if it is the best.
+    pub fn train_epoch(&mut self, log: &mut impl Log) -> Result<EpochReport, TrainerError> {
+        let batch = self.bundle.head_batch();
+        let have = self.memory.train.len();
+        if have < batch || self.memory.held_out.is_empty() {
+            return Err(TrainerError::NotEnoughSamples { have, need: batch });
+        }
+        let order_seed = self.rng.next_u64();
+        let io = self.bundle.header.train_io;
+        let learning_rate = self.bundle.header.learning_rate;
+        let (mut loss_sum, mut batches) = (0.0f32, 0u32);
+        for first in (0..have - have % batch).step_by(batch) {
+            let mut regions = Regions {
+                frozen: self.bundle.frozen,
+                state: &mut self.memory.state[..self.state_len],
+                arena: &mut *self.memory.arena,
+            };
+            for slot in 0..batch {
+                let sample = shuffled(first + slot, have, order_seed);
+                write_row(&mut regions, &io.features, slot, self.memory.train.row(sample))?;
+                write_row(&mut regions, &io.labels, slot, &[self.memory.train.label(sample)])?;
+            }
+            self.train.train_step(&mut regions, learning_rate)?;
+            loss_sum += regions.read::<f32>(&io.loss)?[0];
+            batches += 1;
+        }
+        self.epoch += 1;
+        let accuracy = self.evaluate()?;
+        if self.best.is_none_or(|b| accuracy > b.accuracy) {
+            self.memory.best_state[..self.state_len]
+                .copy_from_slice(&self.memory.state[..self.state_len]);
+            self.best = Some(self.info(accuracy));
+        }
+        let report = EpochReport {
+            epoch: self.epoch,
+            step: self.train.updates(),
+            loss: loss_sum / batches.max(1) as f32,
+            accuracy,
+            best_accuracy: self.best.map_or(accuracy, |b| b.accuracy),
+        };
+        log.epoch(&report);
+        Ok(report)
+    }
+
+    /// Accuracy of the current head on the held-out samples, dropout off.
+    pub fn evaluate(&mut self) -> Result<f32, TrainerError> {
+        let batch = self.bundle.head_batch();
+        let classes = self.bundle.classes();
+        let total = self.memory.held_out.len();
+        let io = self.bundle.header.eval_io;
+        let mut correct = 0usize;
+        for first in (0..total).step_by(batch) {
+            let mut regions = Regions {
+                frozen: self.bundle.frozen,
+                state: &mut self.memory.state[..self.state_len],
+                arena: &mut *self.memory.arena,
+            };
+            let real = batch.min(total - first);
+            for slot in 0..batch {
+                // A last partial batch is padded with its first sample; only real ones count.
+                let sample = first + if slot < real { slot } else { 0 };
+                write_row(&mut regions, &io.features, slot, self.memory.held_out.row(sample))?;
+            }
+            self.eval.run(&mut regions)?;
+            let logits = regions.read::<f32>(&io.logits)?;
+            for slot in 0..real {
+                let row = &logits[slot * classes..(slot + 1) * classes];
+                if argmax(row) as i32 == self.memory.held_out.label(first + slot) {
+                    correct += 1;
+                }
+            }
+        }
+        Ok(correct as f32 / total.max(1) as f32)
+    }
+
+    /// Epochs completed.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// The best checkpoint so far and its state bytes.
+    pub fn best(&self) -> Option<(CheckpointInfo, &[u8])> {
+        self.best.map(|info| (info, &self.memory.best_state[..self.state_len]))
+    }
+
+    /// Writes the best checkpoint (or, before any epoch, the current state) into `out`;
+    /// returns the bytes used.
+    pub fn encode_best(&self, out: &mut [u8]) -> Result<usize, TrainerError> {
+        let (info, state) = match self.best() {
+            Some(best) => best,
+            None => (self.info(0.0), &self.memory.state[..self.state_len]),
+        };
+        checkpoint::encode(&info, state, out).map_err(TrainerError::Checkpoint)
+    }
+
+    /// Continues from checkpoint bytes (from the store or the link): state, counters and
+    /// epoch; the restored state also becomes the best so far.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<CheckpointInfo, TrainerError> {
+        let hash = self.bundle.header.model_hash;
+        let (info, state) =
+            checkpoint::decode(bytes, hash, self.state_len).map_err(TrainerError::Checkpoint)?;
+        self.train.resume_at(info.progress)?;
+        self.memory.state[..self.state_len].copy_from_slice(state);
+        self.memory.best_state[..self.state_len].copy_from_slice(state);
+        self.epoch = info.epoch;
+        self.best = Some(info);
+        Ok(info)
+    }
+
+    fn info(&self, accuracy: f32) -> CheckpointInfo {
+        CheckpointInfo {
+            model_hash: self.bundle.header.model_hash,
+            epoch: self.epoch,
+            progress: self.train.progress(),
+            accuracy,
+        }
+    }
+}
+
+/// Writes `values` as row `row` of the batch operand `op` (rows of `values.len()`).
+fn write_row<T: sprout_core::tensor::Element>(
+    regions: &mut Regions<'_>,
+    op: &Operand,
+    row: usize,
+    values: &[T],
+) -> Result<(), ExecError> {
+    let end = (row + 1) * values.len();
+    if end > op.len {
+        return Err(ExecError::ValueLength { expected: op.len, actual: end });
+    }
+    let offset = op.offset + row * values.len() * op.dtype.size();
+    regions.write(&Operand { offset, len: values.len(), ..*op }, values)
+}
+
+/// The sample at position `i` of a random permutation of `0..n` chosen by `seed`: a
+/// bijective hash walk (cycle-walking an affine map over the next power of two), so no
+/// index array is needed.
+fn shuffled(i: usize, n: usize, seed: u64) -> usize {
+    let size = n.next_power_of_two() as u64;
+    let mask = size - 1;
+    // An odd multiplier and any offset make `x -> a * x + b` a permutation modulo 2^k.
+    let a = (seed | 1) & mask.max(1);
+    let b = (seed >> 32) & mask;
+    let mut x = i as u64;
+    loop {
+        x = (a.wrapping_mul(x).wrapping_add(b)) & mask;
+        if x < n as u64 {
+            return x as usize;
+        }
+    }
+}
+
+/// The index of the largest value (the first on ties).
+fn argmax(values: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shuffled_is_a_permutation_that_depends_on_the_seed() {
+        for n in [1, 2, 7, 8, 100] {
+            for seed in [0, 1, 0xdead_beef_1234_5678] {
+                let mut seen = std::vec![false; n];
+                for i in 0..n {
+                    seen[shuffled(i, n, seed)] = true;
+                }
+                assert!(seen.iter().all(|&s| s), "n {n} seed {seed}");
+            }
+        }
+        let order = |seed| (0..100).map(|i| shuffled(i, 100, seed)).collect::<std::vec::Vec<_>>();
+        assert_ne!(order(3), order(0x1234_5678_9abc_def0));
+    }
+
+    #[test]
+    fn argmax_takes_the_first_of_ties() {
+        assert_eq!(argmax(&[0.0, 2.0, 2.0, -1.0]), 1);
+    }
+}

@@ -1,0 +1,72 @@
+//! `sprout bundle`: writes a `.sprout` model as a device bundle for the firmware (backbone
+//! inference, head training and head evaluation plans with their weights) and prints where
+//! its bytes and the device's memory go.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sprout_bundle::{build, BundleOptions};
+use sprout_core::TrainConfig;
+use sprout_firmware::bundle::decode;
+use sprout_train::{write_atomic, Model};
+
+#[derive(Args, Debug)]
+pub struct BundleArgs {
+    /// The trained model whose head the device fine-tunes.
+    #[arg(value_name = "MODEL.sprout")]
+    model: PathBuf,
+    /// What the device trains: head, bias, all, or comma-separated name patterns with `*`.
+    #[arg(long, value_name = "CHOICE", default_value = "head")]
+    trainable: String,
+    /// Samples per head training and evaluation batch on the device.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    batch: u64,
+    /// Learning rate of the device's SGD.
+    #[arg(long, value_name = "LR", default_value_t = 0.05)]
+    lr: f32,
+    /// SGD momentum.
+    #[arg(long, default_value_t = 0.9)]
+    momentum: f32,
+    /// Where to write the bundle.
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+}
+
+/// Steps the check after writing decodes into (the firmware picks its own capacity).
+const CHECK_STEPS: usize = 1024;
+
+pub fn run(args: &BundleArgs) -> Result<()> {
+    let model = Model::open(&args.model)?;
+    let options = BundleOptions {
+        trainable: args.trainable.clone(),
+        batch: args.batch as usize,
+        config: TrainConfig::sgd(args.momentum),
+        learning_rate: args.lr,
+    };
+    let host = build(&model, &options)
+        .with_context(|| format!("cannot bundle {}", args.model.display()))?;
+    // What the device will do with it: decode and check every plan.
+    let mut steps = Box::new(heapless::Vec::<sprout_core::Step, CHECK_STEPS>::new());
+    let bundle = decode(&host.bytes, &mut steps).context("the written bundle does not decode")?;
+    write_atomic(&args.output, &host.bytes)?;
+    let h = &bundle.header;
+    println!("wrote {} ({} bytes)", args.output.display(), host.bytes.len());
+    println!(
+        "  frozen weights {} bytes, initial state {} bytes, arena {} bytes",
+        bundle.frozen.len(),
+        bundle.initial_state.len(),
+        bundle.arena_bytes()
+    );
+    println!(
+        "  steps: backbone {}, head training {} (+{} per update), head evaluation {}",
+        h.backbone.steps, h.train.steps, h.train.update_steps, h.eval.steps
+    );
+    println!(
+        "  features {} per sample, {} classes, head batch {}",
+        bundle.feature_len(),
+        bundle.classes(),
+        bundle.head_batch()
+    );
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! `sprout bundle` and `sprout flash` end to end: a bundle written from a model file decodes
+//! on the firmware side; flashing without a probe, to an unknown board or from a file that
+//! is not an ARM ELF fails with a clear message and a non-zero exit.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use sprout_core::{save_model, ModelFile, Step};
+use sprout_train::Model;
+use sprout_zoo::Architecture;
+
+fn sprout(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sprout")).args(args).output().expect("the sprout binary runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sprout-cli-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The smallest file that passes as a 32-bit little-endian ARM ELF header.
+fn arm_elf_header() -> Vec<u8> {
+    let mut elf = vec![0u8; 52];
+    elf[..4].copy_from_slice(b"\x7fELF");
+    (elf[4], elf[5], elf[6]) = (1, 1, 1);
+    elf[18..20].copy_from_slice(&40u16.to_le_bytes());
+    elf
+}
+
+#[test]
+fn bundle_writes_a_bundle_the_firmware_decodes() {
+    let dir = scratch("bundle");
+    let model = Model::from_zoo(Architecture::Mlp, 16, 1).unwrap();
+    let file = ModelFile::from_graph(&model.zoo.graph, model.metadata.clone());
+    let model_path = dir.join("mlp.sprout");
+    std::fs::write(&model_path, save_model(&file).unwrap()).unwrap();
+    let out = dir.join("mlp.bundle");
+    let output = sprout(&[
+        "bundle",
+        model_path.to_str().unwrap(),
+        "--trainable",
+        "head",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("features 64 per sample, 10 classes, head batch 8"), "{stdout}");
+    let bytes = std::fs::read(&out).unwrap();
+    let mut steps = Box::new(heapless::Vec::<Step, 64>::new());
+    let bundle = sprout_firmware::bundle::decode(&bytes, &mut steps).unwrap();
+    assert_eq!(bundle.header.model_hash, model.graph_hash());
+
+    let output =
+        sprout(&["bundle", model_path.to_str().unwrap(), "--trainable", "nothing.*", "-o", "x"]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("'nothing.*' matches no parameter"), "{}", stderr(&output));
+}
+
+#[test]
+fn flash_without_a_probe_says_so_and_fails() {
+    let dir = scratch("flash-no-probe");
+    let elf = dir.join("firmware.elf");
+    std::fs::write(&elf, arm_elf_header()).unwrap();
+    for board in ["stm32f746g-disco", "nrf52840-dk"] {
+        let output = sprout(&["flash", "--board", board, elf.to_str().unwrap()]);
+        assert_eq!(output.status.code(), Some(1));
+        assert!(stderr(&output).contains("no debug probe found"), "{}", stderr(&output));
+    }
+}
+
+#[test]
+fn flash_refuses_unknown_boards_and_non_arm_elf_files() {
+    let dir = scratch("flash-bad");
+    let elf = dir.join("firmware.elf");
+    std::fs::write(&elf, arm_elf_header()).unwrap();
+    let output = sprout(&["flash", "--board", "arduino-uno", elf.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message
+            .contains("unknown board 'arduino-uno'; known boards: stm32f746g-disco, nrf52840-dk"),
+        "{message}"
+    );
+
+    let missing = dir.join("missing.elf");
+    let output = sprout(&["flash", "--board", "nrf52840-dk", missing.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("cannot read the firmware image"), "{}", stderr(&output));
+
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, "not firmware").unwrap();
+    let output = sprout(&["flash", "--board", "nrf52840-dk", text.to_str().unwrap()]);
+    assert!(stderr(&output).contains("is not an ELF file"), "{}", stderr(&output));
+
+    let mut x86 = arm_elf_header();
+    x86[18..20].copy_from_slice(&62u16.to_le_bytes());
+    std::fs::write(&elf, x86).unwrap();
+    let output = sprout(&["flash", "--board", "nrf52840-dk", elf.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("machine 62"), "{}", stderr(&output));
+}
