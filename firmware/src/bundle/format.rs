@@ -11,10 +11,13 @@ use sprout_core::format::container::Framing;
 use sprout_core::{Operand, RegionSizes, Shape};
 
 /// Magic and version of a `.bundle` file.
-pub const FRAMING: Framing = Framing { magic: *b"\x89SPRBDL\n", version: 1 };
+pub const FRAMING: Framing = Framing { magic: *b"\x89SPRBDL\n", version: 2 };
 
 /// Class names a bundle may carry.
 pub const MAX_CLASSES: usize = 32;
+
+/// Trainable tensors a bundle may name.
+pub const MAX_TRAINABLE: usize = 16;
 
 /// Sections start at file offsets that are multiples of this (the plans' operand alignment).
 pub const SECTION_ALIGN: usize = sprout_core::plan::ALIGN;
@@ -35,7 +38,29 @@ pub struct PlanHeader {
     pub sizes: RegionSizes,
 }
 
-/// The backbone's inference plan: one sample in, its feature vector out.
+/// How RGB8 pixels become the model's input: `(byte / 255 - mean[c]) / std[c]`, channel
+/// planes first (CHW), as the host's data pipeline does.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PixelNormalization {
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+}
+
+impl PixelNormalization {
+    /// Pixels scaled to `[0, 1]` and nothing else.
+    pub const UNIT: Self = Self { mean: [0.0; 3], std: [1.0; 3] };
+}
+
+/// A trainable tensor in the state region, by name, so the host can read a device
+/// checkpoint's weights back into the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainableTensor<'a> {
+    pub name: &'a str,
+    pub operand: Operand,
+}
+
+/// The backbone's inference plan: one sample in, its feature vector out (f32, or int8
+/// for a quantized backbone: the head then starts with its dequantize).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackboneIo {
     pub sample: Operand,
@@ -68,6 +93,11 @@ pub struct BundleHeader<'a> {
     /// In logit order.
     #[serde(borrow)]
     pub class_names: heapless::Vec<&'a str, MAX_CLASSES>,
+    /// How a picture's RGB8 pixels become the input sample.
+    pub pixels: PixelNormalization,
+    /// The trainable tensors in the state region.
+    #[serde(borrow)]
+    pub trainable: heapless::Vec<TrainableTensor<'a>, MAX_TRAINABLE>,
     /// Samples per training and evaluation batch of the head.
     pub head_batch: u32,
     pub learning_rate: f32,

@@ -8,8 +8,8 @@ mod format;
 
 pub use error::BundleError;
 pub use format::{
-    BackboneIo, BundleHeader, EvalIo, PlanHeader, Section, TrainIo, FRAMING, MAX_CLASSES,
-    SECTION_ALIGN,
+    BackboneIo, BundleHeader, EvalIo, PixelNormalization, PlanHeader, Section, TrainIo,
+    TrainableTensor, FRAMING, MAX_CLASSES, MAX_TRAINABLE, SECTION_ALIGN,
 };
 
 use sprout_core::format::container;
@@ -32,6 +32,12 @@ impl Bundle<'_, '_> {
     /// Length of one sample's feature vector.
     pub fn feature_len(&self) -> usize {
         self.header.backbone_io.features.len
+    }
+
+    /// Bytes of one sample's feature vector (f32 or int8 values).
+    pub fn feature_bytes(&self) -> usize {
+        let features = self.header.backbone_io.features;
+        features.len * features.dtype.size()
     }
 
     pub fn classes(&self) -> usize {
@@ -144,6 +150,10 @@ fn check(b: &Bundle<'_, '_>) -> Result<(), BundleError> {
     let batch = h.head_batch as usize;
     let classes = h.class_names.len();
     let features = h.backbone_io.features.len;
+    let feature_type = h.backbone_io.features.dtype;
+    if !matches!(feature_type, DType::F32 | DType::I8) {
+        return Err(BundleError::Operand { operand: "backbone features" });
+    }
     let io: [(&'static str, &PlanView<'_>, Operand, DType, Option<usize>); 7] = [
         (
             "backbone sample",
@@ -152,12 +162,12 @@ fn check(b: &Bundle<'_, '_>) -> Result<(), BundleError> {
             DType::F32,
             Some(h.sample_shape.numel()),
         ),
-        ("backbone features", &b.backbone, h.backbone_io.features, DType::F32, None),
+        ("backbone features", &b.backbone, h.backbone_io.features, feature_type, None),
         (
             "training features",
             &b.train,
             h.train_io.features,
-            DType::F32,
+            feature_type,
             batch.checked_mul(features),
         ),
         ("training labels", &b.train, h.train_io.labels, DType::I32, Some(batch)),
@@ -166,7 +176,7 @@ fn check(b: &Bundle<'_, '_>) -> Result<(), BundleError> {
             "evaluation features",
             &b.eval,
             h.eval_io.features,
-            DType::F32,
+            feature_type,
             batch.checked_mul(features),
         ),
         ("evaluation logits", &b.eval, h.eval_io.logits, DType::F32, batch.checked_mul(classes)),
@@ -176,6 +186,13 @@ fn check(b: &Bundle<'_, '_>) -> Result<(), BundleError> {
         let right_len = len.is_none_or(|n| op.len == n);
         if op.region != Region::Arena || op.dtype != dtype || !fits || !right_len {
             return Err(BundleError::Operand { operand: name });
+        }
+    }
+    for t in &h.trainable {
+        if t.operand.region != Region::State
+            || t.operand.check_inside(b.initial_state.len(), 0, "trainable").is_err()
+        {
+            return Err(BundleError::Operand { operand: "trainable" });
         }
     }
     if batch == 0 || features == 0 || classes == 0 {

@@ -136,6 +136,14 @@ impl<'b, 's, 'm, K: Kernels + Clone> Trainer<'b, 's, 'm, K> {
                 return Err(TrainerError::Memory { what, needed, actual });
             }
         }
+        let row = bundle.feature_bytes();
+        for (what, cache) in
+            [("training cache row", &memory.train), ("held-out cache row", &memory.held_out)]
+        {
+            if cache.row_bytes() != row {
+                return Err(TrainerError::Memory { what, needed: row, actual: cache.row_bytes() });
+            }
+        }
         let trainer = Self {
             backbone: Executor::new(bundle.backbone, kernels.clone())?,
             train: Executor::new(bundle.train, kernels.clone())?,
@@ -159,13 +167,31 @@ impl<'b, 's, 'm, K: Kernels + Clone> Trainer<'b, 's, 'm, K> {
         label: i32,
         held_out: bool,
     ) -> Result<(), TrainerError> {
-        let io = self.bundle.header.backbone_io;
-        if sample.len() != io.sample.len {
-            return Err(TrainerError::SampleLength {
-                expected: io.sample.len,
-                actual: sample.len(),
-            });
+        let input = self.sample_input()?;
+        if sample.len() != input.len() {
+            return Err(TrainerError::SampleLength { expected: input.len(), actual: sample.len() });
         }
+        input.copy_from_slice(sample);
+        self.add_staged_sample(label, held_out)
+    }
+
+    /// The backbone's input in the arena, to fill in place (e.g. chunk by chunk as a
+    /// sample arrives) before [`Self::add_staged_sample`]. Training and evaluation
+    /// overwrite it.
+    pub fn sample_input(&mut self) -> Result<&mut [f32], TrainerError> {
+        let op = self.bundle.header.backbone_io.sample;
+        let bytes = self
+            .memory
+            .arena
+            .get_mut(op.offset..op.end())
+            .ok_or(ExecError::ValueLength { expected: op.len, actual: 0 })?;
+        bytemuck::try_cast_slice_mut(bytes)
+            .map_err(|_| TrainerError::Exec(ExecError::Misaligned { region: op.region }))
+    }
+
+    /// Runs the backbone on the sample in [`Self::sample_input`] and caches its features
+    /// with `label`, for training or, when `held_out`, for evaluation.
+    pub fn add_staged_sample(&mut self, label: i32, held_out: bool) -> Result<(), TrainerError> {
         let classes = self.bundle.classes();
         if !(0..classes as i64).contains(&i64::from(label)) {
             return Err(TrainerError::Label { label, classes });
@@ -179,14 +205,11 @@ impl<'b, 's, 'm, K: Kernels + Clone> Trainer<'b, 's, 'm, K> {
             state: &mut self.memory.state[..self.state_len],
             arena: &mut *self.memory.arena,
         };
-        regions.write(&io.sample, sample)?;
         self.backbone.run(&mut regions)?;
-        let features = regions.read::<f32>(&io.features)?;
+        let op = self.bundle.header.backbone_io.features;
+        let features = &self.memory.arena[op.offset..op.end()];
         let cache = if held_out { &mut self.memory.held_out } else { &mut self.memory.train };
-        if let Some(row) = cache.next_row() {
-            row.copy_from_slice(features);
-            cache.commit(label);
-        }
+        cache.push(features, label);
         Ok(())
     }
 
@@ -210,8 +233,9 @@ impl<'b, 's, 'm, K: Kernels + Clone> Trainer<'b, 's, 'm, K> {
             };
             for slot in 0..batch {
                 let sample = shuffled(first + slot, have, order_seed);
+                let label = self.memory.train.label(sample);
                 write_row(&mut regions, &io.features, slot, self.memory.train.row(sample))?;
-                write_row(&mut regions, &io.labels, slot, &[self.memory.train.label(sample)])?;
+                write_row(&mut regions, &io.labels, slot, bytemuck::bytes_of(&label))?;
             }
             self.train.train_step(&mut regions, learning_rate)?;
             loss_sum += regions.read::<f32>(&io.loss)?[0];
@@ -310,19 +334,26 @@ impl<'b, 's, 'm, K: Kernels + Clone> Trainer<'b, 's, 'm, K> {
     }
 }
 
-/// Writes `values` as row `row` of the batch operand `op` (rows of `values.len()`).
-fn write_row<T: sprout_core::tensor::Element>(
+/// Writes `row` (the bytes of one batch row, e.g. one sample's features) as row `index`
+/// of the batch operand `op` in the arena.
+fn write_row(
     regions: &mut Regions<'_>,
     op: &Operand,
-    row: usize,
-    values: &[T],
+    index: usize,
+    row: &[u8],
 ) -> Result<(), ExecError> {
-    let end = (row + 1) * values.len();
-    if end > op.len {
-        return Err(ExecError::ValueLength { expected: op.len, actual: end });
+    let bytes = op.len * op.dtype.size();
+    let end = (index + 1) * row.len();
+    if end > bytes {
+        return Err(ExecError::ValueLength { expected: bytes, actual: end });
     }
-    let offset = op.offset + row * values.len() * op.dtype.size();
-    regions.write(&Operand { offset, len: values.len(), ..*op }, values)
+    let at = op.offset + index * row.len();
+    let target = regions
+        .arena
+        .get_mut(at..at + row.len())
+        .ok_or(ExecError::ValueLength { expected: bytes, actual: end })?;
+    target.copy_from_slice(row);
+    Ok(())
 }
 
 /// The sample at position `i` of a random permutation of `0..n` chosen by `seed`: a

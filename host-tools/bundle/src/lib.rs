@@ -22,8 +22,8 @@ use sprout_core::{
     compile_inference, compile_training_step, Graph, GraphError, Plan, Step, TrainConfig, Training,
 };
 use sprout_firmware::bundle::{
-    BackboneIo, BundleHeader, EvalIo, PlanHeader, Section, TrainIo, FRAMING, MAX_CLASSES,
-    SECTION_ALIGN,
+    BackboneIo, BundleHeader, EvalIo, PixelNormalization, PlanHeader, Section, TrainIo,
+    TrainableTensor, FRAMING, MAX_CLASSES, MAX_TRAINABLE, SECTION_ALIGN,
 };
 use sprout_train::Model;
 
@@ -60,6 +60,10 @@ pub enum BundleBuildError {
     Split { detail: String },
     #[error("the model has {found} classes; a bundle holds at most {MAX_CLASSES}")]
     TooManyClasses { found: usize },
+    #[error(
+        "the model trains {found} tensors on the device; a bundle names at most {MAX_TRAINABLE}"
+    )]
+    TooManyTrainable { found: usize },
     #[error("a head batch holds at least one sample")]
     EmptyBatch,
     #[error("cannot frame the bundle: {0}")]
@@ -133,11 +137,21 @@ pub fn build(model: &Model, options: &BundleOptions) -> Result<HostBundle, Bundl
         plan.operand(n).map_err(|e| BundleBuildError::Split { detail: e.to_string() })
     };
     let state = training.plan.initial_memory(&training.graph);
+    let trainable_names: Vec<String> = trainable.iter().map(|&t| name(t)).collect();
+    if trainable_names.len() > MAX_TRAINABLE {
+        return Err(BundleBuildError::TooManyTrainable { found: trainable_names.len() });
+    }
+    let trainable_tensors = trainable_names
+        .iter()
+        .map(|n| Ok(TrainableTensor { name: n, operand: operand(&training.plan, n)? }))
+        .collect::<Result<heapless::Vec<_, MAX_TRAINABLE>, BundleBuildError>>()?;
     let parts = Parts {
         header: BundleHeader {
             model_hash: model.graph_hash(),
             sample_shape: sample_shape(model),
             class_names: classes.iter().map(String::as_str).collect(),
+            pixels: pixel_normalization(model),
+            trainable: trainable_tensors,
             head_batch: options.batch as u32,
             learning_rate: options.learning_rate,
             backbone: plan_header(&plans[0], &layout),
@@ -176,6 +190,15 @@ pub fn build(model: &Model, options: &BundleOptions) -> Result<HostBundle, Bundl
         loss,
         logits,
     })
+}
+
+/// The model's per-channel normalization of RGB pixels; none for other inputs.
+fn pixel_normalization(model: &Model) -> PixelNormalization {
+    let p = &model.metadata.preprocessing;
+    match (<[f32; 3]>::try_from(&p.mean[..]), <[f32; 3]>::try_from(&p.std[..])) {
+        (Ok(mean), Ok(std)) => PixelNormalization { mean, std },
+        _ => PixelNormalization::UNIT,
+    }
 }
 
 /// The shape of one sample: the model's input shape without the batch.

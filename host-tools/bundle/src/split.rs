@@ -1,6 +1,8 @@
 //! Splitting a model into a frozen backbone and a trainable head: the head is every node
-//! that depends on a trainable parameter, plus the dropout right before it (a random mask
-//! cannot be cached); the backbone's one output the head reads is the feature tensor.
+//! that depends on a trainable parameter, plus the dropout and dequantize nodes right before
+//! it (a random mask cannot be cached, and an int8 backbone's features are cached as int8,
+//! a quarter of their float size); the backbone's one output the head reads is the feature
+//! tensor.
 
 use crate::BundleBuildError;
 use sprout_core::op::Op;
@@ -33,7 +35,7 @@ pub fn split(graph: &Graph, trainable: &[TensorId]) -> Result<Split, BundleBuild
     let features = loop {
         let features = single_feature(graph, &in_head, &depends)?;
         match producer(features) {
-            Some(p) if matches!(graph.nodes()[p].op, Op::Dropout(_)) => {
+            Some(p) if matches!(graph.nodes()[p].op, Op::Dropout(_) | Op::Dequantize(_)) => {
                 in_head[p] = true;
                 depends[features.index()] = true;
             }

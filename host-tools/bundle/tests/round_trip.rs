@@ -5,7 +5,7 @@ use sprout_bundle::{build, BundleOptions, HostBundle};
 use sprout_core::format::container::{seal, HEADER_BYTES};
 use sprout_core::format::FrameError;
 use sprout_core::rng::SplitMix;
-use sprout_core::{DType, Executor, Reference, Regions, Step};
+use sprout_core::{DType, Executor, Reference, Region, Regions, Step};
 use sprout_firmware::bundle::{decode, Bundle, BundleError, BundleHeader, FRAMING};
 use sprout_train::Model;
 use sprout_zoo::Architecture;
@@ -155,7 +155,7 @@ fn damaged_bundles_are_typed_errors() {
     bytes[8] = 9;
     assert!(matches!(
         decode_err(&bytes),
-        BundleError::Frame(FrameError::UnsupportedVersion { found: 9, supported: 1 })
+        BundleError::Frame(FrameError::UnsupportedVersion { found: 9, supported: 2 })
     ));
     let mut bytes = good.clone();
     bytes[HEADER_BYTES + 40] ^= 0x04;
@@ -190,6 +190,13 @@ fn damaged_bundles_are_typed_errors() {
     assert!(matches!(decode_err(&past_end), BundleError::Section { section: "state", .. }));
     let float_labels = with_header(&good, |h| h.train_io.labels.dtype = DType::F32);
     assert_eq!(decode_err(&float_labels), BundleError::Operand { operand: "training labels" });
+    let mixed_features = with_header(&good, |h| h.eval_io.features.dtype = DType::I8);
+    assert_eq!(
+        decode_err(&mixed_features),
+        BundleError::Operand { operand: "evaluation features" }
+    );
+    let stray_weight = with_header(&good, |h| h.trainable[0].operand.region = Region::Arena);
+    assert_eq!(decode_err(&stray_weight), BundleError::Operand { operand: "trainable" });
     let small_state = with_header(&good, |h| h.train.sizes.state += 64);
     assert!(matches!(decode_err(&small_state), BundleError::Plan { plan: "training", .. }));
     let message = decode_err(&float_labels).to_string();

@@ -105,15 +105,15 @@ fn the_trainer_fine_tunes_the_head_without_allocating() {
 
     const TRAIN: usize = 160;
     const HELD_OUT: usize = 60;
-    let f = bundle.feature_len();
+    let f = bundle.feature_bytes();
     let words = |bytes: usize| vec![0u32; bytes.div_ceil(4)];
     let (mut state, mut arena, mut best) = (
         words(bundle.initial_state.len()),
         words(bundle.arena_bytes()),
         words(bundle.initial_state.len()),
     );
-    let (mut train_features, mut train_labels) = (vec![0f32; TRAIN * f], vec![0i32; TRAIN]);
-    let (mut held_features, mut held_labels) = (vec![0f32; HELD_OUT * f], vec![0i32; HELD_OUT]);
+    let (mut train_features, mut train_labels) = (vec![0u8; TRAIN * f], vec![0i32; TRAIN]);
+    let (mut held_features, mut held_labels) = (vec![0u8; HELD_OUT * f], vec![0i32; HELD_OUT]);
     let memory = TrainerMemory {
         state: bytemuck::cast_slice_mut(&mut state),
         arena: bytemuck::cast_slice_mut(&mut arena),

@@ -63,8 +63,9 @@ pub fn run(args: &BundleArgs) -> Result<()> {
         h.backbone.steps, h.train.steps, h.train.update_steps, h.eval.steps
     );
     println!(
-        "  features {} per sample, {} classes, head batch {}",
+        "  features {} per sample ({} bytes cached per sample), {} classes, head batch {}",
         bundle.feature_len(),
+        bundle.feature_bytes(),
         bundle.classes(),
         bundle.head_batch()
     );
