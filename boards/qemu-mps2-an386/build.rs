@@ -1,5 +1,6 @@
 //! Puts this board's `memory.x` and `device.x` on the linker's search path for
-//! cortex-m-rt's `link.x`.
+//! cortex-m-rt's `link.x`; with the `leaf-trainer` feature, copies the device bundle named
+//! by `SPROUT_LEAF_BUNDLE` to `OUT_DIR/leaf.bundle` for the trainer to embed.
 
 use std::path::PathBuf;
 
@@ -10,4 +11,17 @@ fn main() {
         println!("cargo:rerun-if-changed={script}");
     }
     println!("cargo:rustc-link-search={}", out.display());
+    println!("cargo:rerun-if-env-changed={BUNDLE_VAR}");
+    if std::env::var_os("CARGO_FEATURE_LEAF_TRAINER").is_some() {
+        let Some(bundle) = std::env::var_os(BUNDLE_VAR) else {
+            panic!("the leaf-trainer feature embeds a device bundle: set {BUNDLE_VAR} to its path");
+        };
+        let bundle = PathBuf::from(bundle);
+        std::fs::copy(&bundle, out.join("leaf.bundle"))
+            .unwrap_or_else(|e| panic!("cannot read the bundle {}: {e}", bundle.display()));
+        println!("cargo:rerun-if-changed={}", bundle.display());
+    }
 }
+
+/// The variable that names the bundle the leaf trainer embeds.
+const BUNDLE_VAR: &str = "SPROUT_LEAF_BUNDLE";

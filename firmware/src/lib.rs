@@ -4,12 +4,14 @@
 //! - [`bundle`]: the compiled plans, frozen weights and initial state the host prepares;
 //! - [`trainer`]: caches backbone features per sample, trains the head for epochs,
 //!   evaluates held-out samples and keeps the best checkpoint;
-//! - [`storage`]: checkpoints in two flash slots that survive a power cut at any moment.
+//! - [`storage`]: checkpoints in two flash slots that survive a power cut at any moment;
+//! - [`device`]: the link's device app: samples from the host, training runs, checkpoints.
 #![no_std]
 
 #[cfg(test)]
 extern crate std;
 
 pub mod bundle;
+pub mod device;
 pub mod storage;
 pub mod trainer;

@@ -196,6 +196,8 @@ pub enum DeviceError {
     OutOfRange { offset: u32, len: u32, total: u32 },
     /// The reply would not fit in a frame.
     ReplyTooLarge,
+    /// The device's trainer failed to carry out the request (its log says why).
+    Failed,
 }
 
 impl fmt::Display for DeviceError {
@@ -227,6 +229,7 @@ impl fmt::Display for DeviceError {
                 u64::from(offset) + u64::from(len)
             ),
             DeviceError::ReplyTooLarge => write!(f, "the device's reply did not fit in a frame"),
+            DeviceError::Failed => write!(f, "the device failed to carry out the request"),
         }
     }
 }

@@ -112,6 +112,7 @@ pub struct Trainer<'b, 's, 'm, K> {
     memory: TrainerMemory<'m>,
     state_len: usize,
     epoch: u32,
+    learning_rate: f32,
     best: Option<CheckpointInfo>,
     rng: SplitMix,
 }
@@ -152,6 +153,7 @@ impl<'b, 's, 'm, K: Kernels + Clone> Trainer<'b, 's, 'm, K> {
             memory,
             state_len,
             epoch: 0,
+            learning_rate: bundle.header.learning_rate,
             best: None,
             rng: SplitMix::new(seed),
         };
@@ -223,7 +225,7 @@ impl<'b, 's, 'm, K: Kernels + Clone> Trainer<'b, 's, 'm, K> {
         }
         let order_seed = self.rng.next_u64();
         let io = self.bundle.header.train_io;
-        let learning_rate = self.bundle.header.learning_rate;
+        let learning_rate = self.learning_rate;
         let (mut loss_sum, mut batches) = (0.0f32, 0u32);
         for first in (0..have - have % batch).step_by(batch) {
             let mut regions = Regions {
@@ -293,6 +295,37 @@ impl<'b, 's, 'm, K: Kernels + Clone> Trainer<'b, 's, 'm, K> {
     /// Epochs completed.
     pub fn epoch(&self) -> u32 {
         self.epoch
+    }
+
+    /// Optimizer updates so far.
+    pub fn updates(&self) -> u32 {
+        self.train.updates()
+    }
+
+    /// The learning rate of the next epochs (the bundle's until set).
+    pub fn set_learning_rate(&mut self, learning_rate: f32) {
+        self.learning_rate = learning_rate;
+    }
+
+    /// Cached samples: (training, held out).
+    pub fn samples(&self) -> (usize, usize) {
+        (self.memory.train.len(), self.memory.held_out.len())
+    }
+
+    /// Cache capacities: (training, held out).
+    pub fn capacity(&self) -> (usize, usize) {
+        (self.memory.train.capacity(), self.memory.held_out.capacity())
+    }
+
+    /// Forgets every cached sample (weights and the best checkpoint stay).
+    pub fn clear_samples(&mut self) {
+        self.memory.train.clear();
+        self.memory.held_out.clear();
+    }
+
+    /// The bundle the trainer runs.
+    pub fn bundle(&self) -> &'b Bundle<'b, 's> {
+        self.bundle
     }
 
     /// The best checkpoint so far and its state bytes.

@@ -1,0 +1,325 @@
+//! The firmware's side of the host link: [`DeviceTrainer`] serves `sprout_core::link`'s
+//! [`DeviceApp`] from a [`Trainer`] and a [`CheckpointStore`]. Pushed RGB8 pictures go,
+//! normalized, straight into the backbone's input and are cached as features when
+//! complete; training runs one epoch per [`DeviceTrainer::run_epoch`] call from the main
+//! loop, between link polls; every new best checkpoint is saved to flash and is what a
+//! pull sends. Checkpoints are the trainer's bytes ([`crate::trainer::checkpoint`]).
+
+use embedded_storage::nor_flash::NorFlash;
+use sprout_core::link::{
+    self, DeviceApp, DeviceError, DeviceInfo, SampleChunk, SampleShape, Split, TrainingConfig,
+    TrainingProgress, TrainingState,
+};
+use sprout_core::Kernels;
+
+use crate::bundle::PixelNormalization;
+use crate::storage::CheckpointStore;
+use crate::trainer::{EpochReport, Log, Trainer, TrainerError};
+
+/// Why a [`DeviceTrainer`] could not be set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetupError {
+    /// The model's input is not an RGB picture (`[3, height, width]`), which the link sends.
+    NotAPicture,
+    /// The checkpoint buffers hold fewer bytes than a checkpoint of this model.
+    CheckpointBuffer { needed: usize, available: usize },
+}
+
+impl core::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SetupError::NotAPicture => f.write_str("the model's input is not a [3, H, W] picture"),
+            SetupError::CheckpointBuffer { needed, available } => write!(
+                f,
+                "a checkpoint takes {needed} bytes, the checkpoint buffers hold {available}"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for SetupError {}
+
+/// The training run the host started.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    state: TrainingState,
+    epochs: u16,
+    /// The trainer's epoch count and update count when the run started.
+    first_epoch: u32,
+    first_step: u32,
+    last: Option<EpochReport>,
+}
+
+/// A [`Trainer`] served over the link, with its checkpoints in flash.
+pub struct DeviceTrainer<'b, 's, 'm, K, F> {
+    trainer: Trainer<'b, 's, 'm, K>,
+    store: CheckpointStore<F>,
+    shape: SampleShape,
+    pixels: PixelNormalization,
+    /// The checkpoint a pull sends (the best so far, or restored, or pushed).
+    checkpoint: &'m mut [u8],
+    current: Option<link::CheckpointInfo>,
+    /// A pushed checkpoint being received.
+    incoming: &'m mut [u8],
+    incoming_len: usize,
+    /// The epoch of the best checkpoint last saved.
+    saved_epoch: Option<u32>,
+    run: Run,
+}
+
+impl<'b, 's, 'm, K: Kernels + Clone, F: NorFlash> DeviceTrainer<'b, 's, 'm, K, F> {
+    /// Serves `trainer`; `checkpoint` and `incoming` each hold one checkpoint of its model.
+    /// The newest checkpoint in `store` that fits the model is restored.
+    pub fn new(
+        mut trainer: Trainer<'b, 's, 'm, K>,
+        mut store: CheckpointStore<F>,
+        checkpoint: &'m mut [u8],
+        incoming: &'m mut [u8],
+    ) -> Result<Self, SetupError> {
+        let bundle = trainer.bundle();
+        let shape = match bundle.header.sample_shape.dims() {
+            [3, h, w] => match (u16::try_from(*w), u16::try_from(*h)) {
+                (Ok(width), Ok(height)) => SampleShape { width, height },
+                _ => return Err(SetupError::NotAPicture),
+            },
+            _ => return Err(SetupError::NotAPicture),
+        };
+        let needed = crate::trainer::CHECKPOINT_HEADER_BYTES + bundle.initial_state.len();
+        let available = checkpoint.len().min(incoming.len());
+        if available < needed {
+            return Err(SetupError::CheckpointBuffer { needed, available });
+        }
+        let pixels = bundle.header.pixels;
+        let mut current = None;
+        if let Ok(Some(stored)) = store.load(checkpoint) {
+            if trainer.restore(&checkpoint[..stored.len]).is_ok() {
+                current = link::CheckpointInfo::of(&checkpoint[..stored.len]);
+            }
+        }
+        let saved_epoch = trainer.best().map(|(info, _)| info.epoch);
+        let run = Run {
+            state: TrainingState::Idle,
+            epochs: 0,
+            first_epoch: trainer.epoch(),
+            first_step: 0,
+            last: None,
+        };
+        Ok(Self {
+            trainer,
+            store,
+            shape,
+            pixels,
+            checkpoint,
+            current,
+            incoming,
+            incoming_len: 0,
+            saved_epoch,
+            run,
+        })
+    }
+
+    /// Whether a training run is going on.
+    pub fn is_training(&self) -> bool {
+        self.run.state == TrainingState::Running
+    }
+
+    /// The trainer, e.g. to evaluate.
+    pub fn trainer(&mut self) -> &mut Trainer<'b, 's, 'm, K> {
+        &mut self.trainer
+    }
+
+    /// Trains one epoch when a run is going on, saving a new best checkpoint to flash;
+    /// returns its report. A failed epoch or save ends the run as failed.
+    pub fn run_epoch(&mut self, log: &mut impl Log) -> Option<Result<EpochReport, TrainerError>> {
+        if !self.is_training() {
+            return None;
+        }
+        let report = match self.trainer.train_epoch(log) {
+            Ok(report) if report.loss.is_finite() => report,
+            Ok(report) => {
+                self.run.state = TrainingState::Failed;
+                return Some(Ok(report));
+            }
+            Err(e) => {
+                self.run.state = TrainingState::Failed;
+                return Some(Err(e));
+            }
+        };
+        self.run.last = Some(report);
+        if self.save_best().is_err() {
+            self.run.state = TrainingState::Failed;
+        } else if self.trainer.epoch() - self.run.first_epoch >= u32::from(self.run.epochs) {
+            self.run.state = TrainingState::Finished;
+        }
+        Some(Ok(report))
+    }
+
+    /// Encodes the trainer's best checkpoint and saves it, unless it is saved already.
+    fn save_best(&mut self) -> Result<(), ()> {
+        let Some((info, _)) = self.trainer.best() else { return Ok(()) };
+        if self.saved_epoch == Some(info.epoch) {
+            return Ok(());
+        }
+        let len = self.trainer.encode_best(self.checkpoint).map_err(|_| ())?;
+        self.current = link::CheckpointInfo::of(&self.checkpoint[..len]);
+        self.saved_epoch = Some(info.epoch);
+        self.store.save(&self.checkpoint[..len]).map(|_| ()).map_err(|_| ())
+    }
+
+    /// Writes a chunk of RGB8 bytes (interleaved, row-major) at byte `offset` of the picture
+    /// into the backbone's input: channel planes, normalized.
+    fn place_pixels(&mut self, offset: u32, bytes: &[u8]) -> Result<(), DeviceError> {
+        let plane = usize::from(self.shape.width) * usize::from(self.shape.height);
+        let PixelNormalization { mean, std } = self.pixels;
+        let input = self.trainer.sample_input().map_err(|_| DeviceError::Failed)?;
+        for (i, &byte) in bytes.iter().enumerate() {
+            let at = offset as usize + i;
+            let (pixel, channel) = (at / 3, at % 3);
+            let value = input.get_mut(channel * plane + pixel).ok_or(DeviceError::Failed)?;
+            *value = (f32::from(byte) / 255.0 - mean[channel]) / std[channel];
+        }
+        Ok(())
+    }
+}
+
+impl<K: Kernels + Clone, F: NorFlash> DeviceApp for DeviceTrainer<'_, '_, '_, K, F> {
+    fn info(&self) -> DeviceInfo {
+        let bundle = self.trainer.bundle();
+        let (train, held_out) = self.trainer.samples();
+        DeviceInfo {
+            model_hash: bundle.header.model_hash,
+            classes: bundle.classes() as u16,
+            sample: self.shape,
+            samples: (train + held_out) as u32,
+            checkpoint: self.current,
+        }
+    }
+
+    fn class_name(&self, label: u16) -> Option<&str> {
+        self.trainer.bundle().header.class_names.get(usize::from(label)).copied()
+    }
+
+    fn clear_samples(&mut self) -> Result<(), DeviceError> {
+        if self.is_training() {
+            return Err(DeviceError::Busy);
+        }
+        self.trainer.clear_samples();
+        Ok(())
+    }
+
+    fn receive_sample(&mut self, chunk: SampleChunk<'_>) -> Result<(), DeviceError> {
+        if self.is_training() {
+            return Err(DeviceError::Busy);
+        }
+        let held_out = chunk.split == Split::Validation;
+        let (train, validation) = self.trainer.samples();
+        let (train_capacity, validation_capacity) = self.trainer.capacity();
+        let (have, capacity) = match held_out {
+            true => (validation, validation_capacity),
+            false => (train, train_capacity),
+        };
+        if have >= capacity {
+            return Err(DeviceError::SamplesFull { capacity: capacity as u32 });
+        }
+        self.place_pixels(chunk.offset, chunk.bytes)?;
+        if chunk.offset as usize + chunk.bytes.len() < chunk.total as usize {
+            return Ok(());
+        }
+        match self.trainer.add_staged_sample(i32::from(chunk.label), held_out) {
+            Ok(()) => Ok(()),
+            Err(TrainerError::Full { capacity }) => {
+                Err(DeviceError::SamplesFull { capacity: capacity as u32 })
+            }
+            Err(_) => Err(DeviceError::Failed),
+        }
+    }
+
+    fn start_training(&mut self, config: TrainingConfig) -> Result<(), DeviceError> {
+        if self.is_training() {
+            return Err(DeviceError::Busy);
+        }
+        let (train, held_out) = self.trainer.samples();
+        if train < self.trainer.bundle().head_batch() || held_out == 0 {
+            return Err(DeviceError::NoSamples);
+        }
+        let learning_rate =
+            config.learning_rate.unwrap_or(self.trainer.bundle().header.learning_rate);
+        self.trainer.set_learning_rate(learning_rate);
+        self.run = Run {
+            state: TrainingState::Running,
+            epochs: config.epochs,
+            first_epoch: self.trainer.epoch(),
+            first_step: self.trainer.updates(),
+            last: None,
+        };
+        if config.epochs == 0 {
+            self.run.state = TrainingState::Finished;
+        }
+        Ok(())
+    }
+
+    fn stop_training(&mut self) {
+        if self.is_training() {
+            self.run.state = TrainingState::Stopped;
+        }
+    }
+
+    fn progress(&self) -> TrainingProgress {
+        let epoch = self.trainer.epoch().saturating_sub(self.run.first_epoch);
+        TrainingProgress {
+            state: self.run.state,
+            epoch: u16::try_from(epoch).unwrap_or(u16::MAX),
+            epochs: self.run.epochs,
+            step: self.run.last.map_or(0, |r| r.step.saturating_sub(self.run.first_step)),
+            loss: self.run.last.map_or(0.0, |r| r.loss),
+            accuracy: self.run.last.map(|r| r.accuracy),
+        }
+    }
+
+    fn read_checkpoint(&mut self, offset: u32, buf: &mut [u8]) -> Result<(), DeviceError> {
+        let len = self.current.map_or(0, |c| c.len as usize);
+        let start = offset as usize;
+        let bytes = self
+            .checkpoint
+            .get(start..start + buf.len())
+            .filter(|_| start + buf.len() <= len)
+            .ok_or(DeviceError::NoCheckpoint)?;
+        buf.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn begin_checkpoint(&mut self, checkpoint: link::CheckpointInfo) -> Result<(), DeviceError> {
+        if self.is_training() {
+            return Err(DeviceError::Busy);
+        }
+        if checkpoint.len as usize > self.incoming.len() {
+            return Err(DeviceError::CheckpointTooLarge { capacity: self.incoming.len() as u32 });
+        }
+        self.incoming_len = checkpoint.len as usize;
+        Ok(())
+    }
+
+    fn write_checkpoint(&mut self, offset: u32, bytes: &[u8]) -> Result<(), DeviceError> {
+        let start = offset as usize;
+        let end = start + bytes.len();
+        let total = self.incoming_len as u32;
+        let target = self
+            .incoming
+            .get_mut(start..end)
+            .filter(|_| end <= self.incoming_len)
+            .ok_or(DeviceError::OutOfRange { offset, len: bytes.len() as u32, total })?;
+        target.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn commit_checkpoint(&mut self) -> Result<(), DeviceError> {
+        let bytes = &self.incoming[..self.incoming_len];
+        let kept = self.checkpoint.get_mut(..bytes.len()).ok_or(DeviceError::CheckpointRejected)?;
+        let info = self.trainer.restore(bytes).map_err(|_| DeviceError::CheckpointRejected)?;
+        kept.copy_from_slice(bytes);
+        self.current = link::CheckpointInfo::of(bytes);
+        self.saved_epoch = Some(info.epoch);
+        self.run.first_epoch = self.trainer.epoch();
+        self.store.save(bytes).map(|_| ()).map_err(|_| DeviceError::Storage)
+    }
+}
