@@ -1,7 +1,8 @@
 //! The `boards/` workspace in `cargo xtask test` and `cargo xtask bench cortex-m`: builds
-//! every board (release, `--locked`), runs the QEMU board's `board-check` and
-//! `conformance` binaries under `qemu-system-arm`, compares each binary's flash and static
-//! RAM with the snapshot `boards/sizes.expected`, and runs the instruction-count bench.
+//! every board (release, `--locked`; the QEMU board's `leaf-trainer` with a device bundle
+//! embedded), runs the QEMU board's `board-check` and `conformance` binaries under
+//! `qemu-system-arm`, compares each binary's flash and static RAM with the snapshot
+//! `boards/sizes.expected`, and runs the instruction-count bench.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ pub const BINARIES: &[(&str, &str)] = &[
     ("qemu-mps2-an386", "board-check"),
     ("qemu-mps2-an386", "conformance"),
     ("qemu-mps2-an386", "bench"),
+    ("qemu-mps2-an386", "leaf-trainer"),
     ("stm32f746g-disco", "hello-stm32f746g-disco"),
     ("nrf52840-dk", "hello-nrf52840-dk"),
 ];
@@ -35,14 +37,19 @@ fn boards_dir(root: &Path) -> PathBuf {
     root.join("boards")
 }
 
-fn elf(root: &Path, binary: &str) -> PathBuf {
+/// The feature that builds the QEMU board's `leaf-trainer`, and the variable naming the
+/// bundle it embeds.
+const TRAINER_FEATURE: &str = "qemu-mps2-an386/leaf-trainer";
+const BUNDLE_VAR: &str = "SPROUT_LEAF_BUNDLE";
+
+pub fn elf(root: &Path, binary: &str) -> PathBuf {
     boards_dir(root).join("target/thumbv7em-none-eabihf/release").join(binary)
 }
 
-/// Builds every board in release with `--locked`. Source paths are remapped so the panic
-/// messages compiled into the images, and so the sizes, do not depend on where the
-/// checkout or the cargo home lies.
-pub fn build(root: &Path) -> Result<()> {
+/// Builds every board in release with `--locked`, with a bundle the leaf trainer too.
+/// Source paths are remapped so the panic messages compiled into the images, and so the
+/// sizes, do not depend on where the checkout or the cargo home lies.
+pub fn build(root: &Path, bundle: Option<&Path>) -> Result<()> {
     let home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")))
@@ -53,14 +60,25 @@ pub fn build(root: &Path) -> Result<()> {
         root.display(),
         home.display()
     );
-    Cmd::cargo(&boards_dir(root)).args(["build", "--release", "--locked", "--config", &remap]).run()
+    let build = Cmd::cargo(&boards_dir(root)).args(["build", "--release", "--locked"]);
+    match bundle {
+        Some(bundle) => build.args(["--features", TRAINER_FEATURE]).env(BUNDLE_VAR, bundle),
+        None => build,
+    }
+    .args(["--config", &remap])
+    .run()
 }
 
-/// rustfmt and clippy over the boards workspace (the root workspace excludes it).
-pub fn lint(root: &Path) -> Result<()> {
+/// rustfmt and clippy over the boards workspace (the root workspace excludes it), the
+/// leaf trainer included (embedding `bundle`).
+pub fn lint(root: &Path, bundle: &Path) -> Result<()> {
     let dir = boards_dir(root);
     Cmd::cargo(&dir).args(["fmt", "--all", "--", "--check"]).run()?;
-    Cmd::cargo(&dir).args(["clippy", "--release", "--locked", "--", "-D", "warnings"]).run()
+    Cmd::cargo(&dir)
+        .args(["clippy", "--release", "--locked", "--features", TRAINER_FEATURE])
+        .args(["--", "-D", "warnings"])
+        .env(BUNDLE_VAR, bundle)
+        .run()
 }
 
 /// Runs the QEMU board's checks: UART and flash emulation, then the kernel conformance.
@@ -85,7 +103,7 @@ pub fn run_on_qemu(root: &Path) -> Result<()> {
 /// counted under `-icount shift=0`.
 pub fn bench(root: &Path) -> Result<()> {
     qemu::ensure_installed(root)?;
-    build(root)?;
+    build(root, None)?;
     let bench = elf(root, "bench");
     let options = Options { icount: true, timeout: Duration::from_secs(600), ..Options::default() };
     let run = qemu::run(&bench, &options)?;

@@ -16,6 +16,8 @@ pub struct Cmd {
     /// What is printed in its place (`cargo`, `rustup`).
     name: String,
     args: Vec<String>,
+    /// Environment variables set for it (and printed before the command line).
+    envs: Vec<(String, OsString)>,
     dir: std::path::PathBuf,
 }
 
@@ -25,6 +27,7 @@ impl Cmd {
             program: program.into(),
             name: program.to_owned(),
             args: Vec::new(),
+            envs: Vec::new(),
             dir: dir.to_path_buf(),
         }
     }
@@ -48,8 +51,15 @@ impl Cmd {
         self
     }
 
+    /// Sets the environment variable `key` for the command.
+    pub fn env(mut self, key: &str, value: impl Into<OsString>) -> Self {
+        self.envs.push((key.to_owned(), value.into()));
+        self
+    }
+
     fn command(&self) -> Command {
         let mut command = Command::new(&self.program);
+        command.envs(self.envs.iter().map(|(k, v)| (k, v)));
         // CI runs with no stdin: nothing we run may wait for input.
         command.args(&self.args).current_dir(&self.dir).stdin(Stdio::null());
         command
@@ -90,6 +100,9 @@ impl Cmd {
 
 impl fmt::Display for Cmd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (key, value) in &self.envs {
+            write!(f, "{key}={} ", value.to_string_lossy())?;
+        }
         f.write_str(&self.name)?;
         for arg in &self.args {
             if arg.is_empty() || arg.contains(char::is_whitespace) {

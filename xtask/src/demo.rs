@@ -1,7 +1,10 @@
 //! `cargo xtask demo`: the main job, the leaf-disease classifier end to end on the desktop.
 //! Draws the synthetic leaf photos, pretrains LeafNet's backbone on the source domain (once;
 //! later runs reuse it), fine-tunes only the head on the three target classes with the
-//! backbone frozen, and prints the validation accuracy, all through the `sprout` CLI.
+//! backbone frozen, and prints the validation accuracy, all through the `sprout` CLI; then
+//! fine-tunes the head once more on the emulated microcontroller (an int8 backbone under
+//! QEMU, see [`crate::on_device`]) and compares the device's accuracy with the host's
+//! evaluation of the checkpoint it sends back.
 
 use std::path::Path;
 use std::time::Instant;
@@ -17,15 +20,15 @@ const WORK_DIR: &str = "target/sprout-demo";
 /// The source domain: seven leaf conditions on broad leaves, for pretraining.
 const SOURCE_CLASSES: &str = "healthy,leaf_spot,rust,powdery_mildew,blight,mosaic,scorch";
 /// The target domain: the three field classes on narrower leaves and other backgrounds.
-const TARGET_CLASSES: &str = "healthy,leaf_spot,rust";
+pub const TARGET_CLASSES: &str = "healthy,leaf_spot,rust";
 
 /// One data set to draw: folder name, domain, classes, images per class, seed.
-struct LeafSet {
-    folder: &'static str,
-    domain: &'static str,
-    classes: &'static str,
-    per_class: &'static str,
-    seed: &'static str,
+pub struct LeafSet {
+    pub folder: &'static str,
+    pub domain: &'static str,
+    pub classes: &'static str,
+    pub per_class: &'static str,
+    pub seed: &'static str,
 }
 
 const SOURCE: LeafSet = LeafSet {
@@ -77,16 +80,16 @@ pub fn run(root: &Path) -> Result<()> {
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     let path = |name: &str| work.join(name).to_string_lossy().into_owned();
 
-    println!("\n==> [1/4] synthetic leaf photos in {}", work.display());
+    println!("\n==> [1/5] synthetic leaf photos in {}", work.display());
     for set in [SOURCE, TARGET] {
         draw(root, sprout, &work.join(set.folder), &set)?;
     }
 
     let backbone = work.join("backbone.sprout");
     if backbone.exists() {
-        println!("\n==> [2/4] reusing the pretrained backbone {}", backbone.display());
+        println!("\n==> [2/5] reusing the pretrained backbone {}", backbone.display());
     } else {
-        println!("\n==> [2/4] pretraining LeafNet on the source domain (7 classes)");
+        println!("\n==> [2/5] pretraining LeafNet on the source domain (7 classes)");
         Cmd::new(sprout, root)
             .args(["train", "--zoo", "leafnet", "--data", &path(SOURCE.folder)])
             .args(flags(PRETRAIN))
@@ -94,7 +97,7 @@ pub fn run(root: &Path) -> Result<()> {
             .run()?;
     }
 
-    println!("\n==> [3/4] fine-tuning the head on the target domain (backbone frozen)");
+    println!("\n==> [3/5] fine-tuning the head on the target domain (backbone frozen)");
     Cmd::new(sprout, root)
         .args(["train", "--zoo", "leafnet", "--init-from", &path("backbone.sprout")])
         .args(["--data", &path(TARGET.folder)])
@@ -102,15 +105,27 @@ pub fn run(root: &Path) -> Result<()> {
         .args(["--out-dir", &path("fine-tune-run"), "-o", &path("leaf-classifier.sprout")])
         .run()?;
 
-    println!("\n==> [4/4] validation on held-out target photos");
+    println!("\n==> [4/5] validation on held-out target photos");
     let val = work.join(TARGET.folder).join("val");
     Cmd::new(sprout, root)
         .args(["eval", &path("leaf-classifier.sprout"), "--data"])
         .args([val.to_string_lossy().as_ref()])
         .run()?;
+
+    println!("\n==> [5/5] the head fine-tuned on the emulated Cortex-M4 (int8 backbone, QEMU)");
+    let device = work.join("on-device");
+    std::fs::create_dir_all(&device).with_context(|| format!("creating {}", device.display()))?;
+    let leaf = crate::on_device::bundle_for_device(root, sprout, &backbone, &device)?;
+    crate::boards::build(root, Some(&leaf.bundle))?;
+    let elf = crate::boards::elf(root, "leaf-trainer");
+    let outcome = crate::on_device::fine_tune(root, sprout, &elf, &leaf)?;
     println!(
-        "\nsprout demo: the fine-tuned leaf classifier is {} ({} in all)",
+        "\nsprout demo: the fine-tuned leaf classifier is {}; on the device the head reached \
+         {:.1}% held-out accuracy, {:.1}% in the host's evaluation of the pulled checkpoint \
+         ({} in all)",
         path("leaf-classifier.sprout"),
+        outcome.device_accuracy,
+        outcome.host_accuracy,
         format_duration(started.elapsed())
     );
     Ok(())
@@ -122,7 +137,7 @@ fn flags(pairs: &'static [(&'static str, &'static str)]) -> impl Iterator<Item =
 }
 
 /// Draws a leaf data set unless an earlier run already did.
-fn draw(root: &Path, sprout: &str, dir: &Path, set: &LeafSet) -> Result<()> {
+pub fn draw(root: &Path, sprout: &str, dir: &Path, set: &LeafSet) -> Result<()> {
     if dir.join("train").is_dir() && dir.join("val").is_dir() {
         println!("{} domain: reusing {}", set.domain, dir.display());
         return Ok(());

@@ -7,6 +7,7 @@ mod bench_quant;
 mod boards;
 mod cmd;
 mod demo;
+mod on_device;
 mod qemu;
 mod test;
 
@@ -21,13 +22,15 @@ Commands:
   bench   run a benchmark suite in a release build; `cargo xtask bench`
           lists the suites (`planner`: arena placement strategies and memory
           passes on the model zoo)
-  demo    train a small CNN on a generated task (release build) and print
-          the falling loss and the final accuracy
+  demo    the leaf classifier end to end (release build): synthetic photos,
+          pretraining, head fine-tuning on the host, then on the emulated
+          microcontroller under QEMU with the checkpoint pulled back and evaluated
   test    everything CI checks: the thumbv7em-none-eabihf and thumbv6m-none-eabi
           targets (installed if missing), rustfmt, clippy, the workspace tests,
           the no_std builds and clippy for the microcontroller targets, and the
           boards: built, run under QEMU (installed with apt-get if missing), and
-          their sizes compared with boards/sizes.expected (SPROUT_BLESS=1 updates it)
+          their sizes compared with boards/sizes.expected (SPROUT_BLESS=1 updates it),
+          and the leaf head fine-tuned on the emulated microcontroller
   help    print this message";
 
 fn main() -> ExitCode {

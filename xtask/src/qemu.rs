@@ -4,7 +4,9 @@
 //! own defmt table.
 //!
 //! The firmware's defmt frames reach QEMU's stdout (semihosting writes to `:tt` go to the
-//! host's stdout); UART0 is a Unix socket QEMU connects to, so the two never mix.
+//! host's stdout); UART0 is a Unix socket QEMU connects to, so the two never mix. A
+//! firmware that serves the host link instead runs as an [`Emulation`] whose UART0 is a
+//! TCP server socket (`sprout device --port tcp:127.0.0.1:PORT`).
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -104,27 +106,102 @@ impl Run {
     }
 }
 
-/// Runs `elf` on the mps2-an386 machine with semihosting and decodes its defmt log.
-pub fn run(elf: &Path, options: &Options) -> Result<Run> {
-    let image = std::fs::read(elf).with_context(|| format!("reading {}", elf.display()))?;
-    let table = Table::parse(&image)
-        .with_context(|| format!("reading the defmt table of {}", elf.display()))?
-        .ok_or_else(|| anyhow!("{} has no defmt table (not a defmt firmware?)", elf.display()))?;
-    let socket = uart_socket(elf);
-    let _ = std::fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket)
-        .with_context(|| format!("opening the UART socket {}", socket.display()))?;
+/// The QEMU command for `elf` on the mps2-an386 machine with semihosting, UART0 on
+/// `serial` (a `-serial` argument).
+fn command(elf: &Path, serial: &str, icount: bool) -> Command {
     let mut command = Command::new(QEMU);
     command
         .args(["-machine", MACHINE, "-cpu", "cortex-m4", "-display", "none", "-monitor", "none"])
-        .arg("-chardev")
-        .arg(format!("socket,id=uart,path={}", socket.display()))
-        .args(["-serial", "chardev:uart", "-semihosting-config", "enable=on,target=native"]);
-    if options.icount {
+        .args(["-serial", serial, "-semihosting-config", "enable=on,target=native"]);
+    if icount {
         command.args(["-icount", "shift=0"]);
     }
     command.arg("-kernel").arg(elf);
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+}
+
+/// A firmware running in the background with UART0 on a local TCP port.
+pub struct Emulation {
+    child: Child,
+    table: Table,
+    elf: PathBuf,
+    defmt: Option<JoinHandle<std::io::Result<Vec<u8>>>>,
+    stderr: Option<JoinHandle<std::io::Result<Vec<u8>>>>,
+    /// The port UART0 listens on (`tcp:127.0.0.1:PORT`).
+    pub port: u16,
+}
+
+impl Emulation {
+    /// Starts `elf` with UART0 as a TCP server on a free local port, and waits until it
+    /// listens.
+    pub fn start(elf: &Path) -> Result<Self> {
+        let table = defmt_table(elf)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .context("finding a free local port for UART0")?
+            .port();
+        let serial = format!("tcp:127.0.0.1:{port},server=on,wait=off");
+        let mut child =
+            command(elf, &serial, false).spawn().with_context(|| format!("starting {QEMU}"))?;
+        let defmt = Some(drain(child.stdout.take().context("QEMU's stdout")?));
+        let stderr = Some(drain(child.stderr.take().context("QEMU's stderr")?));
+        let mut emulation = Self { child, table, elf: elf.to_path_buf(), defmt, stderr, port };
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if emulation.child.try_wait()?.is_some() || start.elapsed() > Duration::from_secs(10) {
+                let log = emulation.stop()?;
+                bail!("QEMU never listened on UART0's port {port}\n{}", log.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(emulation)
+    }
+
+    /// `tcp:127.0.0.1:PORT`, as `sprout device --port` takes it.
+    pub fn port_spec(&self) -> String {
+        format!("tcp:127.0.0.1:{}", self.port)
+    }
+
+    /// Ends the emulation and returns the firmware's decoded defmt log.
+    pub fn stop(mut self) -> Result<Vec<String>> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let stderr = self.stderr.take().map(join).transpose()?.unwrap_or_default();
+        let defmt = self.defmt.take().map(join).transpose()?.unwrap_or_default();
+        decode(&self.table, &defmt).with_context(|| {
+            format!(
+                "decoding the defmt log of {} (qemu: {})",
+                self.elf.display(),
+                String::from_utf8_lossy(&stderr).trim_end()
+            )
+        })
+    }
+}
+
+impl Drop for Emulation {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn defmt_table(elf: &Path) -> Result<Table> {
+    let image = std::fs::read(elf).with_context(|| format!("reading {}", elf.display()))?;
+    Table::parse(&image)
+        .with_context(|| format!("reading the defmt table of {}", elf.display()))?
+        .ok_or_else(|| anyhow!("{} has no defmt table (not a defmt firmware?)", elf.display()))
+}
+
+/// Runs `elf` on the mps2-an386 machine with semihosting and decodes its defmt log.
+pub fn run(elf: &Path, options: &Options) -> Result<Run> {
+    let table = defmt_table(elf)?;
+    let socket = uart_socket(elf);
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket)
+        .with_context(|| format!("opening the UART socket {}", socket.display()))?;
+    let mut command = command(elf, "chardev:uart", options.icount);
+    command.arg("-chardev").arg(format!("socket,id=uart,path={}", socket.display()));
     let start = Instant::now();
     let mut child = command.spawn().with_context(|| format!("starting {QEMU}"))?;
     let defmt = drain(child.stdout.take().context("QEMU's stdout")?);

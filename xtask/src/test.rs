@@ -1,6 +1,7 @@
 //! `cargo xtask test`: everything CI checks, in order, stopping at the first failure:
 //! the microcontroller targets, rustfmt, clippy, the workspace tests, the no_std builds,
-//! and the boards (built, run under QEMU, sizes compared with their snapshot).
+//! the boards (built, run under QEMU, sizes compared with their snapshot), and the leaf
+//! head fine-tuned on the emulated microcontroller.
 
 use std::path::Path;
 use std::time::Instant;
@@ -45,9 +46,11 @@ const STAGES: &[(&str, StageFn)] = &[
     ("no_std builds (thumbv7em)", no_std_builds),
     ("no_std lints (clippy, thumbv7em)", no_std_clippy),
     ("Cortex-M scalar fallback (build and clippy, thumbv6m)", scalar_fallback),
+    ("leaf bundle for the trainer firmware: photos, short pretraining, int8", leaf_bundle),
     ("boards: rustfmt, clippy, release build", boards_build),
     ("boards: board-check and kernel conformance under QEMU", crate::boards::run_on_qemu),
     ("boards: flash/RAM sizes against boards/sizes.expected", crate::boards::check_sizes),
+    ("leaf head fine-tuned on the device under QEMU, pulled, evaluated", crate::on_device::test),
 ];
 
 pub fn run(root: &Path) -> Result<()> {
@@ -150,9 +153,14 @@ fn scalar_fallback(root: &Path) -> Result<()> {
     Cmd::cargo(root).args(["clippy"]).args(args).args(["--", "-D", "warnings"]).run()
 }
 
+fn leaf_bundle(root: &Path) -> Result<()> {
+    crate::on_device::prepare_ci(root).map(|_| ())
+}
+
 fn boards_build(root: &Path) -> Result<()> {
-    crate::boards::lint(root)?;
-    crate::boards::build(root)
+    let bundle = crate::on_device::ci_bundle(root)?;
+    crate::boards::lint(root, &bundle)?;
+    crate::boards::build(root, Some(&bundle))
 }
 
 /// `-p CRATE --no-default-features [--features A,B] --target thumbv7em-none-eabihf --locked`
@@ -194,8 +202,8 @@ mod tests {
     }
 
     #[test]
-    fn ten_stages_and_the_first_installs_the_targets() {
-        assert_eq!(STAGES.len(), 10);
+    fn twelve_stages_and_the_first_installs_the_targets() {
+        assert_eq!(STAGES.len(), 12);
         assert!(TARGETS.iter().all(|target| STAGES[0].0.contains(target)));
     }
 }

@@ -89,24 +89,28 @@ pub fn decode(
     model_hash: u64,
     state_len: usize,
 ) -> Result<(CheckpointInfo, &[u8]), CheckpointError> {
+    let (info, state) = read(bytes)?;
+    if info.model_hash != model_hash {
+        return Err(CheckpointError::OtherModel { found: info.model_hash, expected: model_hash });
+    }
+    if state.len() != state_len {
+        return Err(CheckpointError::StateSize { found: state.len(), expected: state_len });
+    }
+    Ok((info, state))
+}
+
+/// Reads a checkpoint of any model: its record and state bytes.
+pub fn read(bytes: &[u8]) -> Result<(CheckpointInfo, &[u8]), CheckpointError> {
     let truncated = |needed| CheckpointError::Truncated { needed, available: bytes.len() };
     let header = bytes.get(..CHECKPOINT_HEADER_BYTES).ok_or(truncated(CHECKPOINT_HEADER_BYTES))?;
     let u32_at = |at: usize| {
         u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
     };
     let u64_at = |at: usize| u64::from(u32_at(at)) | (u64::from(u32_at(at + 4)) << 32);
-    let found = u64_at(0);
-    if found != model_hash {
-        return Err(CheckpointError::OtherModel { found, expected: model_hash });
-    }
-    let len = u32_at(32) as usize;
-    if len != state_len {
-        return Err(CheckpointError::StateSize { found: len, expected: state_len });
-    }
-    let needed = CHECKPOINT_HEADER_BYTES + len;
+    let needed = CHECKPOINT_HEADER_BYTES.saturating_add(u32_at(32) as usize);
     let state = bytes.get(CHECKPOINT_HEADER_BYTES..needed).ok_or(truncated(needed))?;
     let info = CheckpointInfo {
-        model_hash: found,
+        model_hash: u64_at(0),
         epoch: u32_at(8),
         progress: Progress { updates: u32_at(12), micro_batches: u64_at(16), pending: u32_at(24) },
         accuracy: f32::from_bits(u32_at(28)),

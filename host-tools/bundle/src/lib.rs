@@ -2,7 +2,8 @@
 //! split into a frozen backbone (compiled for one sample: inference) and the trainable head
 //! (compiled for a batch of feature vectors: a training step and an evaluation plan); the
 //! three plans are placed on one shared layout and written with their weights as one
-//! checked file (see `sprout_firmware::bundle` for the format).
+//! checked file (see `sprout_firmware::bundle` for the format). A checkpoint the device
+//! trained goes back into the model with [`apply_device_checkpoint`].
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -13,8 +14,11 @@
 //! # }
 //! ```
 
+mod device_checkpoint;
 mod layout;
 mod split;
+
+pub use device_checkpoint::{apply_device_checkpoint, ApplyError};
 
 use layout::{Layout, Placed};
 use sprout_core::format::container::{self, FrameError, HEADER_BYTES};

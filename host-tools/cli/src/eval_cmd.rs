@@ -1,10 +1,12 @@
 //! `sprout eval`: a `.sprout` model's accuracy, per-class accuracy and confusion matrix on
-//! an image folder (DIR/val when present) or a tensor file.
+//! an image folder (DIR/val when present) or a tensor file; optionally with the head
+//! weights of a device checkpoint (`--device-checkpoint CKPT --bundle BUNDLE`).
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
+use sprout_bundle::apply_device_checkpoint;
 use sprout_train::{open_data, Inference, Model};
 
 #[derive(Args, Debug)]
@@ -15,10 +17,31 @@ pub struct EvalArgs {
     /// A folder per class (DIR/val is used when present) or a .npz / .safetensors file.
     #[arg(long, value_name = "DIR|FILE")]
     data: PathBuf,
+    /// Evaluate with the head a device trained: a checkpoint from `sprout device pull`
+    /// (needs --bundle, the bundle the device runs, made from MODEL).
+    #[arg(long, value_name = "CKPT", requires = "bundle")]
+    device_checkpoint: Option<PathBuf>,
+    /// The device bundle the checkpoint's weights are placed by.
+    #[arg(long, value_name = "BUNDLE", requires = "device_checkpoint")]
+    bundle: Option<PathBuf>,
 }
 
 pub fn run(args: &EvalArgs) -> Result<()> {
     let mut model = Model::open(&args.model)?;
+    if let (Some(checkpoint), Some(bundle)) = (&args.device_checkpoint, &args.bundle) {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+        };
+        let info = apply_device_checkpoint(&mut model, &read(bundle)?, &read(checkpoint)?)
+            .with_context(|| format!("applying the device checkpoint {}", checkpoint.display()))?;
+        println!(
+            "device checkpoint {}: epoch {}, {} updates, device held-out accuracy {:.1}%",
+            checkpoint.display(),
+            info.epoch,
+            info.progress.updates,
+            100.0 * info.accuracy
+        );
+    }
     let (_, mut data) = open_data(&mut model, &args.data, None, false, false, 0)?;
     let mut inference = Inference::new(&model)?;
     let metrics = inference.evaluate(&mut data)?;

@@ -25,9 +25,9 @@ pub enum LinkError {
         "the checkpoint belongs to model {checkpoint:#018x}, the device runs model {device:#018x}"
     )]
     ModelMismatch { device: u64, checkpoint: u64 },
-    /// A file that is not a sprout checkpoint.
+    /// A file that is not a device checkpoint (as `sprout device pull` saves).
     #[error("{}: {source}", path.display())]
-    NotACheckpoint { path: PathBuf, source: sprout_train::CheckpointError },
+    NotACheckpoint { path: PathBuf, source: sprout_firmware::trainer::CheckpointError },
     /// A class folder the device's model does not know.
     #[error("class folder '{class}' in {} is not one of the device's classes ({})", folder.display(), list(device))]
     UnknownClass { class: String, folder: PathBuf, device: Vec<String> },

@@ -14,7 +14,7 @@ use sprout_core::link::{
     ClientError, DeviceError, DeviceInfo, Request, Response, RetryPolicy, MAX_FRAME,
 };
 use sprout_device::{checkpoint_for, ConnectOptions, Device, LinkError, PortSpec};
-use sprout_train::Checkpoint;
+use sprout_firmware::trainer::{checkpoint, CheckpointInfo};
 use support::fake_app::{spawn_tcp_device, FakeApp, MODEL_HASH, SHAPE};
 
 const QUICK: ConnectOptions =
@@ -109,20 +109,17 @@ fn a_refusal_carries_the_device_reason() {
     );
 }
 
-fn checkpoint(graph_hash: u64) -> Checkpoint {
-    Checkpoint {
+/// A device checkpoint (the firmware trainer's bytes) of the model `model_hash`.
+fn device_checkpoint(model_hash: u64) -> Vec<u8> {
+    let info = CheckpointInfo {
+        model_hash,
         epoch: 1,
-        updates: 2,
-        micro_batches: 2,
-        pending: 0,
-        seed: 3,
-        best_accuracy: Some(0.5),
-        graph_hash,
-        state_size: 4,
-        state: vec![1, 2, 3, 4],
-        history: Vec::new(),
-        model: Vec::new(),
-    }
+        progress: sprout_core::Progress { updates: 2, micro_batches: 2, pending: 0 },
+        accuracy: 0.5,
+    };
+    let mut bytes = vec![0; checkpoint::CHECKPOINT_HEADER_BYTES + 4];
+    checkpoint::encode(&info, &[1, 2, 3, 4], &mut bytes).unwrap();
+    bytes
 }
 
 #[test]
@@ -132,22 +129,22 @@ fn only_a_checkpoint_of_the_device_model_is_pushed() {
     let info = sprout_core::link::DeviceApp::info(&device);
 
     let right = folder.path().join("right.ckpt");
-    std::fs::write(&right, checkpoint(MODEL_HASH).encode()).unwrap();
-    assert_eq!(checkpoint_for(&right, &info).unwrap(), checkpoint(MODEL_HASH).encode());
+    std::fs::write(&right, device_checkpoint(MODEL_HASH)).unwrap();
+    assert_eq!(checkpoint_for(&right, &info).unwrap(), device_checkpoint(MODEL_HASH));
 
     let wrong = folder.path().join("wrong.ckpt");
-    std::fs::write(&wrong, checkpoint(7).encode()).unwrap();
+    std::fs::write(&wrong, device_checkpoint(7)).unwrap();
     let error = checkpoint_for(&wrong, &info).err().unwrap();
     assert!(
         matches!(error, LinkError::ModelMismatch { device: MODEL_HASH, checkpoint: 7 }),
         "{error}"
     );
 
-    let mut damaged = checkpoint(MODEL_HASH).encode();
-    let last = damaged.len() - 1;
-    damaged[last] ^= 1;
-    std::fs::write(&wrong, damaged).unwrap();
-    let error = checkpoint_for(&wrong, &info).err().unwrap();
-    assert!(matches!(error, LinkError::NotACheckpoint { .. }), "{error}");
-    assert!(error.to_string().contains("checksum"), "{error}");
+    let whole = device_checkpoint(MODEL_HASH);
+    for damaged in [&whole[..whole.len() - 1], &[whole.as_slice(), &[0]].concat()] {
+        std::fs::write(&wrong, damaged).unwrap();
+        let error = checkpoint_for(&wrong, &info).err().unwrap();
+        assert!(matches!(error, LinkError::NotACheckpoint { .. }), "{error}");
+        assert!(error.to_string().contains("truncated"), "{error}");
+    }
 }

@@ -17,13 +17,15 @@ use sprout_firmware::device::DeviceTrainer;
 use sprout_firmware::storage::CheckpointStore;
 use sprout_firmware::trainer::{EpochReport, Log, SampleCache, Trainer, TrainerMemory};
 
-/// The bundle's bytes at an address its sections' alignment divides.
+/// The bundle's partition (the bundle, then erased flash) at an address its sections'
+/// alignment divides.
 #[repr(C, align(16))]
 struct Aligned<T: ?Sized>(T);
 
-const BUNDLE_BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/leaf.bundle"));
-static BUNDLE: Aligned<[u8; BUNDLE_BYTES.len()]> =
+const PARTITION: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/leaf.bundle"));
+static BUNDLE: Aligned<[u8; PARTITION.len()]> =
     Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/leaf.bundle")));
+include!(concat!(env!("OUT_DIR"), "/leaf_bundle_len.rs"));
 
 /// Plan steps of the three plans together.
 const STEPS: usize = 48;
@@ -103,7 +105,7 @@ fn main() -> ! {
     let Some(mut b) = board::init() else { board::exit(false) };
     let m = memory();
     let bundle: Bundle<'_, '_> =
-        bundle::decode(&BUNDLE.0, &mut m.steps).unwrap_or_else(|e| fail("bundle", e));
+        bundle::decode(&BUNDLE.0[..BUNDLE_LEN], &mut m.steps).unwrap_or_else(|e| fail("bundle", e));
     let rows = bundle.feature_bytes();
     let memory = TrainerMemory {
         state: &mut m.state,
@@ -120,7 +122,7 @@ fn main() -> ! {
     defmt::info!(
         "leaf-trainer on {=str}: bundle {=usize} bytes, arena {=usize} of {=usize} bytes, {=usize}+{=usize} cached samples of {=usize} bytes",
         board::NAME,
-        BUNDLE_BYTES.len(),
+        BUNDLE_LEN,
         bundle.arena_bytes(),
         ARENA,
         TRAIN_SAMPLES,

@@ -1,0 +1,264 @@
+//! The leaf classifier fine-tuned on the emulated microcontroller, end to end, through the
+//! `sprout` CLI: a pretrained LeafNet under a fresh target-domain head is quantized (int8
+//! backbone, float head) and bundled; the `leaf-trainer` firmware embedding that bundle
+//! runs under QEMU with UART0 on a TCP port; `sprout device train` streams the target
+//! photos (training and held-out split) and trains there, `sprout device pull` fetches the
+//! best checkpoint (its CRC-32 must be the device's), and `sprout eval` with the pulled
+//! head must reproduce the accuracy the device recorded.
+//!
+//! `cargo xtask test` runs it on a small set made from scratch ([`prepare_ci`]): a short
+//! pretraining on the source domain's photos of the three target classes, so the whole
+//! stage stays within a few minutes.
+//! `cargo xtask demo` runs it with the demo's own backbone.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+use crate::cmd::Cmd;
+use crate::demo::{draw, LeafSet, TARGET_CLASSES};
+use crate::format_duration;
+use crate::qemu::{self, Emulation};
+
+/// Where `cargo xtask test` keeps its data, models and bundle.
+const CI_DIR: &str = "target/sprout-qemu";
+
+/// CI's source photos: the source domain's pictures of the three target classes only
+/// (seven classes learn too slowly for CI's minute of pretraining).
+const CI_SOURCE: LeafSet = LeafSet {
+    folder: "source",
+    domain: "source",
+    classes: TARGET_CLASSES,
+    per_class: "120",
+    seed: "1",
+};
+
+/// The photos sent to the device (in CI and in the demo): 21 to train on and 7 held out
+/// per class, about a minute and a half of transfer under QEMU.
+pub const DEVICE_TARGET: LeafSet = LeafSet {
+    folder: "target-device",
+    domain: "target",
+    classes: TARGET_CLASSES,
+    per_class: "28",
+    seed: "3",
+};
+
+/// CI's short pretraining: every parameter, AdamW, 8 epochs (about 40 s in the dev build).
+const CI_PRETRAIN: &[&str] = &[
+    "--trainable",
+    "all",
+    "--optimizer",
+    "adamw",
+    "--lr",
+    "0.003",
+    "--schedule",
+    "cosine",
+    "--epochs",
+    "8",
+    "--batch-size",
+    "16",
+    "--seed",
+    "1",
+];
+
+/// Epochs the device trains the head for.
+const DEVICE_EPOCHS: &str = "30";
+/// The held-out accuracy the device must reach.
+const TARGET_ACCURACY: f64 = 90.0;
+
+/// The files of one on-device fine-tune.
+pub struct Leaf {
+    /// The int8-backbone, float-head model the bundle was made from.
+    pub model: PathBuf,
+    pub bundle: PathBuf,
+    /// The photos sent to the device (`train/` and `val/`).
+    pub data: PathBuf,
+    /// Where the pulled checkpoint goes.
+    pub checkpoint: PathBuf,
+}
+
+/// The sprout CLI `cargo xtask test` uses: the workspace tests' dev build.
+fn ci_sprout(root: &Path) -> Result<String> {
+    Cmd::cargo(root).args(["build", "--locked", "-p", "sprout-cli"]).run()?;
+    let sprout = root.join("target/debug/sprout");
+    Ok(sprout.to_str().context("the workspace path is not UTF-8")?.to_owned())
+}
+
+/// Makes CI's photos and pretrained backbone (once per checkout; later runs reuse them)
+/// and, every time, the bundle from them; returns CI's files.
+pub fn prepare_ci(root: &Path) -> Result<Leaf> {
+    let work = root.join(CI_DIR);
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let sprout = ci_sprout(root)?;
+    let path = |name: &str| work.join(name).to_string_lossy().into_owned();
+    let backbone = work.join("backbone.sprout");
+    if backbone.exists() {
+        println!("reusing the pretrained backbone {}", backbone.display());
+    } else {
+        draw(root, &sprout, &work.join(CI_SOURCE.folder), &CI_SOURCE)?;
+        Cmd::new(&sprout, root)
+            .args(["train", "--zoo", "leafnet", "--data", &path(CI_SOURCE.folder)])
+            .args(CI_PRETRAIN.iter().copied())
+            .args(["--out-dir", &path("pretrain-run"), "-o", &path("backbone.sprout")])
+            .run()?;
+    }
+    bundle_for_device(root, &sprout, &backbone, &work)
+}
+
+/// CI's bundle, made when missing.
+pub fn ci_bundle(root: &Path) -> Result<PathBuf> {
+    let leaf = leaf_files(&root.join(CI_DIR));
+    match leaf.bundle.exists() {
+        true => Ok(leaf.bundle),
+        false => Ok(prepare_ci(root)?.bundle),
+    }
+}
+
+fn leaf_files(work: &Path) -> Leaf {
+    Leaf {
+        model: work.join("leaf-int8.sprout"),
+        bundle: work.join("leaf.bundle"),
+        data: work.join(DEVICE_TARGET.folder),
+        checkpoint: work.join("device.ckpt"),
+    }
+}
+
+/// From a pretrained `backbone`: the device's photos, a fresh 3-class head over the
+/// backbone, the int8 model (calibrated on the device's training photos, head kept float)
+/// and its bundle, all in `work`.
+pub fn bundle_for_device(root: &Path, sprout: &str, backbone: &Path, work: &Path) -> Result<Leaf> {
+    let leaf = leaf_files(work);
+    let path = |name: &str| work.join(name).to_string_lossy().into_owned();
+    let data = leaf.data.to_string_lossy().into_owned();
+    draw(root, sprout, &leaf.data, &DEVICE_TARGET)?;
+    Cmd::new(sprout, root)
+        .args(["train", "--zoo", "leafnet", "--init-from", &backbone.to_string_lossy()])
+        .args(["--data", &data, "--trainable", "head", "--epochs", "0", "--seed", "2"])
+        .args(["--out-dir", &path("fresh-head-run"), "-o", &path("fresh-head.sprout")])
+        .run()?;
+    let model = leaf.model.to_string_lossy().into_owned();
+    Cmd::new(sprout, root)
+        .args(["quantize", &path("fresh-head.sprout"), "--calib", &data])
+        .args(["--keep-float", "head", "-o", &model])
+        .run()?;
+    Cmd::new(sprout, root).args(["bundle", &model, "-o", &leaf.bundle.to_string_lossy()]).run()?;
+    Ok(leaf)
+}
+
+/// `cargo xtask test`'s stage: CI's fine-tune on the firmware the boards stage built.
+pub fn test(root: &Path) -> Result<()> {
+    let leaf = leaf_files(&root.join(CI_DIR));
+    let sprout = ci_sprout(root)?;
+    fine_tune(root, &sprout, &crate::boards::elf(root, "leaf-trainer"), &leaf).map(|_| ())
+}
+
+/// What a fine-tune on the device reached.
+pub struct Outcome {
+    /// Held-out accuracy the device recorded with its best checkpoint, in percent.
+    pub device_accuracy: f64,
+    /// The host's accuracy with the pulled checkpoint on the same photos, in percent.
+    pub host_accuracy: f64,
+}
+
+/// Runs the fine-tune on `elf` under QEMU and checks it (see the module documentation).
+pub fn fine_tune(root: &Path, sprout: &str, elf: &Path, leaf: &Leaf) -> Result<Outcome> {
+    qemu::ensure_installed(root)?;
+    let emulation = Emulation::start(elf)?;
+    let port = emulation.port_spec();
+    let result = converse(root, sprout, &port, leaf);
+    let log = emulation.stop()?;
+    println!("--- device log ---");
+    for line in &log {
+        println!("  {line}");
+    }
+    let outcome = result?;
+    if outcome.device_accuracy < TARGET_ACCURACY {
+        bail!(
+            "the device reached {:.1}% held-out accuracy, below the {TARGET_ACCURACY}% target",
+            outcome.device_accuracy
+        );
+    }
+    Ok(outcome)
+}
+
+/// Train, pull and evaluate over `port`.
+fn converse(root: &Path, sprout: &str, port: &str, leaf: &Leaf) -> Result<Outcome> {
+    let started = Instant::now();
+    let data = leaf.data.to_string_lossy().into_owned();
+    Cmd::new(sprout, root)
+        .args(["device", "train", "--port", port, "--data", &data])
+        .args(["--epochs", DEVICE_EPOCHS])
+        .run()?;
+    println!(
+        "device training (transfer, backbone, head) took {}",
+        format_duration(started.elapsed())
+    );
+
+    let checkpoint = leaf.checkpoint.to_string_lossy().into_owned();
+    let pulled = Cmd::new(sprout, root)
+        .args(["device", "pull", "--port", port, "-o", &checkpoint])
+        .read()?;
+    print!("{pulled}");
+    let device_crc = field(&pulled, "CRC-32 ", ")")
+        .and_then(|crc| u32::from_str_radix(crc.trim_start_matches("0x"), 16).ok())
+        .context("`sprout device pull` printed no CRC-32")?;
+    let bytes = std::fs::read(&leaf.checkpoint)
+        .with_context(|| format!("reading {}", leaf.checkpoint.display()))?;
+    let file_crc = sprout_core::format::container::CRC32.checksum(&bytes);
+    if file_crc != device_crc {
+        bail!("the pulled checkpoint's CRC-32 {file_crc:#010x} is not the device's {device_crc:#010x}");
+    }
+    println!("the pulled checkpoint's CRC-32 {file_crc:#010x} is the device's");
+
+    let evaluated = Cmd::new(sprout, root)
+        .args(["eval", &leaf.model.to_string_lossy(), "--data", &data])
+        .args(["--device-checkpoint", &checkpoint, "--bundle", &leaf.bundle.to_string_lossy()])
+        .read()?;
+    print!("{evaluated}");
+    let percent = |text: Option<&str>, what: &str| -> Result<f64> {
+        text.and_then(|t| t.trim().parse().ok())
+            .with_context(|| format!("`sprout eval` printed no {what}"))
+    };
+    let device_accuracy =
+        percent(field(&evaluated, "device held-out accuracy ", "%"), "device accuracy")?;
+    let host_accuracy = percent(field(&evaluated, "\naccuracy ", "%"), "accuracy")?;
+    let samples = field(&evaluated, "% (", " samples")
+        .and_then(|n| n.parse::<f64>().ok())
+        .context("`sprout eval` printed no sample count")?;
+    // The device's f32 head adds in another order than the host's: a sample on the
+    // decision boundary may flip, no more.
+    if (device_accuracy - host_accuracy).abs() > 100.0 / samples + 0.05 {
+        bail!(
+            "the host evaluates the pulled checkpoint at {host_accuracy:.1}%, the device \
+             recorded {device_accuracy:.1}%"
+        );
+    }
+    println!(
+        "on-device fine-tune: device held-out accuracy {device_accuracy:.1}%, host evaluation \
+         of the pulled checkpoint {host_accuracy:.1}% ({samples} samples)"
+    );
+    Ok(Outcome { device_accuracy, host_accuracy })
+}
+
+/// The text between the first `start` in `text` and the next `end`.
+fn field<'t>(text: &'t str, start: &str, end: &str) -> Option<&'t str> {
+    let from = text.find(start)? + start.len();
+    let len = text[from..].find(end)?;
+    Some(&text[from..from + len])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_found_between_their_markers() {
+        let text =
+            "pulled 4.6 KiB (4672 bytes, CRC-32 0x1c418e31) to x\naccuracy 96.7% (30 samples)";
+        assert_eq!(field(text, "CRC-32 ", ")"), Some("0x1c418e31"));
+        assert_eq!(field(text, "\naccuracy ", "%"), Some("96.7"));
+        assert_eq!(field(text, "% (", " samples"), Some("30"));
+        assert_eq!(field(text, "missing", ")"), None);
+    }
+}
