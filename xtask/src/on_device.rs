@@ -78,9 +78,10 @@ pub struct Leaf {
     pub checkpoint: PathBuf,
 }
 
-/// The sprout CLI `cargo xtask test` uses: the workspace tests' dev build.
+/// The sprout CLI `cargo xtask test` uses: the dev build, with the workspace's features
+/// (as the workspace tests build it).
 fn ci_sprout(root: &Path) -> Result<String> {
-    Cmd::cargo(root).args(["build", "--locked", "-p", "sprout-cli"]).run()?;
+    Cmd::cargo(root).args(["build", "--workspace", "--locked", "--bin", "sprout"]).run()?;
     let sprout = root.join("target/debug/sprout");
     Ok(sprout.to_str().context("the workspace path is not UTF-8")?.to_owned())
 }
