@@ -173,7 +173,7 @@ impl<'b, 's, 'm, K: Kernels + Clone, F: NorFlash> DeviceTrainer<'b, 's, 'm, K, F
         let PixelNormalization { mean, std } = self.pixels;
         let input = self.trainer.sample_input().map_err(|_| DeviceError::Failed)?;
         for (i, &byte) in bytes.iter().enumerate() {
-            let at = offset as usize + i;
+            let at = (offset as usize).saturating_add(i);
             let (pixel, channel) = (at / 3, at % 3);
             let value = input.get_mut(channel * plane + pixel).ok_or(DeviceError::Failed)?;
             *value = (f32::from(byte) / 255.0 - mean[channel]) / std[channel];
@@ -279,10 +279,11 @@ impl<K: Kernels + Clone, F: NorFlash> DeviceApp for DeviceTrainer<'_, '_, '_, K,
     fn read_checkpoint(&mut self, offset: u32, buf: &mut [u8]) -> Result<(), DeviceError> {
         let len = self.current.map_or(0, |c| c.len as usize);
         let start = offset as usize;
+        let end = start.saturating_add(buf.len());
         let bytes = self
             .checkpoint
-            .get(start..start + buf.len())
-            .filter(|_| start + buf.len() <= len)
+            .get(start..end)
+            .filter(|_| end <= len)
             .ok_or(DeviceError::NoCheckpoint)?;
         buf.copy_from_slice(bytes);
         Ok(())
@@ -301,7 +302,7 @@ impl<K: Kernels + Clone, F: NorFlash> DeviceApp for DeviceTrainer<'_, '_, '_, K,
 
     fn write_checkpoint(&mut self, offset: u32, bytes: &[u8]) -> Result<(), DeviceError> {
         let start = offset as usize;
-        let end = start + bytes.len();
+        let end = start.saturating_add(bytes.len());
         let total = self.incoming_len as u32;
         let target = self
             .incoming

@@ -51,7 +51,12 @@ fn bundle_writes_a_bundle_the_firmware_decodes() {
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("features 64 per sample, 10 classes, head batch 8"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "features 64 per sample (256 bytes cached per sample), 10 classes, head batch 8"
+        ),
+        "{stdout}"
+    );
     let bytes = std::fs::read(&out).unwrap();
     let mut steps = Box::new(heapless::Vec::<Step, 64>::new());
     let bundle = sprout_firmware::bundle::decode(&bytes, &mut steps).unwrap();

@@ -1,0 +1,246 @@
+//! The firmware's link app (`DeviceTrainer`) over a picture model's bundle: pushed RGB8
+//! chunks land normalized in the backbone's input, training runs epoch by epoch to a
+//! tested held-out accuracy, the best checkpoint is what a pull reads and what the flash
+//! holds, a pushed checkpoint restores on another device, and bad requests are refused.
+
+use embedded_storage::nor_flash::{
+    check_erase, check_read, check_write, ErrorType, NorFlash, NorFlashErrorKind, ReadNorFlash,
+};
+use sprout_bundle::{build, BundleOptions};
+use sprout_core::link::{
+    CheckpointInfo, DeviceApp, DeviceError, SampleChunk, Split, TrainingConfig, TrainingState,
+    MAX_CHUNK,
+};
+use sprout_core::rng::SplitMix;
+use sprout_core::{Reference, Step};
+use sprout_firmware::bundle::{decode, Bundle};
+use sprout_firmware::device::DeviceTrainer;
+use sprout_firmware::storage::CheckpointStore;
+use sprout_firmware::trainer::{SampleCache, Trainer, TrainerMemory};
+use sprout_train::Model;
+use sprout_zoo::Architecture;
+
+/// NOR flash in memory: erase to 0xFF, writes clear bits.
+struct RamFlash(Vec<u8>);
+
+impl ErrorType for RamFlash {
+    type Error = NorFlashErrorKind;
+}
+
+impl ReadNorFlash for RamFlash {
+    const READ_SIZE: usize = 1;
+    fn read(&mut self, offset: u32, bytes: &mut [u8]) -> Result<(), Self::Error> {
+        check_read(self, offset, bytes.len())?;
+        bytes.copy_from_slice(&self.0[offset as usize..offset as usize + bytes.len()]);
+        Ok(())
+    }
+    fn capacity(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl NorFlash for RamFlash {
+    const WRITE_SIZE: usize = 4;
+    const ERASE_SIZE: usize = 4096;
+    fn erase(&mut self, from: u32, to: u32) -> Result<(), Self::Error> {
+        check_erase(self, from, to)?;
+        self.0[from as usize..to as usize].fill(0xFF);
+        Ok(())
+    }
+    fn write(&mut self, offset: u32, bytes: &[u8]) -> Result<(), Self::Error> {
+        check_write(self, offset, bytes.len())?;
+        for (cell, byte) in self.0[offset as usize..].iter_mut().zip(bytes) {
+            *cell &= byte;
+        }
+        Ok(())
+    }
+}
+
+const TRAIN: usize = 24;
+const HELD_OUT: usize = 12;
+const SLOT: u32 = 32 * 1024;
+
+/// Bytes of each checkpoint buffer: room to spare after a checkpoint of the bundle's model.
+fn checkpoint_room(bundle: &Bundle<'_, '_>) -> usize {
+    bundle.initial_state.len() + 64
+}
+
+/// Buffers for one device (what the firmware keeps in statics).
+struct Buffers {
+    state: Vec<u32>,
+    best: Vec<u32>,
+    arena: Vec<u32>,
+    train: (Vec<u8>, Vec<i32>),
+    held_out: (Vec<u8>, Vec<i32>),
+    checkpoint: Vec<u8>,
+    incoming: Vec<u8>,
+}
+
+impl Buffers {
+    fn for_bundle(bundle: &Bundle<'_, '_>) -> Self {
+        let words = |bytes: usize| vec![0u32; bytes.div_ceil(4)];
+        let row = bundle.feature_bytes();
+        let checkpoint = checkpoint_room(bundle);
+        Self {
+            state: words(bundle.initial_state.len()),
+            best: words(bundle.initial_state.len()),
+            arena: words(bundle.arena_bytes()),
+            train: (vec![0; TRAIN * row], vec![0; TRAIN]),
+            held_out: (vec![0; HELD_OUT * row], vec![0; HELD_OUT]),
+            checkpoint: vec![0; checkpoint],
+            incoming: vec![0; checkpoint],
+        }
+    }
+}
+
+fn device<'b, 's, 'm>(
+    bundle: &'b Bundle<'b, 's>,
+    buffers: &'m mut Buffers,
+    flash: &'m mut RamFlash,
+) -> DeviceTrainer<'b, 's, 'm, Reference, &'m mut RamFlash> {
+    let row = bundle.feature_bytes();
+    let memory = TrainerMemory {
+        state: bytemuck::cast_slice_mut(&mut buffers.state),
+        arena: bytemuck::cast_slice_mut(&mut buffers.arena),
+        best_state: bytemuck::cast_slice_mut(&mut buffers.best),
+        train: SampleCache::new(&mut buffers.train.0, &mut buffers.train.1, row),
+        held_out: SampleCache::new(&mut buffers.held_out.0, &mut buffers.held_out.1, row),
+    };
+    let trainer = Trainer::new(bundle, Reference, memory, 5).unwrap();
+    let store = CheckpointStore::new(flash, 0, SLOT).unwrap();
+    DeviceTrainer::new(trainer, store, &mut buffers.checkpoint, &mut buffers.incoming).unwrap()
+}
+
+/// A picture of class `class`: one colour channel bright, noise on all.
+fn picture(class: usize, rng: &mut SplitMix, pixels: usize) -> Vec<u8> {
+    (0..pixels * 3)
+        .map(|i| {
+            let base = if i % 3 == class { 200.0 } else { 40.0 };
+            (base + rng.uniform(-30.0, 30.0)) as u8
+        })
+        .collect()
+}
+
+/// Sends `bytes` as the link would: chunks of at most `MAX_CHUNK`, in order.
+fn push(
+    app: &mut impl DeviceApp,
+    label: u16,
+    split: Split,
+    bytes: &[u8],
+) -> Result<(), DeviceError> {
+    for (i, chunk) in bytes.chunks(MAX_CHUNK).enumerate() {
+        let offset = (i * MAX_CHUNK) as u32;
+        let total = bytes.len() as u32;
+        app.receive_sample(SampleChunk { label, split, offset, total, bytes: chunk })?;
+    }
+    Ok(())
+}
+
+#[test]
+fn the_device_app_trains_from_pushed_pictures_and_keeps_its_best_checkpoint() {
+    let model = Model::from_zoo_for(Architecture::ResNet, 4, 3, 1).unwrap();
+    let options = BundleOptions { batch: 4, learning_rate: 0.1, ..BundleOptions::default() };
+    let host = build(&model, &options).unwrap();
+    let mut words = vec![0u128; host.bytes.len().div_ceil(16)];
+    bytemuck::cast_slice_mut::<u128, u8>(&mut words)[..host.bytes.len()]
+        .copy_from_slice(&host.bytes);
+    let file = &bytemuck::cast_slice::<u128, u8>(&words)[..host.bytes.len()];
+    let mut steps = Box::new(heapless::Vec::<Step, 256>::new());
+    let bundle = decode(file, &mut steps).unwrap();
+
+    let mut flash = RamFlash(vec![0xFF; 2 * SLOT as usize]);
+    let mut buffers = Buffers::for_bundle(&bundle);
+    let mut app = device(&bundle, &mut buffers, &mut flash);
+    let info = app.info();
+    assert_eq!((info.classes, info.sample.width, info.sample.height), (3, 32, 32));
+    assert_eq!((info.samples, info.checkpoint), (0, None));
+    let pixels = 32 * 32;
+
+    // Interleaved RGB8 lands in channel planes, normalized as the model's metadata says.
+    let mut rng = SplitMix::new(3);
+    let first = picture(0, &mut rng, pixels);
+    let chunk = SampleChunk {
+        label: 0,
+        split: Split::Train,
+        offset: 0,
+        total: first.len() as u32,
+        bytes: &first[..MAX_CHUNK],
+    };
+    app.receive_sample(chunk).unwrap();
+    let p = bundle.header.pixels;
+    let input = app.trainer().sample_input().unwrap();
+    for (at, &byte) in first[..MAX_CHUNK].iter().enumerate() {
+        let (pixel, channel) = (at / 3, at % 3);
+        let want = (f32::from(byte) / 255.0 - p.mean[channel]) / p.std[channel];
+        assert_eq!(input[channel * pixels + pixel], want, "byte {at}");
+    }
+    assert_eq!(app.info().samples, 0, "an unfinished picture is not a sample");
+    assert_eq!(
+        app.start_training(TrainingConfig { epochs: 1, learning_rate: None }),
+        Err(DeviceError::NoSamples)
+    );
+
+    for i in 0..TRAIN + HELD_OUT {
+        let split = if i < TRAIN { Split::Train } else { Split::Validation };
+        push(&mut app, (i % 3) as u16, split, &picture(i % 3, &mut rng, pixels)).unwrap();
+    }
+    assert_eq!(app.info().samples, (TRAIN + HELD_OUT) as u32);
+    assert_eq!(
+        push(&mut app, 0, Split::Validation, &picture(0, &mut rng, pixels)),
+        Err(DeviceError::SamplesFull { capacity: HELD_OUT as u32 })
+    );
+
+    app.start_training(TrainingConfig { epochs: 10, learning_rate: None }).unwrap();
+    assert_eq!(app.clear_samples(), Err(DeviceError::Busy));
+    assert_eq!(push(&mut app, 0, Split::Train, &first), Err(DeviceError::Busy));
+    let mut epochs = 0;
+    while app.run_epoch(&mut ()).is_some() {
+        epochs += 1;
+    }
+    let progress = app.progress();
+    assert_eq!(
+        (epochs, progress.state, progress.epoch, progress.epochs),
+        (10, TrainingState::Finished, 10, 10)
+    );
+    assert_eq!(progress.step, 10 * (TRAIN / 4) as u32);
+    let (best, _) = app.trainer().best().unwrap();
+    assert!(best.accuracy >= 0.9, "held-out accuracy {}", best.accuracy);
+
+    // A pull reads the best checkpoint, which the flash holds too.
+    let announced = app.info().checkpoint.unwrap();
+    let mut pulled = vec![0; announced.len as usize];
+    app.read_checkpoint(0, &mut pulled).unwrap();
+    assert_eq!(CheckpointInfo::of(&pulled), Some(announced));
+    assert_eq!(app.read_checkpoint(announced.len, &mut [0; 4]), Err(DeviceError::NoCheckpoint));
+    let mut stored = vec![0; pulled.len()];
+    CheckpointStore::new(&mut flash, 0, SLOT).unwrap().load(&mut stored).unwrap().unwrap();
+    assert_eq!(stored, pulled);
+
+    // A fresh device restores the flash's checkpoint at start, and takes a pushed one.
+    let mut blank = RamFlash(vec![0xFF; 2 * SLOT as usize]);
+    let mut other_buffers = Buffers::for_bundle(&bundle);
+    let mut other = device(&bundle, &mut other_buffers, &mut blank);
+    assert_eq!(other.info().checkpoint, None);
+    let mut damaged = pulled.clone();
+    damaged[0] ^= 1;
+    other.begin_checkpoint(announced).unwrap();
+    other.write_checkpoint(0, &damaged).unwrap();
+    assert_eq!(other.commit_checkpoint(), Err(DeviceError::CheckpointRejected));
+    assert_eq!(other.info().checkpoint, None, "a refused checkpoint changes nothing");
+    assert_eq!(
+        other.begin_checkpoint(CheckpointInfo { len: 1 << 20, crc: 0 }),
+        Err(DeviceError::CheckpointTooLarge { capacity: checkpoint_room(&bundle) as u32 })
+    );
+    other.begin_checkpoint(announced).unwrap();
+    assert!(matches!(
+        other.write_checkpoint(announced.len, &[1]),
+        Err(DeviceError::OutOfRange { .. })
+    ));
+    other.write_checkpoint(0, &pulled).unwrap();
+    other.commit_checkpoint().unwrap();
+    assert_eq!(other.info().checkpoint, Some(announced));
+    assert_eq!(other.trainer().best().map(|(info, _)| info), Some(best));
+    let mut restarted_buffers = Buffers::for_bundle(&bundle);
+    let restarted = device(&bundle, &mut restarted_buffers, &mut blank);
+    assert_eq!(restarted.info().checkpoint, Some(announced), "restored from flash at start");
+}
