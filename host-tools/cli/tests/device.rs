@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use sprout_core::checksum::CRC32;
 use sprout_core::link::Split;
-use sprout_train::Checkpoint;
+use sprout_firmware::trainer::{checkpoint, CheckpointInfo};
 use support::fake_app::{spawn_tcp_device, FakeApp, CLASSES, MODEL_HASH, SHAPE};
 
 fn sprout(args: &[&str]) -> Output {
@@ -87,29 +87,28 @@ fn a_missing_serial_port_is_named() {
 
 #[test]
 fn push_sends_a_checkpoint_of_the_device_model() {
-    let checkpoint = Checkpoint {
-        epoch: 3,
-        updates: 30,
-        micro_batches: 30,
-        pending: 0,
-        seed: 1,
-        best_accuracy: Some(0.9),
-        graph_hash: MODEL_HASH,
-        state_size: 2048,
-        state: (0..2048u32).map(|i| i as u8).collect(),
-        history: Vec::new(),
-        model: Vec::new(),
+    // A device checkpoint (as `sprout device pull` saves it) of `model_hash`.
+    let device_checkpoint = |model_hash| {
+        let info = CheckpointInfo {
+            model_hash,
+            epoch: 3,
+            progress: sprout_core::Progress { updates: 30, micro_batches: 30, pending: 0 },
+            accuracy: 0.9,
+        };
+        let state: Vec<u8> = (0..2048u32).map(|i| i as u8).collect();
+        let mut bytes = vec![0; checkpoint::CHECKPOINT_HEADER_BYTES + state.len()];
+        checkpoint::encode(&info, &state, &mut bytes).unwrap();
+        bytes
     };
     let folder = tempfile::tempdir().unwrap();
-    let file = folder.path().join("run.ckpt");
-    std::fs::write(&file, checkpoint.encode()).unwrap();
+    let file = folder.path().join("device.ckpt");
+    std::fs::write(&file, device_checkpoint(MODEL_HASH)).unwrap();
     let (app, port) = device(Vec::new());
 
     ok(&["device", "push", "--port", &port, file.to_str().unwrap()]);
-    assert!(app.lock().unwrap().checkpoint == checkpoint.encode());
+    assert!(app.lock().unwrap().checkpoint == device_checkpoint(MODEL_HASH));
 
-    let other = Checkpoint { graph_hash: 1, ..checkpoint };
-    std::fs::write(&file, other.encode()).unwrap();
+    std::fs::write(&file, device_checkpoint(1)).unwrap();
     fails(&["device", "push", "--port", &port, file.to_str().unwrap()], "belongs to model");
 }
 
