@@ -26,6 +26,30 @@ fn taps(
     (first, lo, hi)
 }
 
+/// A 3x3 filter held in registers, for the interior of the plane.
+struct Filter3x3([i32; 9]);
+
+impl Filter3x3 {
+    /// `acc + Σ x·w` over the 3x3 window whose rows start at `0`, `w` and `2w` of `window`.
+    #[inline(always)]
+    fn apply(&self, acc: i32, window: &[i8], w: usize) -> i32 {
+        let t = &self.0;
+        let row = |r: usize| {
+            let x = &window[r * w..r * w + 3];
+            i32::from(x[0]) * t[3 * r]
+                + i32::from(x[1]) * t[3 * r + 1]
+                + i32::from(x[2]) * t[3 * r + 2]
+        };
+        acc.wrapping_add(row(0)).wrapping_add(row(1)).wrapping_add(row(2))
+    }
+}
+
+/// The filter as a [`Filter3x3`] when the kernel is 3x3.
+fn filter_3x3(ws: &[i8], g: &Conv2dGeometry) -> Option<Filter3x3> {
+    let taps: &[i8; 9] = ws.try_into().ok().filter(|_| (g.kh, g.kw) == (3, 3))?;
+    Some(Filter3x3(taps.map(i32::from)))
+}
+
 /// [`sprout_core::quant::conv2d_s8`] for a depthwise `g` (see [`is_depthwise`]).
 pub fn depthwise_s8(
     x: &[i8],
@@ -46,12 +70,19 @@ pub fn depthwise_s8(
         // leaves the inner loop (wrapping arithmetic keeps this exact).
         let weight_sum = ws.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
         let interior_start = start.wrapping_sub(x_zp.wrapping_mul(weight_sum));
+        let filter3x3 = filter_3x3(ws, g);
         for oy in 0..g.out_h {
             let (iy, ky_lo, ky_hi) = taps(oy, g.stride.0, g.padding.0, g.kh, g.h);
             let y_row = &mut ys[oy * g.out_w..][..g.out_w];
             for (ox, value) in y_row.iter_mut().enumerate() {
                 let (ix, kx_lo, kx_hi) = taps(ox, g.stride.1, g.padding.1, g.kw, g.w);
                 if (ky_hi - ky_lo, kx_hi - kx_lo) == (g.kh, g.kw) {
+                    let origin = (iy as usize) * g.w + ix as usize;
+                    if let Some(f) = &filter3x3 {
+                        let window = &xs[origin..origin + 2 * g.w + 3];
+                        *value = out.finish(c, f.apply(interior_start, window, g.w));
+                        continue;
+                    }
                     let mut acc = interior_start;
                     for (ky, ws_row) in ws.chunks_exact(g.kw).enumerate() {
                         let row = ((iy + ky as isize) as usize) * g.w + ix as usize;
