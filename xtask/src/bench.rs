@@ -28,8 +28,9 @@ pub const SUITES: &[(&str, &str)] = &[
     ),
     (
         "int8",
-        "the leaf classifier's validation accuracy in fp32 and int8: post-training \
-         quantization, head fine-tuning on an int8 backbone, an int8 block with and without QAS",
+        "the leaf classifier's validation accuracy in fp32, f16 and int8: post-training \
+         quantization, head fine-tuning in mixed precision and on an int8 backbone, an int8 \
+         block with and without QAS",
     ),
     (
         "cortex-m",

@@ -1,8 +1,8 @@
-//! `cargo xtask bench int8`: what int8 costs the leaf classifier in accuracy, on the demo's
-//! data and backbone (made by `cargo xtask demo` first when missing). Post-training
-//! quantization of the fine-tuned classifier; head fine-tuning on an int8 backbone against
-//! a float one; and an inner int8 block fine-tuned with and without quantization-aware
-//! scaling. Every run is one seed: the figures are single measurements.
+//! `cargo xtask bench int8`: what int8 and f16 cost the leaf classifier in accuracy, on the
+//! demo's data and backbone (made by `cargo xtask demo` first when missing). Post-training
+//! quantization of the fine-tuned classifier; head fine-tuning on a float backbone, in mixed
+//! precision, and on an int8 backbone; and an inner int8 block fine-tuned with and without
+//! quantization-aware scaling. Every run is one seed: the figures are single measurements.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

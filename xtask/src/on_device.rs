@@ -25,7 +25,10 @@ use crate::qemu::{self, Emulation};
 const CI_DIR: &str = "target/sprout-qemu";
 
 /// CI's source photos: the source domain's pictures of the three target classes only
-/// (seven classes learn too slowly for CI's minute of pretraining).
+/// (seven classes learn too slowly for CI's minute of pretraining). Its 3-class head has
+/// the target head's names and sizes, so `--init-from` keeps it: in CI the device
+/// fine-tunes a head that starts from the source domain's (a fresh head over this short
+/// pretraining does not reach the target); the demo's seven-class backbone gets a fresh one.
 const CI_SOURCE: LeafSet = LeafSet {
     folder: "source",
     domain: "source",

@@ -223,7 +223,8 @@ fn saturating_rounding_doubling_high_mul(a: i32, b: i32) -> i32 {
 /// gemmlowp's `RoundingDivideByPOT`: `x / 2^exponent` rounded half away from zero, for
 /// `exponent` in `0..=31`.
 fn rounding_divide_by_pot(x: i32, exponent: u32) -> i32 {
-    let mask = ((1i64 << exponent) - 1) as i32;
+    // `2^exponent − 1` in 32 bits (exponent ≤ 31), without a 64-bit shift.
+    let mask = (1u32 << exponent).wrapping_sub(1) as i32;
     let remainder = x & mask;
     let threshold = (mask >> 1) + i32::from(x < 0);
     (x >> exponent) + i32::from(remainder > threshold)

@@ -9,6 +9,7 @@ mod flash_cmd;
 mod onnx_cmd;
 mod picture;
 mod plan_cmd;
+mod plan_dtypes;
 mod predict_cmd;
 mod quantize_cmd;
 mod report;

@@ -52,6 +52,10 @@ pub struct PlanArgs {
     /// Print one JSON object instead of the text report.
     #[arg(long)]
     json: bool,
+    /// Compare the step's memory with f32, f16 and int8 storage side by side (instead of
+    /// the full report).
+    #[arg(long, conflicts_with_all = ["json", "svg", "budget"])]
+    dtypes: bool,
     /// How many of the largest arena buffers to list and letter in the picture.
     #[arg(long, value_name = "N", default_value_t = 8)]
     top: usize,
@@ -111,6 +115,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         budget: request.budget,
         f16_storage: None,
     };
+    if args.dtypes {
+        return print(&crate::plan_dtypes::compare(arch, batch, SEED, &args.trainable, &memory)?);
+    }
     let sgd = TrainConfig::sgd(0.9);
     let training =
         match compile_training_step_with(&model.graph, model.loss, &trainable, &sgd, &memory) {

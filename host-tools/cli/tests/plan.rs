@@ -241,3 +241,26 @@ fn a_pattern_that_matches_nothing_is_named() {
     let message = stderr(&output);
     assert!(message.contains("'features.9.*' matches no parameter"), "{message}");
 }
+
+/// The RAM column (arena + state, bytes) of one storage type's row of `--dtypes`.
+fn ram_of(table: &str, storage: &str) -> u64 {
+    let row = table
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{storage} ")))
+        .unwrap_or_else(|| panic!("no {storage} row in\n{table}"));
+    let cells: Vec<&str> = row.split(" B ").collect();
+    cells[3].split_whitespace().last().unwrap().parse().unwrap()
+}
+
+#[test]
+fn dtypes_show_the_leaf_head_step_in_f32_f16_and_int8() {
+    let output = sprout_plan(&["--zoo", "leafnet", "--trainable", "head", "--dtypes"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let table = stdout(&output);
+    let (f32_ram, f16_ram, int8_ram) =
+        (ram_of(&table, "f32"), ram_of(&table, "f16"), ram_of(&table, "int8"));
+    // The f32 head step does not fit a 256 KiB microcontroller; on an int8 backbone it does.
+    assert!(f32_ram > 256 * 1024 && int8_ram < 256 * 1024, "{table}");
+    assert!(int8_ram * 2 < f32_ram, "{table}");
+    assert!(f16_ram > 0, "{table}");
+}

@@ -6,10 +6,12 @@
 //!
 //! Both are the product of [`product`]: output channels against columns of
 //! zero-point-free `i16` inputs ([`columns`]), accumulated in wrapping `i32` like the
-//! reference, then requantized by the same [`OutputQuant`].
+//! reference, then requantized by the same [`OutputQuant`]; depthwise convolutions, with
+//! too few taps per output to repay columns, run direct loops ([`depthwise`]).
 
 mod columns;
 pub use columns::CHUNK;
+mod depthwise;
 mod product;
 pub mod scalar;
 
@@ -104,6 +106,9 @@ fn conv2d<E: Engine>(
     debug_assert_eq!(w.len(), g.weight_len());
     debug_assert_eq!(y.len(), g.output_len());
     debug_assert_eq!(out.multipliers.len(), g.c_out);
+    if depthwise::is_depthwise(g) {
+        return depthwise::depthwise_s8(x, x_zp, w, bias, y, out, g);
+    }
     let (cig, cog, plane) = (g.c_in_per_group(), g.c_out_per_group(), g.out_h * g.out_w);
     let depth = cig * g.kh * g.kw;
     for n in 0..g.n {
