@@ -65,10 +65,10 @@ const CI_PRETRAIN: &[&str] = &[
     "1",
 ];
 
-/// Epochs the device trains the head for.
 /// How long the host waits for each answer: the emulated device answers a sample only after
 /// its backbone pass (about 2 s under QEMU, much more on a loaded machine).
 const DEVICE_TIMEOUT_MS: &str = "5000";
+/// Epochs the device trains the head for.
 const DEVICE_EPOCHS: &str = "30";
 /// The held-out accuracy the device must reach.
 const TARGET_ACCURACY: f64 = 90.0;
