@@ -80,7 +80,7 @@ fn percent_and_loss(metrics: &sprout_train::Metrics) -> (f32, f32) {
 /// A fresh 3-class head over the pretrained backbone (the demo's fine-tuning start).
 fn fresh_model(backbone: &Path) -> Result<Model> {
     let mut model = Model::from_zoo_for(Architecture::LeafNet, 16, 3, 2)?;
-    model.init_from(backbone).context("loading the pretrained backbone")?;
+    model.init_from(backbone, Some("head")).context("loading the pretrained backbone")?;
     Ok(model)
 }
 

@@ -26,6 +26,10 @@ pub struct TrainArgs {
     /// pretrained backbone under a new head sized for the data's classes).
     #[arg(long, value_name = "FILE", requires = "zoo")]
     init_from: Option<PathBuf>,
+    /// With --init-from: parameters left at their fresh initial values although the file
+    /// has them (--trainable syntax; `head` gives a new head for the same classes).
+    #[arg(long, value_name = "CHOICE", requires = "init_from")]
+    fresh: Option<String>,
     /// Training data: a folder per class (DIR/train and DIR/val when present) or a .npz /
     /// .safetensors file with x (float32 [N, C, H, W]) and y (int64 [N]).
     #[arg(long, value_name = "DIR|FILE")]
@@ -111,7 +115,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             let batch = args.batch_size as usize;
             let mut model = Model::from_zoo_for(*arch, batch, classes, args.seed)?;
             if let Some(path) = &args.init_from {
-                let taken = model.init_from(path)?;
+                let taken = model.init_from(path, args.fresh.as_deref())?;
                 eprintln!("initialised {taken} tensors from {}", path.display());
             }
             (model, arch.name().to_string())

@@ -171,16 +171,25 @@ impl Model {
     }
 
     /// Starts from the weights of a `.sprout` file wherever a parameter or buffer has the
-    /// same name and size (a pretrained backbone under a new head); returns how many.
-    pub fn init_from(&mut self, path: &Path) -> Result<usize, TrainError> {
+    /// same name and size (a pretrained backbone under a new head), except the parameters
+    /// the `fresh` choice selects (`--trainable` syntax, e.g. `head`), which keep their
+    /// fresh initial values; returns how many tensors were taken from the file.
+    pub fn init_from(&mut self, path: &Path, fresh: Option<&str>) -> Result<usize, TrainError> {
         let bytes = std::fs::read(path).map_err(TrainError::io(path))?;
         let model_error = |source| TrainError::Model { path: path.to_path_buf(), source };
         let file = sprout_core::load_model(&bytes).map_err(model_error)?;
+        let fresh = match fresh {
+            Some(choice) => sprout_zoo::select_trainable(&self.zoo, choice)?,
+            None => Vec::new(),
+        };
         let graph = &mut self.zoo.graph;
         let mut taken = 0;
         for stored in &file.weights {
             let Some(values) = stored.values.float_values() else { continue };
             let Some(id) = graph.find(&stored.name) else { continue };
+            if fresh.contains(&id) {
+                continue;
+            }
             if graph.tensor(id).init.is_some() && graph.shape(id).numel() == values.len() {
                 graph.set_initial_values(id, values)?;
                 taken += 1;

@@ -308,3 +308,31 @@ fn tensor_files_of_the_wrong_shape_or_type_are_named_errors() {
     }
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn init_from_keeps_the_fresh_choice_at_its_new_initial_values() {
+    let dir = temp_dir("init-from");
+    let file = |model: &Model| ModelFile::from_graph(&model.zoo.graph, model.metadata.clone());
+    let pretrained = Model::from_zoo(Architecture::Mlp, 4, 1).unwrap();
+    let path = dir.join("pretrained.sprout");
+    fs::write(&path, save_model(&file(&pretrained)).unwrap()).unwrap();
+    let fresh = file(&Model::from_zoo(Architecture::Mlp, 4, 2).unwrap());
+
+    let mut model = Model::from_zoo(Architecture::Mlp, 4, 2).unwrap();
+    let taken = model.init_from(&path, Some("head")).unwrap();
+    let (started, pretrained) = (file(&model), file(&pretrained));
+    for name in ["classifier.1.weight", "classifier.1.bias"] {
+        assert_eq!(f32_weight(&started, name), f32_weight(&fresh, name), "{name}");
+        assert_ne!(f32_weight(&started, name), f32_weight(&pretrained, name), "{name}");
+    }
+    for name in ["features.0.weight", "features.0.bias"] {
+        assert_eq!(f32_weight(&started, name), f32_weight(&pretrained, name), "{name}");
+    }
+    let all = Model::from_zoo(Architecture::Mlp, 4, 2).unwrap().init_from(&path, None).unwrap();
+    assert_eq!(taken + 2, all);
+
+    let mut model = Model::from_zoo(Architecture::Mlp, 4, 2).unwrap();
+    let error = model.init_from(&path, Some("nothing.*")).unwrap_err().to_string();
+    assert!(error.contains("nothing.*"), "{error}");
+    let _ = fs::remove_dir_all(&dir);
+}
