@@ -30,7 +30,9 @@ Commands:
           the no_std builds and clippy for the microcontroller targets, and the
           boards: built, run under QEMU (installed with apt-get if missing), and
           their sizes compared with boards/sizes.expected (SPROUT_BLESS=1 updates it),
-          and the leaf head fine-tuned on the emulated microcontroller
+          and the leaf head fine-tuned on the emulated microcontroller;
+          `cargo xtask test STAGE...` runs only the named stages (see
+          `cargo xtask test --list`)
   help    print this message";
 
 fn main() -> ExitCode {
@@ -53,13 +55,17 @@ fn main() -> ExitCode {
         }
         // What `bench SUITE` runs in the release build.
         [bench::RUN_COMMAND, suite] => bench::run_suite(suite),
-        ["test"] => test::run(&workspace_root()),
+        ["test", "--list"] => {
+            println!("{}", test::stage_names());
+            return ExitCode::SUCCESS;
+        }
+        ["test", stages @ ..] => test::run(&workspace_root(), stages),
         ["demo"] => demo::run(&workspace_root()),
         ["bench" | bench::RUN_COMMAND, _, extra, ..] => {
             Err(anyhow::anyhow!("`cargo xtask bench` takes one suite, got also `{extra}`"))
         }
-        [command @ ("test" | "demo"), extra, ..] => {
-            Err(anyhow::anyhow!("`cargo xtask {command}` takes no arguments, got `{extra}`"))
+        ["demo", extra, ..] => {
+            Err(anyhow::anyhow!("`cargo xtask demo` takes no arguments, got `{extra}`"))
         }
         [unknown, ..] => {
             eprintln!("error: unknown command `{unknown}`\n\n{USAGE}");

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::cmd::{Cmd, NotFound};
 use crate::format_duration;
@@ -37,32 +37,76 @@ pub const NO_STD_BUILDS: &[(&str, &[&str])] = &[
 
 type StageFn = fn(&Path) -> Result<()>;
 
+/// One stage: the name `cargo xtask test NAME` selects it by, what it checks, and how.
+struct Stage {
+    name: &'static str,
+    title: &'static str,
+    run: StageFn,
+}
+
+const fn stage(name: &'static str, title: &'static str, run: StageFn) -> Stage {
+    Stage { name, title, run }
+}
+
 /// The stages, in the order they run.
-const STAGES: &[(&str, StageFn)] = &[
-    ("thumbv7em-none-eabihf and thumbv6m-none-eabi targets installed", ensure_targets),
-    ("formatting (cargo fmt --check)", fmt),
-    ("lints (cargo clippy, host, all targets)", clippy),
-    ("tests (cargo test --workspace)", workspace_tests),
-    ("no_std builds (thumbv7em)", no_std_builds),
-    ("no_std lints (clippy, thumbv7em)", no_std_clippy),
-    ("Cortex-M scalar fallback (build and clippy, thumbv6m)", scalar_fallback),
-    ("leaf bundle for the trainer firmware: photos, short pretraining, int8", leaf_bundle),
-    ("boards: rustfmt, clippy, release build", boards_build),
-    ("boards: board-check and kernel conformance under QEMU", crate::boards::run_on_qemu),
-    ("boards: flash/RAM sizes against boards/sizes.expected", crate::boards::check_sizes),
-    ("leaf head fine-tuned on the device under QEMU, pulled, evaluated", crate::on_device::test),
+const STAGES: &[Stage] = &[
+    stage(
+        "targets",
+        "thumbv7em-none-eabihf and thumbv6m-none-eabi targets installed",
+        ensure_targets,
+    ),
+    stage("fmt", "formatting (cargo fmt --check)", fmt),
+    stage("clippy", "lints (cargo clippy, host, all targets)", clippy),
+    stage("tests", "tests (cargo test --workspace)", workspace_tests),
+    stage("no-std", "no_std builds (thumbv7em)", no_std_builds),
+    stage("no-std-clippy", "no_std lints (clippy, thumbv7em)", no_std_clippy),
+    stage("scalar", "Cortex-M scalar fallback (build and clippy, thumbv6m)", scalar_fallback),
+    stage(
+        "leaf-bundle",
+        "leaf bundle for the trainer firmware: photos, short pretraining, int8",
+        leaf_bundle,
+    ),
+    stage("boards", "boards: rustfmt, clippy, release build", boards_build),
+    stage(
+        "qemu",
+        "boards: board-check and kernel conformance under QEMU",
+        crate::boards::run_on_qemu,
+    ),
+    stage(
+        "sizes",
+        "boards: flash/RAM sizes against boards/sizes.expected",
+        crate::boards::check_sizes,
+    ),
+    stage(
+        "on-device",
+        "leaf head fine-tuned on the device under QEMU, pulled, evaluated",
+        crate::on_device::test,
+    ),
 ];
 
-pub fn run(root: &Path) -> Result<()> {
+/// The stage names, for the usage text and error messages.
+pub fn stage_names() -> String {
+    STAGES.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+}
+
+/// Runs every stage (no names) or the named ones, in CI's order; a later stage relies on
+/// what earlier ones built (the on-device stage on the boards stage's firmware).
+pub fn run(root: &Path, names: &[&str]) -> Result<()> {
+    if let Some(unknown) = names.iter().find(|n| !STAGES.iter().any(|s| s.name == **n)) {
+        bail!("unknown test stage `{unknown}` (stages: {})", stage_names());
+    }
     let start = Instant::now();
-    let total = STAGES.len();
-    for (index, (title, stage)) in STAGES.iter().enumerate() {
+    let selected: Vec<&Stage> =
+        STAGES.iter().filter(|s| names.is_empty() || names.contains(&s.name)).collect();
+    let total = selected.len();
+    for (index, stage) in selected.iter().enumerate() {
         let number = index + 1;
-        println!("\n==> [{number}/{total}] {title}");
+        println!("\n==> [{number}/{total}] {} ({})", stage.title, stage.name);
         let stage_start = Instant::now();
-        stage(root).with_context(|| {
+        (stage.run)(root).with_context(|| {
             format!(
-                "xtask test: stage {number}/{total} \"{title}\" failed after {} (total {})",
+                "xtask test: stage {number}/{total} \"{}\" failed after {} (total {})",
+                stage.title,
                 format_duration(stage_start.elapsed()),
                 format_duration(start.elapsed()),
             )
@@ -204,6 +248,16 @@ mod tests {
     #[test]
     fn twelve_stages_and_the_first_installs_the_targets() {
         assert_eq!(STAGES.len(), 12);
-        assert!(TARGETS.iter().all(|target| STAGES[0].0.contains(target)));
+        assert!(TARGETS.iter().all(|target| STAGES[0].title.contains(target)));
+    }
+
+    #[test]
+    fn stages_have_distinct_names_and_an_unknown_one_is_refused_before_anything_runs() {
+        let mut names: Vec<&str> = STAGES.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), STAGES.len());
+        let error = run(Path::new("/nonexistent"), &["fmt", "bogus"]).unwrap_err().to_string();
+        assert!(error.contains("`bogus`") && error.contains("on-device"), "{error}");
     }
 }
