@@ -4,12 +4,18 @@
 //! complete; training runs one epoch per [`DeviceTrainer::run_epoch`] call from the main
 //! loop, between link polls; every new best checkpoint is saved to flash and is what a
 //! pull sends. Checkpoints are the trainer's bytes ([`crate::trainer::checkpoint`]).
+//!
+//! A run first measures the held-out accuracy of the head as it is (reported as epoch 0),
+//! then decays the learning rate along a half cosine over its epochs, from the host's rate
+//! (or the bundle's) towards zero, so the last epochs settle instead of jumping between
+//! minima.
 
 use embedded_storage::nor_flash::NorFlash;
 use sprout_core::link::{
     self, DeviceApp, DeviceError, DeviceInfo, SampleChunk, SampleShape, Split, TrainingConfig,
     TrainingProgress, TrainingState,
 };
+use sprout_core::schedule::{CosineWithWarmup, Schedule};
 use sprout_core::Kernels;
 
 use crate::bundle::PixelNormalization;
@@ -47,6 +53,10 @@ struct Run {
     /// The trainer's epoch count and update count when the run started.
     first_epoch: u32,
     first_step: u32,
+    /// The run's learning-rate schedule over its epochs.
+    schedule: CosineWithWarmup,
+    /// Held-out accuracy of the head before the run's first epoch.
+    initial_accuracy: Option<f32>,
     last: Option<EpochReport>,
 }
 
@@ -102,6 +112,8 @@ impl<'b, 's, 'm, K: Kernels + Clone, F: NorFlash> DeviceTrainer<'b, 's, 'm, K, F
             epochs: 0,
             first_epoch: trainer.epoch(),
             first_step: 0,
+            schedule: epoch_schedule(0.0, 0),
+            initial_accuracy: None,
             last: None,
         };
         Ok(Self {
@@ -123,6 +135,11 @@ impl<'b, 's, 'm, K: Kernels + Clone, F: NorFlash> DeviceTrainer<'b, 's, 'm, K, F
         self.run.state == TrainingState::Running
     }
 
+    /// Held-out accuracy of the head when the current (or last) run started.
+    pub fn initial_accuracy(&self) -> Option<f32> {
+        self.run.initial_accuracy
+    }
+
     /// The trainer, e.g. to evaluate.
     pub fn trainer(&mut self) -> &mut Trainer<'b, 's, 'm, K> {
         &mut self.trainer
@@ -134,6 +151,8 @@ impl<'b, 's, 'm, K: Kernels + Clone, F: NorFlash> DeviceTrainer<'b, 's, 'm, K, F
         if !self.is_training() {
             return None;
         }
+        let done = self.trainer.epoch().saturating_sub(self.run.first_epoch);
+        self.trainer.set_learning_rate(self.run.schedule.learning_rate(done));
         let report = match self.trainer.train_epoch(log) {
             Ok(report) if report.loss.is_finite() => report,
             Ok(report) => {
@@ -244,12 +263,14 @@ impl<K: Kernels + Clone, F: NorFlash> DeviceApp for DeviceTrainer<'_, '_, '_, K,
         }
         let learning_rate =
             config.learning_rate.unwrap_or(self.trainer.bundle().header.learning_rate);
-        self.trainer.set_learning_rate(learning_rate);
+        let initial_accuracy = self.trainer.evaluate().map_err(|_| DeviceError::Failed)?;
         self.run = Run {
             state: TrainingState::Running,
             epochs: config.epochs,
             first_epoch: self.trainer.epoch(),
             first_step: self.trainer.updates(),
+            schedule: epoch_schedule(learning_rate, config.epochs),
+            initial_accuracy: Some(initial_accuracy),
             last: None,
         };
         if config.epochs == 0 {
@@ -272,7 +293,7 @@ impl<K: Kernels + Clone, F: NorFlash> DeviceApp for DeviceTrainer<'_, '_, '_, K,
             epochs: self.run.epochs,
             step: self.run.last.map_or(0, |r| r.step.saturating_sub(self.run.first_step)),
             loss: self.run.last.map_or(0.0, |r| r.loss),
-            accuracy: self.run.last.map(|r| r.accuracy),
+            accuracy: self.run.last.map(|r| r.accuracy).or(self.run.initial_accuracy),
         }
     }
 
@@ -323,4 +344,10 @@ impl<K: Kernels + Clone, F: NorFlash> DeviceApp for DeviceTrainer<'_, '_, '_, K,
         self.run.first_epoch = self.trainer.epoch();
         self.store.save(bytes).map(|_| ()).map_err(|_| DeviceError::Storage)
     }
+}
+
+/// `base` at a run's first epoch, decaying along a half cosine to zero after `epochs`
+/// (counted in epochs: the schedule's "updates" are the run's completed epochs).
+fn epoch_schedule(base: f32, epochs: u16) -> CosineWithWarmup {
+    CosineWithWarmup { base, min: 0.0, warmup: 0, total: u32::from(epochs) }
 }

@@ -307,6 +307,11 @@ impl<'b, 's, 'm, K: Kernels + Clone> Trainer<'b, 's, 'm, K> {
         self.learning_rate = learning_rate;
     }
 
+    /// The learning rate the next epoch trains with.
+    pub fn learning_rate(&self) -> f32 {
+        self.learning_rate
+    }
+
     /// Cached samples: (training, held out).
     pub fn samples(&self) -> (usize, usize) {
         (self.memory.train.len(), self.memory.held_out.len())

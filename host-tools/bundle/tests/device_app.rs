@@ -193,8 +193,18 @@ fn the_device_app_trains_from_pushed_pictures_and_keeps_its_best_checkpoint() {
     app.start_training(TrainingConfig { epochs: 10, learning_rate: None }).unwrap();
     assert_eq!(app.clear_samples(), Err(DeviceError::Busy));
     assert_eq!(push(&mut app, 0, Split::Train, &first), Err(DeviceError::Busy));
+    // Before the first epoch, progress reports the untrained head's held-out accuracy.
+    let initial = app.initial_accuracy().unwrap();
+    assert_eq!(initial, app.trainer().evaluate().unwrap());
+    let progress = app.progress();
+    assert_eq!((progress.epoch, progress.accuracy), (0, Some(initial)));
+    // The learning rate falls along a half cosine over the run's 10 epochs.
     let mut epochs = 0;
     while app.run_epoch(&mut ()).is_some() {
+        let phase = core::f32::consts::PI * epochs as f32 / 10.0;
+        let want = 0.1 * 0.5 * (1.0 + phase.cos());
+        let rate = app.trainer().learning_rate();
+        assert!((rate - want).abs() < 1e-6, "epoch {epochs}: rate {rate}, want {want}");
         epochs += 1;
     }
     let progress = app.progress();
@@ -205,6 +215,7 @@ fn the_device_app_trains_from_pushed_pictures_and_keeps_its_best_checkpoint() {
     assert_eq!(progress.step, 10 * (TRAIN / 4) as u32);
     let (best, _) = app.trainer().best().unwrap();
     assert!(best.accuracy >= 0.9, "held-out accuracy {}", best.accuracy);
+    assert!(initial < 0.7, "the untrained head already scores {initial}");
 
     // A pull reads the best checkpoint, which the flash holds too.
     let announced = app.info().checkpoint.unwrap();

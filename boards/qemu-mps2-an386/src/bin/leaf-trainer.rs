@@ -137,7 +137,13 @@ fn main() -> ! {
             training = app.is_training();
             if training {
                 let (train, held_out) = app.trainer().samples();
-                defmt::info!("training on {=usize} samples, {=usize} held out", train, held_out);
+                let before = app.initial_accuracy().unwrap_or(0.0);
+                defmt::info!(
+                    "training on {=usize} samples, {=usize} held out; held-out accuracy before training {=f32}%",
+                    train,
+                    held_out,
+                    100.0 * before
+                );
             }
         }
         if let Some(Err(e)) = app.run_epoch(&mut Defmt) {
