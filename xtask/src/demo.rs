@@ -121,11 +121,12 @@ pub fn run(root: &Path) -> Result<()> {
     let outcome = crate::on_device::fine_tune(root, sprout, &elf, &leaf)?;
     println!(
         "\nsprout demo: the fine-tuned leaf classifier is {}; on the device the head reached \
-         {:.1}% held-out accuracy, {:.1}% in the host's evaluation of the pulled checkpoint \
-         ({} in all)",
+         {:.1}% held-out accuracy, {:.1}% in the host's evaluation of the pulled checkpoint, \
+         {:.1}% on target photos the device never saw ({} in all)",
         path("leaf-classifier.sprout"),
         outcome.device_accuracy,
         outcome.host_accuracy,
+        outcome.unseen_accuracy,
         format_duration(started.elapsed())
     );
     Ok(())
