@@ -83,6 +83,8 @@ const CI_PRETRAIN: &[&str] = &[
 const DEVICE_TIMEOUT_MS: &str = "5000";
 /// Epochs the device trains the head for.
 const DEVICE_EPOCHS: &str = "30";
+/// Stack bytes that must stay unused on the device.
+const STACK_HEADROOM: usize = 4096;
 /// The accuracy the device must reach on its held-out photos, and the pulled checkpoint
 /// on photos the device never saw.
 const TARGET_ACCURACY: f64 = 90.0;
@@ -201,6 +203,7 @@ pub fn fine_tune(root: &Path, sprout: &str, elf: &Path, leaf: &Leaf) -> Result<O
         println!("  {line}");
     }
     let outcome = result?;
+    check_stack(&log)?;
     if outcome.device_accuracy < TARGET_ACCURACY {
         bail!(
             "the device reached {:.1}% held-out accuracy, below the {TARGET_ACCURACY}% target",
@@ -293,6 +296,27 @@ fn sample_count(evaluated: &str) -> Result<f64> {
         .context("`sprout eval` printed no sample count")
 }
 
+/// Checks the deepest stack use the device logged against its stack region: the firmware
+/// fits its RAM only if the stack never reached the statics, with [`STACK_HEADROOM`] spare.
+fn check_stack(log: &[String]) -> Result<()> {
+    let (peak, size) = log
+        .iter()
+        .find_map(|line| {
+            let used = field(line, "stack: ", " of ")?.parse::<usize>().ok()?;
+            let size = field(line, " of ", " bytes used")?.parse::<usize>().ok()?;
+            Some((used, size))
+        })
+        .context("the device logged no stack use")?;
+    println!("device stack: at most {peak} of {size} bytes used");
+    if peak + STACK_HEADROOM > size {
+        bail!(
+            "the device's stack reached {peak} of its {size} bytes, less than \
+             {STACK_HEADROOM} bytes from the statics"
+        );
+    }
+    Ok(())
+}
+
 /// The text between the first `start` in `text` and the next `end`.
 fn field<'t>(text: &'t str, start: &str, end: &str) -> Option<&'t str> {
     let from = text.find(start)? + start.len();
@@ -312,5 +336,14 @@ mod tests {
         assert_eq!(field(text, "\naccuracy ", "%"), Some("96.7"));
         assert_eq!(field(text, "% (", " samples"), Some("30"));
         assert_eq!(field(text, "missing", ")"), None);
+    }
+
+    #[test]
+    fn the_stack_check_wants_headroom_and_a_log_line() {
+        let log = |line: &str| vec!["INFO training ended".to_string(), line.to_string()];
+        assert!(check_stack(&log("INFO stack: 12000 of 38240 bytes used at most")).is_ok());
+        let error = check_stack(&log("INFO stack: 36000 of 38240 bytes used at most"));
+        assert!(error.unwrap_err().to_string().contains("36000 of its 38240"));
+        assert!(check_stack(&log("INFO nothing")).is_err());
     }
 }

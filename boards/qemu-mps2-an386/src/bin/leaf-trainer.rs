@@ -153,6 +153,11 @@ fn main() -> ! {
             training = false;
             let best = app.trainer().best().map_or(0.0, |(info, _)| info.accuracy);
             defmt::info!("training ended; best held-out accuracy {=f32}%", 100.0 * best);
+            defmt::info!(
+                "stack: {=usize} of {=usize} bytes used at most",
+                board::stack::peak(),
+                board::stack::size()
+            );
         }
     }
 }
