@@ -78,9 +78,6 @@ const CI_PRETRAIN: &[&str] = &[
     "1",
 ];
 
-/// How long the host waits for each answer: the emulated device answers a sample only after
-/// its backbone pass (about 2 s under QEMU, much more on a loaded machine).
-const DEVICE_TIMEOUT_MS: &str = "5000";
 /// Epochs the device trains the head for.
 const DEVICE_EPOCHS: &str = "30";
 /// Stack bytes that must stay unused on the device.
@@ -226,7 +223,6 @@ fn converse(root: &Path, sprout: &str, port: &str, leaf: &Leaf) -> Result<Outcom
     let data = leaf.data.to_string_lossy().into_owned();
     Cmd::new(sprout, root)
         .args(["device", "train", "--port", port, "--data", &data])
-        .args(["--timeout-ms", DEVICE_TIMEOUT_MS])
         .args(["--epochs", DEVICE_EPOCHS])
         .run()?;
     println!(
@@ -237,7 +233,6 @@ fn converse(root: &Path, sprout: &str, port: &str, leaf: &Leaf) -> Result<Outcom
     let checkpoint = leaf.checkpoint.to_string_lossy().into_owned();
     let pulled = Cmd::new(sprout, root)
         .args(["device", "pull", "--port", port, "-o", &checkpoint])
-        .args(["--timeout-ms", DEVICE_TIMEOUT_MS])
         .read()?;
     print!("{pulled}");
     let device_crc = field(&pulled, "CRC-32 ", ")")

@@ -24,14 +24,20 @@ pub trait Clock {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     pub timeout_ms: u32,
+    /// The wait for the answer to a transfer's last chunk, which the device answers only
+    /// after computing on the whole (a sample's backbone pass, a checkpoint's check and
+    /// flash write).
+    pub compute_timeout_ms: u32,
     /// Sends of one request, the first included.
     pub attempts: u32,
 }
 
 impl Default for RetryPolicy {
-    /// Half a second covers a 600-byte frame each way at 115200 baud several times over.
+    /// Half a second covers a 600-byte frame each way at 115200 baud several times over;
+    /// half a minute covers a backbone pass on a slow core (about 2 s for LeafNet's int8
+    /// backbone on an emulated Cortex-M4).
     fn default() -> Self {
-        Self { timeout_ms: 500, attempts: 8 }
+        Self { timeout_ms: 500, compute_timeout_ms: 30_000, attempts: 8 }
     }
 }
 
@@ -322,7 +328,11 @@ where
             let carried = (end - offset as usize) as u32;
             let request = wrap(Chunk { offset, bytes: &bytes[offset as usize..end] });
             let kind = request.kind();
-            let next = self.call(&request, |answer| match answer {
+            let timeout_ms = match end == bytes.len() {
+                true => self.policy.compute_timeout_ms,
+                false => self.policy.timeout_ms,
+            };
+            let next = self.call_waiting(&request, timeout_ms, |answer| match answer {
                 Response::Received { next } if next <= total => Ok(next),
                 other => Err(unexpected(kind, other)),
             })?;
@@ -352,6 +362,16 @@ where
         request: &Request<'_>,
         accept: impl FnOnce(Response<'_>) -> Result<R, IO::Error>,
     ) -> Result<R, IO::Error> {
+        self.call_waiting(request, self.policy.timeout_ms, accept)
+    }
+
+    /// [`Self::call`], waiting `timeout_ms` for each answer.
+    fn call_waiting<R>(
+        &mut self,
+        request: &Request<'_>,
+        timeout_ms: u32,
+        accept: impl FnOnce(Response<'_>) -> Result<R, IO::Error>,
+    ) -> Result<R, IO::Error> {
         let kind = request.kind();
         self.seq = self.seq.wrapping_add(1);
         let len = encode(self.seq, request, &mut self.request).map_err(ClientError::Encode)?.len();
@@ -362,7 +382,7 @@ where
             self.io.write_all(&self.request[..len]).map_err(ClientError::Transport)?;
             self.io.flush().map_err(ClientError::Transport)?;
             self.stats.frames_sent += 1;
-            let Some(answer_len) = self.await_answer(kind)? else { continue };
+            let Some(answer_len) = self.await_answer(kind, timeout_ms)? else { continue };
             // `await_answer` parsed these bytes already.
             if let Ok((_, answer)) = parse::<Response<'_>>(&self.answer[..answer_len]) {
                 return match answer {
@@ -377,9 +397,13 @@ where
     /// Reads until the answer to the current request arrives (copied into `self.answer`,
     /// its length returned), or until a nack, a damaged frame or the timeout says to send
     /// the request again (`None`).
-    fn await_answer(&mut self, kind: RequestKind) -> Result<Option<usize>, IO::Error> {
+    fn await_answer(
+        &mut self,
+        kind: RequestKind,
+        timeout_ms: u32,
+    ) -> Result<Option<usize>, IO::Error> {
         let started = self.clock.now_ms();
-        while self.clock.now_ms().wrapping_sub(started) < self.policy.timeout_ms {
+        while self.clock.now_ms().wrapping_sub(started) < timeout_ms {
             if !self.io.read_ready().map_err(ClientError::Transport)? {
                 continue;
             }

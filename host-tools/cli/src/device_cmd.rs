@@ -41,6 +41,10 @@ struct PortArgs {
     /// Milliseconds to wait for an answer before asking again.
     #[arg(long, value_name = "MS", default_value_t = RetryPolicy::default().timeout_ms)]
     timeout_ms: u32,
+    /// Milliseconds to wait for the answer to a sample's or checkpoint's last chunk, which
+    /// the device gives after computing (a backbone pass, a flash write).
+    #[arg(long, value_name = "MS", default_value_t = RetryPolicy::default().compute_timeout_ms)]
+    compute_timeout_ms: u32,
     /// Times a request is sent before the link counts as failed.
     #[arg(long, value_name = "N", default_value_t = RetryPolicy::default().attempts)]
     attempts: u32,
@@ -56,7 +60,8 @@ struct TrainArgs {
     /// Epochs to train.
     #[arg(long, value_name = "N", default_value_t = 10)]
     epochs: u16,
-    /// Learning rate; the device's own when absent.
+    /// Learning rate of the first epoch (it decays along a half cosine over the epochs);
+    /// the device's own when absent.
     #[arg(long, value_name = "LR")]
     learning_rate: Option<f32>,
     /// Add to the samples already on the device instead of replacing them.
@@ -91,7 +96,11 @@ pub fn run(args: &DeviceArgs) -> Result<()> {
 }
 
 fn connect(port: &PortArgs) -> Result<Device> {
-    let policy = RetryPolicy { timeout_ms: port.timeout_ms, attempts: port.attempts };
+    let policy = RetryPolicy {
+        timeout_ms: port.timeout_ms,
+        compute_timeout_ms: port.compute_timeout_ms,
+        attempts: port.attempts,
+    };
     let options = ConnectOptions { policy, ..ConnectOptions::default() };
     let device = Device::connect(PortSpec::parse(&port.port, port.baud), options)?;
     let info = device.info();

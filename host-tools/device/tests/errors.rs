@@ -17,8 +17,10 @@ use sprout_device::{checkpoint_for, ConnectOptions, Device, LinkError, PortSpec}
 use sprout_firmware::trainer::{checkpoint, CheckpointInfo};
 use support::fake_app::{spawn_tcp_device, FakeApp, MODEL_HASH, SHAPE};
 
-const QUICK: ConnectOptions =
-    ConnectOptions { policy: RetryPolicy { timeout_ms: 30, attempts: 3 }, reconnects: 0 };
+const QUICK: ConnectOptions = ConnectOptions {
+    policy: RetryPolicy { timeout_ms: 30, compute_timeout_ms: 30, attempts: 3 },
+    reconnects: 0,
+};
 
 fn tcp(port: u16) -> PortSpec {
     PortSpec::parse(&format!("tcp:127.0.0.1:{port}"), 0)

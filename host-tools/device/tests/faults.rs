@@ -19,7 +19,7 @@ use support::pipe::{pipe, PipeEnd};
 
 /// Short timeouts keep dropped frames cheap; many attempts make a give-up at 10% faults
 /// vanishingly rare (each attempt fails with about 20% chance).
-const POLICY: RetryPolicy = RetryPolicy { timeout_ms: 50, attempts: 12 };
+const POLICY: RetryPolicy = RetryPolicy { timeout_ms: 50, compute_timeout_ms: 50, attempts: 12 };
 
 fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut rng = SplitMix::new(seed);

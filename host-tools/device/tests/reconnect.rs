@@ -10,8 +10,10 @@ use sprout_core::rng::SplitMix;
 use sprout_device::{ConnectOptions, Device, PortSpec};
 use support::fake_app::{spawn_tcp_device, FakeApp};
 
-const OPTIONS: ConnectOptions =
-    ConnectOptions { policy: RetryPolicy { timeout_ms: 2000, attempts: 5 }, reconnects: 2 };
+const OPTIONS: ConnectOptions = ConnectOptions {
+    policy: RetryPolicy { timeout_ms: 2000, compute_timeout_ms: 2000, attempts: 5 },
+    reconnects: 2,
+};
 
 fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut rng = SplitMix::new(seed);

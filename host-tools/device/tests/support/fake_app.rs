@@ -30,6 +30,8 @@ pub struct FakeApp {
     pub incoming: Vec<u8>,
     /// Offsets the host read the checkpoint at, in order.
     pub reads: Vec<u32>,
+    /// How long completing a sample takes (a real device's backbone pass).
+    pub compute: Duration,
     training: Cell<TrainingProgress>,
 }
 
@@ -50,6 +52,7 @@ impl FakeApp {
             checkpoint_info: None,
             incoming: Vec::new(),
             reads: Vec::new(),
+            compute: Duration::ZERO,
             training: Cell::new(idle),
         };
         app.set_checkpoint(checkpoint);
@@ -95,6 +98,7 @@ impl DeviceApp for FakeApp {
         }
         self.partial.extend_from_slice(chunk.bytes);
         if chunk.offset as usize + chunk.bytes.len() == chunk.total as usize {
+            thread::sleep(self.compute);
             self.samples.push((chunk.label, chunk.split, std::mem::take(&mut self.partial)));
         }
         Ok(())
