@@ -238,8 +238,7 @@ fn converse(root: &Path, sprout: &str, port: &str, leaf: &Leaf) -> Result<Outcom
     let device_crc = field(&pulled, "CRC-32 ", ")")
         .and_then(|crc| u32::from_str_radix(crc.trim_start_matches("0x"), 16).ok())
         .context("`sprout device pull` printed no CRC-32")?;
-    let bytes = std::fs::read(&leaf.checkpoint)
-        .with_context(|| format!("reading {}", leaf.checkpoint.display()))?;
+    let bytes = sprout_device::read_checkpoint_file(&leaf.checkpoint)?;
     let file_crc = sprout_core::format::container::CRC32.checksum(&bytes);
     if file_crc != device_crc {
         bail!("the pulled checkpoint's CRC-32 {file_crc:#010x} is not the device's {device_crc:#010x}");

@@ -73,7 +73,7 @@ struct TrainArgs {
 struct PullArgs {
     #[command(flatten)]
     port: PortArgs,
-    /// Where to write the checkpoint (written whole or not at all).
+    /// Where to write the checkpoint (sealed with a CRC-32; written whole or not at all).
     #[arg(short, long, value_name = "CKPT")]
     out: PathBuf,
 }
@@ -165,7 +165,7 @@ fn pull(args: &PullArgs) -> Result<()> {
         bar.set_position(u64::from(received));
     })?;
     bar.finish_and_clear();
-    sprout_train::write_atomic(&args.out, &bytes)?;
+    sprout_device::write_checkpoint_file(&args.out, &bytes)?;
     println!(
         "pulled {} ({} bytes, CRC-32 {:#010x}) to {}",
         format_size(bytes.len()),

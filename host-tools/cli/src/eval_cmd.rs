@@ -29,10 +29,10 @@ pub struct EvalArgs {
 pub fn run(args: &EvalArgs) -> Result<()> {
     let mut model = Model::open(&args.model)?;
     if let (Some(checkpoint), Some(bundle)) = (&args.device_checkpoint, &args.bundle) {
-        let read = |path: &PathBuf| {
-            std::fs::read(path).with_context(|| format!("reading {}", path.display()))
-        };
-        let info = apply_device_checkpoint(&mut model, &read(bundle)?, &read(checkpoint)?)
+        let bundle =
+            std::fs::read(bundle).with_context(|| format!("reading {}", bundle.display()))?;
+        let checkpoint_bytes = sprout_device::read_checkpoint_file(checkpoint)?;
+        let info = apply_device_checkpoint(&mut model, &bundle, &checkpoint_bytes)
             .with_context(|| format!("applying the device checkpoint {}", checkpoint.display()))?;
         println!(
             "device checkpoint {}: epoch {}, {} updates, device held-out accuracy {:.1}%",

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use sprout_core::checksum::CRC32;
 use sprout_core::link::Split;
+use sprout_device::write_checkpoint_file;
 use sprout_firmware::trainer::{checkpoint, CheckpointInfo};
 use support::fake_app::{spawn_tcp_device, FakeApp, CLASSES, MODEL_HASH, SHAPE};
 
@@ -55,7 +56,7 @@ fn pull_writes_the_device_checkpoint_bit_exact() {
     let out = folder.path().join("device.ckpt");
 
     let stdout = ok(&["device", "pull", "--port", &port, "-o", out.to_str().unwrap()]);
-    let written = std::fs::read(&out).unwrap();
+    let written = sprout_device::read_checkpoint_file(&out).unwrap();
     assert!(written == checkpoint, "the file differs from the device's checkpoint");
     let crc = format!("CRC-32 {:#010x}", CRC32.checksum(&checkpoint));
     assert!(stdout.contains("5000 bytes") && stdout.contains(&crc), "{stdout}");
@@ -102,13 +103,19 @@ fn push_sends_a_checkpoint_of_the_device_model() {
     };
     let folder = tempfile::tempdir().unwrap();
     let file = folder.path().join("device.ckpt");
-    std::fs::write(&file, device_checkpoint(MODEL_HASH)).unwrap();
+    write_checkpoint_file(&file, &device_checkpoint(MODEL_HASH)).unwrap();
     let (app, port) = device(Vec::new());
 
     ok(&["device", "push", "--port", &port, file.to_str().unwrap()]);
     assert!(app.lock().unwrap().checkpoint == device_checkpoint(MODEL_HASH));
 
-    std::fs::write(&file, device_checkpoint(1)).unwrap();
+    // A bit flipped in the file's state is caught by its CRC-32 before anything is sent.
+    let mut damaged = std::fs::read(&file).unwrap();
+    damaged[100] ^= 0x10;
+    std::fs::write(&file, &damaged).unwrap();
+    fails(&["device", "push", "--port", &port, file.to_str().unwrap()], "checksum mismatch");
+
+    write_checkpoint_file(&file, &device_checkpoint(1)).unwrap();
     fails(&["device", "push", "--port", &port, file.to_str().unwrap()], "belongs to model");
 }
 

@@ -1,19 +1,41 @@
-//! Checking a checkpoint file before it is pushed: it must be a device checkpoint (what
-//! `sprout device pull` saves, `sprout_firmware::trainer::checkpoint`) of the model the
-//! device runs.
+//! Device checkpoints in files on the host: the device's bytes
+//! (`sprout_firmware::trainer::checkpoint`) unchanged, sealed in sprout's container
+//! ([`FILE_FRAMING`]: magic, version, length, CRC-32) and written atomically, so a damaged
+//! or foreign file is refused by name rather than pushed or evaluated; and the check
+//! before a push that the file holds a whole checkpoint of the model the device runs.
 
 use std::path::Path;
 
+use sprout_core::format::container::{self, Framing};
 use sprout_core::link::DeviceInfo;
 use sprout_firmware::trainer::checkpoint;
 
 use crate::error::LinkError;
 
-/// Reads the checkpoint at `path` and checks that it decodes whole and was trained for
-/// the device's model; returns its bytes, as they are to be pushed.
-pub fn checkpoint_for(path: &Path, device: &DeviceInfo) -> Result<Vec<u8>, LinkError> {
-    let bytes =
+/// The framing of a device checkpoint file (`sprout device pull -o FILE`).
+pub const FILE_FRAMING: Framing = Framing { magic: *b"\x89SPRDCK\n", version: 1 };
+
+/// Writes the device's checkpoint `bytes` to `path`, sealed, whole or not at all.
+pub fn write_checkpoint_file(path: &Path, bytes: &[u8]) -> Result<(), LinkError> {
+    let sealed = container::seal(FILE_FRAMING, bytes)
+        .map_err(|source| LinkError::CheckpointFile { path: path.to_path_buf(), source })?;
+    Ok(sprout_train::write_atomic(path, &sealed)?)
+}
+
+/// The device checkpoint bytes a file written by [`write_checkpoint_file`] holds, its
+/// framing and CRC-32 checked.
+pub fn read_checkpoint_file(path: &Path) -> Result<Vec<u8>, LinkError> {
+    let file =
         std::fs::read(path).map_err(|source| LinkError::Io { path: path.to_path_buf(), source })?;
+    container::open(FILE_FRAMING, &file)
+        .map(<[u8]>::to_vec)
+        .map_err(|source| LinkError::CheckpointFile { path: path.to_path_buf(), source })
+}
+
+/// Reads the checkpoint file at `path` and checks that it decodes whole and was trained
+/// for the device's model; returns its bytes, as they are to be pushed.
+pub fn checkpoint_for(path: &Path, device: &DeviceInfo) -> Result<Vec<u8>, LinkError> {
+    let bytes = read_checkpoint_file(path)?;
     let (info, state) = checkpoint::read(&bytes)
         .map_err(|source| LinkError::NotACheckpoint { path: path.to_path_buf(), source })?;
     let used = checkpoint::CHECKPOINT_HEADER_BYTES + state.len();

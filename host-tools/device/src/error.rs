@@ -28,6 +28,9 @@ pub enum LinkError {
     /// A file that is not a device checkpoint (as `sprout device pull` saves).
     #[error("{}: {source}", path.display())]
     NotACheckpoint { path: PathBuf, source: sprout_firmware::trainer::CheckpointError },
+    /// A device checkpoint file whose framing is damaged (or another kind of file).
+    #[error("{}: not an intact device checkpoint file: {source}", path.display())]
+    CheckpointFile { path: PathBuf, source: sprout_core::format::container::FrameError },
     /// A class folder the device's model does not know.
     #[error("class folder '{class}' in {} is not one of the device's classes ({})", folder.display(), list(device))]
     UnknownClass { class: String, folder: PathBuf, device: Vec<String> },

@@ -22,7 +22,7 @@ mod port;
 mod samples;
 mod stream;
 
-pub use checkpoint::checkpoint_for;
+pub use checkpoint::{checkpoint_for, read_checkpoint_file, write_checkpoint_file, FILE_FRAMING};
 pub use clock::StdClock;
 pub use device::{ConnectOptions, Device};
 pub use error::LinkError;

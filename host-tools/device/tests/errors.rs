@@ -13,7 +13,9 @@ use sprout_core::link::frame::{decode, encode};
 use sprout_core::link::{
     ClientError, DeviceError, DeviceInfo, Request, Response, RetryPolicy, MAX_FRAME,
 };
-use sprout_device::{checkpoint_for, ConnectOptions, Device, LinkError, PortSpec};
+use sprout_device::{
+    checkpoint_for, write_checkpoint_file, ConnectOptions, Device, LinkError, PortSpec,
+};
 use sprout_firmware::trainer::{checkpoint, CheckpointInfo};
 use support::fake_app::{spawn_tcp_device, FakeApp, MODEL_HASH, SHAPE};
 
@@ -131,11 +133,11 @@ fn only_a_checkpoint_of_the_device_model_is_pushed() {
     let info = sprout_core::link::DeviceApp::info(&device);
 
     let right = folder.path().join("right.ckpt");
-    std::fs::write(&right, device_checkpoint(MODEL_HASH)).unwrap();
+    write_checkpoint_file(&right, &device_checkpoint(MODEL_HASH)).unwrap();
     assert_eq!(checkpoint_for(&right, &info).unwrap(), device_checkpoint(MODEL_HASH));
 
     let wrong = folder.path().join("wrong.ckpt");
-    std::fs::write(&wrong, device_checkpoint(7)).unwrap();
+    write_checkpoint_file(&wrong, &device_checkpoint(7)).unwrap();
     let error = checkpoint_for(&wrong, &info).err().unwrap();
     assert!(
         matches!(error, LinkError::ModelMismatch { device: MODEL_HASH, checkpoint: 7 }),
@@ -144,9 +146,25 @@ fn only_a_checkpoint_of_the_device_model_is_pushed() {
 
     let whole = device_checkpoint(MODEL_HASH);
     for damaged in [&whole[..whole.len() - 1], &[whole.as_slice(), &[0]].concat()] {
-        std::fs::write(&wrong, damaged).unwrap();
+        write_checkpoint_file(&wrong, damaged).unwrap();
         let error = checkpoint_for(&wrong, &info).err().unwrap();
         assert!(matches!(error, LinkError::NotACheckpoint { .. }), "{error}");
         assert!(error.to_string().contains("truncated"), "{error}");
+    }
+    // The file's own framing: a flipped bit, a cut file, and the bare bytes unsealed.
+    let sealed = std::fs::read(&right).unwrap();
+    let mut flipped = sealed.clone();
+    flipped[sealed.len() / 2] ^= 1;
+    let cases: [(&[u8], &str); 3] = [
+        (&flipped, "checksum mismatch"),
+        (&sealed[..sealed.len() - 3], "truncated"),
+        (&whole, "magic"),
+    ];
+    for (bytes, needle) in cases {
+        std::fs::write(&wrong, bytes).unwrap();
+        let error = checkpoint_for(&wrong, &info).err().unwrap();
+        assert!(matches!(error, LinkError::CheckpointFile { .. }), "{error}");
+        let message = error.to_string();
+        assert!(message.contains(needle) && message.contains("wrong.ckpt"), "{message}");
     }
 }
