@@ -1,6 +1,5 @@
 //! The `boards/` workspace in `cargo xtask test` and `cargo xtask bench cortex-m`: builds
-//! every board (release, `--locked`; the QEMU board's `leaf-trainer` with a device bundle
-//! embedded), runs the QEMU board's `board-check` and `conformance` binaries under
+//! every board (release, `--locked`; the leaf trainers with a device bundle embedded), runs the QEMU board's `board-check` and `conformance` binaries under
 //! `qemu-system-arm`, compares each binary's flash and static RAM with the snapshot
 //! `boards/sizes.expected`, and runs the instruction-count bench.
 
@@ -21,6 +20,7 @@ pub const BINARIES: &[(&str, &str)] = &[
     ("qemu-mps2-an386", "bench"),
     ("qemu-mps2-an386", "leaf-trainer"),
     ("stm32f746g-disco", "hello-stm32f746g-disco"),
+    ("stm32f746g-disco", "leaf-trainer-stm32f746g-disco"),
     ("nrf52840-dk", "hello-nrf52840-dk"),
 ];
 
@@ -37,16 +37,16 @@ fn boards_dir(root: &Path) -> PathBuf {
     root.join("boards")
 }
 
-/// The feature that builds the QEMU board's `leaf-trainer`, and the variable naming the
-/// bundle it embeds.
-const TRAINER_FEATURE: &str = "qemu-mps2-an386/leaf-trainer";
+/// The features that build the leaf trainers (the QEMU board's and the STM32 board's), and
+/// the variable naming the bundle they embed.
+const TRAINER_FEATURE: &str = "qemu-mps2-an386/leaf-trainer,stm32f746g-disco/leaf-trainer";
 const BUNDLE_VAR: &str = "SPROUT_LEAF_BUNDLE";
 
 pub fn elf(root: &Path, binary: &str) -> PathBuf {
     boards_dir(root).join("target/thumbv7em-none-eabihf/release").join(binary)
 }
 
-/// Builds every board in release with `--locked`, with a bundle the leaf trainer too.
+/// Builds every board in release with `--locked`, with a bundle the leaf trainers too.
 /// Source paths are remapped so the panic messages compiled into the images, and so the
 /// sizes, do not depend on where the checkout or the cargo home lies.
 pub fn build(root: &Path, bundle: Option<&Path>) -> Result<()> {

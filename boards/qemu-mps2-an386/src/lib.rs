@@ -2,8 +2,8 @@
 //! sprout's firmware on: [`init`] hands out the peripherals, [`exit`] ends the emulation
 //! with a semihosting exit code, `defmt` logs over semihosting, [`uart::Uart`] is UART0
 //! (QEMU's first serial port) as an `embedded-io` stream, [`storage::Storage`] is an
-//! emulated NOR flash, [`counter::InstructionCounter`] counts executed instructions
-//! under `qemu-system-arm -icount shift=0`, and [`stack`] measures the deepest stack use.
+//! emulated NOR flash, and [`counter::InstructionCounter`] counts executed instructions
+//! under `qemu-system-arm -icount shift=0`.
 //!
 //! Its `memory.x` gives the firmware exactly 256 KiB of RAM. Run a binary with
 //! `cargo run --release --bin NAME` in this folder, or through `cargo xtask`, which also
@@ -11,7 +11,6 @@
 #![no_std]
 
 pub mod counter;
-pub mod stack;
 pub mod storage;
 pub mod uart;
 
@@ -30,11 +29,10 @@ pub struct Board {
     pub counter: counter::InstructionCounter,
 }
 
-/// Takes the core peripherals and sets up UART0, the flash emulation and SysTick, and
-/// paints the free stack for [`stack::peak`]. Returns `None` when called twice.
+/// Takes the core peripherals and sets up UART0, the flash emulation and SysTick. Returns
+/// `None` when called twice.
 pub fn init() -> Option<Board> {
     let core = cortex_m::Peripherals::take()?;
-    stack::paint();
     Some(Board {
         // SAFETY: `Peripherals::take` succeeded, so this is the only call that gets here
         // and nothing else owns UART0 or the storage region.

@@ -1,12 +1,12 @@
 //! Board support for ST's STM32F746G-DISCO (Cortex-M7F, 320 KiB SRAM, 1 MiB flash), the
 //! board published MCU-training results use: [`init`] runs the core from the 16 MHz
 //! internal oscillator and sets up USART1 on the ST-LINK's virtual COM port (PA9 TX, PB7
-//! RX, 115200 baud) as an `embedded-io` stream; `defmt` logs over RTT and panics go through
-//! `panic-probe`. Flash and run with `probe-rs` (this folder's runner).
-//!
-//! No flash storage yet: the F746's flash sectors are 32 to 256 KiB, unequal, so the
-//! two-slot checkpoint store needs its own sector map (issue 6, item 4).
+//! RX, 115200 baud) as an `embedded-io` stream, and the flash's last two sectors as
+//! checkpoint [`storage`]; `defmt` logs over RTT and panics go through `panic-probe`. Flash
+//! and run with `probe-rs` (this folder's runner).
 #![no_std]
+
+pub mod storage;
 
 use defmt_rtt as _;
 use panic_probe as _;
@@ -19,8 +19,12 @@ use stm32f7xx_hal::serial::{self, Config};
 /// The board's name, as the firmware reports it.
 pub const NAME: &str = "stm32f746g-disco";
 
-/// USART1 as one blocking byte stream.
-pub struct Serial(serial::Serial<USART1, (PA9<Alternate<7>>, PB7<Alternate<7>>)>);
+/// USART1 as one byte stream: reads block for the first byte; [`embedded_io::ReadReady`]
+/// looks ahead by one byte, which the next read returns first.
+pub struct Serial {
+    port: serial::Serial<USART1, (PA9<Alternate<7>>, PB7<Alternate<7>>)>,
+    ahead: Option<u8>,
+}
 
 /// A receive error of the serial port.
 #[derive(Debug)]
@@ -29,6 +33,7 @@ pub struct SerialError(pub serial::Error);
 /// The peripherals a firmware uses.
 pub struct Board {
     pub serial: Serial,
+    pub storage: storage::Storage,
 }
 
 /// Sets up clocks and the serial port. Returns `None` when called twice.
@@ -38,7 +43,10 @@ pub fn init() -> Option<Board> {
     let (gpioa, gpiob) = (p.GPIOA.split(), p.GPIOB.split());
     let pins = (gpioa.pa9.into_alternate::<7>(), gpiob.pb7.into_alternate::<7>());
     let serial = serial::Serial::new(p.USART1, pins, &clocks, Config::default());
-    Some(Board { serial: Serial(serial) })
+    Some(Board {
+        serial: Serial { port: serial, ahead: None },
+        storage: storage::Storage::new(p.FLASH),
+    })
 }
 
 /// Ends the run: with a debugger attached (`probe-rs run`) a semihosting exit with status
@@ -76,10 +84,13 @@ impl embedded_io::Read for Serial {
     /// Waits for the first byte, then takes what else has already arrived.
     fn read(&mut self, buf: &mut [u8]) -> Result<usize, SerialError> {
         let Some(first) = buf.first_mut() else { return Ok(0) };
-        *first = nb::block!(self.0.read()).map_err(SerialError)?;
+        *first = match self.ahead.take() {
+            Some(byte) => byte,
+            None => nb::block!(self.port.read()).map_err(SerialError)?,
+        };
         let mut count = 1;
         while count < buf.len() {
-            match self.0.read() {
+            match self.port.read() {
                 Ok(byte) => buf[count] = byte,
                 Err(nb::Error::WouldBlock) => break,
                 Err(nb::Error::Other(error)) => return Err(SerialError(error)),
@@ -94,12 +105,25 @@ impl embedded_io::Write for Serial {
     fn write(&mut self, buf: &[u8]) -> Result<usize, SerialError> {
         for &byte in buf {
             // Writing a byte cannot fail on this USART (the error type is `Infallible`).
-            let _ = nb::block!(self.0.write(byte));
+            let _ = nb::block!(self.port.write(byte));
         }
         Ok(buf.len())
     }
     fn flush(&mut self) -> Result<(), SerialError> {
-        let _ = nb::block!(self.0.flush());
+        let _ = nb::block!(self.port.flush());
         Ok(())
+    }
+}
+
+impl embedded_io::ReadReady for Serial {
+    fn read_ready(&mut self) -> Result<bool, SerialError> {
+        if self.ahead.is_none() {
+            match self.port.read() {
+                Ok(byte) => self.ahead = Some(byte),
+                Err(nb::Error::WouldBlock) => {}
+                Err(nb::Error::Other(error)) => return Err(SerialError(error)),
+            }
+        }
+        Ok(self.ahead.is_some())
     }
 }

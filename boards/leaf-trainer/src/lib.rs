@@ -1,0 +1,191 @@
+//! The leaf classifier's head fine-tuned on a microcontroller, as a firmware main loop any
+//! board runs with [`serve`]: the host (`sprout device train/pull/push --port ...`) pushes
+//! labeled pictures over the board's serial stream, starts training, watches progress and
+//! pulls the best checkpoint, which is also kept in the board's flash. The device bundle
+//! (int8 LeafNet backbone, float head) is embedded at build time from `SPROUT_LEAF_BUNDLE`
+//! (this crate's `build.rs`); everything else is static memory ([`Memory`]), logged with
+//! `defmt` through whatever transport the board gives it. [`stack`] measures the deepest
+//! stack use, which the trainer logs when a run ends.
+#![no_std]
+
+pub mod stack;
+
+use core::fmt::Display;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use embedded_io::{Read, ReadReady, Write};
+use embedded_storage::nor_flash::NorFlash;
+use sprout_core::link::{DeviceSession, Polled};
+use sprout_core::Step;
+use sprout_cortex_m::CortexM;
+use sprout_firmware::bundle::{self, Bundle};
+use sprout_firmware::device::DeviceTrainer;
+use sprout_firmware::storage::CheckpointStore;
+use sprout_firmware::trainer::{EpochReport, Log, SampleCache, Trainer, TrainerMemory};
+
+/// The bundle's partition (the bundle, then erased flash) at an address its sections'
+/// alignment divides.
+#[repr(C, align(16))]
+struct Aligned<T: ?Sized>(T);
+
+const PARTITION: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/leaf.bundle"));
+static BUNDLE: Aligned<[u8; PARTITION.len()]> =
+    Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/leaf.bundle")));
+include!(concat!(env!("OUT_DIR"), "/leaf_bundle_len.rs"));
+
+/// Plan steps of the three plans together.
+const STEPS: usize = 48;
+/// The largest arena, state and checkpoint the firmware takes (LeafNet at 64x64 with an
+/// int8 backbone needs 110,592, 4,636 and 4,672 bytes).
+const ARENA: usize = 112 * 1024;
+const STATE: usize = 4_736;
+const CHECKPOINT: usize = 4_864;
+/// Cached samples and the bytes of one sample's features (int8 LeafNet: 192).
+const TRAIN_SAMPLES: usize = 320;
+const HELD_OUT_SAMPLES: usize = 96;
+const FEATURE_BYTES: usize = 192;
+
+/// All of the trainer's working memory, in `.bss`.
+#[repr(C, align(8))]
+pub struct Memory {
+    arena: [u8; ARENA],
+    state: [u8; STATE],
+    best_state: [u8; STATE],
+    checkpoint: [u8; CHECKPOINT],
+    incoming: [u8; CHECKPOINT],
+    train_features: [u8; TRAIN_SAMPLES * FEATURE_BYTES],
+    held_out_features: [u8; HELD_OUT_SAMPLES * FEATURE_BYTES],
+    train_labels: [i32; TRAIN_SAMPLES],
+    held_out_labels: [i32; HELD_OUT_SAMPLES],
+    steps: heapless::Vec<Step, STEPS>,
+}
+
+/// The working memory, once; `None` on a second call.
+fn memory() -> Option<&'static mut Memory> {
+    static TAKEN: AtomicBool = AtomicBool::new(false);
+    static mut MEMORY: Memory = Memory {
+        arena: [0; ARENA],
+        state: [0; STATE],
+        best_state: [0; STATE],
+        checkpoint: [0; CHECKPOINT],
+        incoming: [0; CHECKPOINT],
+        train_features: [0; TRAIN_SAMPLES * FEATURE_BYTES],
+        held_out_features: [0; HELD_OUT_SAMPLES * FEATURE_BYTES],
+        train_labels: [0; TRAIN_SAMPLES],
+        held_out_labels: [0; HELD_OUT_SAMPLES],
+        steps: heapless::Vec::new(),
+    };
+    if TAKEN.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    let place = &raw mut MEMORY;
+    // SAFETY: `TAKEN` lets this line run once, so the reference is unique.
+    Some(unsafe { &mut *place })
+}
+
+/// Epoch reports to the defmt log.
+struct Defmt;
+
+impl Log for Defmt {
+    fn epoch(&mut self, r: &EpochReport) {
+        defmt::info!(
+            "epoch {=u32}: loss {=f32}, held-out accuracy {=f32}% (best {=f32}%), {=u32} steps",
+            r.epoch,
+            r.loss,
+            100.0 * r.accuracy,
+            100.0 * r.best_accuracy,
+            r.step
+        );
+    }
+}
+
+/// What the trainer needs of a board.
+pub struct Board<IO, F> {
+    /// The board's name, for the log.
+    pub name: &'static str,
+    /// The serial stream the host talks over.
+    pub serial: IO,
+    /// The flash region for two checkpoint slots of `slot_bytes` each, from its start
+    /// (each slot a whole number of erase sectors).
+    pub flash: F,
+    pub slot_bytes: u32,
+    /// Ends the run (`false`: failed) the board's way.
+    pub exit: fn(bool) -> !,
+}
+
+/// Logs `error` and ends the run as failed.
+fn fail(exit: fn(bool) -> !, what: &str, error: impl Display) -> ! {
+    defmt::error!("{=str}: {}", what, defmt::Display2Format(&error));
+    exit(false)
+}
+
+/// Decodes the embedded bundle, restores the newest checkpoint in flash, then serves the
+/// host link forever, training one epoch between polls while a run goes on.
+pub fn serve<IO, F>(mut board: Board<IO, F>) -> !
+where
+    IO: Read + ReadReady + Write,
+    F: NorFlash,
+{
+    let exit = board.exit;
+    let Some(m) = memory() else { fail(exit, "memory", "taken twice") };
+    let bundle: Bundle<'_, '_> = bundle::decode(&BUNDLE.0[..BUNDLE_LEN], &mut m.steps)
+        .unwrap_or_else(|e| fail(exit, "bundle", e));
+    let rows = bundle.feature_bytes();
+    let memory = TrainerMemory {
+        state: &mut m.state,
+        arena: &mut m.arena,
+        best_state: &mut m.best_state,
+        train: SampleCache::new(&mut m.train_features, &mut m.train_labels, rows),
+        held_out: SampleCache::new(&mut m.held_out_features, &mut m.held_out_labels, rows),
+    };
+    let trainer = Trainer::new(&bundle, CortexM, memory, bundle.header.model_hash)
+        .unwrap_or_else(|e| fail(exit, "trainer", e));
+    let store = CheckpointStore::new(board.flash, 0, board.slot_bytes)
+        .unwrap_or_else(|e| fail(exit, "flash", e));
+    let mut app = DeviceTrainer::new(trainer, store, &mut m.checkpoint, &mut m.incoming)
+        .unwrap_or_else(|e| fail(exit, "device", e));
+    defmt::info!(
+        "leaf-trainer on {=str}: bundle {=usize} bytes, arena {=usize} of {=usize} bytes, {=usize}+{=usize} cached samples of {=usize} bytes",
+        board.name,
+        BUNDLE_LEN,
+        bundle.arena_bytes(),
+        ARENA,
+        TRAIN_SAMPLES,
+        HELD_OUT_SAMPLES,
+        rows
+    );
+    let mut session = DeviceSession::default();
+    let mut training = false;
+    loop {
+        match session.poll(&mut board.serial, &mut app) {
+            Ok(Polled::Answered) if app.is_training() != training => {
+                training = app.is_training();
+                if training {
+                    let (train, held_out) = app.trainer().samples();
+                    let before = app.initial_accuracy().unwrap_or(0.0);
+                    defmt::info!(
+                        "training on {=usize} samples, {=usize} held out; held-out accuracy before training {=f32}%",
+                        train,
+                        held_out,
+                        100.0 * before
+                    );
+                }
+            }
+            Ok(_) => {}
+            Err(e) => defmt::warn!("serial: {}", defmt::Debug2Format(&e)),
+        }
+        if let Some(Err(e)) = app.run_epoch(&mut Defmt) {
+            defmt::error!("training failed: {}", defmt::Display2Format(&e));
+        }
+        if training && !app.is_training() {
+            training = false;
+            let best = app.trainer().best().map_or(0.0, |(info, _)| info.accuracy);
+            defmt::info!("training ended; best held-out accuracy {=f32}%", 100.0 * best);
+            defmt::info!(
+                "stack: {=usize} of {=usize} bytes used at most",
+                stack::peak(),
+                stack::size()
+            );
+        }
+    }
+}
