@@ -22,6 +22,7 @@ pub const BINARIES: &[(&str, &str)] = &[
     ("stm32f746g-disco", "hello-stm32f746g-disco"),
     ("stm32f746g-disco", "leaf-trainer-stm32f746g-disco"),
     ("nrf52840-dk", "hello-nrf52840-dk"),
+    ("nrf52840-dk", "leaf-trainer-nrf52840-dk"),
 ];
 
 /// Setting this to 1 rewrites the size snapshot instead of comparing with it.
@@ -37,9 +38,10 @@ fn boards_dir(root: &Path) -> PathBuf {
     root.join("boards")
 }
 
-/// The features that build the leaf trainers (the QEMU board's and the STM32 board's), and
-/// the variable naming the bundle they embed.
-const TRAINER_FEATURE: &str = "qemu-mps2-an386/leaf-trainer,stm32f746g-disco/leaf-trainer";
+/// The features that build every board's leaf trainer, and the variable naming the bundle
+/// they embed.
+const TRAINER_FEATURE: &str =
+    "qemu-mps2-an386/leaf-trainer,stm32f746g-disco/leaf-trainer,nrf52840-dk/leaf-trainer";
 const BUNDLE_VAR: &str = "SPROUT_LEAF_BUNDLE";
 
 pub fn elf(root: &Path, binary: &str) -> PathBuf {

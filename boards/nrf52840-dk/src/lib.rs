@@ -79,6 +79,12 @@ impl embedded_io::Read for Serial {
     }
 }
 
+impl embedded_io::ReadReady for Serial {
+    fn read_ready(&mut self) -> Result<bool, Self::Error> {
+        self.rx.read_ready()
+    }
+}
+
 impl embedded_io::Write for Serial {
     fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
         self.tx.write(buf)
