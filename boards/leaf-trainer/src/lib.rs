@@ -113,6 +113,27 @@ pub struct Board<IO, F> {
     pub exit: fn(bool) -> !,
 }
 
+/// The `main` of a board's trainer binary: paints the stack, initializes the board crate
+/// `$board` (`init() -> Option<Board>` with `serial` and `storage`, `exit`, `NAME`) and
+/// serves with checkpoint slots of `$slot_bytes` from the start of its storage.
+#[macro_export]
+macro_rules! board_main {
+    ($board:ident, $slot_bytes:expr) => {
+        #[cortex_m_rt::entry]
+        fn main() -> ! {
+            $crate::stack::paint();
+            let Some(b) = $board::init() else { $board::exit(false) };
+            $crate::serve($crate::Board {
+                name: $board::NAME,
+                serial: b.serial,
+                flash: b.storage,
+                slot_bytes: $slot_bytes,
+                exit: $board::exit,
+            })
+        }
+    };
+}
+
 /// Logs `error` and ends the run as failed.
 fn fail(exit: fn(bool) -> !, what: &str, error: impl Display) -> ! {
     defmt::error!("{=str}: {}", what, defmt::Display2Format(&error));

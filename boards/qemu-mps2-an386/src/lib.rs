@@ -24,7 +24,7 @@ pub const CORE_CLOCK_HZ: u32 = 25_000_000;
 
 /// The peripherals a firmware uses.
 pub struct Board {
-    pub uart: uart::Uart,
+    pub serial: uart::Uart,
     pub storage: storage::Storage,
     pub counter: counter::InstructionCounter,
 }
@@ -36,7 +36,7 @@ pub fn init() -> Option<Board> {
     Some(Board {
         // SAFETY: `Peripherals::take` succeeded, so this is the only call that gets here
         // and nothing else owns UART0 or the storage region.
-        uart: unsafe { uart::Uart::uart0() },
+        serial: unsafe { uart::Uart::uart0() },
         storage: unsafe { storage::Storage::take() },
         counter: counter::InstructionCounter::new(core.SYST),
     })

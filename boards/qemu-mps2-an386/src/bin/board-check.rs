@@ -15,7 +15,7 @@ const GREETING: &[u8] = b"sprout board-check: send a line\n";
 fn main() -> ! {
     let Some(mut b) = board::init() else { board::exit(false) };
     defmt::info!("board-check on {=str}", board::NAME);
-    let uart_ok = echo_a_line(&mut b.uart).is_ok();
+    let uart_ok = echo_a_line(&mut b.serial).is_ok();
     let storage_ok = check_storage(&mut b.storage);
     defmt::info!("uart: {=bool}, storage: {=bool}", uart_ok, storage_ok);
     board::exit(uart_ok && storage_ok)
