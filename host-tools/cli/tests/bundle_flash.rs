@@ -2,27 +2,13 @@
 //! on the firmware side; flashing without a probe, to an unknown board or from a file that
 //! is not an ARM ELF fails with a clear message and a non-zero exit.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
 use sprout_core::{save_model, ModelFile, Step};
 use sprout_train::Model;
 use sprout_zoo::Architecture;
 
-fn sprout(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sprout")).args(args).output().expect("the sprout binary runs")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sprout-cli-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use common::{sprout, text, Scratch};
 
 /// The smallest file that passes as a 32-bit little-endian ARM ELF header.
 fn arm_elf_header() -> Vec<u8> {
@@ -35,7 +21,8 @@ fn arm_elf_header() -> Vec<u8> {
 
 #[test]
 fn bundle_writes_a_bundle_the_firmware_decodes() {
-    let dir = scratch("bundle");
+    let scratch = Scratch::new("bundle");
+    let dir = &scratch.0;
     let model = Model::from_zoo(Architecture::Mlp, 16, 1).unwrap();
     let file = ModelFile::from_graph(&model.zoo.graph, model.metadata.clone());
     let model_path = dir.join("mlp.sprout");
@@ -49,7 +36,7 @@ fn bundle_writes_a_bundle_the_firmware_decodes() {
         "-o",
         out.to_str().unwrap(),
     ]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(output.status.success(), "{}", text(&output.stderr));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout.contains(
@@ -65,29 +52,35 @@ fn bundle_writes_a_bundle_the_firmware_decodes() {
     let output =
         sprout(&["bundle", model_path.to_str().unwrap(), "--trainable", "nothing.*", "-o", "x"]);
     assert!(!output.status.success());
-    assert!(stderr(&output).contains("'nothing.*' matches no parameter"), "{}", stderr(&output));
+    assert!(
+        text(&output.stderr).contains("'nothing.*' matches no parameter"),
+        "{}",
+        text(&output.stderr)
+    );
 }
 
 #[test]
 fn flash_without_a_probe_says_so_and_fails() {
-    let dir = scratch("flash-no-probe");
+    let scratch = Scratch::new("flash-no-probe");
+    let dir = &scratch.0;
     let elf = dir.join("firmware.elf");
     std::fs::write(&elf, arm_elf_header()).unwrap();
     for board in ["stm32f746g-disco", "nrf52840-dk"] {
         let output = sprout(&["flash", "--board", board, elf.to_str().unwrap()]);
         assert_eq!(output.status.code(), Some(1));
-        assert!(stderr(&output).contains("no debug probe found"), "{}", stderr(&output));
+        assert!(text(&output.stderr).contains("no debug probe found"), "{}", text(&output.stderr));
     }
 }
 
 #[test]
 fn flash_refuses_unknown_boards_and_non_arm_elf_files() {
-    let dir = scratch("flash-bad");
+    let scratch = Scratch::new("flash-bad");
+    let dir = &scratch.0;
     let elf = dir.join("firmware.elf");
     std::fs::write(&elf, arm_elf_header()).unwrap();
     let output = sprout(&["flash", "--board", "arduino-uno", elf.to_str().unwrap()]);
     assert!(!output.status.success());
-    let message = stderr(&output);
+    let message = text(&output.stderr);
     assert!(
         message
             .contains("unknown board 'arduino-uno'; known boards: stm32f746g-disco, nrf52840-dk"),
@@ -97,17 +90,21 @@ fn flash_refuses_unknown_boards_and_non_arm_elf_files() {
     let missing = dir.join("missing.elf");
     let output = sprout(&["flash", "--board", "nrf52840-dk", missing.to_str().unwrap()]);
     assert!(!output.status.success());
-    assert!(stderr(&output).contains("cannot read the firmware image"), "{}", stderr(&output));
+    assert!(
+        text(&output.stderr).contains("cannot read the firmware image"),
+        "{}",
+        text(&output.stderr)
+    );
 
-    let text = dir.join("notes.txt");
-    std::fs::write(&text, "not firmware").unwrap();
-    let output = sprout(&["flash", "--board", "nrf52840-dk", text.to_str().unwrap()]);
-    assert!(stderr(&output).contains("is not an ELF file"), "{}", stderr(&output));
+    let notes = dir.join("notes.txt");
+    std::fs::write(&notes, "not firmware").unwrap();
+    let output = sprout(&["flash", "--board", "nrf52840-dk", notes.to_str().unwrap()]);
+    assert!(text(&output.stderr).contains("is not an ELF file"), "{}", text(&output.stderr));
 
     let mut x86 = arm_elf_header();
     x86[18..20].copy_from_slice(&62u16.to_le_bytes());
     std::fs::write(&elf, x86).unwrap();
     let output = sprout(&["flash", "--board", "nrf52840-dk", elf.to_str().unwrap()]);
     assert!(!output.status.success());
-    assert!(stderr(&output).contains("machine 62"), "{}", stderr(&output));
+    assert!(text(&output.stderr).contains("machine 62"), "{}", text(&output.stderr));
 }

@@ -1,43 +1,20 @@
 //! `sprout data leaves` end to end: the built binary writes the train/val folder layout and
 //! its summary, refuses a non-empty folder unless forced, and names unknown classes.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::{sprout, text, Scratch};
 
 /// Runs `sprout data leaves ARGS`.
 fn sprout_leaves(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sprout"))
-        .args(["data", "leaves"])
-        .args(args)
-        .output()
-        .expect("the sprout binary runs")
-}
-
-/// A fresh scratch folder for one test, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("sprout-cli-data-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    sprout(&[&["data", "leaves"], args].concat())
 }
 
 fn count(folder: &Path) -> usize {
     std::fs::read_dir(folder).map(|entries| entries.count()).unwrap_or(0)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]

@@ -2,36 +2,19 @@
 //! a TCP listener (a fake app behind the real link), and the errors a person meets: a
 //! missing serial port, a device without a checkpoint; never a partial output file.
 
+mod common;
 #[path = "../../device/tests/support/mod.rs"]
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
+use common::{fails, ok};
 use sprout_core::checksum::CRC32;
 use sprout_core::link::Split;
 use sprout_device::write_checkpoint_file;
 use sprout_firmware::trainer::{checkpoint, CheckpointInfo};
 use support::fake_app::{spawn_tcp_device, FakeApp, CLASSES, MODEL_HASH, SHAPE};
-
-fn sprout(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sprout")).args(args).output().unwrap()
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = sprout(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "sprout {args:?} failed: {stderr}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn fails(args: &[&str], needle: &str) {
-    let out = sprout(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "sprout {args:?} should fail");
-    assert!(stderr.contains(needle), "sprout {args:?}: '{needle}' not in: {stderr}");
-}
 
 fn device(checkpoint: Vec<u8>) -> (Arc<Mutex<FakeApp>>, String) {
     let app = Arc::new(Mutex::new(FakeApp::new(checkpoint)));

@@ -2,8 +2,7 @@
 //! to a `.sprout` file that runs to hand-computed outputs; a zoo model exports to ONNX and
 //! safetensors and comes back equal; errors exit non-zero and leave no file behind.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
 use prost::Message;
 use sprout_core::format::{Metadata, ModelFile, Preprocessing};
@@ -15,50 +14,7 @@ use sprout_onnx::proto::{
 };
 use sprout_zoo::{build, Architecture};
 
-fn sprout(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sprout")).args(args).output().expect("the sprout binary runs")
-}
-
-/// A fresh scratch folder for one test, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("sprout-cli-onnx-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    /// The names of the files in the folder, sorted.
-    fn files(&self) -> Vec<String> {
-        let mut names: Vec<_> = std::fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use common::{s, sprout, text, Scratch};
 
 fn values(seed: u32, n: usize) -> Vec<f32> {
     (0..n)

@@ -2,45 +2,28 @@
 //! memory budgets met by recomputation or refused with the smallest reachable size, and the
 //! messages for bad arguments.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
 
 use serde_json::Value;
 
+use common::{sprout, text, Scratch};
+
 /// Runs `sprout plan ARGS`.
 fn sprout_plan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sprout"))
-        .arg("plan")
-        .args(args)
-        .output()
-        .expect("the sprout binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).expect("stderr is UTF-8")
+    sprout(&[&["plan"], args].concat())
 }
 
 /// Runs `sprout plan ARGS --json`, expecting success, and parses its one JSON object.
 fn plan_json(args: &[&str]) -> Value {
     let output = sprout_plan(&[args, &["--json"]].concat());
-    assert!(output.status.success(), "sprout plan {args:?} failed: {}", stderr(&output));
-    serde_json::from_str(&stdout(&output)).expect("--json prints one JSON object")
+    assert!(output.status.success(), "sprout plan {args:?} failed: {}", text(&output.stderr));
+    serde_json::from_str(&text(&output.stdout)).expect("--json prints one JSON object")
 }
 
 fn number(report: &Value, key: &str) -> u64 {
     report[key].as_u64().unwrap_or_else(|| panic!("'{key}' is not a number in {report}"))
-}
-
-/// A fresh scratch folder for one test.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sprout-cli-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]
@@ -108,8 +91,8 @@ fn json_has_every_key_and_every_buffer_lies_inside_the_arena() {
 #[test]
 fn the_table_shows_arena_lower_bound_ratio_and_the_picture() {
     let output = sprout_plan(&["--zoo", "resnet", "--trainable", "head", "--top", "3"]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let text = stdout(&output);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let text = text(&output.stdout);
     let line = |label: &str| {
         text.lines()
             .find(|l| l.trim_start().starts_with(label))
@@ -143,7 +126,8 @@ fn the_table_shows_arena_lower_bound_ratio_and_the_picture() {
 
 #[test]
 fn svg_has_one_rect_per_arena_buffer() {
-    let dir = scratch("svg");
+    let scratch = Scratch::new("svg");
+    let dir = &scratch.0;
     let svg_path = dir.join("arena.svg");
     let report = plan_json(&["--zoo", "mlp", "--svg", svg_path.to_str().unwrap()]);
     let svg = std::fs::read_to_string(&svg_path).unwrap();
@@ -154,14 +138,13 @@ fn svg_has_one_rect_per_arena_buffer() {
     assert_eq!(svg.matches("<title>").count(), buffers.len());
     assert!(svg.contains("<title>input: "), "{svg}");
     assert!(!dir.join("arena.svg.tmp").exists());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn an_impossible_budget_names_the_smallest_reachable_arena() {
     let output = sprout_plan(&["--zoo", "leafnet", "--budget", "1KiB"]);
     assert!(!output.status.success());
-    let message = stderr(&output);
+    let message = text(&output.stderr);
     assert!(
         message.contains(
             "error: leafnet (batch 1, trainable all) does not fit in 1024 bytes (1.0 KiB)"
@@ -170,7 +153,7 @@ fn an_impossible_budget_names_the_smallest_reachable_arena() {
     );
     let smallest = smallest_reachable(&message);
     assert!(smallest > 1024, "{message}");
-    assert!(stdout(&output).is_empty());
+    assert!(text(&output.stdout).is_empty());
 }
 
 /// The byte count after "gradient checkpointing is" in a budget error.
@@ -187,7 +170,7 @@ fn a_budget_between_the_smallest_and_the_plain_arena_is_met_by_recomputing() {
     let plain = number(&plan_json(&args), "arena_bytes");
     let refused = sprout_plan(&[&args[..], &["--budget", "1"]].concat());
     assert!(!refused.status.success());
-    let smallest = smallest_reachable(&stderr(&refused));
+    let smallest = smallest_reachable(&text(&refused.stderr));
     assert!(smallest < plain, "checkpointing saves nothing: {smallest} >= {plain}");
 
     let budget = (smallest + plain) / 2;
@@ -220,7 +203,7 @@ fn pass_switches_and_strategies_reach_the_compiler() {
 fn an_unknown_zoo_model_is_refused_with_the_zoo_listed() {
     let output = sprout_plan(&["--zoo", "lenet"]);
     assert!(!output.status.success());
-    let message = stderr(&output);
+    let message = text(&output.stderr);
     assert!(message.contains("unknown zoo model 'lenet'"), "{message}");
     assert!(message.contains("mlp, resnet, leafnet"), "{message}");
 }
@@ -229,7 +212,7 @@ fn an_unknown_zoo_model_is_refused_with_the_zoo_listed() {
 fn a_bad_size_is_refused_with_the_units_listed() {
     let output = sprout_plan(&["--zoo", "mlp", "--budget", "12XB"]);
     assert!(!output.status.success());
-    let message = stderr(&output);
+    let message = text(&output.stderr);
     assert!(message.contains("invalid size '12XB': unknown unit 'XB'"), "{message}");
     assert!(message.contains("KiB"), "{message}");
 }
@@ -238,7 +221,7 @@ fn a_bad_size_is_refused_with_the_units_listed() {
 fn a_pattern_that_matches_nothing_is_named() {
     let output = sprout_plan(&["--zoo", "mlp", "--trainable", "head,features.9.*"]);
     assert!(!output.status.success());
-    let message = stderr(&output);
+    let message = text(&output.stderr);
     assert!(message.contains("'features.9.*' matches no parameter"), "{message}");
 }
 
@@ -255,8 +238,8 @@ fn ram_of(table: &str, storage: &str) -> u64 {
 #[test]
 fn dtypes_show_the_leaf_head_step_in_f32_f16_and_int8() {
     let output = sprout_plan(&["--zoo", "leafnet", "--trainable", "head", "--dtypes"]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let table = stdout(&output);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let table = text(&output.stdout);
     let (f32_ram, f16_ram, int8_ram) =
         (ram_of(&table, "f32"), ram_of(&table, "f16"), ram_of(&table, "int8"));
     // The f32 head step does not fit a 256 KiB microcontroller; on an int8 backbone it does.

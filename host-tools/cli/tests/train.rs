@@ -1,34 +1,15 @@
 //! `sprout train` -> `eval` -> `predict` -> `run` on a tiny image model and a 16x16 leaf set,
 //! and each bad input: a clear message, a failing exit status and no output file.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use sprout_core::format::Preprocessing;
 use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
 
-fn sprout(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sprout")).args(args).output().unwrap()
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = sprout(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "sprout {args:?} failed: {stderr}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn fails(args: &[&str], needle: &str) {
-    let out = sprout(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "sprout {args:?} should fail");
-    assert!(stderr.contains(needle), "sprout {args:?}: '{needle}' not in: {stderr}");
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use common::{fails, ok, s, Scratch};
 
 /// A tiny image classifier at 16x16: flatten, linear 768 -> 8, ReLU, linear 8 -> 3.
 fn tiny_model(path: &Path) {
@@ -53,39 +34,29 @@ fn tiny_model(path: &Path) {
     fs::write(path, save_model(&ModelFile::from_graph(&g, metadata)).unwrap()).unwrap();
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sprout-cli-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-#[test]
-fn train_eval_predict_run_and_bad_inputs() {
-    let dir = temp_dir("train");
+/// Draws a 16x16 leaf set in `dir`, trains the tiny model on it for `epochs` with `extra`
+/// options (run folder `dir/run`); returns the set, the trained model and the output.
+fn train_tiny(dir: &Path, epochs: &str, extra: &[&str]) -> (PathBuf, PathBuf, String) {
     let leaves = dir.join("leaves");
     ok(&["data", "leaves", "--out", s(&leaves), "--per-class", "10", "--size", "16"]);
     let tiny = dir.join("tiny.sprout");
     tiny_model(&tiny);
     let trained = dir.join("trained.sprout");
     let run_dir = dir.join("run");
-    let out = ok(&[
-        "train",
-        "--model",
-        s(&tiny),
-        "--data",
-        s(&leaves),
-        "--epochs",
-        "3",
-        "--batch-size",
-        "4",
-        "--lr",
-        "0.01",
-        "--out-dir",
-        s(&run_dir),
-        "-o",
-        s(&trained),
-    ]);
+    let options = ["--epochs", epochs, "--batch-size", "4", "--lr", "0.01"];
+    let files = ["--out-dir", s(&run_dir), "-o", s(&trained)];
+    let args = [&["train", "--model", s(&tiny), "--data", s(&leaves)], &options[..], extra, &files]
+        .concat();
+    let out = ok(&args);
+    (leaves, trained, out)
+}
+
+#[test]
+fn train_eval_predict_run_and_bad_inputs() {
+    let scratch = Scratch::new("train");
+    let dir = &scratch.0;
+    let (leaves, trained, out) = train_tiny(dir, "3", &[]);
+    let run_dir = dir.join("run");
     assert!(out.contains("final validation accuracy") && out.contains('%'), "{out}");
     for file in ["best.sprout", "curve.png", "checkpoint-epoch-003.ckpt"] {
         assert!(run_dir.join(file).is_file(), "{file} missing");
@@ -140,7 +111,6 @@ fn train_eval_predict_run_and_bad_inputs() {
     );
     fails(&["run", s(&truncated), "--input", s(&input), "--output", s(&never)], "truncated");
     assert!(!not_written.exists() && !never.exists());
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// The accuracy `sprout eval` prints, in percent.
@@ -151,30 +121,9 @@ fn accuracy(eval_output: &str) -> f64 {
 
 #[test]
 fn mixed_precision_training_then_f16_and_int8_quantization_and_bad_inputs() {
-    let dir = temp_dir("quantize");
-    let leaves = dir.join("leaves");
-    ok(&["data", "leaves", "--out", s(&leaves), "--per-class", "10", "--size", "16"]);
-    let tiny = dir.join("tiny.sprout");
-    tiny_model(&tiny);
-    let trained = dir.join("trained.sprout");
-    let out = ok(&[
-        "train",
-        "--model",
-        s(&tiny),
-        "--data",
-        s(&leaves),
-        "--epochs",
-        "2",
-        "--batch-size",
-        "4",
-        "--lr",
-        "0.01",
-        "--mixed-precision",
-        "--out-dir",
-        s(&dir.join("run")),
-        "-o",
-        s(&trained),
-    ]);
+    let scratch = Scratch::new("quantize");
+    let dir = &scratch.0;
+    let (leaves, trained, out) = train_tiny(dir, "2", &["--mixed-precision"]);
     assert!(out.contains("mixed precision: loss scale"), "{out}");
 
     let half = dir.join("half.sprout");
@@ -212,5 +161,4 @@ fn mixed_precision_training_then_f16_and_int8_quantization_and_bad_inputs() {
     fs::write(&truncated, &fs::read(&trained).unwrap()[..100]).unwrap();
     fails(&["quantize", s(&truncated), "--dtype", "f16", "-o", s(&never)], "truncated.sprout");
     assert!(!never.exists());
-    let _ = fs::remove_dir_all(&dir);
 }

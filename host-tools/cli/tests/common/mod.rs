@@ -1,0 +1,68 @@
+//! What the CLI tests share: running the built `sprout` binary and reading its outcome, and
+//! scratch folders that clean up after themselves. Each test file uses a part of it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs the built `sprout` with `args`.
+pub fn sprout(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sprout")).args(args).output().expect("the sprout binary runs")
+}
+
+/// Runs `sprout ARGS`, which must succeed; returns its standard output.
+pub fn ok(args: &[&str]) -> String {
+    let out = sprout(args);
+    assert!(out.status.success(), "sprout {args:?} failed: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// Runs `sprout ARGS`, which must fail with `needle` in its standard error.
+pub fn fails(args: &[&str], needle: &str) {
+    let out = sprout(args);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "sprout {args:?} should fail");
+    assert!(stderr.contains(needle), "sprout {args:?}: '{needle}' not in: {stderr}");
+}
+
+/// Output bytes as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A path as an argument.
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}
+
+/// A fresh scratch folder for one test, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("sprout-cli-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The names of the files in the folder, sorted.
+    pub fn files(&self) -> Vec<String> {
+        let mut names: Vec<_> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
