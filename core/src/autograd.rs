@@ -7,6 +7,7 @@ use crate::op::Op;
 use crate::quant::QuantParams;
 use crate::tensor::{DType, Role, TensorId};
 use alloc::format;
+use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -283,6 +284,25 @@ fn first_input_rule(node: &Node, dy: TensorId) -> Option<(Op, Vec<TensorId>)> {
     })
 }
 
+/// One node as its vector-Jacobian product sees it: which inputs want a gradient, and the
+/// names of the backward nodes it adds.
+struct NodeGrads<'n> {
+    node: &'n Node,
+    wants: &'n [bool],
+}
+
+impl NodeGrads<'_> {
+    /// Input `i`, when its gradient is wanted.
+    fn want(&self, i: usize) -> Option<TensorId> {
+        self.node.inputs.get(i).copied().filter(|t| self.wants[t.index()])
+    }
+
+    /// `NODE.what`: the name of a backward node of this node.
+    fn name(&self, what: &str) -> String {
+        format!("{}.{what}", self.node.name)
+    }
+}
+
 /// The vector-Jacobian product of one node: gradient contributions for its inputs.
 fn vjp(
     graph: &mut Graph,
@@ -290,12 +310,11 @@ fn vjp(
     dy: TensorId,
     wants: &[bool],
 ) -> Result<Vec<(TensorId, TensorId)>, GraphError> {
-    let want = |i: usize| node.inputs.get(i).copied().filter(|t| wants[t.index()]);
-    let name = |what: &str| format!("{}.{what}", node.name);
+    let g = NodeGrads { node, wants };
     let mut out = Vec::new();
     if let Some((op, inputs)) = first_input_rule(node, dy) {
-        if let Some(x) = want(0) {
-            out.push((x, backward(graph, &name("grad"), op, inputs, x)?));
+        if let Some(x) = g.want(0) {
+            out.push((x, backward(graph, &g.name("grad"), op, inputs, x)?));
         }
         return Ok(out);
     }
@@ -306,55 +325,58 @@ fn vjp(
                 _ => (Op::LinearGradInput, Op::LinearGradWeight),
             };
             let (x, w) = (node.inputs[0], node.inputs[1]);
-            if want(0).is_some() {
-                out.push((x, backward(graph, &name("grad_input"), grad_input, vec![dy, w], x)?));
+            if g.want(0).is_some() {
+                out.push((x, backward(graph, &g.name("grad_input"), grad_input, vec![dy, w], x)?));
             }
-            if want(1).is_some() {
-                out.push((w, backward(graph, &name("grad_weight"), grad_weight, vec![dy, x], w)?));
+            if g.want(1).is_some() {
+                out.push((
+                    w,
+                    backward(graph, &g.name("grad_weight"), grad_weight, vec![dy, x], w)?,
+                ));
             }
-            if let Some(b) = want(2) {
-                out.push((b, backward(graph, &name("grad_bias"), Op::BiasGrad, vec![dy], b)?));
+            if let Some(b) = g.want(2) {
+                out.push((b, backward(graph, &g.name("grad_bias"), Op::BiasGrad, vec![dy], b)?));
             }
         }
         Op::Add => {
             // The gradient passes unchanged to both operands; no copy is made.
-            out.extend([want(0), want(1)].into_iter().flatten().map(|t| (t, dy)));
+            out.extend([g.want(0), g.want(1)].into_iter().flatten().map(|t| (t, dy)));
         }
         Op::BatchNorm2d(_) => {
             let (x, gamma, beta) = (node.inputs[0], node.inputs[1], node.inputs[2]);
             let (mean, invstd) = (node.outputs[1], node.outputs[2]);
-            if want(0).is_some() {
+            if g.want(0).is_some() {
                 let inputs = vec![dy, x, gamma, mean, invstd];
                 let op = Op::BatchNormGradInput;
-                out.push((x, backward(graph, &name("grad_input"), op, inputs, x)?));
+                out.push((x, backward(graph, &g.name("grad_input"), op, inputs, x)?));
             }
-            if want(1).is_some() || want(2).is_some() {
+            if g.want(1).is_some() || g.want(2).is_some() {
                 // One kernel yields both; a frozen one of the pair costs C floats.
                 let specs = vec![grad_spec(graph, gamma), grad_spec(graph, beta)];
                 let inputs = vec![dy, x, mean, invstd];
                 let ids = graph.record(
-                    &name("grad_params"),
+                    &g.name("grad_params"),
                     Op::BatchNormGradParams,
                     inputs,
                     Vec::new(),
                     specs,
                     Phase::MicroBatch,
                 )?;
-                let pairs = [(want(1), ids[0]), (want(2), ids[1])];
+                let pairs = [(g.want(1), ids[0]), (g.want(2), ids[1])];
                 out.extend(pairs.into_iter().filter_map(|(t, g)| t.map(|t| (t, g))));
             }
         }
         // Straight-through: (de)quantization passes the gradient unchanged.
-        Op::Quantize(_) | Op::Dequantize(_) => out.extend(want(0).map(|x| (x, dy))),
+        Op::Quantize(_) | Op::Dequantize(_) => out.extend(g.want(0).map(|x| (x, dy))),
         Op::RoundWeights { qas } | Op::RoundBias { qas, .. } => {
-            if let Some(x) = want(0) {
+            if let Some(x) = g.want(0) {
                 let grad = if qas {
                     let unit = match node.op {
                         Op::RoundBias { input_scale, .. } => input_scale,
                         _ => 1.0,
                     };
                     let op = Op::ChannelScale { unit, power: -2 };
-                    backward(graph, &name("qas"), op, vec![dy, node.inputs[1]], x)?
+                    backward(graph, &g.name("qas"), op, vec![dy, node.inputs[1]], x)?
                 } else {
                     dy
                 };
@@ -362,24 +384,24 @@ fn vjp(
             }
         }
         Op::QMaxPool2d(p) => {
-            if let Some(x) = want(0) {
+            if let Some(x) = g.want(0) {
                 // Any increasing map of the codes finds the same maxima.
-                let codes = scratch(graph, &name("codes"), Op::Dequantize(UNIT), vec![x], x)?;
+                let codes = scratch(graph, &g.name("codes"), Op::Dequantize(UNIT), vec![x], x)?;
                 let op = Op::MaxPool2dGrad(p);
-                out.push((x, backward(graph, &name("grad"), op, vec![codes, dy], x)?));
+                out.push((x, backward(graph, &g.name("grad"), op, vec![codes, dy], x)?));
             }
         }
         Op::QAdd(q) => {
             let dy = backward(
                 graph,
-                &name("clamp_grad"),
+                &g.name("clamp_grad"),
                 Op::QClampGrad(q.act),
                 vec![node.outputs[0], dy],
                 node.outputs[0],
             )?;
-            out.extend([want(0), want(1)].into_iter().flatten().map(|t| (t, dy)));
+            out.extend([g.want(0), g.want(1)].into_iter().flatten().map(|t| (t, dy)));
         }
-        Op::QConv2d(_) | Op::QLinear(_) => out = int8_layer_vjp(graph, node, dy, wants)?,
+        Op::QConv2d(_) | Op::QLinear(_) => out = int8_layer_vjp(graph, &g, dy)?,
         // Detach, backward ops and training plumbing pass no gradient.
         _ => {}
     }
@@ -407,12 +429,10 @@ fn scratch(
 /// dequantized operands.
 fn int8_layer_vjp(
     graph: &mut Graph,
-    node: &Node,
+    g: &NodeGrads<'_>,
     dy: TensorId,
-    wants: &[bool],
 ) -> Result<Vec<(TensorId, TensorId)>, GraphError> {
-    let want = |i: usize| node.inputs.get(i).copied().filter(|t| wants[t.index()]);
-    let name = |what: &str| format!("{}.{what}", node.name);
+    let node = g.node;
     let (x, w, bias, w_scale, y) =
         (node.inputs[0], node.inputs[1], node.inputs[2], node.inputs[4], node.outputs[0]);
     let (input, act, grads) = match node.op {
@@ -423,22 +443,22 @@ fn int8_layer_vjp(
         _ => return Ok(Vec::new()),
     };
     let mut out = Vec::new();
-    let dy = backward(graph, &name("clamp_grad"), Op::QClampGrad(act), vec![y, dy], y)?;
-    if want(0).is_some() {
+    let dy = backward(graph, &g.name("clamp_grad"), Op::QClampGrad(act), vec![y, dy], y)?;
+    if g.want(0).is_some() {
         let op = Op::DequantizeWeights;
-        let w_real = scratch(graph, &name("weight_real"), op, vec![w, w_scale], w)?;
-        out.push((x, backward(graph, &name("grad_input"), grads.0, vec![dy, w_real], x)?));
+        let w_real = scratch(graph, &g.name("weight_real"), op, vec![w, w_scale], w)?;
+        out.push((x, backward(graph, &g.name("grad_input"), grads.0, vec![dy, w_real], x)?));
     }
-    if want(1).is_some() {
-        let x_real = scratch(graph, &name("input_real"), Op::Dequantize(input), vec![x], x)?;
-        let real = backward(graph, &name("grad_weight_real"), grads.1, vec![dy, x_real], w)?;
+    if g.want(1).is_some() {
+        let x_real = scratch(graph, &g.name("input_real"), Op::Dequantize(input), vec![x], x)?;
+        let real = backward(graph, &g.name("grad_weight_real"), grads.1, vec![dy, x_real], w)?;
         let op = Op::ChannelScale { unit: 1.0, power: 1 };
-        out.push((w, backward(graph, &name("grad_weight"), op, vec![real, w_scale], w)?));
+        out.push((w, backward(graph, &g.name("grad_weight"), op, vec![real, w_scale], w)?));
     }
-    if want(2).is_some() {
-        let real = backward(graph, &name("grad_bias_real"), Op::BiasGrad, vec![dy], bias)?;
+    if g.want(2).is_some() {
+        let real = backward(graph, &g.name("grad_bias_real"), Op::BiasGrad, vec![dy], bias)?;
         let op = Op::ChannelScale { unit: input.scale, power: 1 };
-        out.push((bias, backward(graph, &name("grad_bias"), op, vec![real, w_scale], bias)?));
+        out.push((bias, backward(graph, &g.name("grad_bias"), op, vec![real, w_scale], bias)?));
     }
     Ok(out)
 }
