@@ -10,7 +10,8 @@
 //! is that count over the call's multiply-accumulates. The `hot loop` line counts the
 //! DSP multiply-accumulate loop alone, on a long reduction. Shapes:
 //! conv 3x3: 16 → 32 channels, 16x16, padding 1; pointwise: 32 → 64 channels, 16x16;
-//! depthwise 3x3: 32 channels, 16x16; linear: batch 8, 256 → 32.
+//! depthwise 3x3: 32 channels, 16x16; linear: batch 8, 256 → 32, and batch 1 (the
+//! device's dense layers: one column, so no weight is reused).
 #![no_std]
 #![no_main]
 
@@ -79,6 +80,7 @@ const CONV: Conv2dGeometry = conv(16, 32, 3, 1);
 const POINTWISE: Conv2dGeometry = conv(32, 64, 1, 1);
 const DEPTHWISE: Conv2dGeometry = conv(32, 32, 3, 32);
 const LINEAR: LinearDims = LinearDims { n: 8, k: 256, m: 32 };
+const LINEAR_1: LinearDims = LinearDims { n: 1, ..LINEAR };
 
 /// Prints `NAME: X.XX insn/MAC`.
 fn report(name: &str, instructions: f32, macs: usize) {
@@ -193,6 +195,8 @@ fn main() -> ! {
     int8_conv(&mut c, b, "int8 depthwise conv scalar", scalar::conv2d_s8, &DEPTHWISE);
     int8_linear(&mut c, b, "int8 linear dsp", dsp::linear_s8, &LINEAR);
     int8_linear(&mut c, b, "int8 linear scalar", scalar::linear_s8, &LINEAR);
+    int8_linear(&mut c, b, "int8 linear batch 1 dsp", dsp::linear_s8, &LINEAR_1);
+    int8_linear(&mut c, b, "int8 linear batch 1 scalar", scalar::linear_s8, &LINEAR_1);
     hot_loop(&mut c, b);
     f32_conv(&mut c, b, "f32 conv fpu", &mut CortexM, &CONV);
     f32_conv(&mut c, b, "f32 conv reference", &mut Reference, &CONV);
