@@ -57,12 +57,84 @@ macro_rules! one_group {
     };
 }
 
+/// The depthwise 3x3 loop at one stride: per output, each kernel row is one word load
+/// (the window's three inputs and one more), two `SXTB16` and two multiplies.
+macro_rules! sums_3x3_loop {
+    ($stride:literal, $p:ident, $pitch:ident, $out:ident, $n:ident, $w0:ident, $w1:ident, $w2:ident, $w_mid:ident, $w_last:ident) => {
+        // SAFETY: see `sums_3x3`: every word read lies in `rows`, every word written in
+        // `sums`; only the named registers and the flags change.
+        unsafe {
+            asm!(
+                "2:",
+                "ldr {x}, [{p}, {pitch}]",
+                "sxtb16 {b}, {x}, ror #8",
+                "sxtb16 {x}, {x}",
+                "smuad {s}, {x}, {w1}",
+                "smlabt {s}, {b}, {w_mid}, {s}",
+                "ldr {x}, [{p}, {pitch}, lsl #1]",
+                "sxtb16 {b}, {x}, ror #8",
+                "sxtb16 {x}, {x}",
+                "smlad {s}, {x}, {w2}, {s}",
+                "smlabb {s}, {b}, {w_last}, {s}",
+                concat!("ldr {x}, [{p}], #", $stride),
+                "sxtb16 {b}, {x}, ror #8",
+                "sxtb16 {x}, {x}",
+                "smlad {s}, {x}, {w0}, {s}",
+                "smlabb {s}, {b}, {w_mid}, {s}",
+                "str {s}, [{out}], #4",
+                "subs {n}, {n}, #1",
+                "bne 2b",
+                p = inout(reg) $p => _,
+                pitch = in(reg) $pitch,
+                out = inout(reg) $out => _,
+                n = inout(reg) $n => _,
+                w0 = in(reg) $w0,
+                w1 = in(reg) $w1,
+                w2 = in(reg) $w2,
+                w_mid = in(reg) $w_mid,
+                w_last = in(reg) $w_last,
+                x = out(reg) _,
+                b = out(reg) _,
+                s = out(reg) _,
+                options(nostack),
+            )
+        }
+    };
+}
+
 impl Engine for Dsp {
     fn dot_wide(w: &[i8], values: &[i16], acc: &mut [i32; WIDE]) {
         dot_wide(w, values, acc)
     }
     fn dot_one(w: &[i8], values: &[i16], acc: &mut i32) {
         dot_one(w, values, acc)
+    }
+    fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
+        sums_3x3(rows, pitch, taps, stride, sums)
+    }
+}
+
+/// `Engine::sums_3x3` with `SMUAD`/`SMLAD` on the pairs `[w0, w2]` of each kernel row
+/// and `SMLABB`/`SMLABT` for the middle taps: 18 instructions per output. Strides other
+/// than 1 and 2, and rows without a readable word past the last window, take the portable
+/// loop.
+pub fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
+    let n = sums.len();
+    let words_fit = n > 0 && rows.len() >= 2 * pitch + (n - 1) * stride + 4;
+    if !(words_fit && (stride == 1 || stride == 2)) {
+        return super::depthwise::sums_3x3(rows, pitch, taps, stride, sums);
+    }
+    let t = taps.map(i32::from);
+    let pair = |lo: i32, hi: i32| (lo & 0xffff) | (hi << 16);
+    let (w0, w1, w2) = (pair(t[0], t[2]), pair(t[3], t[5]), pair(t[6], t[8]));
+    let (w_mid, w_last) = (pair(t[1], t[4]), t[7]);
+    let (p, out) = (rows.as_ptr(), sums.as_mut_ptr());
+    // SAFETY (of both loops): output `i` reads the words at `i · stride`,
+    // `pitch + i · stride` and `2 · pitch + i · stride` of `rows` (unaligned `LDR` is
+    // allowed on v7-M), all within `rows` by `words_fit`, and writes `sums[i]`.
+    match stride {
+        1 => sums_3x3_loop!(1, p, pitch, out, n, w0, w1, w2, w_mid, w_last),
+        _ => sums_3x3_loop!(2, p, pitch, out, n, w0, w1, w2, w_mid, w_last),
     }
 }
 

@@ -13,6 +13,7 @@ mod columns;
 pub use columns::CHUNK;
 mod depthwise;
 mod product;
+mod requantize;
 pub mod scalar;
 
 #[cfg(dsp_simd)]
@@ -107,7 +108,7 @@ fn conv2d<E: Engine>(
     debug_assert_eq!(y.len(), g.output_len());
     debug_assert_eq!(out.multipliers.len(), g.c_out);
     if depthwise::is_depthwise(g) {
-        return depthwise::depthwise_s8(x, x_zp, w, bias, y, out, g);
+        return depthwise::depthwise_s8::<E>(x, x_zp, w, bias, y, out, g);
     }
     let (cig, cog, plane) = (g.c_in_per_group(), g.c_out_per_group(), g.out_h * g.out_w);
     let depth = cig * g.kh * g.kw;

@@ -12,6 +12,7 @@ use core::ops::Range;
 use sprout_core::quant::OutputQuant;
 
 use super::columns::{natural_order, ColumnBlock, CHUNK, WIDE};
+use super::requantize::ChannelQuant;
 
 /// Rows whose accumulators are kept across the chunks of a long reduction.
 const ROW_BLOCK: usize = 16;
@@ -22,6 +23,12 @@ pub trait Engine {
     fn dot_wide(w: &[i8], values: &[i16], acc: &mut [i32; WIDE]);
     /// `acc += Σ_k w[k] · column[k]` for the values of a one-column block.
     fn dot_one(w: &[i8], values: &[i16], acc: &mut i32);
+    /// Depthwise 3x3 windows of a padded plane: `sums[i] = Σ x·taps` over the window
+    /// whose kernel rows start at `i · stride`, `pitch + i · stride` and
+    /// `2 · pitch + i · stride` of `rows` (wrapping).
+    fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
+        super::depthwise::sums_3x3(rows, pitch, taps, stride, sums)
+    }
 }
 
 /// The columns of a product: how many, and the natural-order values of one of them.
@@ -79,8 +86,9 @@ pub fn product<E: Engine>(
                 }
             }
             for (r, acc) in (row_start..row_end).zip(&acc) {
+                let quant = ChannelQuant::new(rows.out, rows.first + r);
                 for (column, &acc) in acc[..width].iter().enumerate() {
-                    store(start + column, r, rows.out.finish(rows.first + r, acc));
+                    store(start + column, r, quant.finish(acc));
                 }
             }
         }
