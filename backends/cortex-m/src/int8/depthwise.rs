@@ -89,10 +89,16 @@ impl Channel<'_> {
 
     /// One output row from a padded plane: the window of output `i` starts at column
     /// `i · stride` of `rows[0]`, whose kernel rows lie `pitch` apart.
-    fn row<E: Engine>(&self, rows: &[i8], pitch: usize, g: &Conv2dGeometry, ys: &mut [i8]) {
+    fn row<E: Engine>(
+        &self,
+        rows: &[i8],
+        pitch: usize,
+        g: &Conv2dGeometry,
+        ys: &mut [i8],
+        sums: &mut [i32; SUMS],
+    ) {
         let stride = g.stride.1;
         let taps = <&[i8; 9]>::try_from(self.ws).ok().filter(|_| (g.kh, g.kw) == (3, 3));
-        let mut sums = [0i32; SUMS];
         for (chunk, ys) in ys.chunks_mut(SUMS).enumerate() {
             let rows = &rows[chunk * SUMS * stride..];
             let sums = &mut sums[..ys.len()];
@@ -141,9 +147,8 @@ pub fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: 
 }
 
 /// Copies plane `xs` (`g.h × g.w`) into `padded` (rows of `pitch`, the plane at row and
-/// column `padding`), filling everything else with `zero_point`.
-fn pad(xs: &[i8], g: &Conv2dGeometry, zero_point: i8, pitch: usize, padded: &mut [i8]) {
-    padded.fill(zero_point);
+/// column `padding`); the rest of `padded` keeps the zero point it was filled with once.
+fn pad(xs: &[i8], g: &Conv2dGeometry, pitch: usize, padded: &mut [i8]) {
     let (top, left) = g.padding;
     let width = g.w.min(pitch.saturating_sub(left));
     let rows = padded.chunks_exact_mut(pitch).skip(top);
@@ -167,8 +172,9 @@ pub fn depthwise_s8<E: Engine>(
     let cols = Axis { stride: g.stride.1, padding: g.padding.1, kernel: g.kw, size: g.w };
     let (height, pitch) = (rows.span(g.out_h), cols.span(g.out_w));
     let padded_zero = i8::try_from(x_zp).ok().filter(|_| height * pitch < PADDED_CAPACITY);
-    let mut padded = [0i8; PADDED_CAPACITY];
+    let mut padded = [padded_zero.unwrap_or(0); PADDED_CAPACITY];
     let padded = &mut padded[..(height * pitch + 1).min(PADDED_CAPACITY)];
+    let mut sums = [0i32; SUMS];
     let planes = x.chunks_exact(plane_in).zip(y.chunks_exact_mut(plane_out));
     for (index, (xs, ys)) in planes.enumerate() {
         let c = index % g.c_out;
@@ -184,10 +190,11 @@ pub fn depthwise_s8<E: Engine>(
         };
         let y_rows = ys.chunks_exact_mut(g.out_w).enumerate();
         match padded_zero {
-            Some(zero_point) => {
-                pad(xs, g, zero_point, pitch, padded);
+            Some(_) => {
+                pad(xs, g, pitch, padded);
                 for (oy, y_row) in y_rows {
-                    channel.row::<E>(&padded[oy * g.stride.0 * pitch..], pitch, g, y_row);
+                    let rows = &padded[oy * g.stride.0 * pitch..];
+                    channel.row::<E>(rows, pitch, g, y_row, &mut sums);
                 }
             }
             None => {
