@@ -39,16 +39,26 @@ impl ColumnBlock {
         debug_assert!(width <= WIDE && depth <= CHUNK);
         self.width = width;
         self.groups = depth.div_ceil(4);
-        // A short last group multiplies its missing lanes by zero.
-        self.values[..self.groups * 4 * width].fill(0);
+        // A short last group multiplies its missing lanes by zero; `set_column` writes
+        // every other value.
+        if depth % 4 != 0 {
+            self.values[(depth / 4) * 4 * width..self.groups * 4 * width].fill(0);
+        }
     }
 
     /// Stores column `column` from natural-order values.
     pub fn set_column(&mut self, column: usize, natural: &[i16]) {
         let width = self.width;
-        for (group, quad) in natural.chunks(4).enumerate() {
-            let lanes = &mut self.values[(group * width + column) * 4..][..4];
-            for (lane, &value) in LANE.iter().zip(quad) {
+        let groups = self.values[column * 4..].chunks_mut(4 * width);
+        let quads = natural.chunks_exact(4);
+        let short = quads.remainder();
+        let mut groups = groups.zip(quads);
+        for (lanes, quad) in &mut groups {
+            lanes[..4].copy_from_slice(&[quad[0], quad[2], quad[1], quad[3]]);
+        }
+        if let Some(lanes) = self.values[column * 4..].chunks_mut(4 * width).nth(natural.len() / 4)
+        {
+            for (lane, &value) in LANE.iter().zip(short) {
                 lanes[*lane] = value;
             }
         }
@@ -88,33 +98,86 @@ pub struct ConvPatch<'a> {
 
 impl ConvPatch<'_> {
     /// Writes the values of output position `(oy, ox)` for reduction indices `range` into
-    /// `out` (`range.len()` values), one kernel row at a time.
+    /// `out` (`range.len()` values). Windows wholly inside the image copy whole kernel
+    /// rows (or, for 1x1 kernels, one value per channel) without bounds decisions.
     pub fn fill(&self, (oy, ox): (usize, usize), range: Range<usize>, out: &mut [i16]) {
+        let g = self.g;
+        // The window's inputs start at (oy·s − p, ox·s − p), possibly in the padding.
+        let top = (oy * g.stride.0) as isize - g.padding.0 as isize;
+        let left = (ox * g.stride.1) as isize - g.padding.1 as isize;
+        let inside =
+            top >= 0 && left >= 0 && top as usize + g.kh <= g.h && left as usize + g.kw <= g.w;
+        match (inside, (g.kh, g.kw)) {
+            (true, (1, 1)) => self.fill_pointwise(top as usize * g.w + left as usize, range, out),
+            (true, (_, kw)) if range.start % kw == 0 && range.len() % kw == 0 => {
+                let origin = (top as usize, left as usize);
+                match kw {
+                    3 => self.fill_rows::<3>(origin, range, out),
+                    _ => self.fill_rows::<0>(origin, range, out),
+                }
+            }
+            _ => self.fill_clipped((top, left), range, out),
+        }
+    }
+
+    /// A 1x1 window at `offset` in each plane: one value per input channel.
+    fn fill_pointwise(&self, offset: usize, range: Range<usize>, out: &mut [i16]) {
+        let plane = self.g.h * self.g.w;
+        let first = (self.first_plane + range.start) * plane + offset;
+        let inputs = self.x[first..].iter().step_by(plane);
+        for (value, &q) in out.iter_mut().zip(inputs) {
+            *value = centered(q, self.zero_point);
+        }
+    }
+
+    /// An in-bounds window at `(top, left)`, for a `range` of whole kernel rows; `KW` is
+    /// the kernel width when known at compile time (so short rows unroll), or 0.
+    fn fill_rows<const KW: usize>(
+        &self,
+        (top, left): (usize, usize),
+        range: Range<usize>,
+        out: &mut [i16],
+    ) {
+        let g = self.g;
+        let kw = if KW > 0 { KW } else { g.kw };
+        let first_row = range.start / kw;
+        let (mut icg, mut ky) = (first_row / g.kh, first_row % g.kh);
+        let plane = g.h * g.w;
+        let mut line = ((self.first_plane + icg) * g.h + top + ky) * g.w + left;
+        for values in out.chunks_exact_mut(kw) {
+            for (value, &q) in values.iter_mut().zip(&self.x[line..line + kw]) {
+                *value = centered(q, self.zero_point);
+            }
+            ky += 1;
+            line += g.w;
+            if ky == g.kh {
+                (ky, icg) = (0, icg + 1);
+                line += plane - g.kh * g.w;
+            }
+        }
+    }
+
+    /// Any window, one kernel row at a time, padding as 0.
+    fn fill_clipped(&self, (top, left): (isize, isize), range: Range<usize>, out: &mut [i16]) {
         let g = self.g;
         let window = g.kh * g.kw;
         let (mut icg, mut ky, mut kx) =
             (range.start / window, range.start % window / g.kw, range.start % g.kw);
         let mut rest = out;
-        // The window's inputs start at (oy·s − p, ox·s − p), possibly in the padding.
-        let top = (oy * g.stride.0) as isize - g.padding.0 as isize;
-        let left = (ox * g.stride.1) as isize - g.padding.1 as isize;
         while !rest.is_empty() {
             let run = (g.kw - kx).min(rest.len());
             let (row, tail) = rest.split_at_mut(run);
             let iy = top + ky as isize;
-            match (0..g.h as isize).contains(&iy) {
-                false => row.fill(0),
-                true => {
-                    let line =
-                        &self.x[((self.first_plane + icg) * g.h + iy as usize) * g.w..][..g.w];
-                    let ix0 = left + kx as isize;
-                    for (i, value) in row.iter_mut().enumerate() {
-                        let ix = ix0 + i as isize;
-                        *value = match (0..g.w as isize).contains(&ix) {
-                            true => centered(line[ix as usize], self.zero_point),
-                            false => 0,
-                        };
-                    }
+            row.fill(0);
+            if (0..g.h as isize).contains(&iy) {
+                let line = &self.x[((self.first_plane + icg) * g.h + iy as usize) * g.w..][..g.w];
+                // Run index `i` reads column `ix0 + i`: those in `0..w` are `lo..hi`.
+                let ix0 = left + kx as isize;
+                let lo = (-ix0).clamp(0, run as isize) as usize;
+                let hi = (g.w as isize - ix0).clamp(lo as isize, run as isize) as usize;
+                let inputs = &line[(ix0 + lo as isize) as usize..][..hi - lo];
+                for (value, &q) in row[lo..hi].iter_mut().zip(inputs) {
+                    *value = centered(q, self.zero_point);
                 }
             }
             rest = tail;
