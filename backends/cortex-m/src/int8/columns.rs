@@ -20,58 +20,76 @@ pub const WIDE: usize = 4;
 /// `[w0, w2]` and, rotated by 8, `[w1, w3]`.
 const LANE: [usize; 4] = [0, 2, 1, 3];
 
-/// One block: `groups` groups of `width` columns of four values (`[group][column][lane]`),
-/// word-aligned so the DSP loop can load two lanes per register with `LDRD`.
+/// One block: `panels` panels, each `groups` groups of `width` columns of four values
+/// (`[panel][group][column][lane]`), word-aligned so the DSP loop can load two lanes per
+/// register with `LDRD`. Short reductions fit several panels of [`WIDE`] columns, so one
+/// visit of a weight row serves more columns.
 #[repr(C, align(8))]
 pub struct ColumnBlock {
     values: [i16; CHUNK * WIDE],
     width: usize,
+    panels: usize,
     groups: usize,
 }
 
 impl ColumnBlock {
     pub const fn new() -> Self {
-        Self { values: [0; CHUNK * WIDE], width: 0, groups: 0 }
+        Self { values: [0; CHUNK * WIDE], width: 0, panels: 0, groups: 0 }
     }
 
-    /// Empties the block for `width` columns of `depth ≤ CHUNK` values each.
-    pub fn reset(&mut self, width: usize, depth: usize) {
-        debug_assert!(width <= WIDE && depth <= CHUNK);
+    /// How many panels of [`WIDE`] columns of `depth ≤ CHUNK` values fit a block.
+    pub fn panels_for(depth: usize) -> usize {
+        (CHUNK / (depth.div_ceil(4) * 4).max(4)).max(1)
+    }
+
+    /// Empties the block for `panels` panels of `width` columns of `depth` values each
+    /// (`width ≤ WIDE`, `depth ≤ CHUNK`, `panels ≤ panels_for(depth)`).
+    pub fn reset(&mut self, width: usize, panels: usize, depth: usize) {
+        debug_assert!(width <= WIDE && depth <= CHUNK && panels <= Self::panels_for(depth));
         self.width = width;
+        self.panels = panels;
         self.groups = depth.div_ceil(4);
         // A short last group multiplies its missing lanes by zero; `set_column` writes
         // every other value.
         if depth % 4 != 0 {
-            self.values[(depth / 4) * 4 * width..self.groups * 4 * width].fill(0);
+            for panel in 0..panels {
+                let panel = &mut self.values[panel * self.groups * 4 * width..];
+                panel[(depth / 4) * 4 * width..self.groups * 4 * width].fill(0);
+            }
         }
     }
 
-    /// Stores column `column` from natural-order values.
+    /// Stores column `column` (`panel · width + column in the panel`) from natural-order
+    /// values.
     pub fn set_column(&mut self, column: usize, natural: &[i16]) {
         let width = self.width;
-        let groups = self.values[column * 4..].chunks_mut(4 * width);
+        let (panel, column) = (column / width, column % width);
+        let first = panel * self.groups * 4 * width + column * 4;
+        let mut groups = self.values[first..].chunks_mut(4 * width);
         let quads = natural.chunks_exact(4);
         let short = quads.remainder();
-        let mut groups = groups.zip(quads);
-        for (lanes, quad) in &mut groups {
+        // `quads` first: the zip stops without taking the short group's lanes.
+        for (quad, lanes) in quads.zip(&mut groups) {
             lanes[..4].copy_from_slice(&[quad[0], quad[2], quad[1], quad[3]]);
         }
-        if let Some(lanes) = self.values[column * 4..].chunks_mut(4 * width).nth(natural.len() / 4)
-        {
+        if let Some(lanes) = groups.next().filter(|_| !short.is_empty()) {
             for (lane, &value) in LANE.iter().zip(short) {
                 lanes[*lane] = value;
             }
         }
     }
 
-    /// The block's values: `groups · width · 4` of them.
-    pub fn values(&self) -> &[i16] {
-        &self.values[..self.groups * self.width * 4]
+    /// The block's values: `panels · groups · width · 4` of them.
+    #[cfg(test)]
+    fn values(&self) -> &[i16] {
+        &self.values[..self.panels * self.groups * self.width * 4]
     }
 
-    /// Values of full groups (for the multiply-accumulate loop) and of the short last group.
-    pub fn split_at_group(&self, full_groups: usize) -> (&[i16], &[i16]) {
-        self.values().split_at(full_groups * self.width * 4)
+    /// Values of panel `panel`'s full groups (for the multiply-accumulate loop) and of its
+    /// short last group.
+    pub fn split_at_group(&self, panel: usize, full_groups: usize) -> (&[i16], &[i16]) {
+        let size = self.groups * self.width * 4;
+        self.values[panel * size..][..size].split_at(full_groups * self.width * 4)
     }
 }
 
@@ -198,12 +216,18 @@ mod tests {
     #[test]
     fn columns_interleave_in_sxtb16_order() {
         let mut block = ColumnBlock::new();
-        block.reset(2, 6);
+        block.reset(2, 1, 6);
         block.set_column(0, &[1, 2, 3, 4, 5, 6]);
         block.set_column(1, &[-1, -2, -3, -4, -5, -6]);
         assert_eq!(block.values(), [1, 3, 2, 4, -1, -3, -2, -4, 5, 0, 6, 0, -5, 0, -6, 0]);
-        let (full, short) = block.split_at_group(1);
+        let (full, short) = block.split_at_group(0, 1);
         assert_eq!((full.len(), short.len()), (8, 8));
+        // Two panels of one column: each panel holds its column's groups.
+        block.reset(1, 2, 5);
+        block.set_column(0, &[1, 2, 3, 4, 5]);
+        block.set_column(1, &[6, 7, 8, 9, 10]);
+        assert_eq!(block.values(), [1, 3, 2, 4, 5, 0, 0, 0, 6, 8, 7, 9, 10, 0, 0, 0]);
+        assert_eq!(block.split_at_group(1, 1), (&[6, 8, 7, 9][..], &[10, 0, 0, 0][..]));
     }
 
     #[test]

@@ -3,9 +3,11 @@
 //! input row, see [`super::columns`]), `acc = bias[r] + Σ_k w[r, k] · column_c[k]`,
 //! requantized per output channel. An [`Engine`] supplies the multiply-accumulate loop.
 //!
-//! Columns are built [`WIDE`] at a time and reused by every row; a reduction longer than
-//! [`CHUNK`] is cut into chunks, rows then go in blocks of [`ROW_BLOCK`] whose accumulators
-//! live on the stack between chunks. Stack use: about 3 KiB.
+//! Columns are built in panels of [`WIDE`] and reused by every row: a reduction of at
+//! most [`CHUNK`] builds as many panels as a block holds and requantizes each row's
+//! outputs at once; a longer one is cut into chunks, rows then go in blocks of
+//! [`ROW_BLOCK`] whose accumulators live on the stack between chunks. Stack use: about
+//! 3 KiB.
 
 use core::ops::Range;
 
@@ -55,34 +57,95 @@ pub fn product<E: Engine>(
     rows: &Rows<'_>,
     mut store: impl FnMut(usize, usize, i8),
 ) {
-    let (depth, count, row_count) = (rows.depth, columns.count(), rows.count);
-    let chunks = depth.div_ceil(CHUNK);
     let mut block = ColumnBlock::new();
     let mut natural = [0i16; CHUNK];
+    match rows.depth <= CHUNK {
+        true => one_chunk::<E>(columns, rows, &mut block, &mut natural, &mut store),
+        false => chunked::<E>(columns, rows, &mut block, &mut natural, &mut store),
+    }
+}
+
+/// Builds columns `start..start + width · panels` into `block` for reduction indices
+/// `range`.
+fn build(
+    columns: &impl Columns,
+    block: &mut ColumnBlock,
+    natural: &mut [i16; CHUNK],
+    (start, width, panels): (usize, usize, usize),
+    range: Range<usize>,
+) {
+    block.reset(width, panels, range.len());
+    let natural = &mut natural[..range.len()];
+    for column in 0..width * panels {
+        columns.fill(start + column, range.clone(), natural);
+        block.set_column(column, natural);
+    }
+}
+
+/// A reduction of at most [`CHUNK`]: as many panels of [`WIDE`] columns as one block holds
+/// are built at once, and each row is visited once per block, its accumulators going
+/// straight from bias to output.
+fn one_chunk<E: Engine>(
+    columns: &impl Columns,
+    rows: &Rows<'_>,
+    block: &mut ColumnBlock,
+    natural: &mut [i16; CHUNK],
+    store: &mut impl FnMut(usize, usize, i8),
+) {
+    let (depth, count) = (rows.depth, columns.count());
+    let most_panels = ColumnBlock::panels_for(depth);
+    let mut start = 0;
+    while start < count {
+        let (width, panels) = match count - start {
+            left if left >= WIDE => (WIDE, (left / WIDE).min(most_panels)),
+            _ => (1, 1),
+        };
+        build(columns, block, natural, (start, width, panels), 0..depth);
+        for (r, w) in rows.w.chunks_exact(depth).take(rows.count).enumerate() {
+            let bias = rows.bias.map_or(0, |b| b[rows.first + r]);
+            let quant = ChannelQuant::new(rows.out, rows.first + r);
+            for panel in 0..panels {
+                let mut acc = [bias; WIDE];
+                accumulate::<E>(block, panel, w, width, &mut acc);
+                for (column, &acc) in acc[..width].iter().enumerate() {
+                    store(start + panel * width + column, r, quant.finish(acc));
+                }
+            }
+        }
+        start += width * panels;
+    }
+}
+
+/// A reduction longer than [`CHUNK`], cut into chunks: rows go in blocks of
+/// [`ROW_BLOCK`] whose accumulators live on the stack between chunks.
+fn chunked<E: Engine>(
+    columns: &impl Columns,
+    rows: &Rows<'_>,
+    block: &mut ColumnBlock,
+    natural: &mut [i16; CHUNK],
+    store: &mut impl FnMut(usize, usize, i8),
+) {
+    let (depth, count, row_count) = (rows.depth, columns.count(), rows.count);
+    let chunks = depth.div_ceil(CHUNK);
+    let mut acc = [[0i32; WIDE]; ROW_BLOCK];
     let mut start = 0;
     while start < count {
         let width = if count - start >= WIDE { WIDE } else { 1 };
         let mut built = None;
         for row_start in (0..row_count).step_by(ROW_BLOCK) {
             let row_end = (row_start + ROW_BLOCK).min(row_count);
-            let mut acc = [[0i32; WIDE]; ROW_BLOCK];
             for (r, acc) in (row_start..row_end).zip(&mut acc) {
                 *acc = [rows.bias.map_or(0, |b| b[rows.first + r]); WIDE];
             }
             for chunk in 0..chunks {
                 let range = chunk * CHUNK..((chunk + 1) * CHUNK).min(depth);
                 if built != Some(chunk) {
-                    block.reset(width, range.len());
-                    for column in 0..width {
-                        let natural = &mut natural[..range.len()];
-                        columns.fill(start + column, range.clone(), natural);
-                        block.set_column(column, natural);
-                    }
+                    build(columns, block, natural, (start, width, 1), range.clone());
                     built = Some(chunk);
                 }
                 for (r, acc) in (row_start..row_end).zip(&mut acc) {
                     let w = &rows.w[r * depth..][range.clone()];
-                    accumulate::<E>(&block, w, width, acc);
+                    accumulate::<E>(block, 0, w, width, acc);
                 }
             }
             for (r, acc) in (row_start..row_end).zip(&acc) {
@@ -96,11 +159,17 @@ pub fn product<E: Engine>(
     }
 }
 
-/// `acc[c] += w · column_c` over one chunk: whole groups through the engine, the short
-/// last group here.
-fn accumulate<E: Engine>(block: &ColumnBlock, w: &[i8], width: usize, acc: &mut [i32; WIDE]) {
+/// `acc[c] += w · column_c` over the columns of one panel: whole groups through the
+/// engine, the short last group here.
+fn accumulate<E: Engine>(
+    block: &ColumnBlock,
+    panel: usize,
+    w: &[i8],
+    width: usize,
+    acc: &mut [i32; WIDE],
+) {
     let full = w.len() / 4;
-    let (values, short) = block.split_at_group(full);
+    let (values, short) = block.split_at_group(panel, full);
     let (w_full, w_short) = w.split_at(full * 4);
     match width {
         WIDE => E::dot_wide(w_full, values, acc),
