@@ -152,7 +152,8 @@ fn fill_i8(rng: &mut SplitMix, out: &mut [i8], corner: bool, low: i8) {
 }
 
 /// Per-channel requantization: random multipliers around 2^-8 or, in the corner pass,
-/// around 1 so that outputs reach both clamp bounds.
+/// between 1/4 and 3/2 (every shift form, from `2^-2` to `2^1`) with biases near `±2^30`
+/// so that outputs reach both clamp bounds.
 struct Quantization {
     multipliers: [Requantize; MAX_CHANNELS],
     bias: [i32; MAX_CHANNELS],
@@ -166,7 +167,7 @@ impl Quantization {
         let unit = |rng: &mut SplitMix| rng.next_f32();
         let multipliers = core::array::from_fn(|_| {
             let m = match corner {
-                true => 0.5 + unit(rng),
+                true => 0.25 + 1.25 * unit(rng),
                 false => 1e-3 + 7e-3 * unit(rng),
             };
             Requantize::new(f64::from(m)).unwrap_or(Requantize { multiplier: 1 << 30, shift: 0 })

@@ -106,9 +106,7 @@ impl Channel<'_> {
                 Some(taps) => E::sums_3x3(rows, pitch, taps, stride, sums),
                 None => sums_any(rows, pitch, self.ws, g.kw, stride, sums),
             }
-            for (value, &sum) in ys.iter_mut().zip(&*sums) {
-                *value = self.quant.finish(self.raw_start.wrapping_add(sum));
-            }
+            E::finish_run(&self.quant, self.raw_start, sums, ys);
         }
     }
 }

@@ -16,6 +16,7 @@ use sprout_core::quant::OutputQuant;
 
 use super::columns::WIDE;
 use super::product::Engine;
+use super::requantize::{ChannelQuant, CheapForm};
 
 /// `SXTB16` + `SMLAD` multiply-accumulates.
 pub struct Dsp;
@@ -111,6 +112,71 @@ impl Engine for Dsp {
     }
     fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
         sums_3x3(rows, pitch, taps, stride, sums)
+    }
+    fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
+        finish_run(quant, start, accs, out)
+    }
+}
+
+/// `Engine::finish_run` in the cheap form ([`CheapForm`]) where the channel allows it:
+/// `SMMULR` for the rounding doubling high product, an add-and-shift for the rounded
+/// division, `QADD` and two conditional moves for the zero point and bounds — 18
+/// instructions per output. An accumulator of `2^30` or more in magnitude (the doubling
+/// overflows) leaves the loop and is finished in Rust.
+fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
+    let Some(cheap) = quant.cheap() else {
+        return quant.finish_run(start, accs, out);
+    };
+    let CheapForm { multiplier, right, half, zero_point, lo, hi } = cheap;
+    let n = accs.len().min(out.len());
+    let mut done = 0;
+    while done < n {
+        let mut left = n - done;
+        // SAFETY: the loop reads `accs[done..n]` and writes `out[done..n]`, one element
+        // per iteration while `left` counts down from `n − done` (leaving early at most);
+        // only the named registers and the flags change.
+        unsafe {
+            asm!(
+                "2:",
+                "ldr {x}, [{acc}], #4",
+                "add {x}, {x}, {start}",
+                "adds {t}, {x}, {x}",
+                "bvs 3f",
+                "smmulr {t}, {t}, {m}",
+                "add {x}, {t}, {half}",
+                "add {x}, {x}, {t}, asr #31",
+                "asr {x}, {x}, {right}",
+                "qadd {x}, {x}, {zp}",
+                "cmp {x}, {lo}",
+                "it lt",
+                "movlt {x}, {lo}",
+                "cmp {x}, {hi}",
+                "it gt",
+                "movgt {x}, {hi}",
+                "strb {x}, [{out}], #1",
+                "subs {left}, {left}, #1",
+                "bne 2b",
+                "3:",
+                acc = inout(reg) accs[done..].as_ptr() => _,
+                out = inout(reg) out[done..].as_mut_ptr() => _,
+                left = inout(reg) left,
+                start = in(reg) start,
+                m = in(reg) multiplier,
+                right = in(reg) right,
+                half = in(reg) half,
+                zp = in(reg) zero_point,
+                lo = in(reg) lo,
+                hi = in(reg) hi,
+                x = out(reg) _,
+                t = out(reg) _,
+                options(nostack),
+            );
+        }
+        done = n - left;
+        if left > 0 {
+            out[done] = quant.finish(start.wrapping_add(accs[done]));
+            done += 1;
+        }
     }
 }
 

@@ -18,6 +18,8 @@ use super::requantize::ChannelQuant;
 
 /// Rows whose accumulators are kept across the chunks of a long reduction.
 const ROW_BLOCK: usize = 16;
+/// Panels of one block of a short reduction, whose outputs are requantized together.
+const MAX_PANELS: usize = 16;
 
 /// The multiply-accumulate loop over whole groups of four reduction indices.
 pub trait Engine {
@@ -30,6 +32,10 @@ pub trait Engine {
     /// `2 · pitch + i · stride` of `rows` (wrapping).
     fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
         super::depthwise::sums_3x3(rows, pitch, taps, stride, sums)
+    }
+    /// `out[i] = quant.finish(start + accs[i])` (wrapping).
+    fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
+        quant.finish_run(start, accs, out)
     }
 }
 
@@ -93,7 +99,9 @@ fn one_chunk<E: Engine>(
     store: &mut impl FnMut(usize, usize, i8),
 ) {
     let (depth, count) = (rows.depth, columns.count());
-    let most_panels = ColumnBlock::panels_for(depth);
+    let most_panels = ColumnBlock::panels_for(depth).min(MAX_PANELS);
+    let mut acc = [0i32; WIDE * MAX_PANELS];
+    let mut values = [0i8; WIDE * MAX_PANELS];
     let mut start = 0;
     while start < count {
         let (width, panels) = match count - start {
@@ -101,15 +109,18 @@ fn one_chunk<E: Engine>(
             _ => (1, 1),
         };
         build(columns, block, natural, (start, width, panels), 0..depth);
-        for (r, w) in rows.w.chunks_exact(depth).take(rows.count).enumerate() {
+        let outputs = width * panels;
+        for r in 0..rows.count {
+            let w = &rows.w[r * depth..][..depth];
             let bias = rows.bias.map_or(0, |b| b[rows.first + r]);
+            for (panel, acc) in acc.as_chunks_mut::<WIDE>().0[..panels].iter_mut().enumerate() {
+                *acc = [bias; WIDE];
+                accumulate::<E>(block, panel, w, width, acc);
+            }
             let quant = ChannelQuant::new(rows.out, rows.first + r);
-            for panel in 0..panels {
-                let mut acc = [bias; WIDE];
-                accumulate::<E>(block, panel, w, width, &mut acc);
-                for (column, &acc) in acc[..width].iter().enumerate() {
-                    store(start + panel * width + column, r, quant.finish(acc));
-                }
+            E::finish_run(&quant, 0, &acc[..outputs], &mut values[..outputs]);
+            for (column, &value) in values[..outputs].iter().enumerate() {
+                store(start + column, r, value);
             }
         }
         start += width * panels;
@@ -150,8 +161,10 @@ fn chunked<E: Engine>(
             }
             for (r, acc) in (row_start..row_end).zip(&acc) {
                 let quant = ChannelQuant::new(rows.out, rows.first + r);
-                for (column, &acc) in acc[..width].iter().enumerate() {
-                    store(start + column, r, quant.finish(acc));
+                let mut outputs = [0i8; WIDE];
+                E::finish_run(&quant, 0, &acc[..width], &mut outputs[..width]);
+                for (column, &value) in outputs[..width].iter().enumerate() {
+                    store(start + column, r, value);
                 }
             }
         }
