@@ -125,7 +125,9 @@ fn conv2d<E: Engine>(
                 out,
             };
             let y_first = (n * g.c_out + first) * plane;
-            product::<E>(&ConvColumns { patch }, &rows, |p, r, v| y[y_first + r * plane + p] = v);
+            product::<E>(&ConvColumns { patch }, &rows, |p, r, values| {
+                y[y_first + r * plane + p..][..values.len()].copy_from_slice(values)
+            });
         }
     }
 }
@@ -145,5 +147,9 @@ fn linear<E: Engine>(
     debug_assert_eq!(out.multipliers.len(), d.m);
     let columns = InputRows { x, zero_point: x_zp, k: d.k };
     let rows = Rows { w, count: d.m, depth: d.k, bias, first: 0, out };
-    product::<E>(&columns, &rows, |i, j, v| y[i * d.m + j] = v);
+    product::<E>(&columns, &rows, |first, j, values| {
+        for (i, &value) in (first..).zip(values) {
+            y[i * d.m + j] = value;
+        }
+    });
 }

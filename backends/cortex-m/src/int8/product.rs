@@ -57,11 +57,12 @@ pub struct Rows<'a> {
     pub out: &'a OutputQuant<'a>,
 }
 
-/// Runs the product and hands every output to `store(column, row, value)`.
+/// Runs the product and hands the outputs of each row, for consecutive columns from
+/// `first`, to `store(first, row, values)`.
 pub fn product<E: Engine>(
     columns: &impl Columns,
     rows: &Rows<'_>,
-    mut store: impl FnMut(usize, usize, i8),
+    mut store: impl FnMut(usize, usize, &[i8]),
 ) {
     let mut block = ColumnBlock::new();
     let mut natural = [0i16; CHUNK];
@@ -96,7 +97,7 @@ fn one_chunk<E: Engine>(
     rows: &Rows<'_>,
     block: &mut ColumnBlock,
     natural: &mut [i16; CHUNK],
-    store: &mut impl FnMut(usize, usize, i8),
+    store: &mut impl FnMut(usize, usize, &[i8]),
 ) {
     let (depth, count) = (rows.depth, columns.count());
     let most_panels = ColumnBlock::panels_for(depth).min(MAX_PANELS);
@@ -119,9 +120,7 @@ fn one_chunk<E: Engine>(
             }
             let quant = ChannelQuant::new(rows.out, rows.first + r);
             E::finish_run(&quant, 0, &acc[..outputs], &mut values[..outputs]);
-            for (column, &value) in values[..outputs].iter().enumerate() {
-                store(start + column, r, value);
-            }
+            store(start, r, &values[..outputs]);
         }
         start += width * panels;
     }
@@ -134,7 +133,7 @@ fn chunked<E: Engine>(
     rows: &Rows<'_>,
     block: &mut ColumnBlock,
     natural: &mut [i16; CHUNK],
-    store: &mut impl FnMut(usize, usize, i8),
+    store: &mut impl FnMut(usize, usize, &[i8]),
 ) {
     let (depth, count, row_count) = (rows.depth, columns.count(), rows.count);
     let chunks = depth.div_ceil(CHUNK);
@@ -163,9 +162,7 @@ fn chunked<E: Engine>(
                 let quant = ChannelQuant::new(rows.out, rows.first + r);
                 let mut outputs = [0i8; WIDE];
                 E::finish_run(&quant, 0, &acc[..width], &mut outputs[..width]);
-                for (column, &value) in outputs[..width].iter().enumerate() {
-                    store(start + column, r, value);
-                }
+                store(start, r, &outputs[..width]);
             }
         }
         start += width;
