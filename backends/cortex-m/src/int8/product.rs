@@ -13,7 +13,7 @@ use core::ops::Range;
 
 use sprout_core::quant::OutputQuant;
 
-use super::columns::{natural_order, ColumnBlock, CHUNK, WIDE};
+use super::columns::{ColumnBlock, CHUNK, WIDE};
 use super::requantize::ChannelQuant;
 
 /// Rows whose accumulators are kept across the chunks of a long reduction.
@@ -169,8 +169,9 @@ fn chunked<E: Engine>(
     }
 }
 
-/// `acc[c] += w · column_c` over the columns of one panel: whole groups through the
-/// engine, the short last group here.
+/// `acc[c] += w · column_c` over the columns of one panel, all through the engine: a
+/// short last group (whose missing column values are zero) runs with its weights
+/// zero-padded to a whole group.
 fn accumulate<E: Engine>(
     block: &ColumnBlock,
     panel: usize,
@@ -181,17 +182,18 @@ fn accumulate<E: Engine>(
     let full = w.len() / 4;
     let (values, short) = block.split_at_group(panel, full);
     let (w_full, w_short) = w.split_at(full * 4);
-    match width {
-        WIDE => E::dot_wide(w_full, values, acc),
-        _ => E::dot_one(w_full, values, &mut acc[0]),
-    }
+    dot::<E>(w_full, values, width, acc);
     if !w_short.is_empty() {
-        for (acc, lanes) in acc[..width].iter_mut().zip(short.chunks_exact(4)) {
-            let x = natural_order(lanes);
-            *acc = w_short
-                .iter()
-                .zip(x)
-                .fold(*acc, |acc, (&w, x)| acc.wrapping_add(i32::from(w) * i32::from(x)));
-        }
+        let mut padded = [0i8; 4];
+        padded[..w_short.len()].copy_from_slice(w_short);
+        dot::<E>(&padded, short, width, acc);
+    }
+}
+
+/// The engine's loop for a panel of `width` columns.
+fn dot<E: Engine>(w: &[i8], values: &[i16], width: usize, acc: &mut [i32; WIDE]) {
+    match width {
+        WIDE => E::dot_wide(w, values, acc),
+        _ => E::dot_one(w, values, &mut acc[0]),
     }
 }
