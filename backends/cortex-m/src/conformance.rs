@@ -39,10 +39,10 @@ type Pair = (usize, usize);
 /// Convolution cases: `(n, c_in, h, w, c_out, (kh, kw), stride, padding, groups)`. They
 /// reach every path: pixel counts that leave one-column tails, groups, depthwise, strides,
 /// non-square kernels, padding wider than half the kernel, pointwise, a reduction longer
-/// than one column chunk with more channels than one row block, and depthwise planes too
-/// large to pad on the stack or wider than one row of sums.
+/// than one column chunk with more channels than one row block, depthwise planes too
+/// large to pad on the stack or wider than one row of sums, and reductions of two groups.
 #[rustfmt::skip]
-const CONV_CASES: [ConvCase; 10] = [
+const CONV_CASES: [ConvCase; 11] = [
     (1, 3, 7, 6, 5, (3, 3), (1, 1), (1, 1), 1),
     (2, 4, 5, 5, 6, (3, 3), (2, 2), (1, 1), 2),
     (1, 8, 6, 6, 8, (3, 3), (1, 1), (1, 1), 8),
@@ -53,12 +53,13 @@ const CONV_CASES: [ConvCase; 10] = [
     (2, 6, 4, 5, 9, (1, 1), (2, 2), (0, 0), 3),
     (1, 1, 36, 36, 1, (3, 3), (2, 2), (1, 1), 1),
     (1, 2, 3, 70, 2, (3, 3), (1, 1), (1, 1), 2),
+    (1, 8, 5, 9, 6, (1, 1), (1, 1), (0, 0), 1),
 ];
 
 /// Dense cases `(n, k, m)`: short and long reductions (over one chunk), batches that leave
-/// one-row tails, more outputs than one row block.
-const LINEAR_CASES: [(usize, usize, usize); 6] =
-    [(1, 17, 5), (3, 64, 10), (6, 270, 18), (4, 4, 1), (5, 3, 7), (8, 96, 33)];
+/// one-row tails, more outputs than one row block, a reduction of two groups.
+const LINEAR_CASES: [(usize, usize, usize); 7] =
+    [(1, 17, 5), (3, 64, 10), (6, 270, 18), (4, 4, 1), (5, 3, 7), (8, 96, 33), (9, 7, 6)];
 
 /// The first disagreement with the reference.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -335,13 +336,13 @@ mod tests {
     #[test]
     fn the_scalar_int8_kernels_are_bit_exact() {
         let mut scratch = Scratch::new();
-        assert_eq!(check_int8(scalar::conv2d_s8, scalar::linear_s8, &mut scratch), Ok(32));
+        assert_eq!(check_int8(scalar::conv2d_s8, scalar::linear_s8, &mut scratch), Ok(36));
     }
 
     #[test]
     fn the_f32_kernels_are_within_tolerance() {
         let mut scratch = Scratch::new();
-        assert_eq!(check_f32(&mut CortexM, &mut scratch), Ok(48));
+        assert_eq!(check_f32(&mut CortexM, &mut scratch), Ok(54));
     }
 
     /// A kernel off by one step in one output is caught.

@@ -37,15 +37,15 @@ impl ColumnBlock {
         Self { values: [0; CHUNK * WIDE], width: 0, panels: 0, groups: 0 }
     }
 
-    /// How many panels of [`WIDE`] columns of `depth ≤ CHUNK` values fit a block.
-    pub fn panels_for(depth: usize) -> usize {
-        (CHUNK / (depth.div_ceil(4) * 4).max(4)).max(1)
+    /// How many panels of `width` columns of `depth ≤ CHUNK` values fit a block.
+    pub fn panels_for(width: usize, depth: usize) -> usize {
+        (CHUNK * WIDE / (width * (depth.div_ceil(4) * 4).max(4))).max(1)
     }
 
     /// Empties the block for `panels` panels of `width` columns of `depth` values each
     /// (`width ≤ WIDE`, `depth ≤ CHUNK`, `panels ≤ panels_for(depth)`).
     pub fn reset(&mut self, width: usize, panels: usize, depth: usize) {
-        debug_assert!(width <= WIDE && depth <= CHUNK && panels <= Self::panels_for(depth));
+        debug_assert!(width <= WIDE && depth <= CHUNK && panels <= Self::panels_for(width, depth));
         self.width = width;
         self.panels = panels;
         self.groups = depth.div_ceil(4);
@@ -82,7 +82,12 @@ impl ColumnBlock {
     /// The block's values: `panels · groups · width · 4` of them.
     #[cfg(test)]
     fn values(&self) -> &[i16] {
-        &self.values[..self.panels * self.groups * self.width * 4]
+        self.panels(self.panels)
+    }
+
+    /// The values of the first `panels` panels, one after the other.
+    pub fn panels(&self, panels: usize) -> &[i16] {
+        &self.values[..panels * self.groups * self.width * 4]
     }
 
     /// Values of panel `panel`'s full groups (for the multiply-accumulate loop) and of its

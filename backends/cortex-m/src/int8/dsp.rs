@@ -110,6 +110,9 @@ impl Engine for Dsp {
     fn dot_one(w: &[i8], values: &[i16], acc: &mut i32) {
         dot_one(w, values, acc)
     }
+    fn dot_columns_8(w: &[i8; 8], start: i32, values: &[i16], acc: &mut [i32]) {
+        dot_columns_8(w, start, values, acc)
+    }
     fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
         sums_3x3(rows, pitch, taps, stride, sums)
     }
@@ -177,6 +180,56 @@ fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
             out[done] = quant.finish(start.wrapping_add(accs[done]));
             done += 1;
         }
+    }
+}
+
+/// `Engine::dot_columns_8` with the row's eight weights unpacked once into four
+/// registers: per column two `LDRD` and four `SMLAD` (the first adding `start`), 10
+/// instructions for 8 multiply-accumulates.
+///
+/// # Panics
+/// When `values` holds fewer than `8 · acc.len()` values or is not word-aligned.
+fn dot_columns_8(w: &[i8; 8], start: i32, values: &[i16], acc: &mut [i32]) {
+    let n = acc.len();
+    assert!(values.len() >= 8 * n && values.as_ptr().align_offset(4) == 0);
+    if n == 0 {
+        return;
+    }
+    let word =
+        |k: usize| i32::from_le_bytes([w[k] as u8, w[k + 1] as u8, w[k + 2] as u8, w[k + 3] as u8]);
+    let (lo, hi) = (word(0), word(4));
+    // SAFETY: reads `8 · n` halfwords of `values` (in bounds and word-aligned by the
+    // assert) and writes the `n` words of `acc`; only the named registers and the flags
+    // change.
+    unsafe {
+        asm!(
+            "sxtb16 {w0b}, {w0a}, ror #8",
+            "sxtb16 {w0a}, {w0a}",
+            "sxtb16 {w1b}, {w1a}, ror #8",
+            "sxtb16 {w1a}, {w1a}",
+            "2:",
+            "ldrd {x0}, {x1}, [{x}], #8",
+            "smlad {a}, {x0}, {w0a}, {start}",
+            "smlad {a}, {x1}, {w0b}, {a}",
+            "ldrd {x0}, {x1}, [{x}], #8",
+            "smlad {a}, {x0}, {w1a}, {a}",
+            "smlad {a}, {x1}, {w1b}, {a}",
+            "str {a}, [{out}], #4",
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            w0a = inout(reg) lo => _,
+            w1a = inout(reg) hi => _,
+            w0b = out(reg) _,
+            w1b = out(reg) _,
+            start = in(reg) start,
+            x = inout(reg) values.as_ptr() => _,
+            out = inout(reg) acc.as_mut_ptr() => _,
+            n = inout(reg) n => _,
+            x0 = out(reg) _,
+            x1 = out(reg) _,
+            a = out(reg) _,
+            options(nostack),
+        );
     }
 }
 

@@ -27,6 +27,14 @@ pub trait Engine {
     fn dot_wide(w: &[i8], values: &[i16], acc: &mut [i32; WIDE]);
     /// `acc += Σ_k w[k] · column[k]` for the values of a one-column block.
     fn dot_one(w: &[i8], values: &[i16], acc: &mut i32);
+    /// `acc[c] = start + Σ_k w[k] · column_c[k]` for the columns of one-column panels of
+    /// two groups each (8 values per column, one after the other in `values`).
+    fn dot_columns_8(w: &[i8; 8], start: i32, values: &[i16], acc: &mut [i32]) {
+        for (acc, column) in acc.iter_mut().zip(values.chunks_exact(8)) {
+            *acc = start;
+            Self::dot_one(w, column, acc);
+        }
+    }
     /// Depthwise 3x3 windows of a padded plane: `sums[i] = Σ x·taps` over the window
     /// whose kernel rows start at `i · stride`, `pitch + i · stride` and
     /// `2 · pitch + i · stride` of `rows` (wrapping).
@@ -100,12 +108,16 @@ fn one_chunk<E: Engine>(
     store: &mut impl FnMut(usize, usize, &[i8]),
 ) {
     let (depth, count) = (rows.depth, columns.count());
-    let most_panels = ColumnBlock::panels_for(depth).min(MAX_PANELS);
+    // Two groups per column: the row's weights stay in registers while single columns
+    // stream past them.
+    let two_groups = depth.div_ceil(4) == 2;
+    let most_panels = ColumnBlock::panels_for(WIDE, depth).min(MAX_PANELS);
     let mut acc = [0i32; WIDE * MAX_PANELS];
     let mut values = [0i8; WIDE * MAX_PANELS];
     let mut start = 0;
     while start < count {
         let (width, panels) = match count - start {
+            left if two_groups => (1, left.min(WIDE * MAX_PANELS)),
             left if left >= WIDE => (WIDE, (left / WIDE).min(most_panels)),
             _ => (1, 1),
         };
@@ -114,9 +126,16 @@ fn one_chunk<E: Engine>(
         for r in 0..rows.count {
             let w = &rows.w[r * depth..][..depth];
             let bias = rows.bias.map_or(0, |b| b[rows.first + r]);
-            for (panel, acc) in acc.as_chunks_mut::<WIDE>().0[..panels].iter_mut().enumerate() {
-                *acc = [bias; WIDE];
-                accumulate::<E>(block, panel, w, width, acc);
+            if two_groups {
+                let mut padded = [0i8; 8];
+                padded[..depth].copy_from_slice(w);
+                E::dot_columns_8(&padded, bias, block.panels(panels), &mut acc[..outputs]);
+            } else {
+                let panel_accs = acc.as_chunks_mut::<WIDE>().0[..panels].iter_mut();
+                for (panel, acc) in panel_accs.enumerate() {
+                    *acc = [bias; WIDE];
+                    accumulate::<E>(block, panel, w, width, acc);
+                }
             }
             let quant = ChannelQuant::new(rows.out, rows.first + r);
             E::finish_run(&quant, 0, &acc[..outputs], &mut values[..outputs]);
