@@ -110,6 +110,9 @@ impl Engine for Dsp {
     fn dot_one(w: &[i8], values: &[i16], acc: &mut i32) {
         dot_one(w, values, acc)
     }
+    fn dot_panels(w: &[i8], start: i32, values: &[i16], acc: &mut [i32]) {
+        dot_panels(w, start, values, acc)
+    }
     fn dot_columns_8(w: &[i8; 8], start: i32, values: &[i16], acc: &mut [i32]) {
         dot_columns_8(w, start, values, acc)
     }
@@ -180,6 +183,63 @@ fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
             out[done] = quant.finish(start.wrapping_add(accs[done]));
             done += 1;
         }
+    }
+}
+
+/// `Engine::dot_panels`: the loop of [`dot_wide`] once per panel, with the bounds checked
+/// once for all of them.
+///
+/// # Panics
+/// When `w.len()` is not a multiple of 4 or `values` is too short for `acc.len() / 4`
+/// panels or not word-aligned.
+fn dot_panels(w: &[i8], start: i32, values: &[i16], acc: &mut [i32]) {
+    let (groups, panels) = (w.len() / 4, acc.len() / WIDE);
+    assert!(w.len() == groups * 4 && values.len() >= panels * groups * 4 * WIDE);
+    assert!(values.as_ptr().align_offset(4) == 0);
+    if groups == 0 {
+        return acc.fill(start);
+    }
+    let mut x = values.as_ptr();
+    for acc in acc.as_chunks_mut::<WIDE>().0 {
+        let [mut a0, mut a1, mut a2, mut a3] = [start; WIDE];
+        // SAFETY: per panel the loops read the `groups` words of `w` (in bounds; `LDR`
+        // may be unaligned on v7-M) and the panel's `4 · WIDE · groups` halfwords from
+        // `x` on (in bounds by the assert, word-aligned), leaving `x` at the next panel;
+        // only the named registers and the flags change.
+        unsafe {
+            asm!(
+                "subs {n}, {n}, #4",
+                "blt 3f",
+                "2:",
+                wide_group!(),
+                wide_group!(),
+                wide_group!(),
+                wide_group!(),
+                "subs {n}, {n}, #4",
+                "bge 2b",
+                "3:",
+                "adds {n}, {n}, #4",
+                "beq 5f",
+                "4:",
+                wide_group!(),
+                "subs {n}, {n}, #1",
+                "bne 4b",
+                "5:",
+                n = inout(reg) groups => _,
+                w = inout(reg) w.as_ptr() => _,
+                x = inout(reg) x,
+                a0 = inout(reg) a0,
+                a1 = inout(reg) a1,
+                a2 = inout(reg) a2,
+                a3 = inout(reg) a3,
+                wa = out(reg) _,
+                wb = out(reg) _,
+                x0 = out(reg) _,
+                x1 = out(reg) _,
+                options(nostack, readonly),
+            );
+        }
+        *acc = [a0, a1, a2, a3];
     }
 }
 

@@ -27,6 +27,16 @@ pub trait Engine {
     fn dot_wide(w: &[i8], values: &[i16], acc: &mut [i32; WIDE]);
     /// `acc += Σ_k w[k] · column[k]` for the values of a one-column block.
     fn dot_one(w: &[i8], values: &[i16], acc: &mut i32);
+    /// `acc[4p + c] = start + Σ_k w[k] · column_{p,c}[k]` for the panels of [`WIDE`]
+    /// columns that follow one another in `values` (`w.len() / 4` whole groups each;
+    /// `acc.len() / 4` panels).
+    fn dot_panels(w: &[i8], start: i32, values: &[i16], acc: &mut [i32]) {
+        let panel = w.len() * WIDE;
+        for (acc, values) in acc.as_chunks_mut::<WIDE>().0.iter_mut().zip(values.chunks(panel)) {
+            *acc = [start; WIDE];
+            Self::dot_wide(w, values, acc);
+        }
+    }
     /// `acc[c] = start + Σ_k w[k] · column_c[k]` for the columns of one-column panels of
     /// two groups each (8 values per column, one after the other in `values`).
     fn dot_columns_8(w: &[i8; 8], start: i32, values: &[i16], acc: &mut [i32]) {
@@ -114,6 +124,7 @@ fn one_chunk<E: Engine>(
     let most_panels = ColumnBlock::panels_for(WIDE, depth).min(MAX_PANELS);
     let mut acc = [0i32; WIDE * MAX_PANELS];
     let mut values = [0i8; WIDE * MAX_PANELS];
+    let mut padded = [0i8; CHUNK];
     let mut start = 0;
     while start < count {
         let (width, panels) = match count - start {
@@ -126,15 +137,22 @@ fn one_chunk<E: Engine>(
         for r in 0..rows.count {
             let w = &rows.w[r * depth..][..depth];
             let bias = rows.bias.map_or(0, |b| b[rows.first + r]);
-            if two_groups {
-                let mut padded = [0i8; 8];
-                padded[..depth].copy_from_slice(w);
-                E::dot_columns_8(&padded, bias, block.panels(panels), &mut acc[..outputs]);
-            } else {
-                let panel_accs = acc.as_chunks_mut::<WIDE>().0[..panels].iter_mut();
-                for (panel, acc) in panel_accs.enumerate() {
-                    *acc = [bias; WIDE];
-                    accumulate::<E>(block, panel, w, width, acc);
+            // A short last group runs with its weights zero-padded to a whole group (the
+            // columns' missing values are zero).
+            let w = match depth % 4 {
+                0 => w,
+                _ => {
+                    padded[..depth].copy_from_slice(w);
+                    &padded[..depth.div_ceil(4) * 4]
+                }
+            };
+            let columns = block.panels(panels);
+            match <&[i8; 8]>::try_from(w) {
+                Ok(w) if two_groups => E::dot_columns_8(w, bias, columns, &mut acc[..outputs]),
+                _ if width == WIDE => E::dot_panels(w, bias, columns, &mut acc[..outputs]),
+                _ => {
+                    acc[0] = bias;
+                    E::dot_one(w, columns, &mut acc[0]);
                 }
             }
             let quant = ChannelQuant::new(rows.out, rows.first + r);
