@@ -146,12 +146,12 @@ pub fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: 
 
 /// Copies plane `xs` (`g.h × g.w`) into `padded` (rows of `pitch`, the plane at row and
 /// column `padding`); the rest of `padded` keeps the zero point it was filled with once.
-fn pad(xs: &[i8], g: &Conv2dGeometry, pitch: usize, padded: &mut [i8]) {
+fn pad<E: Engine>(xs: &[i8], g: &Conv2dGeometry, pitch: usize, padded: &mut [i8]) {
     let (top, left) = g.padding;
     let width = g.w.min(pitch.saturating_sub(left));
     let rows = padded.chunks_exact_mut(pitch).skip(top);
     for (dst, src) in rows.zip(xs.chunks_exact(g.w)) {
-        dst[left..left + width].copy_from_slice(&src[..width]);
+        E::copy_row(&mut dst[left..left + width], &src[..width]);
     }
 }
 
@@ -189,7 +189,7 @@ pub fn depthwise_s8<E: Engine>(
         let y_rows = ys.chunks_exact_mut(g.out_w).enumerate();
         match padded_zero {
             Some(_) => {
-                pad(xs, g, pitch, padded);
+                pad::<E>(xs, g, pitch, padded);
                 for (oy, y_row) in y_rows {
                     let rows = &padded[oy * g.stride.0 * pitch..];
                     channel.row::<E>(rows, pitch, g, y_row, &mut sums);

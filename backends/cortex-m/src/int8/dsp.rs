@@ -122,6 +122,40 @@ impl Engine for Dsp {
     fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
         finish_run(quant, start, accs, out)
     }
+    fn copy_row(dst: &mut [i8], src: &[i8]) {
+        copy_row(dst, src)
+    }
+}
+
+/// `Engine::copy_row` a word at a time (v7-M loads and stores words at any alignment):
+/// `memcpy` spends more on a short, misaligned row than the copy itself.
+///
+/// # Panics
+/// When the lengths differ.
+fn copy_row(dst: &mut [i8], src: &[i8]) {
+    assert_eq!(dst.len(), src.len());
+    let words = src.len() / 4;
+    if words > 0 {
+        // SAFETY: reads the first `4 · words` bytes of `src` and writes as many of `dst`,
+        // both in bounds; only the named registers and the flags change.
+        unsafe {
+            asm!(
+                "2:",
+                "ldr {t}, [{s}], #4",
+                "str {t}, [{d}], #4",
+                "subs {n}, {n}, #1",
+                "bne 2b",
+                s = inout(reg) src.as_ptr() => _,
+                d = inout(reg) dst.as_mut_ptr() => _,
+                n = inout(reg) words => _,
+                t = out(reg) _,
+                options(nostack),
+            );
+        }
+    }
+    for (d, &s) in dst[words * 4..].iter_mut().zip(&src[words * 4..]) {
+        *d = s;
+    }
 }
 
 /// `Engine::finish_run` in the cheap form ([`CheapForm`]) where the channel allows it:

@@ -51,6 +51,10 @@ pub trait Engine {
     fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
         super::depthwise::sums_3x3(rows, pitch, taps, stride, sums)
     }
+    /// `dst.copy_from_slice(src)` for a short row at any alignment.
+    fn copy_row(dst: &mut [i8], src: &[i8]) {
+        dst.copy_from_slice(src)
+    }
     /// `out[i] = quant.finish(start + accs[i])` (wrapping).
     fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
         quant.finish_run(start, accs, out)
