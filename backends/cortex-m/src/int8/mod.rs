@@ -126,7 +126,7 @@ fn conv2d<E: Engine>(
             };
             let y_first = (n * g.c_out + first) * plane;
             product::<E>(&ConvColumns { patch }, &rows, |p, r, values| {
-                y[y_first + r * plane + p..][..values.len()].copy_from_slice(values)
+                E::copy_row(&mut y[y_first + r * plane + p..][..values.len()], values)
             });
         }
     }
