@@ -20,8 +20,8 @@ use super::requantize::ChannelQuant;
 /// Bytes of the padded plane (a 32x32 plane with padding 1 fits), one more than the
 /// plane so that a kernel may read a whole word at the last window's last column.
 const PADDED_CAPACITY: usize = 1280;
-/// Outputs of one row summed before they are requantized.
-const SUMS: usize = 64;
+/// Outputs summed before they are requantized.
+const SUMS: usize = 128;
 
 /// Whether `g` is a depthwise convolution with one output channel per input channel.
 pub fn is_depthwise(g: &Conv2dGeometry) -> bool {
@@ -109,6 +109,30 @@ impl Channel<'_> {
             E::finish_run(&self.quant, self.raw_start, sums, ys);
         }
     }
+
+    /// Whole output rows at stride 1 from a padded plane (`rows` starts at the first
+    /// one's window), summed as one run: output `(j, ox)` is entry `j · pitch + ox` of the
+    /// run, and the `pitch − out_w` entries between rows are computed and dropped, so a
+    /// plane costs a few engine calls instead of two per row.
+    fn rows_flat<E: Engine>(
+        &self,
+        (rows, pitch): (&[i8], usize),
+        g: &Conv2dGeometry,
+        ys: &mut [i8],
+        (sums, flat): (&mut [i32; SUMS], &mut [i8; SUMS]),
+    ) {
+        let count = ys.len() / g.out_w;
+        let n = (count - 1) * pitch + g.out_w;
+        let (sums, flat) = (&mut sums[..n], &mut flat[..n]);
+        match <&[i8; 9]>::try_from(self.ws).ok().filter(|_| (g.kh, g.kw) == (3, 3)) {
+            Some(taps) => E::sums_3x3(rows, pitch, taps, 1, sums),
+            None => sums_any(rows, pitch, self.ws, g.kw, 1, sums),
+        }
+        E::finish_run(&self.quant, self.raw_start, sums, flat);
+        for (j, y_row) in ys.chunks_exact_mut(g.out_w).enumerate() {
+            E::copy_row(y_row, &flat[j * pitch..][..g.out_w]);
+        }
+    }
 }
 
 /// `sums[i] = Σ x·w` over the window at column `i · stride` of a padded plane's rows
@@ -173,6 +197,12 @@ pub fn depthwise_s8<E: Engine>(
     let mut padded = [padded_zero.unwrap_or(0); PADDED_CAPACITY];
     let padded = &mut padded[..(height * pitch + 1).min(PADDED_CAPACITY)];
     let mut sums = [0i32; SUMS];
+    let mut flat = [0i8; SUMS];
+    // Output rows per run of `rows_flat` (stride 1 only).
+    let rows_per_run = match g.stride {
+        (1, 1) => SUMS / pitch.max(1),
+        _ => 0,
+    };
     let planes = x.chunks_exact(plane_in).zip(y.chunks_exact_mut(plane_out));
     for (index, (xs, ys)) in planes.enumerate() {
         let c = index % g.c_out;
@@ -188,6 +218,14 @@ pub fn depthwise_s8<E: Engine>(
         };
         let y_rows = ys.chunks_exact_mut(g.out_w).enumerate();
         match padded_zero {
+            Some(_) if rows_per_run >= 2 => {
+                pad::<E>(xs, g, pitch, padded);
+                let runs = ys.chunks_mut(rows_per_run * g.out_w).enumerate();
+                for (run, ys) in runs {
+                    let rows = &padded[run * rows_per_run * pitch..];
+                    channel.rows_flat::<E>((rows, pitch), g, ys, (&mut sums, &mut flat));
+                }
+            }
             Some(_) => {
                 pad::<E>(xs, g, pitch, padded);
                 for (oy, y_row) in y_rows {
