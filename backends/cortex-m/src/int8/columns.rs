@@ -85,6 +85,12 @@ impl ColumnBlock {
         self.panels(self.panels)
     }
 
+    /// The values of panel `panel`, to write in block order.
+    pub fn panel_mut(&mut self, panel: usize) -> &mut [i16] {
+        let size = self.groups * self.width * 4;
+        &mut self.values[panel * size..][..size]
+    }
+
     /// The values of the first `panels` panels, one after the other.
     pub fn panels(&self, panels: usize) -> &[i16] {
         &self.values[..panels * self.groups * self.width * 4]
@@ -141,6 +147,40 @@ impl ConvPatch<'_> {
             }
             _ => self.fill_clipped((top, left), range, out),
         }
+    }
+
+    /// The [`WIDE`] consecutive output positions from `first` of a 1x1 convolution at
+    /// stride 1 without padding, in block order: each channel's four inputs are one
+    /// run of the plane, spread over the four columns. `false` for other convolutions.
+    pub fn fill_pointwise_panel(
+        &self,
+        first: usize,
+        range: Range<usize>,
+        panel: &mut [i16],
+    ) -> bool {
+        let g = self.g;
+        let plane = g.h * g.w;
+        let dense = (g.kh, g.kw, g.stride, g.padding) == (1, 1, (1, 1), (0, 0));
+        if !dense || first + WIDE > plane {
+            return false;
+        }
+        let base = (self.first_plane + range.start) * plane + first;
+        for (group, lanes) in panel.chunks_exact_mut(4 * WIDE).enumerate() {
+            for (index, &lane) in LANE.iter().enumerate() {
+                let k = group * 4 + index;
+                let inputs = match k < range.len() {
+                    true => {
+                        let q = &self.x[base + k * plane..][..WIDE];
+                        [q[0], q[1], q[2], q[3]].map(|q| centered(q, self.zero_point))
+                    }
+                    false => [0; WIDE],
+                };
+                for (column, value) in inputs.into_iter().enumerate() {
+                    lanes[column * 4 + lane] = value;
+                }
+            }
+        }
+        true
     }
 
     /// A 1x1 window at `offset` in each plane: one value per input channel.
@@ -262,5 +302,45 @@ mod tests {
         let mut part = [9i16; 3];
         patch.fill((1, 2), 3..6, &mut part);
         assert_eq!(part, [6, 11, 12]);
+    }
+
+    #[test]
+    fn pointwise_panels_match_columns_built_one_at_a_time() {
+        // 11 channels of 3x3, 1x1 kernel: a short last group, and a range that starts
+        // inside the reduction as a chunk would.
+        let g = Conv2dGeometry {
+            n: 1,
+            c_in: 11,
+            h: 3,
+            w: 3,
+            c_out: 2,
+            kh: 1,
+            kw: 1,
+            stride: (1, 1),
+            padding: (0, 0),
+            groups: 1,
+            out_h: 3,
+            out_w: 3,
+        };
+        let x: [i8; 99] = core::array::from_fn(|i| (i as i8).wrapping_mul(37));
+        let patch = ConvPatch { x: &x, zero_point: 3, g: &g, first_plane: 0 };
+        for (first, range) in [(0, 0..11), (5, 0..11), (2, 3..11), (1, 4..8)] {
+            let mut by_column = ColumnBlock::new();
+            by_column.reset(WIDE, 1, range.len());
+            for column in 0..WIDE {
+                let mut natural = [0i16; 11];
+                let natural = &mut natural[..range.len()];
+                patch.fill(((first + column) / 3, (first + column) % 3), range.clone(), natural);
+                by_column.set_column(column, natural);
+            }
+            let mut by_panel = ColumnBlock::new();
+            by_panel.reset(WIDE, 1, range.len());
+            assert!(patch.fill_pointwise_panel(first, range.clone(), by_panel.panel_mut(0)));
+            assert_eq!(by_panel.values(), by_column.values(), "{first} {range:?}");
+        }
+        // Not 1x1 at stride 1 without padding, or past the plane: no panel.
+        let mut block = ColumnBlock::new();
+        block.reset(WIDE, 1, 11);
+        assert!(!patch.fill_pointwise_panel(6, 0..11, block.panel_mut(0)));
     }
 }

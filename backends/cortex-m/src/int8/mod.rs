@@ -73,6 +73,9 @@ impl Columns for ConvColumns<'_> {
         let out_w = self.patch.g.out_w;
         self.patch.fill((column / out_w, column % out_w), range, out)
     }
+    fn fill_panel(&self, first: usize, range: Range<usize>, panel: &mut [i16]) -> bool {
+        self.patch.fill_pointwise_panel(first, range, panel)
+    }
 }
 
 /// The rows of a dense layer's input, as columns.

@@ -66,6 +66,12 @@ pub trait Columns {
     fn count(&self) -> usize;
     /// Writes column `column`'s values at reduction indices `range` into `out`.
     fn fill(&self, column: usize, range: Range<usize>, out: &mut [i16]);
+    /// Writes the [`WIDE`] columns from `first` at reduction indices `range` straight into
+    /// `panel` in block order (`[group][column][lane]`, a short last group zero-padded)
+    /// where these columns have a faster way than one at a time; returns whether it did.
+    fn fill_panel(&self, _first: usize, _range: Range<usize>, _panel: &mut [i16]) -> bool {
+        false
+    }
 }
 
 /// The rows of a product: `count` int8 weight rows of `depth` values, their bias and output
@@ -105,9 +111,15 @@ fn build(
 ) {
     block.reset(width, panels, range.len());
     let natural = &mut natural[..range.len()];
-    for column in 0..width * panels {
-        columns.fill(start + column, range.clone(), natural);
-        block.set_column(column, natural);
+    for panel in 0..panels {
+        let first = start + panel * width;
+        if width == WIDE && columns.fill_panel(first, range.clone(), block.panel_mut(panel)) {
+            continue;
+        }
+        for column in panel * width..(panel + 1) * width {
+            columns.fill(start + column, range.clone(), natural);
+            block.set_column(column, natural);
+        }
     }
 }
 
