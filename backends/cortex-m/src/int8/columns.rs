@@ -1,7 +1,8 @@
-//! Column blocks: the operand layout of the int8 product. A block holds up to [`WIDE`]
-//! columns (conv output positions or dense input rows) of up to [`CHUNK`] reduction indices
-//! each, as `i16` values with the input zero point already subtracted (padding is 0), in the
-//! order `SXTB16` unpacks four int8 weights: `[x0, x2, x1, x3]` per group of four.
+//! Column blocks: the operand layout of the int8 product. A block holds panels of up to
+//! [`WIDE`] columns (conv output positions or dense input rows) of up to [`CHUNK`]
+//! reduction indices each, as `i16` values with the input zero point already subtracted
+//! (padding is 0), in the order `SXTB16` unpacks four int8 weights: `[x0, x2, x1, x3]` per
+//! group of four. [`ConvPatch`] fills conv columns.
 //!
 //! Building a column costs a few instructions per value, paid once per block and shared by
 //! every output channel; the multiply-accumulate loop then reads each value with no sign
@@ -51,7 +52,7 @@ impl ColumnBlock {
         self.groups = depth.div_ceil(4);
         // A short last group multiplies its missing lanes by zero; `set_column` writes
         // every other value.
-        if depth % 4 != 0 {
+        if !depth.is_multiple_of(4) {
             for panel in 0..panels {
                 let panel = &mut self.values[panel * self.groups * 4 * width..];
                 panel[(depth / 4) * 4 * width..self.groups * 4 * width].fill(0);
@@ -138,7 +139,7 @@ impl ConvPatch<'_> {
             top >= 0 && left >= 0 && top as usize + g.kh <= g.h && left as usize + g.kw <= g.w;
         match (inside, (g.kh, g.kw)) {
             (true, (1, 1)) => self.fill_pointwise(top as usize * g.w + left as usize, range, out),
-            (true, (_, kw)) if range.start % kw == 0 && range.len() % kw == 0 => {
+            (true, (_, kw)) if range.start.is_multiple_of(kw) && range.len().is_multiple_of(kw) => {
                 let origin = (top as usize, left as usize);
                 match kw {
                     3 => self.fill_rows::<3>(origin, range, out),

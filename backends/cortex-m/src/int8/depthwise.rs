@@ -6,8 +6,9 @@
 //! Each plane is first copied into a stack buffer with its padding filled with the input
 //! zero point, so every output sees a full window: `Σ (x − zp)·w = Σ x·w − zp·Σ w` lets
 //! the zero point leave the inner loop, and the padding contributes `(zp − zp)·w = 0`.
-//! Planes too large for the buffer (or zero points outside int8) take a per-output path
-//! that sums only the in-bounds taps.
+//! At stride 1 several output rows are summed as one run over the padded plane. Planes
+//! too large for the buffer (or zero points outside int8) take a per-output path that
+//! sums only the in-bounds taps.
 
 use core::ops::Range;
 

@@ -1,5 +1,5 @@
-//! The DSP-SIMD int8 path (Cortex-M4/M7, `thumbv7em`): the blocked product with an
-//! inline-assembly multiply-accumulate loop built on `SXTB16` and `SMLAD`.
+//! The DSP-SIMD int8 path (Cortex-M4/M7, `thumbv7em`): the blocked product and the
+//! depthwise kernel with inline-assembly loops built on `SXTB16`, `SMLAD` and `SMMULR`.
 //!
 //! Per group of four reduction indices the wide loop loads one word of four int8 weights,
 //! unpacks it with two `SXTB16` into `[w0, w2]` and `[w1, w3]`, and for each of the four
@@ -8,6 +8,13 @@
 //! 15 instructions for 16 multiply-accumulates, plus 2 of loop control per 4 groups, so
 //! 62 instructions per 64 MACs (0.97). `SMLAD` wraps like the reference's `i32`
 //! accumulator, so results are bit-exact.
+//!
+//! Around it: reductions of two groups keep a row's weights in registers while columns
+//! stream past (10 instructions per 8 MACs); depthwise 3x3 windows take 18 instructions
+//! per output; requantization takes 18 per output in its cheap form (see
+//! [`super::requantize`]); short rows are copied a word at a time. Whole kernels, as
+//! `cargo xtask bench cortex-m` counts them: about 2.1 instructions per MAC for a 3x3 or
+//! pointwise convolution, 5.1 for a depthwise one, 1.6 for a dense layer at batch 8.
 
 use core::arch::asm;
 

@@ -6,8 +6,9 @@
 //!
 //! Both are the product of [`product`]: output channels against columns of
 //! zero-point-free `i16` inputs ([`columns`]), accumulated in wrapping `i32` like the
-//! reference, then requantized by the same [`OutputQuant`]; depthwise convolutions, with
-//! too few taps per output to repay columns, run direct loops ([`depthwise`]).
+//! reference, then requantized with [`OutputQuant`]'s exact results ([`requantize`]);
+//! depthwise convolutions, with too few taps per output to repay columns, run direct
+//! loops over a zero-point-padded plane ([`depthwise`]).
 
 mod columns;
 pub use columns::CHUNK;

@@ -4,10 +4,11 @@
 //! requantized per output channel. An [`Engine`] supplies the multiply-accumulate loop.
 //!
 //! Columns are built in panels of [`WIDE`] and reused by every row: a reduction of at
-//! most [`CHUNK`] builds as many panels as a block holds and requantizes each row's
-//! outputs at once; a longer one is cut into chunks, rows then go in blocks of
-//! [`ROW_BLOCK`] whose accumulators live on the stack between chunks. Stack use: about
-//! 3 KiB.
+//! most [`CHUNK`] builds as many panels as a block holds, runs them all per row in one
+//! engine call (a reduction of two groups streams single columns past the row's weights
+//! instead) and requantizes the row's outputs at once; a longer one is cut into chunks,
+//! rows then go in blocks of [`ROW_BLOCK`] whose accumulators live on the stack between
+//! chunks. Stack use: about 3.3 KiB.
 
 use core::ops::Range;
 
