@@ -5,13 +5,15 @@
 //! Int8 kernels must match [`sprout_core::quant`] bit for bit on seeded random shapes and
 //! data, plus saturation corners (inputs and zero points at −128/127, weights at ±127,
 //! biases and multipliers that drive every output to the clamp bounds). f32 kernels must
-//! satisfy `|got − want| <= 1e-5 + 1e-4 · |want|` against [`sprout_core::Reference`], the
-//! conformance suite's tolerance for kernels that sum in another order.
+//! satisfy [`REDUCTION`] (`|got − want| <= 1e-5 + 1e-4 · |want|`) against
+//! [`sprout_core::Reference`], the conformance suite's tolerance for kernels that sum in
+//! another order.
 
 use core::fmt;
 
 use sprout_core::geometry::{window_output, Conv2dGeometry, LinearDims};
 use sprout_core::quant::{OutputQuant, Requantize, FULL_RANGE};
+use sprout_core::reference::tolerance::REDUCTION;
 use sprout_core::rng::SplitMix;
 use sprout_core::{Kernels, Reference};
 
@@ -20,11 +22,6 @@ pub type ConvS8 =
     fn(&[i8], i32, &[i8], Option<&[i32]>, &mut [i8], &OutputQuant<'_>, &Conv2dGeometry);
 /// An int8 dense layer with [`sprout_core::quant::linear_s8`]'s parameters.
 pub type LinearS8 = fn(&[i8], i32, &[i8], Option<&[i32]>, &mut [i8], &OutputQuant<'_>, &LinearDims);
-
-/// f32 tolerance: absolute part.
-pub const F32_ABS: f32 = 1e-5;
-/// f32 tolerance: relative part.
-pub const F32_REL: f32 = 1e-4;
 
 /// Largest input, weight and output of any case, in elements.
 const MAX_X: usize = 2048;
@@ -219,9 +216,7 @@ fn compare_f32(
     got: &[f32],
     want: &[f32],
 ) -> Result<(), Mismatch> {
-    let close =
-        |g: f32, w: f32| g.to_bits() == w.to_bits() || (g - w).abs() <= F32_ABS + F32_REL * w.abs();
-    match got.iter().zip(want).position(|(&g, &w)| !close(g, w)) {
+    match got.iter().zip(want).position(|(&g, &w)| !REDUCTION.accepts(g, w)) {
         None => Ok(()),
         Some(index) => Err(Mismatch { kernel, case, index, got: got[index], want: want[index] }),
     }
