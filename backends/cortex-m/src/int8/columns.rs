@@ -12,6 +12,8 @@ use core::ops::Range;
 
 use sprout_core::geometry::Conv2dGeometry;
 
+use super::product::Engine;
+
 /// Reduction indices per block: longer reductions are split into chunks of this size.
 pub const CHUNK: usize = 256;
 /// Columns in a wide block.
@@ -111,6 +113,24 @@ pub fn natural_order(lanes: &[i16]) -> [i16; 4] {
     core::array::from_fn(|k| lanes[LANE[k]])
 }
 
+/// The whole groups `lanes` of a pointwise panel (see [`ConvPatch::fill_pointwise_panel`])
+/// in portable Rust: channel `k`'s four inputs are `x[k · plane..][..4]`.
+pub fn pointwise_groups(x: &[i8], plane: usize, zero_point: i32, lanes: &mut [i16]) {
+    for (group, lanes) in lanes.chunks_exact_mut(4 * WIDE).enumerate() {
+        for (index, &lane) in LANE.iter().enumerate() {
+            let inputs = centered_four(&x[(group * 4 + index) * plane..], zero_point);
+            for (column, value) in inputs.into_iter().enumerate() {
+                lanes[column * 4 + lane] = value;
+            }
+        }
+    }
+}
+
+/// The first four int8 inputs of `q`, centered.
+fn centered_four(q: &[i8], zero_point: i32) -> [i16; WIDE] {
+    [q[0], q[1], q[2], q[3]].map(|q| centered(q, zero_point))
+}
+
 /// `(q − zero point)` of one int8 input: at most 255 in magnitude, so it fits `i16`.
 pub fn centered(q: i8, zero_point: i32) -> i16 {
     (i32::from(q) - zero_point) as i16
@@ -153,7 +173,7 @@ impl ConvPatch<'_> {
     /// The [`WIDE`] consecutive output positions from `first` of a 1x1 convolution at
     /// stride 1 without padding, in block order: each channel's four inputs are one
     /// run of the plane, spread over the four columns. `false` for other convolutions.
-    pub fn fill_pointwise_panel(
+    pub fn fill_pointwise_panel<E: Engine>(
         &self,
         first: usize,
         range: Range<usize>,
@@ -165,15 +185,15 @@ impl ConvPatch<'_> {
         if !dense || first + WIDE > plane {
             return false;
         }
-        let base = (self.first_plane + range.start) * plane + first;
-        for (group, lanes) in panel.chunks_exact_mut(4 * WIDE).enumerate() {
+        let x = &self.x[(self.first_plane + range.start) * plane + first..];
+        let full = range.len() / 4;
+        let (whole, short) = panel.split_at_mut(full * 4 * WIDE);
+        E::pointwise_groups(x, plane, self.zero_point, whole);
+        if let Some(lanes) = short.chunks_exact_mut(4 * WIDE).next() {
             for (index, &lane) in LANE.iter().enumerate() {
-                let k = group * 4 + index;
+                let k = full * 4 + index;
                 let inputs = match k < range.len() {
-                    true => {
-                        let q = &self.x[base + k * plane..][..WIDE];
-                        [q[0], q[1], q[2], q[3]].map(|q| centered(q, self.zero_point))
-                    }
+                    true => centered_four(&x[k * plane..], self.zero_point),
                     false => [0; WIDE],
                 };
                 for (column, value) in inputs.into_iter().enumerate() {
@@ -257,6 +277,7 @@ impl ConvPatch<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::scalar::Scalar;
     use super::*;
 
     #[test]
@@ -336,12 +357,16 @@ mod tests {
             }
             let mut by_panel = ColumnBlock::new();
             by_panel.reset(WIDE, 1, range.len());
-            assert!(patch.fill_pointwise_panel(first, range.clone(), by_panel.panel_mut(0)));
+            assert!(patch.fill_pointwise_panel::<Scalar>(
+                first,
+                range.clone(),
+                by_panel.panel_mut(0)
+            ));
             assert_eq!(by_panel.values(), by_column.values(), "{first} {range:?}");
         }
         // Not 1x1 at stride 1 without padding, or past the plane: no panel.
         let mut block = ColumnBlock::new();
         block.reset(WIDE, 1, 11);
-        assert!(!patch.fill_pointwise_panel(6, 0..11, block.panel_mut(0)));
+        assert!(!patch.fill_pointwise_panel::<Scalar>(6, 0..11, block.panel_mut(0)));
     }
 }

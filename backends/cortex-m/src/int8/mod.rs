@@ -74,8 +74,8 @@ impl Columns for ConvColumns<'_> {
         let out_w = self.patch.g.out_w;
         self.patch.fill((column / out_w, column % out_w), range, out)
     }
-    fn fill_panel(&self, first: usize, range: Range<usize>, panel: &mut [i16]) -> bool {
-        self.patch.fill_pointwise_panel(first, range, panel)
+    fn fill_panel<E: Engine>(&self, first: usize, range: Range<usize>, panel: &mut [i16]) -> bool {
+        self.patch.fill_pointwise_panel::<E>(first, range, panel)
     }
 }
 

@@ -52,6 +52,11 @@ pub trait Engine {
     fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
         super::depthwise::sums_3x3(rows, pitch, taps, stride, sums)
     }
+    /// The whole groups of a pointwise panel: `lanes` in block order from channel `k`'s
+    /// four inputs `x[k · plane..][..4]`, centered on `zero_point`.
+    fn pointwise_groups(x: &[i8], plane: usize, zero_point: i32, lanes: &mut [i16]) {
+        super::columns::pointwise_groups(x, plane, zero_point, lanes)
+    }
     /// `dst.copy_from_slice(src)` for a short row at any alignment.
     fn copy_row(dst: &mut [i8], src: &[i8]) {
         dst.copy_from_slice(src)
@@ -70,7 +75,12 @@ pub trait Columns {
     /// Writes the [`WIDE`] columns from `first` at reduction indices `range` straight into
     /// `panel` in block order (`[group][column][lane]`, a short last group zero-padded)
     /// where these columns have a faster way than one at a time; returns whether it did.
-    fn fill_panel(&self, _first: usize, _range: Range<usize>, _panel: &mut [i16]) -> bool {
+    fn fill_panel<E: Engine>(
+        &self,
+        _first: usize,
+        _range: Range<usize>,
+        _panel: &mut [i16],
+    ) -> bool {
         false
     }
 }
@@ -103,7 +113,7 @@ pub fn product<E: Engine>(
 
 /// Builds columns `start..start + width · panels` into `block` for reduction indices
 /// `range`.
-fn build(
+fn build<E: Engine>(
     columns: &impl Columns,
     block: &mut ColumnBlock,
     natural: &mut [i16; CHUNK],
@@ -114,7 +124,7 @@ fn build(
     let natural = &mut natural[..range.len()];
     for panel in 0..panels {
         let first = start + panel * width;
-        if width == WIDE && columns.fill_panel(first, range.clone(), block.panel_mut(panel)) {
+        if width == WIDE && columns.fill_panel::<E>(first, range.clone(), block.panel_mut(panel)) {
             continue;
         }
         for column in panel * width..(panel + 1) * width {
@@ -149,7 +159,7 @@ fn one_chunk<E: Engine>(
             left if left >= WIDE => (WIDE, (left / WIDE).min(most_panels)),
             _ => (1, 1),
         };
-        build(columns, block, natural, (start, width, panels), 0..depth);
+        build::<E>(columns, block, natural, (start, width, panels), 0..depth);
         let outputs = width * panels;
         for r in 0..rows.count {
             let w = &rows.w[r * depth..][..depth];
@@ -204,7 +214,7 @@ fn chunked<E: Engine>(
             for chunk in 0..chunks {
                 let range = chunk * CHUNK..((chunk + 1) * CHUNK).min(depth);
                 if built != Some(chunk) {
-                    build(columns, block, natural, (start, width, 1), range.clone());
+                    build::<E>(columns, block, natural, (start, width, 1), range.clone());
                     built = Some(chunk);
                 }
                 for (r, acc) in (row_start..row_end).zip(&mut acc) {
