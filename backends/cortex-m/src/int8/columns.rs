@@ -131,6 +131,15 @@ fn centered_four(q: &[i8], zero_point: i32) -> [i16; WIDE] {
     [q[0], q[1], q[2], q[3]].map(|q| centered(q, zero_point))
 }
 
+/// The largest magnitude [`centered`] returns for `zero_point`: 255 for an int8 zero
+/// point, else (the `i16` wraps) 32768.
+pub fn largest_centered(zero_point: i32) -> u64 {
+    match (-128..=127).contains(&zero_point) {
+        true => 255,
+        false => 32768,
+    }
+}
+
 /// `(q − zero point)` of one int8 input: at most 255 in magnitude, so it fits `i16`.
 pub fn centered(q: i8, zero_point: i32) -> i16 {
     (i32::from(q) - zero_point) as i16

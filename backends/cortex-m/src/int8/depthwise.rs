@@ -61,6 +61,8 @@ struct Channel<'a> {
     start: i32,
     /// `bias − zp · Σ w` (wrapping): the start of a sum over raw inputs.
     raw_start: i32,
+    /// A bound on `|raw_start + Σ x · w|` over raw int8 inputs (at most 128 in magnitude).
+    most: u64,
     x_zp: i32,
     quant: ChannelQuant,
 }
@@ -107,7 +109,7 @@ impl Channel<'_> {
                 Some(taps) => E::sums_3x3(rows, pitch, taps, stride, sums),
                 None => sums_any(rows, pitch, self.ws, g.kw, stride, sums),
             }
-            E::finish_run(&self.quant, self.raw_start, sums, ys);
+            E::finish_run(&self.quant, self.raw_start, sums, ys, self.most);
         }
     }
 
@@ -129,7 +131,7 @@ impl Channel<'_> {
             Some(taps) => E::sums_3x3(rows, pitch, taps, 1, sums),
             None => sums_any(rows, pitch, self.ws, g.kw, 1, sums),
         }
-        E::finish_run(&self.quant, self.raw_start, sums, flat);
+        E::finish_run(&self.quant, self.raw_start, sums, flat, self.most);
         for (j, y_row) in ys.chunks_exact_mut(g.out_w).enumerate() {
             E::copy_row(y_row, &flat[j * pitch..][..g.out_w]);
         }
@@ -210,10 +212,13 @@ pub fn depthwise_s8<E: Engine>(
         let ws = &w[c * taps_per_filter..][..taps_per_filter];
         let start = bias.map_or(0, |b| b[c]);
         let weight_sum = ws.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
+        let raw_start = start.wrapping_sub(x_zp.wrapping_mul(weight_sum));
+        let magnitudes = ws.iter().map(|&v| u64::from(v.unsigned_abs())).sum::<u64>();
         let channel = Channel {
             ws,
             start,
-            raw_start: start.wrapping_sub(x_zp.wrapping_mul(weight_sum)),
+            raw_start,
+            most: u64::from(raw_start.unsigned_abs()) + 128 * magnitudes,
             x_zp,
             quant: ChannelQuant::new(out, c),
         };

@@ -128,8 +128,11 @@ impl Engine for Dsp {
     fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
         sums_3x3(rows, pitch, taps, stride, sums)
     }
-    fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
-        finish_run(quant, start, accs, out)
+    fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8], most: u64) {
+        match most < 1 << 30 {
+            true => finish_small(quant, start, accs, out),
+            false => finish_run(quant, start, accs, out),
+        }
     }
     fn copy_row(dst: &mut [i8], src: &[i8]) {
         copy_row(dst, src)
@@ -247,6 +250,57 @@ fn copy_row(dst: &mut [i8], src: &[i8]) {
     }
     for (d, &s) in dst[words * 4..].iter_mut().zip(&src[words * 4..]) {
         *d = s;
+    }
+}
+
+/// [`finish_run`] where every `|start + accs[i]|` is below `2^30`: the same loop without
+/// the range check, 16 instructions per output.
+fn finish_small(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
+    let Some(cheap) = quant.cheap() else {
+        return quant.finish_run(start, accs, out);
+    };
+    let CheapForm { multiplier, right, half, zero_point, lo, hi } = cheap;
+    let n = accs.len().min(out.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: the loop reads `accs[..n]` and writes `out[..n]`, one element per
+    // iteration; only the named registers and the flags change. (No doubling overflows:
+    // the caller bounds every `|start + acc|` below 2^30.)
+    unsafe {
+        asm!(
+            "2:",
+            "ldr {x}, [{acc}], #4",
+            "add {x}, {x}, {start}",
+            "add {t}, {x}, {x}",
+            "smmulr {t}, {t}, {m}",
+            "add {x}, {t}, {half}",
+            "add {x}, {x}, {t}, asr #31",
+            "asr {x}, {x}, {right}",
+            "qadd {x}, {x}, {zp}",
+            "cmp {x}, {lo}",
+            "it lt",
+            "movlt {x}, {lo}",
+            "cmp {x}, {hi}",
+            "it gt",
+            "movgt {x}, {hi}",
+            "strb {x}, [{out}], #1",
+            "subs {left}, {left}, #1",
+            "bne 2b",
+            acc = inout(reg) accs.as_ptr() => _,
+            out = inout(reg) out.as_mut_ptr() => _,
+            left = inout(reg) n => _,
+            start = in(reg) start,
+            m = in(reg) multiplier,
+            right = in(reg) right,
+            half = in(reg) half,
+            zp = in(reg) zero_point,
+            lo = in(reg) lo,
+            hi = in(reg) hi,
+            x = out(reg) _,
+            t = out(reg) _,
+            options(nostack),
+        );
     }
 }
 

@@ -25,7 +25,7 @@ use core::ops::Range;
 use sprout_core::geometry::{Conv2dGeometry, LinearDims};
 use sprout_core::quant::OutputQuant;
 
-use columns::{centered, ConvPatch};
+use columns::{centered, largest_centered, ConvPatch};
 use product::{product, Columns, Engine, Rows};
 
 #[cfg(dsp_simd)]
@@ -70,6 +70,9 @@ impl Columns for ConvColumns<'_> {
     fn count(&self) -> usize {
         self.patch.g.out_h * self.patch.g.out_w
     }
+    fn largest(&self) -> u64 {
+        largest_centered(self.patch.zero_point)
+    }
     fn fill(&self, column: usize, range: Range<usize>, out: &mut [i16]) {
         let out_w = self.patch.g.out_w;
         self.patch.fill((column / out_w, column % out_w), range, out)
@@ -89,6 +92,9 @@ struct InputRows<'a> {
 impl Columns for InputRows<'_> {
     fn count(&self) -> usize {
         self.x.len().checked_div(self.k).unwrap_or(0)
+    }
+    fn largest(&self) -> u64 {
+        largest_centered(self.zero_point)
     }
     fn fill(&self, column: usize, range: Range<usize>, out: &mut [i16]) {
         let row = &self.x[column * self.k..][range];

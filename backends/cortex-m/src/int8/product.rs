@@ -61,8 +61,10 @@ pub trait Engine {
     fn copy_row(dst: &mut [i8], src: &[i8]) {
         dst.copy_from_slice(src)
     }
-    /// `out[i] = quant.finish(start + accs[i])` (wrapping).
-    fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
+    /// `out[i] = quant.finish(start + accs[i])` (wrapping), where `most` bounds every
+    /// `|start + accs[i]|` (or is `u64::MAX`), which lets an engine skip range checks.
+    fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8], most: u64) {
+        let _ = most;
         quant.finish_run(start, accs, out)
     }
 }
@@ -70,6 +72,8 @@ pub trait Engine {
 /// The columns of a product: how many, and the natural-order values of one of them.
 pub trait Columns {
     fn count(&self) -> usize;
+    /// The largest magnitude of any column value.
+    fn largest(&self) -> u64;
     /// Writes column `column`'s values at reduction indices `range` into `out`.
     fn fill(&self, column: usize, range: Range<usize>, out: &mut [i16]);
     /// Writes the [`WIDE`] columns from `first` at reduction indices `range` straight into
@@ -144,7 +148,7 @@ fn one_chunk<E: Engine>(
     natural: &mut [i16; CHUNK],
     store: &mut impl FnMut(usize, usize, &[i8]),
 ) {
-    let (depth, count) = (rows.depth, columns.count());
+    let (depth, count, largest) = (rows.depth, columns.count(), columns.largest());
     // Two groups per column: the row's weights stay in registers while single columns
     // stream past them.
     let two_groups = depth.div_ceil(4) == 2;
@@ -183,7 +187,8 @@ fn one_chunk<E: Engine>(
                 }
             }
             let quant = ChannelQuant::new(rows.out, rows.first + r);
-            E::finish_run(&quant, 0, &acc[..outputs], &mut values[..outputs]);
+            let most = bias_most(bias, depth, largest);
+            E::finish_run(&quant, 0, &acc[..outputs], &mut values[..outputs], most);
             store(start, r, &values[..outputs]);
         }
         start += width * panels;
@@ -225,12 +230,20 @@ fn chunked<E: Engine>(
             for (r, acc) in (row_start..row_end).zip(&acc) {
                 let quant = ChannelQuant::new(rows.out, rows.first + r);
                 let mut outputs = [0i8; WIDE];
-                E::finish_run(&quant, 0, &acc[..width], &mut outputs[..width]);
+                let bias = rows.bias.map_or(0, |b| b[rows.first + r]);
+                let most = bias_most(bias, depth, columns.largest());
+                E::finish_run(&quant, 0, &acc[..width], &mut outputs[..width], most);
                 store(start, r, &outputs[..width]);
             }
         }
         start += width;
     }
+}
+
+/// A bound on `|bias + Σ w · column|` over `depth` int8 weights (at most 128 in magnitude).
+/// `largest` is the columns' largest value magnitude.
+fn bias_most(bias: i32, depth: usize, largest: u64) -> u64 {
+    u64::from(bias.unsigned_abs()) + depth as u64 * 128 * largest
 }
 
 /// `acc[c] += w · column_c` over the columns of one panel, all through the engine: a
