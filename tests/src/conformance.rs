@@ -17,27 +17,9 @@ use sprout_core::geometry::{
     LinearDims, Pool2dGeometry, RowDims, SgdConfig,
 };
 use sprout_core::quant::{OutputQuant, Requantize};
+pub use sprout_core::reference::tolerance::{Tolerance, EXACT, REDUCTION};
 use sprout_core::rng::SplitMix;
 use sprout_core::{Kernels, Reference};
-
-/// How far a backend's output may stray from the reference's: `|got − want| <= abs + rel ·
-/// |want|`, or equal bits (which also accepts matching NaNs and infinities).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Tolerance {
-    pub abs: f32,
-    pub rel: f32,
-}
-
-/// Bit-for-bit equality.
-pub const EXACT: Tolerance = Tolerance { abs: 0.0, rel: 0.0 };
-/// Kernels that sum in a backend-chosen order (see the module docs).
-pub const REDUCTION: Tolerance = Tolerance { abs: 1e-5, rel: 1e-4 };
-
-impl Tolerance {
-    fn accepts(self, got: f32, want: f32) -> bool {
-        got.to_bits() == want.to_bits() || (got - want).abs() <= self.abs + self.rel * want.abs()
-    }
-}
 
 /// Runs every conformance case on a backend from `make`; panics naming the backend,
 /// kernel, case and element at the first disagreement with [`Reference`].

@@ -11,6 +11,7 @@ pub mod loss_scale;
 pub mod norm;
 pub mod optim;
 pub mod pool;
+pub mod tolerance;
 
 pub(crate) mod layout;
 #[cfg(test)]

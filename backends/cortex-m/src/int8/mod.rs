@@ -6,13 +6,15 @@
 //!
 //! Both are the product of [`product`]: output channels against columns of
 //! zero-point-free `i16` inputs ([`columns`]), accumulated in wrapping `i32` like the
-//! reference, then requantized by the same [`OutputQuant`]; depthwise convolutions, with
-//! too few taps per output to repay columns, run direct loops ([`depthwise`]).
+//! reference, then requantized with [`OutputQuant`]'s exact results ([`requantize`]);
+//! depthwise convolutions, with too few taps per output to repay columns, run direct
+//! loops over a zero-point-padded plane ([`depthwise`]).
 
 mod columns;
 pub use columns::CHUNK;
 mod depthwise;
 mod product;
+mod requantize;
 pub mod scalar;
 
 #[cfg(dsp_simd)]
@@ -23,7 +25,7 @@ use core::ops::Range;
 use sprout_core::geometry::{Conv2dGeometry, LinearDims};
 use sprout_core::quant::OutputQuant;
 
-use columns::{centered, ConvPatch};
+use columns::{centered, largest_centered, ConvPatch};
 use product::{product, Columns, Engine, Rows};
 
 #[cfg(dsp_simd)]
@@ -68,9 +70,15 @@ impl Columns for ConvColumns<'_> {
     fn count(&self) -> usize {
         self.patch.g.out_h * self.patch.g.out_w
     }
+    fn largest(&self) -> u64 {
+        largest_centered(self.patch.zero_point)
+    }
     fn fill(&self, column: usize, range: Range<usize>, out: &mut [i16]) {
         let out_w = self.patch.g.out_w;
         self.patch.fill((column / out_w, column % out_w), range, out)
+    }
+    fn fill_panel<E: Engine>(&self, first: usize, range: Range<usize>, panel: &mut [i16]) -> bool {
+        self.patch.fill_pointwise_panel::<E>(first, range, panel)
     }
 }
 
@@ -84,6 +92,9 @@ struct InputRows<'a> {
 impl Columns for InputRows<'_> {
     fn count(&self) -> usize {
         self.x.len().checked_div(self.k).unwrap_or(0)
+    }
+    fn largest(&self) -> u64 {
+        largest_centered(self.zero_point)
     }
     fn fill(&self, column: usize, range: Range<usize>, out: &mut [i16]) {
         let row = &self.x[column * self.k..][range];
@@ -107,7 +118,7 @@ fn conv2d<E: Engine>(
     debug_assert_eq!(y.len(), g.output_len());
     debug_assert_eq!(out.multipliers.len(), g.c_out);
     if depthwise::is_depthwise(g) {
-        return depthwise::depthwise_s8(x, x_zp, w, bias, y, out, g);
+        return depthwise::depthwise_s8::<E>(x, x_zp, w, bias, y, out, g);
     }
     let (cig, cog, plane) = (g.c_in_per_group(), g.c_out_per_group(), g.out_h * g.out_w);
     let depth = cig * g.kh * g.kw;
@@ -124,7 +135,9 @@ fn conv2d<E: Engine>(
                 out,
             };
             let y_first = (n * g.c_out + first) * plane;
-            product::<E>(&ConvColumns { patch }, &rows, |p, r, v| y[y_first + r * plane + p] = v);
+            product::<E>(&ConvColumns { patch }, &rows, |p, r, values| {
+                E::copy_row(&mut y[y_first + r * plane + p..][..values.len()], values)
+            });
         }
     }
 }
@@ -144,5 +157,9 @@ fn linear<E: Engine>(
     debug_assert_eq!(out.multipliers.len(), d.m);
     let columns = InputRows { x, zero_point: x_zp, k: d.k };
     let rows = Rows { w, count: d.m, depth: d.k, bias, first: 0, out };
-    product::<E>(&columns, &rows, |i, j, v| y[i * d.m + j] = v);
+    product::<E>(&columns, &rows, |first, j, values| {
+        for (i, &value) in (first..).zip(values) {
+            y[i * d.m + j] = value;
+        }
+    });
 }

@@ -10,7 +10,13 @@
 //! is that count over the call's multiply-accumulates. The `hot loop` line counts the
 //! DSP multiply-accumulate loop alone, on a long reduction. Shapes:
 //! conv 3x3: 16 → 32 channels, 16x16, padding 1; pointwise: 32 → 64 channels, 16x16;
-//! depthwise 3x3: 32 channels, 16x16; linear: batch 8, 256 → 32.
+//! depthwise 3x3: 32 channels, 16x16; linear: batch 8, 256 → 32, and batch 1 (the
+//! device's dense layers: one column, so no weight is reused).
+//!
+//! The `leafnet backbone` line runs every int8 convolution of one LeafNet sample (64x64
+//! RGB; stem, the inverted residuals' expand, depthwise and project convolutions, the last
+//! 1x1) on random data and prints their total in millions of instructions: the kernel
+//! share of one backbone pass (adds, pooling and the link are not counted).
 #![no_std]
 #![no_main]
 
@@ -25,19 +31,23 @@ use sprout_cortex_m::conformance::{ConvS8, LinearS8};
 use sprout_cortex_m::int8::{dsp, scalar};
 use sprout_cortex_m::CortexM;
 
-const MAX_X: usize = 16 * 1024;
+/// The largest LeafNet activations (48 x 32 x 32) fit `MAX_X` and `MAX_Y`.
+const MAX_X: usize = 48 * 1024;
 const MAX_W: usize = 16 * 1024;
-const MAX_Y: usize = 16 * 1024;
+const MAX_Y: usize = 48 * 1024;
 
 /// Operands, in `.bss`.
 struct Buffers {
     xq: [i8; MAX_X],
     wq: [i8; MAX_W],
     yq: [i8; MAX_Y],
-    x: [f32; MAX_X / 2],
-    w: [f32; MAX_W / 2],
-    y: [f32; MAX_Y / 2],
+    x: [f32; F32_LEN],
+    w: [f32; F32_LEN],
+    y: [f32; F32_LEN],
 }
+
+/// Elements of each f32 operand.
+const F32_LEN: usize = 8 * 1024;
 
 fn buffers() -> &'static mut Buffers {
     static TAKEN: AtomicBool = AtomicBool::new(false);
@@ -45,9 +55,9 @@ fn buffers() -> &'static mut Buffers {
         xq: [0; MAX_X],
         wq: [0; MAX_W],
         yq: [0; MAX_Y],
-        x: [0.0; MAX_X / 2],
-        w: [0.0; MAX_W / 2],
-        y: [0.0; MAX_Y / 2],
+        x: [0.0; F32_LEN],
+        w: [0.0; F32_LEN],
+        y: [0.0; F32_LEN],
     };
     if TAKEN.swap(true, Ordering::AcqRel) {
         board::exit(false);
@@ -58,27 +68,58 @@ fn buffers() -> &'static mut Buffers {
 }
 
 const fn conv(c_in: usize, c_out: usize, k: usize, groups: usize) -> Conv2dGeometry {
+    conv_at(16, c_in, c_out, k, 1, groups)
+}
+
+/// A `k x k` convolution of a `size x size` input, padding `k / 2`.
+const fn conv_at(
+    size: usize,
+    c_in: usize,
+    c_out: usize,
+    k: usize,
+    stride: usize,
+    groups: usize,
+) -> Conv2dGeometry {
     let pad = k / 2;
+    let out = (size + 2 * pad - k) / stride + 1;
     Conv2dGeometry {
         n: 1,
         c_in,
-        h: 16,
-        w: 16,
+        h: size,
+        w: size,
         c_out,
         kh: k,
         kw: k,
-        stride: (1, 1),
+        stride: (stride, stride),
         padding: (pad, pad),
         groups,
-        out_h: 16,
-        out_w: 16,
+        out_h: out,
+        out_w: out,
     }
 }
+
+/// LeafNet's int8 convolutions for one 64x64 sample, in order (see the zoo's `leafnet`):
+/// `(input size, c_in, c_out, kernel, stride, groups)`.
+#[rustfmt::skip]
+const LEAFNET: [(usize, usize, usize, usize, usize, usize); 28] = [
+    (64, 3, 16, 3, 2, 1),
+    (32, 16, 16, 3, 1, 16), (32, 16, 8, 1, 1, 1),
+    (32, 8, 48, 1, 1, 1), (32, 48, 48, 3, 2, 48), (16, 48, 16, 1, 1, 1),
+    (16, 16, 96, 1, 1, 1), (16, 96, 96, 3, 1, 96), (16, 96, 16, 1, 1, 1),
+    (16, 16, 96, 1, 1, 1), (16, 96, 96, 3, 2, 96), (8, 96, 24, 1, 1, 1),
+    (8, 24, 144, 1, 1, 1), (8, 144, 144, 3, 1, 144), (8, 144, 24, 1, 1, 1),
+    (8, 24, 144, 1, 1, 1), (8, 144, 144, 3, 2, 144), (4, 144, 32, 1, 1, 1),
+    (4, 32, 192, 1, 1, 1), (4, 192, 192, 3, 1, 192), (4, 192, 32, 1, 1, 1),
+    (4, 32, 192, 1, 1, 1), (4, 192, 192, 3, 1, 192), (4, 192, 48, 1, 1, 1),
+    (4, 48, 288, 1, 1, 1), (4, 288, 288, 3, 1, 288), (4, 288, 48, 1, 1, 1),
+    (4, 48, 192, 1, 1, 1),
+];
 
 const CONV: Conv2dGeometry = conv(16, 32, 3, 1);
 const POINTWISE: Conv2dGeometry = conv(32, 64, 1, 1);
 const DEPTHWISE: Conv2dGeometry = conv(32, 32, 3, 32);
 const LINEAR: LinearDims = LinearDims { n: 8, k: 256, m: 32 };
+const LINEAR_1: LinearDims = LinearDims { n: 1, ..LINEAR };
 
 /// Prints `NAME: X.XX insn/MAC`.
 fn report(name: &str, instructions: f32, macs: usize) {
@@ -155,6 +196,34 @@ fn f32_linear(
     report(name, n, d.n * d.k * d.m);
 }
 
+/// Every LeafNet convolution once, with ReLU6-like bounds: prints the total instructions
+/// (millions) and instructions per MAC.
+fn leafnet(c: &mut InstructionCounter, b: &mut Buffers, name: &str, k: ConvS8) {
+    let multipliers =
+        [Requantize::new(0.004).unwrap_or(Requantize { multiplier: 0, shift: 0 }); 288];
+    let (mut instructions, mut macs) = (0.0, 0);
+    for (size, c_in, c_out, kernel, stride, groups) in LEAFNET {
+        let g = conv_at(size, c_in, c_out, kernel, stride, groups);
+        let out =
+            OutputQuant { multipliers: &multipliers[..c_out], zero_point: -20, act: (-20, 100) };
+        let (x, w, y) =
+            (&b.xq[..g.input_len()], &b.wq[..g.weight_len()], &mut b.yq[..g.output_len()]);
+        instructions += c.instructions(|| k(x, -5, w, None, y, &out, &g));
+        macs += g.macs();
+    }
+    let tenths = (instructions / 100_000.0 + 0.5) as u32;
+    let hundredths = (instructions * 100.0 / macs as f32 + 0.5) as u32;
+    defmt::println!(
+        "{=str}: {=u32}.{=u32} M insn for {=usize} MACs ({=u32}.{=u32:02} insn/MAC)",
+        name,
+        tenths / 10,
+        tenths % 10,
+        macs,
+        hundredths / 100,
+        hundredths % 100
+    );
+}
+
 /// The DSP multiply-accumulate loop alone: 4 columns × 1024 reduction indices, 16 rows.
 fn hot_loop(c: &mut InstructionCounter, b: &mut Buffers) {
     #[repr(C, align(8))]
@@ -193,7 +262,11 @@ fn main() -> ! {
     int8_conv(&mut c, b, "int8 depthwise conv scalar", scalar::conv2d_s8, &DEPTHWISE);
     int8_linear(&mut c, b, "int8 linear dsp", dsp::linear_s8, &LINEAR);
     int8_linear(&mut c, b, "int8 linear scalar", scalar::linear_s8, &LINEAR);
+    int8_linear(&mut c, b, "int8 linear batch 1 dsp", dsp::linear_s8, &LINEAR_1);
+    int8_linear(&mut c, b, "int8 linear batch 1 scalar", scalar::linear_s8, &LINEAR_1);
     hot_loop(&mut c, b);
+    leafnet(&mut c, b, "int8 leafnet backbone dsp", dsp::conv2d_s8);
+    leafnet(&mut c, b, "int8 leafnet backbone scalar", scalar::conv2d_s8);
     f32_conv(&mut c, b, "f32 conv fpu", &mut CortexM, &CONV);
     f32_conv(&mut c, b, "f32 conv reference", &mut Reference, &CONV);
     f32_conv(&mut c, b, "f32 depthwise conv fpu", &mut CortexM, &DEPTHWISE);
