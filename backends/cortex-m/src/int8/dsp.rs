@@ -142,6 +142,43 @@ impl Engine for Dsp {
     }
 }
 
+/// One step of [`pointwise_groups`]: the 4 pixels of channels `c` and `c + 2` (the words at
+/// `{p}` and `{p} + 2·plane`), sign-extended, paired into lane order, zero point removed,
+/// stored at byte offsets `$first`, `$first + 8`, `$first + 16` and `$first + 24` of the
+/// group (each pixel's lanes are 8 bytes apart; the other two channels go 4 bytes further).
+macro_rules! widen_channel_pair {
+    ($first:literal) => {
+        concat!(
+            "ldr {t0}, [{p}]\n",
+            "ldr {t2}, [{p}, {plane}, lsl #1]\n",
+            "sxtb16 {a0}, {t0}\n",
+            "sxtb16 {b0}, {t0}, ror #8\n",
+            "sxtb16 {a2}, {t2}\n",
+            "sxtb16 {b2}, {t2}, ror #8\n",
+            "pkhbt {t0}, {a0}, {a2}, lsl #16\n",
+            "pkhtb {t2}, {a2}, {a0}, asr #16\n",
+            "ssub16 {t0}, {t0}, {zp}\n",
+            "ssub16 {t2}, {t2}, {zp}\n",
+            "str {t0}, [{out}, #",
+            $first,
+            "]\n",
+            "str {t2}, [{out}, #",
+            $first,
+            " + 16]\n",
+            "pkhbt {t0}, {b0}, {b2}, lsl #16\n",
+            "pkhtb {t2}, {b2}, {b0}, asr #16\n",
+            "ssub16 {t0}, {t0}, {zp}\n",
+            "ssub16 {t2}, {t2}, {zp}\n",
+            "str {t0}, [{out}, #",
+            $first,
+            " + 8]\n",
+            "str {t2}, [{out}, #",
+            $first,
+            " + 24]\n",
+        )
+    };
+}
+
 /// `Engine::pointwise_groups` per group of four channels: one word of four inputs per
 /// channel, two `SXTB16` each, `PKHBT`/`PKHTB` to pair channels `k, k + 2` per column,
 /// `SSUB16` for the zero point (modulo 2^16, as the portable `as i16` is) and one store
@@ -164,43 +201,9 @@ fn pointwise_groups(x: &[i8], plane: usize, zero_point: i32, lanes: &mut [i16]) 
     unsafe {
         asm!(
             "2:",
-            "ldr {t0}, [{p}]",
-            "ldr {t2}, [{p}, {plane}, lsl #1]",
-            "sxtb16 {a0}, {t0}",
-            "sxtb16 {b0}, {t0}, ror #8",
-            "sxtb16 {a2}, {t2}",
-            "sxtb16 {b2}, {t2}, ror #8",
-            "pkhbt {t0}, {a0}, {a2}, lsl #16",
-            "pkhtb {t2}, {a2}, {a0}, asr #16",
-            "ssub16 {t0}, {t0}, {zp}",
-            "ssub16 {t2}, {t2}, {zp}",
-            "str {t0}, [{out}]",
-            "str {t2}, [{out}, #16]",
-            "pkhbt {t0}, {b0}, {b2}, lsl #16",
-            "pkhtb {t2}, {b2}, {b0}, asr #16",
-            "ssub16 {t0}, {t0}, {zp}",
-            "ssub16 {t2}, {t2}, {zp}",
-            "str {t0}, [{out}, #8]",
-            "str {t2}, [{out}, #24]",
+            widen_channel_pair!("0"),
             "add {p}, {p}, {plane}",
-            "ldr {t0}, [{p}]",
-            "ldr {t2}, [{p}, {plane}, lsl #1]",
-            "sxtb16 {a0}, {t0}",
-            "sxtb16 {b0}, {t0}, ror #8",
-            "sxtb16 {a2}, {t2}",
-            "sxtb16 {b2}, {t2}, ror #8",
-            "pkhbt {t0}, {a0}, {a2}, lsl #16",
-            "pkhtb {t2}, {a2}, {a0}, asr #16",
-            "ssub16 {t0}, {t0}, {zp}",
-            "ssub16 {t2}, {t2}, {zp}",
-            "str {t0}, [{out}, #4]",
-            "str {t2}, [{out}, #20]",
-            "pkhbt {t0}, {b0}, {b2}, lsl #16",
-            "pkhtb {t2}, {b2}, {b0}, asr #16",
-            "ssub16 {t0}, {t0}, {zp}",
-            "ssub16 {t2}, {t2}, {zp}",
-            "str {t0}, [{out}, #12]",
-            "str {t2}, [{out}, #28]",
+            widen_channel_pair!("4"),
             "add {p}, {p}, {plane}",
             "add {p}, {p}, {plane}, lsl #1",
             "add {out}, {out}, #32",
@@ -253,26 +256,18 @@ fn copy_row(dst: &mut [i8], src: &[i8]) {
     }
 }
 
-/// [`finish_run`] where every `|start + accs[i]|` is below `2^30`: the same loop without
-/// the range check, 16 instructions per output.
-fn finish_small(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
-    let Some(cheap) = quant.cheap() else {
-        return quant.finish_run(start, accs, out);
-    };
-    let CheapForm { multiplier, right, half, zero_point, lo, hi } = cheap;
-    let n = accs.len().min(out.len());
-    if n == 0 {
-        return;
-    }
-    // SAFETY: the loop reads `accs[..n]` and writes `out[..n]`, one element per
-    // iteration; only the named registers and the flags change. (No doubling overflows:
-    // the caller bounds every `|start + acc|` below 2^30.)
-    unsafe {
+/// The cheap-form requantization loop over `$left` accumulators from `$acc` into `$out`
+/// (the count left over goes to `$left_out`), with the doubling given as `$double`: after
+/// it `SMMULR`, an add-and-shift for the rounded division, `QADD` and two conditional moves
+/// for the zero point and bounds. A `$double` that branches to `3f` leaves the loop early.
+macro_rules! requantize_loop {
+    ($double:literal, $acc:expr, $out:expr, $left:expr => $left_out:tt, $start:expr, $cheap:expr) => {{
+        let CheapForm { multiplier, right, half, zero_point, lo, hi } = $cheap;
         asm!(
             "2:",
             "ldr {x}, [{acc}], #4",
             "add {x}, {x}, {start}",
-            "add {t}, {x}, {x}",
+            $double,
             "smmulr {t}, {t}, {m}",
             "add {x}, {t}, {half}",
             "add {x}, {x}, {t}, asr #31",
@@ -287,10 +282,11 @@ fn finish_small(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) 
             "strb {x}, [{out}], #1",
             "subs {left}, {left}, #1",
             "bne 2b",
-            acc = inout(reg) accs.as_ptr() => _,
-            out = inout(reg) out.as_mut_ptr() => _,
-            left = inout(reg) n => _,
-            start = in(reg) start,
+            "3:",
+            acc = inout(reg) $acc => _,
+            out = inout(reg) $out => _,
+            left = inout(reg) $left => $left_out,
+            start = in(reg) $start,
             m = in(reg) multiplier,
             right = in(reg) right,
             half = in(reg) half,
@@ -300,7 +296,25 @@ fn finish_small(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) 
             x = out(reg) _,
             t = out(reg) _,
             options(nostack),
-        );
+        )
+    }};
+}
+
+/// [`finish_run`] where every `|start + accs[i]|` is below `2^30`: the same loop without
+/// the range check, 16 instructions per output.
+fn finish_small(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
+    let Some(cheap) = quant.cheap() else {
+        return quant.finish_run(start, accs, out);
+    };
+    let n = accs.len().min(out.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: the loop reads `accs[..n]` and writes `out[..n]`, one element per
+    // iteration; only the named registers and the flags change. (No doubling overflows:
+    // the caller bounds every `|start + acc|` below 2^30.)
+    unsafe {
+        requantize_loop!("add {t}, {x}, {x}", accs.as_ptr(), out.as_mut_ptr(), n => _, start, cheap);
     }
 }
 
@@ -313,7 +327,6 @@ fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
     let Some(cheap) = quant.cheap() else {
         return quant.finish_run(start, accs, out);
     };
-    let CheapForm { multiplier, right, half, zero_point, lo, hi } = cheap;
     let n = accs.len().min(out.len());
     let mut done = 0;
     while done < n {
@@ -322,40 +335,13 @@ fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
         // per iteration while `left` counts down from `n − done` (leaving early at most);
         // only the named registers and the flags change.
         unsafe {
-            asm!(
-                "2:",
-                "ldr {x}, [{acc}], #4",
-                "add {x}, {x}, {start}",
-                "adds {t}, {x}, {x}",
-                "bvs 3f",
-                "smmulr {t}, {t}, {m}",
-                "add {x}, {t}, {half}",
-                "add {x}, {x}, {t}, asr #31",
-                "asr {x}, {x}, {right}",
-                "qadd {x}, {x}, {zp}",
-                "cmp {x}, {lo}",
-                "it lt",
-                "movlt {x}, {lo}",
-                "cmp {x}, {hi}",
-                "it gt",
-                "movgt {x}, {hi}",
-                "strb {x}, [{out}], #1",
-                "subs {left}, {left}, #1",
-                "bne 2b",
-                "3:",
-                acc = inout(reg) accs[done..].as_ptr() => _,
-                out = inout(reg) out[done..].as_mut_ptr() => _,
-                left = inout(reg) left,
-                start = in(reg) start,
-                m = in(reg) multiplier,
-                right = in(reg) right,
-                half = in(reg) half,
-                zp = in(reg) zero_point,
-                lo = in(reg) lo,
-                hi = in(reg) hi,
-                x = out(reg) _,
-                t = out(reg) _,
-                options(nostack),
+            requantize_loop!(
+                "adds {t}, {x}, {x}\nbvs 3f",
+                accs[done..].as_ptr(),
+                out[done..].as_mut_ptr(),
+                left => left,
+                start,
+                cheap
             );
         }
         done = n - left;
