@@ -210,11 +210,13 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     })?;
     let bytes = save_model(&outcome.model).context("cannot encode the trained model")?;
     write_atomic(&args.output, &bytes)?;
+    // With no epoch trained there is no best epoch to name.
+    let best = outcome.best_accuracy.map(|b| format!(", best {:.1}%", 100.0 * b));
     println!(
-        "final validation accuracy {:.1}% ({} samples), best {:.1}%",
+        "final validation accuracy {:.1}% ({} samples){}",
         100.0 * outcome.metrics.accuracy(),
         outcome.metrics.samples(),
-        100.0 * outcome.best_accuracy.unwrap_or(0.0)
+        best.unwrap_or_default()
     );
     if let Some(scaling) = outcome.loss_scale {
         println!(
