@@ -352,7 +352,7 @@ fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
     }
 }
 
-/// `Engine::dot_panels`: the loop of [`dot_wide`] once per panel, with the bounds checked
+/// `Engine::dot_panels`: [`wide_panel`] once per panel, with the bounds checked
 /// once for all of them.
 ///
 /// # Panics
@@ -367,46 +367,63 @@ fn dot_panels(w: &[i8], start: i32, values: &[i16], acc: &mut [i32]) {
     }
     let mut x = values.as_ptr();
     for acc in acc.as_chunks_mut::<WIDE>().0 {
-        let [mut a0, mut a1, mut a2, mut a3] = [start; WIDE];
-        // SAFETY: per panel the loops read the `groups` words of `w` (in bounds; `LDR`
-        // may be unaligned on v7-M) and the panel's `4 · WIDE · groups` halfwords from
-        // `x` on (in bounds by the assert, word-aligned), leaving `x` at the next panel;
-        // only the named registers and the flags change.
-        unsafe {
-            asm!(
-                "subs {n}, {n}, #4",
-                "blt 3f",
-                "2:",
-                wide_group!(),
-                wide_group!(),
-                wide_group!(),
-                wide_group!(),
-                "subs {n}, {n}, #4",
-                "bge 2b",
-                "3:",
-                "adds {n}, {n}, #4",
-                "beq 5f",
-                "4:",
-                wide_group!(),
-                "subs {n}, {n}, #1",
-                "bne 4b",
-                "5:",
-                n = inout(reg) groups => _,
-                w = inout(reg) w.as_ptr() => _,
-                x = inout(reg) x,
-                a0 = inout(reg) a0,
-                a1 = inout(reg) a1,
-                a2 = inout(reg) a2,
-                a3 = inout(reg) a3,
-                wa = out(reg) _,
-                wb = out(reg) _,
-                x0 = out(reg) _,
-                x1 = out(reg) _,
-                options(nostack, readonly),
-            );
-        }
-        *acc = [a0, a1, a2, a3];
+        // SAFETY: per panel the loop reads the `groups` words of `w` and the panel's
+        // `4 · WIDE · groups` halfwords from `x` on, in bounds and aligned by the asserts,
+        // and leaves `x` at the next panel.
+        *acc = unsafe { wide_panel(w.as_ptr(), groups, &mut x, [start; WIDE]) };
     }
+}
+
+/// `acc[c] + Σ_k w[k] · column_c[k]` over `groups` groups of four reduction indices for
+/// the four columns of one panel at `*x` (`[x0, x2, x1, x3]` lanes per column and group),
+/// leaving `*x` after the panel: four groups per turn of the loop, then single groups.
+///
+/// # Safety
+/// `w` must point to `4 · groups` readable bytes (any alignment: `LDR` may be unaligned on
+/// v7-M) and `*x` to `4 · WIDE · groups` readable, word-aligned halfwords.
+unsafe fn wide_panel(
+    w: *const i8,
+    groups: usize,
+    x: &mut *const i16,
+    acc: [i32; WIDE],
+) -> [i32; WIDE] {
+    let [mut a0, mut a1, mut a2, mut a3] = acc;
+    // SAFETY: the caller vouches for the reads; only the named registers and the flags
+    // change.
+    unsafe {
+        asm!(
+            "subs {n}, {n}, #4",
+            "blt 3f",
+            "2:",
+            wide_group!(),
+            wide_group!(),
+            wide_group!(),
+            wide_group!(),
+            "subs {n}, {n}, #4",
+            "bge 2b",
+            "3:",
+            "adds {n}, {n}, #4",
+            "beq 5f",
+            "4:",
+            wide_group!(),
+            "subs {n}, {n}, #1",
+            "bne 4b",
+            "5:",
+            n = inout(reg) groups => _,
+            w = inout(reg) w => _,
+            x = inout(reg) *x,
+            a0 = inout(reg) a0,
+            a1 = inout(reg) a1,
+            a2 = inout(reg) a2,
+            a3 = inout(reg) a3,
+            wa = out(reg) _,
+            wb = out(reg) _,
+            x0 = out(reg) _,
+            x1 = out(reg) _,
+            options(nostack, readonly),
+        );
+    }
+    [a0, a1, a2, a3]
 }
 
 /// `Engine::dot_columns_8` with the row's eight weights unpacked once into four
@@ -493,59 +510,10 @@ pub fn dot_wide(w: &[i8], values: &[i16], acc: &mut [i32; WIDE]) {
     let groups = w.len() / 4;
     assert!(values.len() >= groups * 4 * WIDE && w.len() == groups * 4);
     assert!(values.as_ptr().align_offset(4) == 0);
-    let [mut a0, mut a1, mut a2, mut a3] = *acc;
-    let (mut wp, mut xp) = (w.as_ptr(), values.as_ptr());
-    let quads = groups / 4;
-    if quads > 0 {
-        // SAFETY: the loop reads `4 · quads` words of weights from `w` (in bounds: `w`
-        // holds `4 · groups` bytes; `LDR` may be unaligned on v7-M) and `16 · quads`
-        // words from `values` (in bounds by the assert, word-aligned as `LDRD` needs);
-        // it writes only the named registers and the flags.
-        unsafe {
-            asm!(
-                "2:",
-                wide_group!(),
-                wide_group!(),
-                wide_group!(),
-                wide_group!(),
-                "subs {n}, {n}, #1",
-                "bne 2b",
-                n = inout(reg) quads => _,
-                w = inout(reg) wp,
-                x = inout(reg) xp,
-                a0 = inout(reg) a0,
-                a1 = inout(reg) a1,
-                a2 = inout(reg) a2,
-                a3 = inout(reg) a3,
-                wa = out(reg) _,
-                wb = out(reg) _,
-                x0 = out(reg) _,
-                x1 = out(reg) _,
-                options(nostack, readonly),
-            );
-        }
-    }
-    for _ in 0..groups % 4 {
-        // SAFETY: one more group: 1 word of weights and 4 of values, in bounds and
-        // aligned as above; only the named registers change.
-        unsafe {
-            asm!(
-                wide_group!(),
-                w = inout(reg) wp,
-                x = inout(reg) xp,
-                a0 = inout(reg) a0,
-                a1 = inout(reg) a1,
-                a2 = inout(reg) a2,
-                a3 = inout(reg) a3,
-                wa = out(reg) _,
-                wb = out(reg) _,
-                x0 = out(reg) _,
-                x1 = out(reg) _,
-                options(nostack, readonly, preserves_flags),
-            );
-        }
-    }
-    *acc = [a0, a1, a2, a3];
+    let mut x = values.as_ptr();
+    // SAFETY: `w` holds `4 · groups` bytes and `values` at least `4 · WIDE · groups`
+    // word-aligned halfwords, by the asserts.
+    *acc = unsafe { wide_panel(w.as_ptr(), groups, &mut x, *acc) };
 }
 
 /// [`dot_wide`] for a single column (four `i16` per group).
