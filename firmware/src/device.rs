@@ -53,8 +53,8 @@ struct Run {
     /// The trainer's epoch count and update count when the run started.
     first_epoch: u32,
     first_step: u32,
-    /// The run's learning-rate schedule over its epochs.
-    schedule: CosineWithWarmup,
+    /// The learning rate of the run's first epoch (see [`Run::learning_rate`]).
+    base_rate: f32,
     /// Held-out accuracy of the head before the run's first epoch.
     initial_accuracy: Option<f32>,
     last: Option<EpochReport>,
@@ -112,7 +112,7 @@ impl<'b, 's, 'm, K: Kernels + Clone, F: NorFlash> DeviceTrainer<'b, 's, 'm, K, F
             epochs: 0,
             first_epoch: trainer.epoch(),
             first_step: 0,
-            schedule: epoch_schedule(0.0, 0),
+            base_rate: 0.0,
             initial_accuracy: None,
             last: None,
         };
@@ -152,7 +152,7 @@ impl<'b, 's, 'm, K: Kernels + Clone, F: NorFlash> DeviceTrainer<'b, 's, 'm, K, F
             return None;
         }
         let done = self.trainer.epoch().saturating_sub(self.run.first_epoch);
-        self.trainer.set_learning_rate(self.run.schedule.learning_rate(done));
+        self.trainer.set_learning_rate(self.run.learning_rate(done));
         let report = match self.trainer.train_epoch(log) {
             Ok(report) if report.loss.is_finite() => report,
             Ok(report) => {
@@ -269,7 +269,7 @@ impl<K: Kernels + Clone, F: NorFlash> DeviceApp for DeviceTrainer<'_, '_, '_, K,
             epochs: config.epochs,
             first_epoch: self.trainer.epoch(),
             first_step: self.trainer.updates(),
-            schedule: epoch_schedule(learning_rate, config.epochs),
+            base_rate: learning_rate,
             initial_accuracy: Some(initial_accuracy),
             last: None,
         };
@@ -346,8 +346,17 @@ impl<K: Kernels + Clone, F: NorFlash> DeviceApp for DeviceTrainer<'_, '_, '_, K,
     }
 }
 
-/// `base` at a run's first epoch, decaying along a half cosine to zero after `epochs`
-/// (counted in epochs: the schedule's "updates" are the run's completed epochs).
-fn epoch_schedule(base: f32, epochs: u16) -> CosineWithWarmup {
-    CosineWithWarmup { base, min: 0.0, warmup: 0, total: u32::from(epochs) }
+impl Run {
+    /// The learning rate after `done` of the run's epochs: its base rate at the first
+    /// epoch, decaying along a half cosine to zero after `epochs` (the schedule counts
+    /// epochs, not updates).
+    fn learning_rate(&self, done: u32) -> f32 {
+        let schedule = CosineWithWarmup {
+            base: self.base_rate,
+            min: 0.0,
+            warmup: 0,
+            total: self.epochs.into(),
+        };
+        schedule.learning_rate(done)
+    }
 }
