@@ -17,11 +17,7 @@ use sprout_core::reference::tolerance::REDUCTION;
 use sprout_core::rng::SplitMix;
 use sprout_core::{Kernels, Reference};
 
-/// An int8 convolution with [`sprout_core::quant::conv2d_s8`]'s parameters.
-pub type ConvS8 =
-    fn(&[i8], i32, &[i8], Option<&[i32]>, &mut [i8], &OutputQuant<'_>, &Conv2dGeometry);
-/// An int8 dense layer with [`sprout_core::quant::linear_s8`]'s parameters.
-pub type LinearS8 = fn(&[i8], i32, &[i8], Option<&[i32]>, &mut [i8], &OutputQuant<'_>, &LinearDims);
+use crate::int8::Int8Kernels;
 
 /// Largest input, weight and output of any case, in elements.
 const MAX_X: usize = 2048;
@@ -224,7 +220,8 @@ fn compare_f32(
 
 /// Checks an int8 convolution and dense layer against the reference kernels: every case
 /// with random data, then again at the saturation corners. Returns the cases checked.
-pub fn check_int8(conv: ConvS8, linear: LinearS8, s: &mut Scratch) -> Result<usize, Mismatch> {
+pub fn check_int8(kernels: Int8Kernels, s: &mut Scratch) -> Result<usize, Mismatch> {
+    let Int8Kernels { conv2d_s8: conv, linear_s8: linear } = kernels;
     let mut rng = SplitMix::new(0x5EED);
     let mut checked = 0;
     for corner in [false, true] {
@@ -331,7 +328,7 @@ mod tests {
     #[test]
     fn the_scalar_int8_kernels_are_bit_exact() {
         let mut scratch = Scratch::new();
-        assert_eq!(check_int8(scalar::conv2d_s8, scalar::linear_s8, &mut scratch), Ok(36));
+        assert_eq!(check_int8(scalar::KERNELS, &mut scratch), Ok(36));
     }
 
     #[test]
@@ -352,11 +349,12 @@ mod tests {
             out: &OutputQuant<'_>,
             d: &LinearDims,
         ) {
-            scalar::linear_s8(x, x_zp, w, bias, y, out, d);
+            (scalar::KERNELS.linear_s8)(x, x_zp, w, bias, y, out, d);
             y[y.len() / 2] = y[y.len() / 2].wrapping_add(1);
         }
         let mut scratch = Scratch::new();
-        let error = check_int8(scalar::conv2d_s8, off_by_one, &mut scratch).unwrap_err();
+        let wrong = Int8Kernels { linear_s8: off_by_one, ..scalar::KERNELS };
+        let error = check_int8(wrong, &mut scratch).unwrap_err();
         assert_eq!((error.kernel, error.case), ("int8 linear", 0));
     }
 }

@@ -15,17 +15,15 @@
 //! 18 instructions per output; requantization takes 18 per output in its cheap form (see
 //! [`super::requantize`]); short rows are copied a word at a time. Whole kernels, as
 //! `cargo xtask bench cortex-m` counts them: about 2.1 instructions per MAC for a 3x3
-//! convolution, 1.9 for a pointwise one, 5.1 for a depthwise one, 1.6 for a dense layer at
-//! batch 8; LeafNet's convolutions average 2.95.
+//! convolution, 1.9 for a pointwise one, 5.0 for a depthwise one, 1.6 for a dense layer at
+//! batch 8; LeafNet's convolutions average 2.9.
 
 use core::arch::asm;
-
-use sprout_core::geometry::{Conv2dGeometry, LinearDims};
-use sprout_core::quant::OutputQuant;
 
 use super::columns::WIDE;
 use super::product::Engine;
 use super::requantize::{ChannelQuant, CheapForm};
+use super::Int8Kernels;
 
 /// `SXTB16` + `SMLAD` multiply-accumulates.
 pub struct Dsp;
@@ -571,28 +569,5 @@ pub fn dot_one(w: &[i8], values: &[i16], acc: &mut i32) {
     *acc = a;
 }
 
-/// [`super::conv2d_s8`] on the DSP path.
-pub fn conv2d_s8(
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    g: &Conv2dGeometry,
-) {
-    super::conv2d::<Dsp>(x, x_zp, w, bias, y, out, g)
-}
-
-/// [`super::linear_s8`] on the DSP path.
-pub fn linear_s8(
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    d: &LinearDims,
-) {
-    super::linear::<Dsp>(x, x_zp, w, bias, y, out, d)
-}
+/// The int8 kernels on the DSP path.
+pub const KERNELS: Int8Kernels = Int8Kernels::on::<Dsp>();

@@ -1,8 +1,9 @@
 //! Int8 convolution and dense kernels with the exact results of
 //! [`sprout_core::quant::conv2d_s8`] and [`sprout_core::quant::linear_s8`] (same
 //! parameters): [`conv2d_s8`] and [`linear_s8`] take the DSP-SIMD path where the target has
-//! the DSP extension and the scalar path elsewhere; [`scalar`] and (on DSP targets) [`dsp`]
-//! name each path, so both can be tested and benchmarked on one core.
+//! the DSP extension and the scalar path elsewhere; [`scalar::KERNELS`] and (on DSP targets)
+//! [`dsp::KERNELS`] are each path's kernels, so both can be tested and benchmarked on one
+//! core.
 //!
 //! Both are the product of [`product`]: output channels against columns of
 //! zero-point-free `i16` inputs ([`columns`]), accumulated in wrapping `i32` like the
@@ -32,6 +33,26 @@ use product::{product, Columns, Engine, Rows};
 use dsp::Dsp as Best;
 #[cfg(not(dsp_simd))]
 use scalar::Scalar as Best;
+
+/// An int8 convolution with [`sprout_core::quant::conv2d_s8`]'s parameters.
+pub type ConvS8 =
+    fn(&[i8], i32, &[i8], Option<&[i32]>, &mut [i8], &OutputQuant<'_>, &Conv2dGeometry);
+/// An int8 dense layer with [`sprout_core::quant::linear_s8`]'s parameters.
+pub type LinearS8 = fn(&[i8], i32, &[i8], Option<&[i32]>, &mut [i8], &OutputQuant<'_>, &LinearDims);
+
+/// One path's int8 convolution and dense kernels.
+#[derive(Clone, Copy)]
+pub struct Int8Kernels {
+    pub conv2d_s8: ConvS8,
+    pub linear_s8: LinearS8,
+}
+
+impl Int8Kernels {
+    /// The kernels on the path of `E`'s multiply-accumulate loops.
+    const fn on<E: Engine>() -> Self {
+        Self { conv2d_s8: conv2d::<E>, linear_s8: linear::<E> }
+    }
+}
 
 /// Int8 convolution, bit-exact with [`sprout_core::quant::conv2d_s8`], on the fastest path
 /// this target has.

@@ -1,11 +1,9 @@
 //! The portable int8 path: the blocked product with a plain Rust multiply-accumulate loop,
 //! for cores without the DSP extension (Cortex-M0+, `thumbv6m`) and the host.
 
-use sprout_core::geometry::{Conv2dGeometry, LinearDims};
-use sprout_core::quant::OutputQuant;
-
 use super::columns::{natural_order, WIDE};
 use super::product::Engine;
+use super::Int8Kernels;
 
 /// Plain `i32` multiply-accumulates.
 pub struct Scalar;
@@ -31,28 +29,5 @@ impl Engine for Scalar {
     }
 }
 
-/// [`super::conv2d_s8`] on the scalar path.
-pub fn conv2d_s8(
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    g: &Conv2dGeometry,
-) {
-    super::conv2d::<Scalar>(x, x_zp, w, bias, y, out, g)
-}
-
-/// [`super::linear_s8`] on the scalar path.
-pub fn linear_s8(
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    d: &LinearDims,
-) {
-    super::linear::<Scalar>(x, x_zp, w, bias, y, out, d)
-}
+/// The int8 kernels on the scalar path.
+pub const KERNELS: Int8Kernels = Int8Kernels::on::<Scalar>();

@@ -27,8 +27,8 @@ use qemu_mps2_an386::counter::InstructionCounter;
 use sprout_core::geometry::{Conv2dGeometry, LinearDims};
 use sprout_core::quant::{OutputQuant, Requantize};
 use sprout_core::{Kernels, Reference};
-use sprout_cortex_m::conformance::{ConvS8, LinearS8};
 use sprout_cortex_m::int8::{dsp, scalar};
+use sprout_cortex_m::int8::{ConvS8, LinearS8};
 use sprout_cortex_m::CortexM;
 
 /// The largest LeafNet activations (48 x 32 x 32) fit `MAX_X` and `MAX_Y`.
@@ -254,19 +254,19 @@ fn main() -> ! {
     }
     let b = buffers();
     fill(b);
-    int8_conv(&mut c, b, "int8 conv dsp", dsp::conv2d_s8, &CONV);
-    int8_conv(&mut c, b, "int8 conv scalar", scalar::conv2d_s8, &CONV);
-    int8_conv(&mut c, b, "int8 pointwise conv dsp", dsp::conv2d_s8, &POINTWISE);
-    int8_conv(&mut c, b, "int8 pointwise conv scalar", scalar::conv2d_s8, &POINTWISE);
-    int8_conv(&mut c, b, "int8 depthwise conv dsp", dsp::conv2d_s8, &DEPTHWISE);
-    int8_conv(&mut c, b, "int8 depthwise conv scalar", scalar::conv2d_s8, &DEPTHWISE);
-    int8_linear(&mut c, b, "int8 linear dsp", dsp::linear_s8, &LINEAR);
-    int8_linear(&mut c, b, "int8 linear scalar", scalar::linear_s8, &LINEAR);
-    int8_linear(&mut c, b, "int8 linear batch 1 dsp", dsp::linear_s8, &LINEAR_1);
-    int8_linear(&mut c, b, "int8 linear batch 1 scalar", scalar::linear_s8, &LINEAR_1);
+    int8_conv(&mut c, b, "int8 conv dsp", dsp::KERNELS.conv2d_s8, &CONV);
+    int8_conv(&mut c, b, "int8 conv scalar", scalar::KERNELS.conv2d_s8, &CONV);
+    int8_conv(&mut c, b, "int8 pointwise conv dsp", dsp::KERNELS.conv2d_s8, &POINTWISE);
+    int8_conv(&mut c, b, "int8 pointwise conv scalar", scalar::KERNELS.conv2d_s8, &POINTWISE);
+    int8_conv(&mut c, b, "int8 depthwise conv dsp", dsp::KERNELS.conv2d_s8, &DEPTHWISE);
+    int8_conv(&mut c, b, "int8 depthwise conv scalar", scalar::KERNELS.conv2d_s8, &DEPTHWISE);
+    int8_linear(&mut c, b, "int8 linear dsp", dsp::KERNELS.linear_s8, &LINEAR);
+    int8_linear(&mut c, b, "int8 linear scalar", scalar::KERNELS.linear_s8, &LINEAR);
+    int8_linear(&mut c, b, "int8 linear batch 1 dsp", dsp::KERNELS.linear_s8, &LINEAR_1);
+    int8_linear(&mut c, b, "int8 linear batch 1 scalar", scalar::KERNELS.linear_s8, &LINEAR_1);
     hot_loop(&mut c, b);
-    leafnet(&mut c, b, "int8 leafnet backbone dsp", dsp::conv2d_s8);
-    leafnet(&mut c, b, "int8 leafnet backbone scalar", scalar::conv2d_s8);
+    leafnet(&mut c, b, "int8 leafnet backbone dsp", dsp::KERNELS.conv2d_s8);
+    leafnet(&mut c, b, "int8 leafnet backbone scalar", scalar::KERNELS.conv2d_s8);
     f32_conv(&mut c, b, "f32 conv fpu", &mut CortexM, &CONV);
     f32_conv(&mut c, b, "f32 conv reference", &mut Reference, &CONV);
     f32_conv(&mut c, b, "f32 depthwise conv fpu", &mut CortexM, &DEPTHWISE);
