@@ -212,6 +212,24 @@ fn wrong_magic_and_future_version_are_refused() {
     assert!(err.to_string().contains("version 2"), "{err}");
 }
 
+#[test]
+fn an_older_version_is_refused_by_version_with_how_to_regenerate_the_model() {
+    let old = sprout_core::format::VERSION - 1;
+    let mut bytes = saved_cnn();
+    bytes[8..10].copy_from_slice(&old.to_le_bytes());
+    let err = load_model(&bytes).unwrap_err();
+    let FormatError::Frame(FrameError::OutdatedVersion { found, current, .. }) = err else {
+        panic!("{err:?}");
+    };
+    assert_eq!((found, current), (old, sprout_core::format::VERSION));
+    let message = err.to_string();
+    assert!(message.starts_with(&format!("bad .sprout file: format version {old} is older")));
+    assert!(
+        message.contains("`sprout convert`") && message.contains("`sprout train`"),
+        "{message}"
+    );
+}
+
 /// Saves a model damaged after `from_graph` (so with a valid checksum) and loads it.
 fn load_damaged(damage: impl FnOnce(&mut ModelFile)) -> String {
     let mut model = ModelFile::from_graph(&small_cnn(3).0, metadata());

@@ -3,7 +3,8 @@
 //! normalized, straight into the backbone's input and are cached as features when
 //! complete; training runs one epoch per [`DeviceTrainer::run_epoch`] call from the main
 //! loop, between link polls; every new best checkpoint is saved to flash and is what a
-//! pull sends. Checkpoints are the trainer's bytes ([`crate::trainer::checkpoint`]).
+//! pull sends. Checkpoints are the trainer's bytes
+//! ([`sprout_core::format::device_checkpoint`]).
 //!
 //! A run first measures the held-out accuracy of the head as it is (reported as epoch 0),
 //! then decays the learning rate along a half cosine over its epochs, from the host's rate
@@ -18,9 +19,9 @@ use sprout_core::link::{
 use sprout_core::schedule::{CosineWithWarmup, Schedule};
 use sprout_core::Kernels;
 
-use crate::bundle::PixelNormalization;
 use crate::storage::CheckpointStore;
 use crate::trainer::{EpochReport, Log, Trainer, TrainerError};
+use sprout_core::format::bundle::PixelNormalization;
 
 /// Why a [`DeviceTrainer`] could not be set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +95,8 @@ impl<'b, 's, 'm, K: Kernels + Clone, F: NorFlash> DeviceTrainer<'b, 's, 'm, K, F
             },
             _ => return Err(SetupError::NotAPicture),
         };
-        let needed = crate::trainer::CHECKPOINT_HEADER_BYTES + bundle.initial_state.len();
+        let needed = sprout_core::format::device_checkpoint::CHECKPOINT_HEADER_BYTES
+            + bundle.initial_state.len();
         let available = checkpoint.len().min(incoming.len());
         if available < needed {
             return Err(SetupError::CheckpointBuffer { needed, available });

@@ -27,6 +27,8 @@ pub const NO_STD_BUILDS: &[(&str, &[&str])] = &[
     ("sprout-core", &["alloc"]),
     // The host <-> device link: framing, device session and client, still without a heap.
     ("sprout-core", &["link"]),
+    // The device's file formats (bundle, device checkpoint) decode without a heap.
+    ("sprout-core", &["serde"]),
     ("sprout-planner", &[]),
     // The DSP int8 path and, with `conformance`, the checks the QEMU board runs.
     ("sprout-cortex-m", &[]),

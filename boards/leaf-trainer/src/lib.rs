@@ -15,10 +15,10 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use embedded_io::{Read, ReadReady, Write};
 use embedded_storage::nor_flash::NorFlash;
+use sprout_core::format::bundle::{self, Bundle};
 use sprout_core::link::{DeviceSession, Polled};
 use sprout_core::Step;
 use sprout_cortex_m::CortexM;
-use sprout_firmware::bundle::{self, Bundle};
 use sprout_firmware::device::DeviceTrainer;
 use sprout_firmware::storage::CheckpointStore;
 use sprout_firmware::trainer::{EpochReport, Log, SampleCache, Trainer, TrainerMemory};

@@ -7,12 +7,15 @@ pub use crate::checksum::CRC32;
 use alloc::vec::Vec;
 use core::fmt;
 
-/// Which kind of file a frame holds: its magic bytes and the version this build writes
-/// (and the newest it reads).
+/// Which kind of file a frame holds: its magic bytes, the version this build writes (and
+/// the only one it reads) and what a person does to turn an older file into a current one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Framing {
     pub magic: [u8; 8],
     pub version: u16,
+    /// How to regenerate a file of an older version with this build, shown when one is
+    /// refused (e.g. "run `sprout bundle` again").
+    pub regenerate: &'static str,
 }
 
 /// The first eight bytes of every `.sprout` file (PNG's trick: a high byte catches 7-bit
@@ -23,7 +26,12 @@ pub const MAGIC: [u8; 8] = *b"\x89SPROUT\n";
 pub const VERSION: u16 = 1;
 
 /// The `.sprout` model file.
-pub const MODEL: Framing = Framing { magic: MAGIC, version: VERSION };
+pub const MODEL: Framing = Framing {
+    magic: MAGIC,
+    version: VERSION,
+    regenerate: "convert its ONNX source again with `sprout convert` (an older sprout's \
+                 `sprout export` writes one) or train it again with `sprout train`",
+};
 
 /// Magic, version (`u16`) and body length (`u32`), all little-endian.
 pub const HEADER_BYTES: usize = 8 + 2 + 4;
@@ -38,6 +46,9 @@ pub enum FrameError {
     BadMagic { found: [u8; 8], expected: [u8; 8] },
     /// The frame was written by a newer version of its format.
     UnsupportedVersion { found: u16, supported: u16 },
+    /// The frame was written by an older version of its format, which this build no longer
+    /// reads; `regenerate` says how to make a current file.
+    OutdatedVersion { found: u16, current: u16, regenerate: &'static str },
     /// The bytes end before the header, body or checksum they announce.
     Truncated { needed: usize, available: usize },
     /// Bytes follow the checksum.
@@ -57,6 +68,11 @@ impl fmt::Display for FrameError {
             FrameError::UnsupportedVersion { found, supported } => write!(
                 f,
                 "format version {found} is not supported (this build reads up to {supported})"
+            ),
+            FrameError::OutdatedVersion { found, current, regenerate } => write!(
+                f,
+                "format version {found} is older than the version {current} this build reads; \
+                 to regenerate the file, {regenerate}"
             ),
             FrameError::Truncated { needed, available } => {
                 write!(f, "truncated: {needed} bytes needed, {available} available")
@@ -104,7 +120,11 @@ pub fn open(framing: Framing, bytes: &[u8]) -> Result<&[u8], FrameError> {
     }
     need(10)?;
     let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-    if version != framing.version {
+    if version < framing.version {
+        let (current, regenerate) = (framing.version, framing.regenerate);
+        return Err(FrameError::OutdatedVersion { found: version, current, regenerate });
+    }
+    if version > framing.version {
         let supported = framing.version;
         return Err(FrameError::UnsupportedVersion { found: version, supported });
     }
@@ -133,6 +153,7 @@ pub fn open(framing: Framing, bytes: &[u8]) -> Result<&[u8], FrameError> {
 #[cfg(all(test, feature = "alloc"))]
 mod tests {
     use super::*;
+    use alloc::string::ToString;
 
     #[test]
     fn round_trip_and_layout() {
@@ -164,5 +185,27 @@ mod tests {
         file.extend_from_slice(&[0, 0]);
         assert_eq!(open(MODEL, &file), Err(FrameError::TrailingBytes { count: 2 }));
         assert_eq!(open(MODEL, &[0x89]), Err(FrameError::Truncated { needed: 8, available: 1 }));
+    }
+
+    #[test]
+    fn an_older_version_is_refused_by_name_with_how_to_regenerate_a_newer_as_unsupported() {
+        let framing = Framing { magic: MAGIC, version: 3, regenerate: "run `make` again" };
+        let mut file = seal(framing, b"abc").unwrap();
+        file[8..10].copy_from_slice(&2u16.to_le_bytes());
+        let err = open(framing, &file).unwrap_err();
+        assert_eq!(
+            err,
+            FrameError::OutdatedVersion { found: 2, current: 3, regenerate: "run `make` again" }
+        );
+        assert_eq!(
+            err.to_string(),
+            "format version 2 is older than the version 3 this build reads; to regenerate the \
+             file, run `make` again"
+        );
+        file[8..10].copy_from_slice(&4u16.to_le_bytes());
+        assert_eq!(
+            open(framing, &file),
+            Err(FrameError::UnsupportedVersion { found: 4, supported: 3 })
+        );
     }
 }

@@ -1,6 +1,12 @@
-//! The body of a `.sprout` file: the recorded graph, the values of its weights by name, and
+//! The `.sprout` model file: the recorded graph, the values of its weights by name, and
 //! what callers need around it (class names, input shape, preprocessing, provenance).
+//!
+//! Layout, little-endian: bytes `0..8` [`MAGIC`](super::MAGIC), `8..10` format
+//! [`VERSION`](super::VERSION) (`u16`),
+//! `10..14` body length `n` (`u32`), `14..14+n` the postcard-encoded [`ModelFile`], then
+//! the CRC-32 (IEEE) of bytes `0..14+n`. A file is exactly `18 + n` bytes long.
 
+use super::container;
 use super::error::FormatError;
 use crate::compile::{HostMemory, Plan};
 use crate::graph::{Graph, Init, Node, TensorInfo};
@@ -19,6 +25,22 @@ pub struct ModelFile {
     /// The values of every parameter, buffer and optimizer state tensor, by tensor name.
     pub weights: Vec<NamedWeight>,
     pub metadata: Metadata,
+}
+
+/// Encodes a model as a `.sprout` file.
+pub fn save_model(model: &ModelFile) -> Result<Vec<u8>, FormatError> {
+    Ok(container::seal(container::MODEL, &postcard::to_allocvec(model)?)?)
+}
+
+/// Decodes and validates a `.sprout` file: on `Ok`, [`ModelFile::to_graph`] succeeds.
+pub fn load_model(bytes: &[u8]) -> Result<ModelFile, FormatError> {
+    let body = container::open(container::MODEL, bytes)?;
+    let (model, rest): (ModelFile, _) = postcard::take_from_bytes(body)?;
+    if !rest.is_empty() {
+        return Err(FormatError::TrailingBytes { count: rest.len() });
+    }
+    model.to_graph()?;
+    Ok(model)
 }
 
 /// A recorded graph without initial values: enough to rebuild an identical [`Graph`].

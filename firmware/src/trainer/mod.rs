@@ -3,14 +3,13 @@
 //! evaluates held-out samples with the evaluation plan (dropout off) and keeps the best
 //! state. Generic over the kernels and a progress log; all memory is the caller's.
 
-pub mod checkpoint;
 mod samples;
 
-pub use checkpoint::{CheckpointError, CheckpointInfo, CHECKPOINT_HEADER_BYTES};
 pub use samples::SampleCache;
 
-use crate::bundle::Bundle;
 use core::fmt;
+use sprout_core::format::bundle::Bundle;
+use sprout_core::format::device_checkpoint::{self as checkpoint, CheckpointError, CheckpointInfo};
 use sprout_core::rng::SplitMix;
 use sprout_core::{ExecError, Executor, Kernels, Operand, Regions};
 

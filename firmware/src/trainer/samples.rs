@@ -11,7 +11,7 @@ pub struct SampleCache<'m> {
 }
 
 impl<'m> SampleCache<'m> {
-    /// A cache of rows of `row_bytes` ([`crate::bundle::Bundle::feature_bytes`]) holding as
+    /// A cache of rows of `row_bytes` ([`sprout_core::format::bundle::Bundle::feature_bytes`]) holding as
     /// many rows as both buffers have room for.
     pub fn new(features: &'m mut [u8], labels: &'m mut [i32], row_bytes: usize) -> Self {
         Self { features, labels, row_bytes, count: 0 }

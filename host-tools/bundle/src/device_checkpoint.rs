@@ -2,19 +2,17 @@
 //! of the checkpoint's state bytes into the model the bundle was made from, so the host can
 //! evaluate (or save) what the device trained.
 
-use sprout_core::format::container::{self, FrameError};
+use sprout_core::format::bundle::{self, BundleError};
+use sprout_core::format::device_checkpoint::{self as checkpoint, CheckpointError, CheckpointInfo};
 use sprout_core::{DType, GraphError};
-use sprout_firmware::bundle::{BundleHeader, FRAMING};
-use sprout_firmware::trainer::{checkpoint, CheckpointError, CheckpointInfo};
 use sprout_train::Model;
 
 /// Why a device checkpoint cannot be applied to a model.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    #[error("bad bundle frame: {0}")]
-    Frame(#[from] FrameError),
-    #[error("malformed bundle header: {0}")]
-    Header(postcard::Error),
+    /// The bundle's frame or header is bad.
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
     #[error("the bundle was made from model {bundle:#018x}, not from this model ({model:#018x})")]
     OtherModel { bundle: u64, model: u64 },
     #[error("not a checkpoint of the bundle's model: {0}")]
@@ -32,9 +30,7 @@ pub fn apply_device_checkpoint(
     bundle: &[u8],
     checkpoint_bytes: &[u8],
 ) -> Result<CheckpointInfo, ApplyError> {
-    let body = container::open(FRAMING, bundle)?;
-    let (header, _): (BundleHeader<'_>, _) =
-        postcard::take_from_bytes(body).map_err(ApplyError::Header)?;
+    let (header, _) = bundle::read_header(bundle)?;
     let model_hash = model.graph_hash();
     if header.model_hash != model_hash {
         return Err(ApplyError::OtherModel { bundle: header.model_hash, model: model_hash });

@@ -2,7 +2,7 @@
 //! split into a frozen backbone (compiled for one sample: inference) and the trainable head
 //! (compiled for a batch of feature vectors: a training step and an evaluation plan); the
 //! three plans are placed on one shared layout and written with their weights as one
-//! checked file (see `sprout_firmware::bundle` for the format). A checkpoint the device
+//! checked file (see `sprout_core::format::bundle` for the format). A checkpoint the device
 //! trained goes back into the model with [`apply_device_checkpoint`].
 //!
 //! ```no_run
@@ -21,13 +21,13 @@ mod split;
 pub use device_checkpoint::{apply_device_checkpoint, ApplyError};
 
 use layout::{Layout, Placed};
+use sprout_core::format::bundle::{
+    BackboneIo, BundleHeader, EvalIo, PixelNormalization, PlanHeader, Section, TrainIo,
+    TrainableTensor, FRAMING, MAX_CLASSES, MAX_TRAINABLE, SECTION_ALIGN,
+};
 use sprout_core::format::container::{self, FrameError, HEADER_BYTES};
 use sprout_core::{
     compile_inference, compile_training_step, Graph, GraphError, Plan, Step, TrainConfig, Training,
-};
-use sprout_firmware::bundle::{
-    BackboneIo, BundleHeader, EvalIo, PixelNormalization, PlanHeader, Section, TrainIo,
-    TrainableTensor, FRAMING, MAX_CLASSES, MAX_TRAINABLE, SECTION_ALIGN,
 };
 use sprout_train::Model;
 

@@ -2,11 +2,11 @@
 //! own compiled plans; damaged bundles are typed errors, never panics.
 
 use sprout_bundle::{build, BundleOptions, HostBundle};
+use sprout_core::format::bundle::{decode, Bundle, BundleError, BundleHeader, FRAMING};
 use sprout_core::format::container::{seal, HEADER_BYTES};
 use sprout_core::format::FrameError;
 use sprout_core::rng::SplitMix;
 use sprout_core::{DType, Executor, Reference, Region, Regions, Step};
-use sprout_firmware::bundle::{decode, Bundle, BundleError, BundleHeader, FRAMING};
 use sprout_train::Model;
 use sprout_zoo::Architecture;
 
@@ -155,7 +155,7 @@ fn damaged_bundles_are_typed_errors() {
     bytes[8] = 9;
     assert!(matches!(
         decode_err(&bytes),
-        BundleError::Frame(FrameError::UnsupportedVersion { found: 9, supported: 2 })
+        BundleError::Frame(FrameError::UnsupportedVersion { found: 9, supported: 3 })
     ));
     let mut bytes = good.clone();
     bytes[HEADER_BYTES + 40] ^= 0x04;
@@ -238,4 +238,20 @@ fn random_damage_never_panics() {
         };
     }
     assert!(frame > 0 && inner > 0, "frame {frame}, inner {inner}, ok {ok}");
+}
+
+#[test]
+fn a_bundle_of_an_older_version_is_refused_by_version_with_how_to_rebuild_it() {
+    let mut bytes = mlp_bundle().bytes;
+    bytes[8..10].copy_from_slice(&(FRAMING.version - 1).to_le_bytes());
+    let err = decode_err(&bytes);
+    assert!(matches!(
+        err,
+        BundleError::Frame(FrameError::OutdatedVersion { found: 2, current: 3, .. })
+    ));
+    assert_eq!(
+        err.to_string(),
+        "bad bundle frame: format version 2 is older than the version 3 this build reads; to \
+         regenerate the file, run `sprout bundle` again on the model with this sprout"
+    );
 }

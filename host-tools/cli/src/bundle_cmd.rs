@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use sprout_bundle::{build, BundleOptions};
+use sprout_core::format::bundle::decode;
 use sprout_core::TrainConfig;
-use sprout_firmware::bundle::decode;
 use sprout_train::{write_atomic, Model};
 
 #[derive(Args, Debug)]

@@ -46,7 +46,7 @@ fn bundle_writes_a_bundle_the_firmware_decodes() {
     );
     let bytes = std::fs::read(&out).unwrap();
     let mut steps = Box::new(heapless::Vec::<Step, 64>::new());
-    let bundle = sprout_firmware::bundle::decode(&bytes, &mut steps).unwrap();
+    let bundle = sprout_core::format::bundle::decode(&bytes, &mut steps).unwrap();
     assert_eq!(bundle.header.model_hash, model.graph_hash());
 
     let output =

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use common::{fails, ok};
 use sprout_core::checksum::CRC32;
+use sprout_core::format::device_checkpoint::{self as checkpoint, CheckpointInfo};
 use sprout_core::link::Split;
 use sprout_device::write_checkpoint_file;
-use sprout_firmware::trainer::{checkpoint, CheckpointInfo};
 use support::fake_app::{spawn_tcp_device, FakeApp, CLASSES, MODEL_HASH, SHAPE};
 
 fn device(checkpoint: Vec<u8>) -> (Arc<Mutex<FakeApp>>, String) {

@@ -1,23 +1,20 @@
 //! Device checkpoints in files on the host: the device's bytes
-//! (`sprout_firmware::trainer::checkpoint`) unchanged, sealed in sprout's container
+//! (`sprout_core::format::device_checkpoint`) unchanged, sealed in sprout's container
 //! ([`FILE_FRAMING`]: magic, version, length, CRC-32) and written atomically, so a damaged
 //! or foreign file is refused by name rather than pushed or evaluated; and the check
 //! before a push that the file holds a whole checkpoint of the model the device runs.
 
 use std::path::Path;
 
-use sprout_core::format::container::{self, Framing};
+use sprout_core::format::device_checkpoint as checkpoint;
+pub use sprout_core::format::device_checkpoint::FILE_FRAMING;
 use sprout_core::link::DeviceInfo;
-use sprout_firmware::trainer::checkpoint;
 
 use crate::error::LinkError;
 
-/// The framing of a device checkpoint file (`sprout device pull -o FILE`).
-pub const FILE_FRAMING: Framing = Framing { magic: *b"\x89SPRDCK\n", version: 1 };
-
 /// Writes the device's checkpoint `bytes` to `path`, sealed, whole or not at all.
 pub fn write_checkpoint_file(path: &Path, bytes: &[u8]) -> Result<(), LinkError> {
-    let sealed = container::seal(FILE_FRAMING, bytes)
+    let sealed = checkpoint::seal_file(bytes)
         .map_err(|source| LinkError::CheckpointFile { path: path.to_path_buf(), source })?;
     Ok(sprout_train::write_atomic(path, &sealed)?)
 }
@@ -27,7 +24,7 @@ pub fn write_checkpoint_file(path: &Path, bytes: &[u8]) -> Result<(), LinkError>
 pub fn read_checkpoint_file(path: &Path) -> Result<Vec<u8>, LinkError> {
     let file =
         std::fs::read(path).map_err(|source| LinkError::Io { path: path.to_path_buf(), source })?;
-    container::open(FILE_FRAMING, &file)
+    checkpoint::open_file(&file)
         .map(<[u8]>::to_vec)
         .map_err(|source| LinkError::CheckpointFile { path: path.to_path_buf(), source })
 }

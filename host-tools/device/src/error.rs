@@ -27,7 +27,10 @@ pub enum LinkError {
     ModelMismatch { device: u64, checkpoint: u64 },
     /// A file that is not a device checkpoint (as `sprout device pull` saves).
     #[error("{}: {source}", path.display())]
-    NotACheckpoint { path: PathBuf, source: sprout_firmware::trainer::CheckpointError },
+    NotACheckpoint {
+        path: PathBuf,
+        source: sprout_core::format::device_checkpoint::CheckpointError,
+    },
     /// A device checkpoint file whose framing is damaged (or another kind of file).
     #[error("{}: not an intact device checkpoint file: {source}", path.display())]
     CheckpointFile { path: PathBuf, source: sprout_core::format::container::FrameError },

@@ -9,6 +9,7 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::thread;
 
+use sprout_core::format::device_checkpoint::{self as checkpoint, CheckpointInfo};
 use sprout_core::link::frame::{decode, encode};
 use sprout_core::link::{
     ClientError, DeviceError, DeviceInfo, Request, Response, RetryPolicy, MAX_FRAME,
@@ -16,7 +17,6 @@ use sprout_core::link::{
 use sprout_device::{
     checkpoint_for, write_checkpoint_file, ConnectOptions, Device, LinkError, PortSpec,
 };
-use sprout_firmware::trainer::{checkpoint, CheckpointInfo};
 use support::fake_app::{spawn_tcp_device, FakeApp, MODEL_HASH, SHAPE};
 
 const QUICK: ConnectOptions = ConnectOptions {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use sprout_core::format::FrameError;
+pub use sprout_core::format::host_checkpoint::CheckpointError;
 use sprout_core::{ExecError, FormatError, GraphError};
 
 /// A training, evaluation or inference failure.
@@ -53,30 +53,4 @@ impl TrainError {
         let path = path.into();
         move |source| Self::Io { path, source }
     }
-}
-
-/// Why a checkpoint was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
-    /// The framing (magic, version, length, CRC-32) is damaged or truncated, or the file
-    /// is not a checkpoint.
-    #[error("not a readable sprout checkpoint: {0}")]
-    Container(FrameError),
-    /// Bytes follow the encoded body inside the frame.
-    #[error("{count} unexpected bytes after the checkpoint body")]
-    TrailingBytes { count: usize },
-    /// The body does not decode.
-    #[error("malformed checkpoint body: {0}")]
-    Body(postcard::Error),
-    /// The checkpoint was written for another model graph.
-    #[error(
-        "it was written for another model (graph hash {found:#018x}, this model {expected:#018x})"
-    )]
-    ModelHash { expected: u64, found: u64 },
-    /// The training plan's state region differs (another trainable selection or optimizer).
-    #[error("its training state is {found} bytes, this training step has {expected} (another --trainable or --optimizer?)")]
-    StateSize { expected: usize, found: usize },
-    /// The run it continues asked for fewer epochs than are done.
-    #[error("it already holds {done} epochs, --epochs is {requested}")]
-    Finished { done: u32, requested: u32 },
 }

@@ -26,7 +26,9 @@ mod quantize;
 mod source;
 mod trainer;
 
-pub use checkpoint::{checkpoint_name, write_checkpoint, Checkpoint, EpochRecord, KEEP, MAGIC};
+pub use checkpoint::{
+    checkpoint_name, read_checkpoint, write_checkpoint, Checkpoint, EpochRecord, KEEP, MAGIC,
+};
 pub use curve::{render_curve, write_curve};
 pub use error::{CheckpointError, TrainError};
 pub use files::write_atomic;

@@ -14,7 +14,7 @@ use sprout_core::{
 };
 use sprout_data::{Normalize, Transform};
 
-use crate::checkpoint::{write_checkpoint, Checkpoint, EpochRecord};
+use crate::checkpoint::{read_checkpoint, write_checkpoint, Checkpoint, EpochRecord};
 use crate::curve::write_curve;
 use crate::error::CheckpointError;
 use crate::files::write_atomic;
@@ -288,7 +288,7 @@ pub fn train(
     let mut best: Option<f32> = None;
     let mut first = 0;
     if let Some(path) = &options.resume {
-        let ckpt = Checkpoint::read(path)?;
+        let ckpt = read_checkpoint(path)?;
         let refuse = |source| TrainError::Checkpoint { path: path.clone(), source };
         if ckpt.graph_hash != hash {
             return Err(refuse(CheckpointError::ModelHash {

@@ -245,7 +245,7 @@ fn a_damaged_checkpoint_is_a_typed_error() {
     ];
     for (bytes, expected) in cases {
         fs::write(&path, &bytes).unwrap();
-        match sprout_train::Checkpoint::read(&path) {
+        match sprout_train::read_checkpoint(&path) {
             Err(TrainError::Checkpoint { path: p, source }) => {
                 assert_eq!(p, path);
                 assert!(expected(&source), "{source:?}");

@@ -4,9 +4,9 @@
 //! `tests/tests/no_alloc.rs`) proves the zero.
 
 use sprout_bundle::{build, BundleOptions};
+use sprout_core::format::bundle::decode;
 use sprout_core::rng::SplitMix;
 use sprout_core::{Reference, Step};
-use sprout_firmware::bundle::decode;
 use sprout_firmware::trainer::{
     EpochReport, Log, SampleCache, Trainer, TrainerError, TrainerMemory,
 };

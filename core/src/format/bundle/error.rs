@@ -1,8 +1,8 @@
 //! What can be wrong with a device bundle: each variant names the part that failed.
 
+use crate::format::FrameError;
+use crate::ExecError;
 use core::fmt;
-use sprout_core::format::FrameError;
-use sprout_core::ExecError;
 
 /// Why a bundle was refused.
 #[derive(Clone, Debug, PartialEq)]

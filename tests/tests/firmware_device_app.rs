@@ -7,13 +7,13 @@ use embedded_storage::nor_flash::{
     check_erase, check_read, check_write, ErrorType, NorFlash, NorFlashErrorKind, ReadNorFlash,
 };
 use sprout_bundle::{build, BundleOptions};
+use sprout_core::format::bundle::{decode, Bundle};
 use sprout_core::link::{
     CheckpointInfo, DeviceApp, DeviceError, SampleChunk, Split, TrainingConfig, TrainingState,
     MAX_CHUNK,
 };
 use sprout_core::rng::SplitMix;
 use sprout_core::{Reference, Step};
-use sprout_firmware::bundle::{decode, Bundle};
 use sprout_firmware::device::DeviceTrainer;
 use sprout_firmware::storage::CheckpointStore;
 use sprout_firmware::trainer::{SampleCache, Trainer, TrainerMemory};

@@ -1,4 +1,5 @@
-//! The device bundle's wire types, shared by the host's writer and the device's decoder.
+//! The device bundle's wire types, shared by the host's writer (`sprout-bundle`) and the
+//! device's decoder ([`super::decode`]).
 //!
 //! A bundle is a sprout frame ([`FRAMING`]: magic, version, length, CRC-32) whose body is
 //! a postcard [`BundleHeader`], then the postcard-encoded steps of the backbone, training
@@ -6,12 +7,17 @@
 //! and initial-state sections at file offsets that are multiples of [`SECTION_ALIGN`], so a
 //! bundle embedded at an aligned address is run in place.
 
+use crate::format::container::Framing;
+use crate::{Operand, RegionSizes, Shape};
 use serde::{Deserialize, Serialize};
-use sprout_core::format::container::Framing;
-use sprout_core::{Operand, RegionSizes, Shape};
 
 /// Magic and version of a `.bundle` file.
-pub const FRAMING: Framing = Framing { magic: *b"\x89SPRBDL\n", version: 2 };
+/// Version 3: kernels carry explicit wire tags.
+pub const FRAMING: Framing = Framing {
+    magic: *b"\x89SPRBDL\n",
+    version: 3,
+    regenerate: "run `sprout bundle` again on the model with this sprout",
+};
 
 /// Class names a bundle may carry.
 pub const MAX_CLASSES: usize = 32;
@@ -20,7 +26,7 @@ pub const MAX_CLASSES: usize = 32;
 pub const MAX_TRAINABLE: usize = 16;
 
 /// Sections start at file offsets that are multiples of this (the plans' operand alignment).
-pub const SECTION_ALIGN: usize = sprout_core::plan::ALIGN;
+pub const SECTION_ALIGN: usize = crate::plan::ALIGN;
 
 /// A run of bytes of the file: `len` bytes from file offset `offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,11 +1,21 @@
-//! The trainer's checkpoint as bytes for the flash store or the link: which model, how far
-//! training came, the metric it reached and the state region (trainable weights and
-//! optimizer state). Little-endian; the store and the link add the CRC.
+//! The device trainer's checkpoint as bytes for the flash store or the link: which model,
+//! how far training came, the metric it reached and the state region (trainable weights
+//! and optimizer state); and the host's file of one ([`FILE_FRAMING`]). No heap.
 //!
-//! Layout: model hash `u64`, epoch `u32`, updates `u32`, micro-batches `u64`, pending
-//! `u32`, accuracy `f32`, state length `u32`, then the state bytes.
+//! Layout, little-endian: model hash `u64`, epoch `u32`, updates `u32`, micro-batches
+//! `u64`, pending `u32`, accuracy `f32`, state length `u32`, then the state bytes. The
+//! flash store and the link add their own CRC; on the host (`sprout device pull -o FILE`)
+//! the bytes are sealed unchanged in sprout's container under [`FILE_FRAMING`].
 
-use sprout_core::Progress;
+use super::container::{self, FrameError, Framing};
+use crate::Progress;
+
+/// The framing of a device checkpoint file on the host.
+pub const FILE_FRAMING: Framing = Framing {
+    magic: *b"\x89SPRDCK\n",
+    version: 1,
+    regenerate: "pull it from the device again with `sprout device pull`, or train again",
+};
 
 /// Bytes before the state.
 pub const CHECKPOINT_HEADER_BYTES: usize = 36;
@@ -118,6 +128,17 @@ pub fn read(bytes: &[u8]) -> Result<(CheckpointInfo, &[u8]), CheckpointError> {
     Ok((info, state))
 }
 
+/// Seals device checkpoint `bytes` as a host file (see [`FILE_FRAMING`]).
+#[cfg(feature = "alloc")]
+pub fn seal_file(bytes: &[u8]) -> Result<alloc::vec::Vec<u8>, FrameError> {
+    container::seal(FILE_FRAMING, bytes)
+}
+
+/// The device checkpoint bytes inside a host file, its framing and CRC-32 checked.
+pub fn open_file(file: &[u8]) -> Result<&[u8], FrameError> {
+    container::open(FILE_FRAMING, file)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +172,18 @@ mod tests {
             encode(&info, &state, &mut out[..10]),
             Err(CheckpointError::BufferTooSmall { needed: n, available: 10 })
         );
+    }
+
+    #[cfg(feature = "alloc")]
+    #[test]
+    fn a_file_of_an_older_version_is_refused_with_how_to_pull_it_again() {
+        use alloc::string::ToString;
+        let mut file = seal_file(&[1, 2, 3]).unwrap();
+        assert_eq!(open_file(&file), Ok(&[1u8, 2, 3][..]));
+        file[8..10].copy_from_slice(&(FILE_FRAMING.version - 1).to_le_bytes());
+        let err = open_file(&file).unwrap_err();
+        assert!(matches!(err, FrameError::OutdatedVersion { found: 0, current: 1, .. }));
+        assert!(err.to_string().contains("format version 0 is older"), "{err}");
+        assert!(err.to_string().contains("`sprout device pull`"), "{err}");
     }
 }

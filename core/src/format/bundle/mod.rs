@@ -4,16 +4,16 @@
 //! sections stay where the bytes are.
 
 mod error;
-mod format;
+mod header;
 
 pub use error::BundleError;
-pub use format::{
+pub use header::{
     BackboneIo, BundleHeader, EvalIo, PixelNormalization, PlanHeader, Section, TrainIo,
     TrainableTensor, FRAMING, MAX_CLASSES, MAX_TRAINABLE, SECTION_ALIGN,
 };
 
-use sprout_core::format::container;
-use sprout_core::{DType, ExecError, Operand, PlanView, Region, Step};
+use crate::format::container;
+use crate::{DType, ExecError, Operand, PlanView, Region, Step};
 
 /// A decoded bundle: plans over the caller's step storage, sections borrowed from the file.
 #[derive(Clone, Debug)]
@@ -61,9 +61,7 @@ pub fn decode<'b, 's, const N: usize>(
     bytes: &'b [u8],
     steps: &'s mut heapless::Vec<Step, N>,
 ) -> Result<Bundle<'b, 's>, BundleError> {
-    let body = container::open(FRAMING, bytes)?;
-    let (header, mut rest): (BundleHeader<'b>, _) =
-        postcard::take_from_bytes(body).map_err(BundleError::Header)?;
+    let (header, mut rest) = read_header(bytes)?;
     let plans = [header.backbone, header.train, header.eval];
     let needed = plans
         .iter()
@@ -109,6 +107,13 @@ pub fn decode<'b, 's, const N: usize>(
     };
     check(&bundle)?;
     Ok(bundle)
+}
+
+/// Opens a bundle's frame (magic, version, length, CRC-32) and decodes its header; returns
+/// the header and the body's bytes after it (the steps, then the sections).
+pub fn read_header(bytes: &[u8]) -> Result<(BundleHeader<'_>, &[u8]), BundleError> {
+    let body = container::open(FRAMING, bytes)?;
+    postcard::take_from_bytes(body).map_err(BundleError::Header)
 }
 
 /// The bytes of `s`, which must start at an aligned file offset no earlier than
