@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sprout_core::save_model;
 use sprout_train::{
-    folder_classes, open_data, train, write_atomic, Model, OptimizerChoice, Progress,
+    folder_classes, open_data, train, write_atomic, Model, OptimizerChoice, TrainEvent,
     ScheduleChoice, TrainOptions,
 };
 use sprout_zoo::Architecture;
@@ -172,13 +172,13 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     let terminal = stderr.is_terminal();
     let (mut batches, mut epochs, mut last_accuracy) = (0usize, 0u32, None::<f32>);
     let outcome = train(&model, &mut data, &mut val, &options, &mut |p| match p {
-        Progress::Start { first, epochs: total, batches: per_epoch } => {
+        TrainEvent::Start { first, epochs: total, batches: per_epoch } => {
             (batches, epochs) = (per_epoch, total);
             if first > 0 {
                 eprintln!("resuming after epoch {first} of {total}");
             }
         }
-        Progress::Batch { epoch, batch, loss } if terminal => {
+        TrainEvent::Batch { epoch, batch, loss } if terminal => {
             let done = (batch + 1).min(batches);
             let width = 24;
             let filled = done * width / batches.max(1);
@@ -191,8 +191,8 @@ pub fn run(args: &TrainArgs) -> Result<()> {
                 "-".repeat(width - filled)
             );
         }
-        Progress::Batch { .. } => {}
-        Progress::Epoch { record, .. } => {
+        TrainEvent::Batch { .. } => {}
+        TrainEvent::Epoch { record, .. } => {
             last_accuracy = Some(record.val_accuracy);
             if terminal {
                 let _ = write!(stderr, "\r");

@@ -10,7 +10,7 @@ use sprout_core::optim::LOSS_SCALE;
 use sprout_core::schedule::{Constant, CosineWithWarmup, Goal, ReduceOnPlateau, StepDecay};
 use sprout_core::{
     compile_training_step_with, save_model, Executor, MemoryOptions, ModelFile, Optimizer,
-    Progress as ExecProgress, Region, StepOutcome, TrainConfig,
+    Progress, Region, StepOutcome, TrainConfig,
 };
 use sprout_data::{Normalize, Transform};
 
@@ -80,7 +80,7 @@ impl Default for TrainOptions {
 
 /// What the loop reports as it goes.
 #[derive(Debug)]
-pub enum Progress<'a> {
+pub enum TrainEvent<'a> {
     /// Before the first epoch (`first` > 0 when resuming).
     Start { first: u32, epochs: u32, batches: usize },
     /// After each training batch (0-based `epoch` and `batch`).
@@ -245,7 +245,7 @@ pub fn train(
     train: &mut DataSource,
     val: &mut DataSource,
     options: &TrainOptions,
-    progress: &mut dyn FnMut(Progress<'_>),
+    progress: &mut dyn FnMut(TrainEvent<'_>),
 ) -> Result<Outcome, TrainError> {
     let batch = model.batch();
     let per_epoch = train.len() / batch;
@@ -317,7 +317,7 @@ pub fn train(
                 options.seed
             )));
         }
-        let progress = ExecProgress {
+        let progress = Progress {
             updates: ckpt.updates,
             micro_batches: ckpt.micro_batches,
             pending: ckpt.pending,
@@ -331,7 +331,7 @@ pub fn train(
         best = ckpt.best_accuracy;
         history = ckpt.history;
     }
-    progress(Progress::Start { first, epochs: options.epochs, batches: per_epoch });
+    progress(TrainEvent::Start { first, epochs: options.epochs, batches: per_epoch });
     if let Some(dir) = &options.out_dir {
         fs::create_dir_all(dir).map_err(TrainError::io(dir))?;
     }
@@ -355,7 +355,7 @@ pub fn train(
             let value = regions.read::<f32>(&loss)?[0];
             loss_sum += f64::from(value);
             steps += 1;
-            progress(Progress::Batch { epoch, batch: index, loss: value });
+            progress(TrainEvent::Batch { epoch, batch: index, loss: value });
         }
         plan.copy_weights(&memory, &inference.plan, &mut inference.memory);
         let m = inference.evaluate(val)?;
@@ -398,7 +398,7 @@ pub fn train(
             write_checkpoint(dir, &ckpt)?;
             write_curve(&dir.join("curve.png"), &history)?;
         }
-        progress(Progress::Epoch { record: &record, metrics: &m });
+        progress(TrainEvent::Epoch { record: &record, metrics: &m });
         metrics = Some(m);
     }
     let metrics = match metrics {
