@@ -3,7 +3,7 @@
 
 use crate::geometry::{window_output, BatchNormConfig, DropoutConfig};
 use crate::graph::{Graph, GraphError, Init, Node, Phase, TensorInfo};
-use crate::op::{ConvParams, Op, PoolParams};
+use crate::ops::{ConvParams, Op, PoolParams};
 use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};
 use alloc::string::{String, ToString};

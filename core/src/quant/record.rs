@@ -4,7 +4,10 @@
 use super::params::QuantParams;
 use crate::builder::{invalid, mismatch};
 use crate::graph::{Graph, GraphError, Init};
-use crate::op::{Op, PoolParams, QAddParams, QConvParams, QLinearParams};
+use crate::ops::{
+    Op, PoolParams, QAddParams, QAvgPoolParams, QConvParams, QLinearParams, RoundBiasParams,
+    RoundWeightsParams,
+};
 use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};
 use alloc::format;
@@ -127,7 +130,7 @@ impl Graph {
         p: PoolParams,
         zero_point: i32,
     ) -> Result<TensorId, GraphError> {
-        let op = Op::QAvgPool2d(p, zero_point);
+        let op = Op::QAvgPool2d(QAvgPoolParams { pool: p, zero_point });
         let shape = self.pool_shape(name, op, x, p, DType::I8)?;
         self.record_as(name, op, vec![x], shape, DType::I8)
     }
@@ -148,7 +151,7 @@ impl Graph {
         weight_scale: TensorId,
         qas: bool,
     ) -> Result<TensorId, GraphError> {
-        let op = Op::RoundWeights { qas };
+        let op = Op::RoundWeights(RoundWeightsParams { qas });
         let shape = self.typed(op, name, w_bar, DType::F32)?;
         self.check_per_channel(op, name, weight_scale, DType::F32, shape.dim(0).unwrap_or(0))?;
         self.record_as(name, op, vec![w_bar, weight_scale], shape, DType::I8)
@@ -164,7 +167,7 @@ impl Graph {
         input_scale: f32,
         qas: bool,
     ) -> Result<TensorId, GraphError> {
-        let op = Op::RoundBias { input_scale, qas };
+        let op = Op::RoundBias(RoundBiasParams { input_scale, qas });
         let shape = self.typed_rank(op, name, b_bar, DType::F32, 1)?;
         self.check_per_channel(op, name, weight_scale, DType::F32, shape.dims()[0])?;
         self.record_as(name, op, vec![b_bar, weight_scale], shape, DType::I32)

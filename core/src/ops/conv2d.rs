@@ -1,0 +1,91 @@
+//! 2-D convolution (dense, grouped and depthwise) with its input and weight gradients.
+
+use super::linear::layer_vjp;
+use super::{Op, OpRules, OperandCounts, Recompute};
+use crate::autograd::Vjp;
+use crate::geometry::Conv2dGeometry;
+use crate::graph::GraphError;
+use crate::kernel::Kernel;
+use crate::lower::{dim, Lowered, Lowering};
+use crate::shape::Shape;
+
+/// Stride, padding and grouping of a convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ConvParams {
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub groups: usize,
+}
+
+pub(crate) struct Conv2d;
+
+impl OpRules for Conv2d {
+    type Params = ConvParams;
+    const NAME: &'static str = "conv2d";
+    const OPERANDS: OperandCounts = OperandCounts { inputs: 2..=3, state: 0..=0, outputs: 1..=1 };
+    const DIFFERENTIABLE: &'static [usize] = &[0, 1, 2];
+    const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn vjp(p: ConvParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
+        layer_vjp(cx, Op::Conv2dGradInput(p), Op::Conv2dGradWeight(p))
+    }
+
+    fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
+        let geometry = conv_geometry(cx.input(0), cx.input(1), cx.output(0), p);
+        cx.all(Kernel::Conv2d { geometry, bias: cx.node.inputs.len() == 3 })
+    }
+}
+
+pub(crate) struct Conv2dGradInput;
+
+impl OpRules for Conv2dGradInput {
+    type Params = ConvParams;
+    const NAME: &'static str = "conv2d_grad_input";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[];
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn vjp(_: ConvParams, _: &mut Vjp<'_>) -> Result<(), GraphError> {
+        Ok(())
+    }
+
+    fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::Conv2dGradInput(conv_geometry(cx.output(0), cx.input(1), cx.input(0), p)))
+    }
+}
+
+pub(crate) struct Conv2dGradWeight;
+
+impl OpRules for Conv2dGradWeight {
+    type Params = ConvParams;
+    const NAME: &'static str = "conv2d_grad_weight";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[];
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn vjp(_: ConvParams, _: &mut Vjp<'_>) -> Result<(), GraphError> {
+        Ok(())
+    }
+
+    fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::Conv2dGradWeight(conv_geometry(cx.input(1), cx.output(0), cx.input(0), p)))
+    }
+}
+
+/// The geometry of a convolution of `x` with OIHW `w` into `y`.
+pub(super) fn conv_geometry(x: Shape, w: Shape, y: Shape, p: ConvParams) -> Conv2dGeometry {
+    Conv2dGeometry {
+        n: dim(x, 0),
+        c_in: dim(x, 1),
+        h: dim(x, 2),
+        w: dim(x, 3),
+        c_out: dim(w, 0),
+        kh: dim(w, 2),
+        kw: dim(w, 3),
+        stride: p.stride,
+        padding: p.padding,
+        groups: p.groups,
+        out_h: dim(y, 2),
+        out_w: dim(y, 3),
+    }
+}

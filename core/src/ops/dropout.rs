@@ -1,0 +1,48 @@
+//! Inverted dropout (identity in evaluation) and its gradient, which replays the same mask.
+
+use super::{Op, OpRules, OperandCounts, Recompute};
+use crate::autograd::Vjp;
+use crate::geometry::DropoutConfig;
+use crate::graph::GraphError;
+use crate::kernel::Kernel;
+use crate::lower::{Lowered, Lowering, Mode};
+use alloc::vec;
+
+pub(crate) struct Dropout;
+
+impl OpRules for Dropout {
+    type Params = DropoutConfig;
+    const NAME: &'static str = "dropout";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn vjp(cfg: DropoutConfig, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
+        cx.first_input(Op::DropoutGrad(cfg), vec![cx.dy])
+    }
+
+    fn lower(cfg: DropoutConfig, cx: &Lowering<'_>) -> Lowered {
+        cx.all(match cx.mode {
+            Mode::Train => Kernel::Dropout(cfg, cx.numel()),
+            Mode::Eval => Kernel::Copy(cx.numel()),
+        })
+    }
+}
+
+pub(crate) struct DropoutGrad;
+
+impl OpRules for DropoutGrad {
+    type Params = DropoutConfig;
+    const NAME: &'static str = "dropout_grad";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[];
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn vjp(_: DropoutConfig, _: &mut Vjp<'_>) -> Result<(), GraphError> {
+        Ok(())
+    }
+
+    fn lower(cfg: DropoutConfig, cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::DropoutGrad(cfg, cx.numel()))
+    }
+}

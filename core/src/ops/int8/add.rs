@@ -1,0 +1,58 @@
+//! The int8 residual add and the clamp gradient (the straight-through estimator of a fused
+//! clamp) that the backward passes of every int8 op with a fused activation use.
+
+use crate::autograd::Vjp;
+use crate::graph::GraphError;
+use crate::kernel::Kernel;
+use crate::lower::{Lowered, Lowering};
+use crate::ops::{Op, OpRules, OperandCounts, Recompute};
+use crate::quant::{AddRescale, QuantParams};
+use alloc::vec;
+
+/// An int8 residual add: TFLite's precomputed rescaling and the fused clamp.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QAddParams {
+    pub rescale: AddRescale,
+    /// The output's quantization (the rescale folds it in; the backward pass reads it).
+    pub output: QuantParams,
+    pub act: (i8, i8),
+}
+
+pub(crate) struct QAdd;
+
+impl OpRules for QAdd {
+    type Params = QAddParams;
+    const NAME: &'static str = "qadd";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[0, 1];
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn vjp(q: QAddParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
+        let y = cx.output(0);
+        let dy = cx.backward("clamp_grad", Op::QClampGrad(q.act), vec![y, cx.dy], y)?;
+        cx.pass(&[0, 1], dy);
+        Ok(())
+    }
+
+    fn lower(q: QAddParams, cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::QAdd(q.rescale, q.act, cx.numel()))
+    }
+}
+
+pub(crate) struct QClampGrad;
+
+impl OpRules for QClampGrad {
+    type Params = (i8, i8);
+    const NAME: &'static str = "qclamp_grad";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[];
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn vjp(_: (i8, i8), _: &mut Vjp<'_>) -> Result<(), GraphError> {
+        Ok(())
+    }
+
+    fn lower(act: (i8, i8), cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::QClampGrad(act, cx.numel()))
+    }
+}

@@ -1,0 +1,144 @@
+//! Pooling: max, average and global average pooling with their gradients.
+
+use super::{Op, OpRules, OperandCounts, Recompute};
+use crate::autograd::Vjp;
+use crate::geometry::Pool2dGeometry;
+use crate::graph::GraphError;
+use crate::kernel::Kernel;
+use crate::lower::{channel_dims, dim, Lowered, Lowering};
+use crate::shape::Shape;
+use alloc::vec;
+
+/// A pooling window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PoolParams {
+    pub kernel: (usize, usize),
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub count_include_pad: bool,
+}
+
+pub(crate) struct MaxPool2d;
+
+impl OpRules for MaxPool2d {
+    type Params = PoolParams;
+    const NAME: &'static str = "max_pool2d";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn vjp(p: PoolParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
+        cx.first_input(Op::MaxPool2dGrad(p), vec![cx.input(0), cx.dy])
+    }
+
+    fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::MaxPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
+    }
+}
+
+pub(crate) struct AvgPool2d;
+
+impl OpRules for AvgPool2d {
+    type Params = PoolParams;
+    const NAME: &'static str = "avg_pool2d";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn vjp(p: PoolParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
+        cx.first_input(Op::AvgPool2dGrad(p), vec![cx.dy])
+    }
+
+    fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::AvgPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
+    }
+}
+
+pub(crate) struct GlobalAvgPool;
+
+impl OpRules for GlobalAvgPool {
+    type Params = ();
+    const NAME: &'static str = "global_avg_pool";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
+        cx.first_input(Op::GlobalAvgPoolGrad, vec![cx.dy])
+    }
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::GlobalAvgPool(channel_dims(cx.input(0))))
+    }
+}
+
+pub(crate) struct MaxPool2dGrad;
+
+impl OpRules for MaxPool2dGrad {
+    type Params = PoolParams;
+    const NAME: &'static str = "max_pool2d_grad";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[];
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn vjp(_: PoolParams, _: &mut Vjp<'_>) -> Result<(), GraphError> {
+        Ok(())
+    }
+
+    fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::MaxPool2dGrad(pool_geometry(cx.input(0), cx.input(1), p)))
+    }
+}
+
+pub(crate) struct AvgPool2dGrad;
+
+impl OpRules for AvgPool2dGrad {
+    type Params = PoolParams;
+    const NAME: &'static str = "avg_pool2d_grad";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[];
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn vjp(_: PoolParams, _: &mut Vjp<'_>) -> Result<(), GraphError> {
+        Ok(())
+    }
+
+    fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::AvgPool2dGrad(pool_geometry(cx.output(0), cx.input(0), p)))
+    }
+}
+
+pub(crate) struct GlobalAvgPoolGrad;
+
+impl OpRules for GlobalAvgPoolGrad {
+    type Params = ();
+    const NAME: &'static str = "global_avg_pool_grad";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[];
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
+        Ok(())
+    }
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::GlobalAvgPoolGrad(channel_dims(cx.output(0))))
+    }
+}
+
+/// The geometry of pooling `x` into `y` with window `p`.
+pub(super) fn pool_geometry(x: Shape, y: Shape, p: PoolParams) -> Pool2dGeometry {
+    Pool2dGeometry {
+        n: dim(x, 0),
+        c: dim(x, 1),
+        h: dim(x, 2),
+        w: dim(x, 3),
+        kh: p.kernel.0,
+        kw: p.kernel.1,
+        stride: p.stride,
+        padding: p.padding,
+        count_include_pad: p.count_include_pad,
+        out_h: dim(y, 2),
+        out_w: dim(y, 3),
+    }
+}

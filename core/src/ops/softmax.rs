@@ -1,0 +1,44 @@
+//! Row-wise softmax and its gradient, which reads the forward output.
+
+use super::{Op, OpRules, OperandCounts, Recompute};
+use crate::autograd::Vjp;
+use crate::graph::GraphError;
+use crate::kernel::Kernel;
+use crate::lower::{row_dims, Lowered, Lowering};
+use alloc::vec;
+
+pub(crate) struct Softmax;
+
+impl OpRules for Softmax {
+    type Params = ();
+    const NAME: &'static str = "softmax";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
+        cx.first_input(Op::SoftmaxGrad, vec![cx.output(0), cx.dy])
+    }
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::Softmax(row_dims(cx.input(0))))
+    }
+}
+
+pub(crate) struct SoftmaxGrad;
+
+impl OpRules for SoftmaxGrad {
+    type Params = ();
+    const NAME: &'static str = "softmax_grad";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
+    const DIFFERENTIABLE: &'static [usize] = &[];
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
+        Ok(())
+    }
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::SoftmaxGrad(row_dims(cx.input(0))))
+    }
+}
