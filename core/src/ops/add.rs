@@ -1,10 +1,13 @@
 //! Element-wise `Add` of two tensors of the same shape (residual connections).
 
-use super::{OpRules, OperandCounts, Recompute};
+use super::{Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
-use crate::graph::GraphError;
+use crate::builder::mismatch;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
+use crate::tensor::TensorId;
+use alloc::vec;
 
 pub(crate) struct Add;
 
@@ -23,5 +26,16 @@ impl OpRules for Add {
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Add(cx.numel()))
+    }
+}
+
+impl Graph {
+    /// Element-wise sum of two tensors of the same shape.
+    pub fn add(&mut self, name: &str, a: TensorId, b: TensorId) -> Result<TensorId, GraphError> {
+        let (as_, bs) = (self.float(Op::Add, name, a)?, self.float(Op::Add, name, b)?);
+        if as_ != bs {
+            return Err(mismatch(Op::Add, name, "operands must have the same shape", as_, bs));
+        }
+        self.record_one(name, Op::Add, vec![a, b], as_)
     }
 }

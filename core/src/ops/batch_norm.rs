@@ -3,11 +3,15 @@
 
 use super::{Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
+use crate::builder::{invalid, OutputSpec};
 use crate::geometry::BatchNormConfig;
-use crate::graph::GraphError;
+use crate::graph::{Graph, GraphError, Phase};
 use crate::kernel::Kernel;
 use crate::lower::{channel_dims, Lowered, Lowering, Mode};
-use alloc::vec;
+use crate::shape::Shape;
+use crate::tensor::{Role, TensorId};
+use alloc::string::ToString;
+use alloc::{format, vec};
 
 pub(crate) struct BatchNorm2d;
 
@@ -109,5 +113,50 @@ impl OpRules for BatchNormGradParams {
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::BatchNormGradParams(channel_dims(cx.input(0))))
+    }
+}
+
+impl Graph {
+    /// Batch normalisation over the channels of `x[N,C,H,W]`. `gamma`, `beta` are `[C]`
+    /// parameters; `running_mean`, `running_var` are `[C]` buffers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_norm2d(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        gamma: TensorId,
+        beta: TensorId,
+        running_mean: TensorId,
+        running_var: TensorId,
+        cfg: BatchNormConfig,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::BatchNorm2d(cfg);
+        let xs = self.float_rank(op, name, x, 4)?;
+        let c = xs.dims()[1];
+        for t in [gamma, beta, running_mean, running_var] {
+            self.check_bias(op, name, t, c)?;
+        }
+        let sane = cfg.eps.is_finite() && cfg.eps > 0.0 && (0.0..=1.0).contains(&cfg.momentum);
+        if !sane {
+            return Err(invalid(
+                op,
+                name,
+                format!("eps {} must be > 0 and momentum {} in [0, 1]", cfg.eps, cfg.momentum),
+            ));
+        }
+        let outputs = vec![
+            OutputSpec::f32(name.to_string(), xs, Role::Activation),
+            OutputSpec::f32(format!("{name}.saved_mean"), Shape::d1(c), Role::Scratch),
+            OutputSpec::f32(format!("{name}.saved_invstd"), Shape::d1(c), Role::Scratch),
+        ];
+        let ids = self.record(
+            name,
+            op,
+            vec![x, gamma, beta],
+            vec![running_mean, running_var],
+            outputs,
+            Phase::MicroBatch,
+        )?;
+        Ok(ids[0])
     }
 }

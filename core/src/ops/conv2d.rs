@@ -3,11 +3,14 @@
 use super::linear::layer_vjp;
 use super::{Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
+use crate::builder::{invalid, mismatch};
 use crate::geometry::Conv2dGeometry;
-use crate::graph::GraphError;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{dim, Lowered, Lowering};
 use crate::shape::Shape;
+use crate::tensor::{DType, TensorId};
+use alloc::{format, vec};
 
 /// Stride, padding and grouping of a convolution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -87,5 +90,61 @@ pub(super) fn conv_geometry(x: Shape, w: Shape, y: Shape, p: ConvParams) -> Conv
         groups: p.groups,
         out_h: dim(y, 2),
         out_w: dim(y, 3),
+    }
+}
+
+impl Graph {
+    /// A 2-D convolution with OIHW weights; `groups == channels` is depthwise.
+    pub fn conv2d(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        w: TensorId,
+        b: Option<TensorId>,
+        params: ConvParams,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::Conv2d(params);
+        let shape = self.conv_shape(op, name, x, w, params, DType::F32)?;
+        let mut inputs = vec![x, w];
+        if let Some(b) = b {
+            self.check_bias(op, name, b, shape.dims()[1])?;
+            inputs.push(b);
+        }
+        self.record_one(name, op, inputs, shape)
+    }
+
+    /// The output shape of a convolution of `x` with OIHW `w`, both of `dtype`.
+    pub(crate) fn conv_shape(
+        &self,
+        op: Op,
+        name: &str,
+        x: TensorId,
+        w: TensorId,
+        params: ConvParams,
+        dtype: DType,
+    ) -> Result<Shape, GraphError> {
+        let (xs, ws) =
+            (self.typed_rank(op, name, x, dtype, 4)?, self.typed_rank(op, name, w, dtype, 4)?);
+        let [n, c, h, wd] = [xs.dims()[0], xs.dims()[1], xs.dims()[2], xs.dims()[3]];
+        let [o, cg, kh, kw] = [ws.dims()[0], ws.dims()[1], ws.dims()[2], ws.dims()[3]];
+        let g = params.groups;
+        if g == 0 || c % g != 0 || o % g != 0 {
+            return Err(invalid(
+                op,
+                name,
+                format!("groups {g} must divide both input channels {c} and output channels {o}"),
+            ));
+        }
+        if cg != c / g {
+            return Err(mismatch(
+                op,
+                name,
+                "weight input channels must equal channels / groups",
+                xs,
+                ws,
+            ));
+        }
+        let (oh, ow) = self.window(op, name, (h, wd), (kh, kw), params.stride, params.padding)?;
+        Ok(Shape::d4(n, o, oh, ow))
     }
 }

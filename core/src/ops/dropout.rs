@@ -2,11 +2,13 @@
 
 use super::{Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
+use crate::builder::invalid;
 use crate::geometry::DropoutConfig;
-use crate::graph::GraphError;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering, Mode};
-use alloc::vec;
+use crate::tensor::TensorId;
+use alloc::{format, vec};
 
 pub(crate) struct Dropout;
 
@@ -44,5 +46,24 @@ impl OpRules for DropoutGrad {
 
     fn lower(cfg: DropoutConfig, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::DropoutGrad(cfg, cx.numel()))
+    }
+}
+
+impl Graph {
+    /// Inverted dropout with drop probability `p`; identity in evaluation.
+    pub fn dropout(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        cfg: DropoutConfig,
+    ) -> Result<TensorId, GraphError> {
+        if !(0.0..1.0).contains(&cfg.p) {
+            return Err(invalid(
+                Op::Dropout(cfg),
+                name,
+                format!("p = {} must be in [0, 1)", cfg.p),
+            ));
+        }
+        self.elementwise(name, Op::Dropout(cfg), x)
     }
 }

@@ -3,12 +3,15 @@
 
 use super::{Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
+use crate::builder::{invalid, OutputSpec};
 use crate::geometry::LossScaleConfig;
-use crate::graph::GraphError;
+use crate::graph::{Graph, GraphError, Phase};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
-use crate::tensor::DType;
-use alloc::vec;
+use crate::tensor::{DType, Role, TensorId};
+use alloc::string::ToString;
+use alloc::vec::Vec;
+use alloc::{format, vec};
 
 pub(crate) struct Cast;
 
@@ -67,5 +70,34 @@ impl OpRules for UpdateLossScale {
 
     fn lower(cfg: LossScaleConfig, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::UpdateLossScale(cfg))
+    }
+}
+
+impl Graph {
+    /// The values of `x` in another element type: f32 to f16 (round to nearest even, ±inf
+    /// beyond ±65504) or f16 to f32 (exact). The gradient is cast back.
+    pub fn cast(&mut self, name: &str, x: TensorId, dtype: DType) -> Result<TensorId, GraphError> {
+        self.check_id(x)?;
+        let t = self.tensor(x);
+        let expected = match dtype {
+            DType::F16 => DType::F32,
+            DType::F32 => DType::F16,
+            other => {
+                let detail = format!("casts go between f32 and f16, not to {other:?}");
+                return Err(invalid(Op::Cast, name, detail));
+            }
+        };
+        if t.dtype != expected {
+            return Err(GraphError::DType {
+                op: Op::Cast.kind(),
+                node: name.to_string(),
+                tensor: t.name.clone(),
+                expected,
+                actual: t.dtype,
+            });
+        }
+        let out =
+            OutputSpec { name: name.to_string(), shape: t.shape, dtype, role: Role::Activation };
+        Ok(self.record(name, Op::Cast, vec![x], Vec::new(), vec![out], Phase::MicroBatch)?[0])
     }
 }

@@ -3,11 +3,13 @@
 
 use super::{Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
+use crate::builder::mismatch;
 use crate::geometry::LinearDims;
-use crate::graph::GraphError;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{channel_dims, dim, Lowered, Lowering};
 use crate::shape::Shape;
+use crate::tensor::{DType, TensorId};
 use alloc::vec;
 
 pub(crate) struct Linear;
@@ -110,4 +112,41 @@ pub(super) fn layer_vjp(
 /// The dimensions of a dense layer on `x[N, K]` and `w[M, K]`.
 pub(super) fn linear_dims(x: Shape, w: Shape) -> LinearDims {
     LinearDims { n: dim(x, 0), k: dim(x, 1), m: dim(w, 0) }
+}
+
+impl Graph {
+    /// `y = x · wᵀ + b` with `x[N,K]`, `w[M,K]`, `b[M]`.
+    pub fn linear(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        w: TensorId,
+        b: Option<TensorId>,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::Linear;
+        let shape = self.linear_shape(op, name, x, w, DType::F32)?;
+        let mut inputs = vec![x, w];
+        if let Some(b) = b {
+            self.check_bias(op, name, b, shape.dims()[1])?;
+            inputs.push(b);
+        }
+        self.record_one(name, op, inputs, shape)
+    }
+
+    /// The output shape `[N, M]` of a dense layer on `x[N, K]` and `w[M, K]` of `dtype`.
+    pub(crate) fn linear_shape(
+        &self,
+        op: Op,
+        name: &str,
+        x: TensorId,
+        w: TensorId,
+        dtype: DType,
+    ) -> Result<Shape, GraphError> {
+        let (xs, ws) =
+            (self.typed_rank(op, name, x, dtype, 2)?, self.typed_rank(op, name, w, dtype, 2)?);
+        if xs.dims()[1] != ws.dims()[1] {
+            return Err(mismatch(op, name, "input features differ from the weight's", xs, ws));
+        }
+        Ok(Shape::d2(xs.dims()[0], ws.dims()[0]))
+    }
 }

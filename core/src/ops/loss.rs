@@ -3,9 +3,13 @@
 
 use super::{Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
-use crate::graph::GraphError;
+use crate::builder::mismatch;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{row_dims, Lowered, Lowering};
+use crate::shape::Shape;
+use crate::tensor::{DType, TensorId};
+use alloc::string::ToString;
 use alloc::vec;
 
 pub(crate) struct CrossEntropy;
@@ -77,5 +81,59 @@ impl OpRules for MseGrad {
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::MseGrad(cx.numel()))
+    }
+}
+
+impl Graph {
+    /// Mean cross-entropy of `logits[N,C]` against class indices `labels[N]`.
+    pub fn cross_entropy(
+        &mut self,
+        name: &str,
+        logits: TensorId,
+        labels: TensorId,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::CrossEntropy;
+        let ls = self.float_rank(op, name, logits, 2)?;
+        self.check_id(labels)?;
+        let lab = self.tensor(labels).clone();
+        if lab.dtype != DType::I32 {
+            return Err(GraphError::DType {
+                op: op.kind(),
+                node: name.to_string(),
+                tensor: lab.name,
+                expected: DType::I32,
+                actual: lab.dtype,
+            });
+        }
+        if lab.shape != Shape::d1(ls.dims()[0]) {
+            return Err(mismatch(
+                op,
+                name,
+                "labels must be one per row of the logits",
+                ls,
+                lab.shape,
+            ));
+        }
+        self.record_one(name, op, vec![logits, labels], Shape::SCALAR)
+    }
+
+    /// Mean squared error between two tensors of the same shape.
+    pub fn mse(
+        &mut self,
+        name: &str,
+        pred: TensorId,
+        target: TensorId,
+    ) -> Result<TensorId, GraphError> {
+        let (ps, ts) = (self.float(Op::Mse, name, pred)?, self.float(Op::Mse, name, target)?);
+        if ps != ts {
+            return Err(mismatch(
+                Op::Mse,
+                name,
+                "prediction and target must have the same shape",
+                ps,
+                ts,
+            ));
+        }
+        self.record_one(name, Op::Mse, vec![pred, target], Shape::SCALAR)
     }
 }

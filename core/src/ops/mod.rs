@@ -1,6 +1,7 @@
 //! The operations a graph records, one file per op or tight op family (the forward op with
-//! its backward ops): each says what the op is called, its operands, its gradient rule,
-//! whether gradient checkpointing may recompute it, and the kernel it lowers to.
+//! its backward ops): each holds the op's recording method on [`crate::Graph`] (operand
+//! checks, output shape), its name, operand counts, gradient rule, whether gradient
+//! checkpointing may recompute it, and the kernel it lowers to.
 //!
 //! The [`Op`] enum and every dispatch over it are generated from one table (see the end of
 //! this file) that pairs each op with its wire tag and the type implementing [`OpRules`]
@@ -22,8 +23,8 @@ mod softmax;
 
 pub use conv2d::ConvParams;
 pub use int8::{
-    ChannelScaleParams, QAddParams, QAvgPoolParams, QConvParams, QLinearParams, RoundBiasParams,
-    RoundWeightsParams,
+    ChannelScaleParams, Int8Weights, QAddParams, QAvgPoolParams, QConvParams, QLinearParams,
+    RoundBiasParams, RoundWeightsParams,
 };
 pub use pool::PoolParams;
 

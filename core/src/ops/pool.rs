@@ -2,12 +2,14 @@
 
 use super::{Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
+use crate::builder::invalid;
 use crate::geometry::Pool2dGeometry;
-use crate::graph::GraphError;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{channel_dims, dim, Lowered, Lowering};
 use crate::shape::Shape;
-use alloc::vec;
+use crate::tensor::{DType, TensorId};
+use alloc::{format, vec};
 
 /// A pooling window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -140,5 +142,64 @@ pub(super) fn pool_geometry(x: Shape, y: Shape, p: PoolParams) -> Pool2dGeometry
         count_include_pad: p.count_include_pad,
         out_h: dim(y, 2),
         out_w: dim(y, 3),
+    }
+}
+
+impl Graph {
+    pub fn max_pool2d(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        p: PoolParams,
+    ) -> Result<TensorId, GraphError> {
+        self.pool(name, Op::MaxPool2d(p), x, p)
+    }
+
+    pub fn avg_pool2d(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        p: PoolParams,
+    ) -> Result<TensorId, GraphError> {
+        self.pool(name, Op::AvgPool2d(p), x, p)
+    }
+
+    /// Mean over H and W: `[N,C,H,W] → [N,C]`.
+    pub fn global_avg_pool(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
+        let xs = self.float_rank(Op::GlobalAvgPool, name, x, 4)?;
+        self.record_one(name, Op::GlobalAvgPool, vec![x], Shape::d2(xs.dims()[0], xs.dims()[1]))
+    }
+
+    fn pool(
+        &mut self,
+        name: &str,
+        op: Op,
+        x: TensorId,
+        p: PoolParams,
+    ) -> Result<TensorId, GraphError> {
+        let shape = self.pool_shape(name, op, x, p, DType::F32)?;
+        self.record_one(name, op, vec![x], shape)
+    }
+
+    /// The output shape of pooling `x` (of `dtype`) with window `p`.
+    pub(crate) fn pool_shape(
+        &self,
+        name: &str,
+        op: Op,
+        x: TensorId,
+        p: PoolParams,
+        dtype: DType,
+    ) -> Result<Shape, GraphError> {
+        let xs = self.typed_rank(op, name, x, dtype, 4)?;
+        if p.padding.0 * 2 > p.kernel.0 || p.padding.1 * 2 > p.kernel.1 {
+            return Err(invalid(
+                op,
+                name,
+                format!("padding {:?} must be at most half the window {:?}", p.padding, p.kernel),
+            ));
+        }
+        let (oh, ow) =
+            self.window(op, name, (xs.dims()[2], xs.dims()[3]), p.kernel, p.stride, p.padding)?;
+        Ok(Shape::d4(xs.dims()[0], xs.dims()[1], oh, ow))
     }
 }

@@ -3,9 +3,10 @@
 
 use super::{Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
-use crate::graph::GraphError;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
+use crate::tensor::TensorId;
 use alloc::vec;
 
 pub(crate) struct Relu;
@@ -77,5 +78,15 @@ impl OpRules for Relu6Grad {
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Relu6Grad(cx.numel()))
+    }
+}
+
+impl Graph {
+    pub fn relu(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
+        self.elementwise(name, Op::Relu, x)
+    }
+
+    pub fn relu6(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
+        self.elementwise(name, Op::Relu6, x)
     }
 }

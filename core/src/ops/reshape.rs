@@ -3,10 +3,12 @@
 
 use super::{Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
-use crate::graph::GraphError;
+use crate::builder::mismatch;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
-use crate::tensor::DType;
+use crate::shape::Shape;
+use crate::tensor::{DType, TensorId};
 use alloc::vec;
 
 pub(crate) struct Reshape;
@@ -53,4 +55,33 @@ fn copy(cx: &Lowering<'_>) -> Lowered {
         DType::I8 => Kernel::CopyI8(cx.numel()),
         _ => Kernel::Copy(cx.numel()),
     })
+}
+
+impl Graph {
+    /// The same values under a new shape with as many elements.
+    pub fn reshape(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        shape: Shape,
+    ) -> Result<TensorId, GraphError> {
+        let xs = self.float(Op::Reshape, name, x)?;
+        if xs.numel() != shape.numel() {
+            return Err(mismatch(Op::Reshape, name, "element counts differ", xs, shape));
+        }
+        self.record_one(name, Op::Reshape, vec![x], shape)
+    }
+
+    /// `[N, ...] → [N, rest]`.
+    pub fn flatten(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
+        self.check_id(x)?;
+        let xs = self.shape(x);
+        let n = xs.dim(0).unwrap_or(1);
+        self.reshape(name, x, Shape::d2(n, xs.per_sample()))
+    }
+
+    /// Passes the value, stops the gradient.
+    pub fn detach(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
+        self.elementwise(name, Op::Detach, x)
+    }
 }

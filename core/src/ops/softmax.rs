@@ -2,9 +2,10 @@
 
 use super::{Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
-use crate::graph::GraphError;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{row_dims, Lowered, Lowering};
+use crate::tensor::TensorId;
 use alloc::vec;
 
 pub(crate) struct Softmax;
@@ -40,5 +41,13 @@ impl OpRules for SoftmaxGrad {
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::SoftmaxGrad(row_dims(cx.input(0))))
+    }
+}
+
+impl Graph {
+    /// Row-wise softmax of `x[N,C]`.
+    pub fn softmax(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
+        let xs = self.float_rank(Op::Softmax, name, x, 2)?;
+        self.record_one(name, Op::Softmax, vec![x], xs)
     }
 }

@@ -2,11 +2,13 @@
 //! clamp) that the backward passes of every int8 op with a fused activation use.
 
 use crate::autograd::Vjp;
-use crate::graph::GraphError;
+use crate::builder::mismatch;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
 use crate::ops::{Op, OpRules, OperandCounts, Recompute};
 use crate::quant::{AddRescale, QuantParams};
+use crate::tensor::{DType, TensorId};
 use alloc::vec;
 
 /// An int8 residual add: TFLite's precomputed rescaling and the fused clamp.
@@ -54,5 +56,23 @@ impl OpRules for QClampGrad {
 
     fn lower(act: (i8, i8), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::QClampGrad(act, cx.numel()))
+    }
+}
+
+impl Graph {
+    /// An int8 element-wise sum of two tensors of the same shape.
+    pub fn qadd(
+        &mut self,
+        name: &str,
+        a: TensorId,
+        b: TensorId,
+        params: QAddParams,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::QAdd(params);
+        let (sa, sb) = (self.typed(op, name, a, DType::I8)?, self.typed(op, name, b, DType::I8)?);
+        if sa != sb {
+            return Err(mismatch(op, name, "operands must have the same shape", sa, sb));
+        }
+        self.record_as(name, op, vec![a, b], sa, DType::I8)
     }
 }

@@ -2,13 +2,16 @@
 //! backward pass that runs the float backward kernels on dequantized operands.
 
 use crate::autograd::Vjp;
-use crate::graph::GraphError;
+use crate::builder::mismatch;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
 use crate::ops::conv2d::{conv_geometry, ConvParams};
 use crate::ops::linear::linear_dims;
 use crate::ops::{Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
+use crate::shape::Shape;
+use crate::tensor::{DType, TensorId};
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -28,6 +31,19 @@ pub struct QLinearParams {
     pub input: QuantParams,
     pub output: QuantParams,
     pub act: (i8, i8),
+}
+
+/// The tensors of one int8 convolution or dense layer besides its input.
+#[derive(Clone, Copy, Debug)]
+pub struct Int8Weights {
+    /// `i8` weights (a frozen parameter, or the output of [`Graph::round_weights`]).
+    pub weight: TensorId,
+    /// `i32 [O]` bias in units of `input_scale · weight_scale[o]`.
+    pub bias: TensorId,
+    /// `i32 [O, 2]`: each output channel's requantization multiplier and shift.
+    pub requant: TensorId,
+    /// `f32 [O]`: each output channel's weight scale.
+    pub weight_scale: TensorId,
 }
 
 pub(crate) struct QConv2d;
@@ -117,4 +133,68 @@ fn int8_layer_vjp(
         cx.contribute(bias, grad);
     }
     Ok(())
+}
+
+impl Graph {
+    /// An int8 convolution with requantized output and fused clamp.
+    pub fn qconv2d(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        weights: Int8Weights,
+        params: QConvParams,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::QConv2d(params);
+        let shape = self.conv_shape(op, name, x, weights.weight, params.conv, DType::I8)?;
+        self.check_int8_weights(op, name, weights, shape.dims()[1])?;
+        self.record_int8_layer(name, op, x, weights, shape)
+    }
+
+    /// An int8 dense layer `x[N, K] · w[M, K]ᵀ + b` with requantized output and fused clamp.
+    pub fn qlinear(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        weights: Int8Weights,
+        params: QLinearParams,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::QLinear(params);
+        let shape = self.linear_shape(op, name, x, weights.weight, DType::I8)?;
+        self.check_int8_weights(op, name, weights, shape.dims()[1])?;
+        self.record_int8_layer(name, op, x, weights, shape)
+    }
+
+    fn record_int8_layer(
+        &mut self,
+        name: &str,
+        op: Op,
+        x: TensorId,
+        w: Int8Weights,
+        shape: Shape,
+    ) -> Result<TensorId, GraphError> {
+        let inputs = vec![x, w.weight, w.bias, w.requant, w.weight_scale];
+        self.record_as(name, op, inputs, shape, DType::I8)
+    }
+
+    fn check_int8_weights(
+        &self,
+        op: Op,
+        name: &str,
+        w: Int8Weights,
+        channels: usize,
+    ) -> Result<(), GraphError> {
+        self.check_per_channel(op, name, w.bias, DType::I32, channels)?;
+        self.check_per_channel(op, name, w.weight_scale, DType::F32, channels)?;
+        let requant = self.typed(op, name, w.requant, DType::I32)?;
+        if requant != Shape::d2(channels, 2) {
+            return Err(mismatch(
+                op,
+                name,
+                "requantization pairs must be [channels, 2]",
+                Shape::d2(channels, 2),
+                requant,
+            ));
+        }
+        Ok(())
+    }
 }

@@ -9,6 +9,34 @@ pub(super) mod quantize;
 pub(super) mod round;
 
 pub use add::QAddParams;
-pub use layer::{QConvParams, QLinearParams};
+pub use layer::{Int8Weights, QConvParams, QLinearParams};
 pub use pool::QAvgPoolParams;
 pub use round::{ChannelScaleParams, RoundBiasParams, RoundWeightsParams};
+
+use crate::builder::invalid;
+use crate::graph::{Graph, GraphError};
+use crate::ops::Op;
+use crate::tensor::{DType, TensorId};
+use alloc::format;
+
+impl Graph {
+    fn check_per_channel(
+        &self,
+        op: Op,
+        name: &str,
+        t: TensorId,
+        dtype: DType,
+        channels: usize,
+    ) -> Result<(), GraphError> {
+        let s = self.typed_rank(op, name, t, dtype, 1)?;
+        if s.dims()[0] != channels {
+            let detail = format!(
+                "'{}' must hold one value per output channel ({channels}), it has {}",
+                self.tensor(t).name,
+                s.dims()[0]
+            );
+            return Err(invalid(op, name, detail));
+        }
+        Ok(())
+    }
+}

@@ -2,12 +2,14 @@
 //! and the gradient runs through the float pooling gradients.
 
 use crate::autograd::Vjp;
-use crate::graph::GraphError;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{channel_dims, Lowered, Lowering};
 use crate::ops::pool::{pool_geometry, PoolParams};
 use crate::ops::{Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
+use crate::shape::Shape;
+use crate::tensor::{DType, TensorId};
 use alloc::vec;
 
 /// An int8 average pooling window and the zero point of its input (and output).
@@ -78,5 +80,40 @@ impl OpRules for QGlobalAvgPool {
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::QGlobalAvgPool(channel_dims(cx.input(0))))
+    }
+}
+
+impl Graph {
+    /// Int8 max pooling; the output keeps the input's quantization.
+    pub fn qmax_pool2d(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        p: PoolParams,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::QMaxPool2d(p);
+        let shape = self.pool_shape(name, op, x, p, DType::I8)?;
+        self.record_as(name, op, vec![x], shape, DType::I8)
+    }
+
+    /// Int8 average pooling of an input with zero point `zero_point`; the output keeps the
+    /// input's quantization.
+    pub fn qavg_pool2d(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        p: PoolParams,
+        zero_point: i32,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::QAvgPool2d(QAvgPoolParams { pool: p, zero_point });
+        let shape = self.pool_shape(name, op, x, p, DType::I8)?;
+        self.record_as(name, op, vec![x], shape, DType::I8)
+    }
+
+    /// Int8 mean over H and W: `[N, C, H, W] → [N, C]`, same quantization.
+    pub fn qglobal_avg_pool(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
+        let op = Op::QGlobalAvgPool;
+        let s = self.typed_rank(op, name, x, DType::I8, 4)?;
+        self.record_as(name, op, vec![x], Shape::d2(s.dims()[0], s.dims()[1]), DType::I8)
     }
 }

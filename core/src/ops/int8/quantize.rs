@@ -2,11 +2,13 @@
 //! passes straight through both.
 
 use crate::autograd::Vjp;
-use crate::graph::GraphError;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{leading_channel_dims, Lowered, Lowering};
-use crate::ops::{OpRules, OperandCounts, Recompute};
+use crate::ops::{Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
+use crate::tensor::{DType, TensorId};
+use alloc::vec;
 
 pub(crate) struct Quantize;
 
@@ -61,5 +63,31 @@ impl OpRules for DequantizeWeights {
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::DequantizeWeights(leading_channel_dims(cx.input(0))))
+    }
+}
+
+impl Graph {
+    /// `f32 → i8` with `p`.
+    pub fn quantize(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        p: QuantParams,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::Quantize(p);
+        let shape = self.typed(op, name, x, DType::F32)?;
+        self.record_as(name, op, vec![x], shape, DType::I8)
+    }
+
+    /// `i8 → f32` with `p`.
+    pub fn dequantize(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        p: QuantParams,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::Dequantize(p);
+        let shape = self.typed(op, name, x, DType::I8)?;
+        self.record_as(name, op, vec![x], shape, DType::F32)
     }
 }

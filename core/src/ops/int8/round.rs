@@ -3,10 +3,11 @@
 //! their straight-through gradients.
 
 use crate::autograd::Vjp;
-use crate::graph::GraphError;
+use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{leading_channel_dims, Lowered, Lowering};
 use crate::ops::{Op, OpRules, OperandCounts, Recompute};
+use crate::tensor::{DType, TensorId};
 use alloc::vec;
 
 /// Rounding a trainable int8 weight: `qas` scales its gradient by `w_scale⁻²`.
@@ -98,4 +99,37 @@ fn rounded_vjp(cx: &mut Vjp<'_>, qas: bool, unit: f32) -> Result<(), GraphError>
         cx.contribute(x, grad);
     }
     Ok(())
+}
+
+impl Graph {
+    /// Rounds a trainable weight kept in integer units (`f32`) to the `i8` weight an int8
+    /// layer reads; `qas` scales its gradient by `weight_scale⁻²`.
+    pub fn round_weights(
+        &mut self,
+        name: &str,
+        w_bar: TensorId,
+        weight_scale: TensorId,
+        qas: bool,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::RoundWeights(RoundWeightsParams { qas });
+        let shape = self.typed(op, name, w_bar, DType::F32)?;
+        self.check_per_channel(op, name, weight_scale, DType::F32, shape.dim(0).unwrap_or(0))?;
+        self.record_as(name, op, vec![w_bar, weight_scale], shape, DType::I8)
+    }
+
+    /// Rounds a trainable bias kept in units of `input_scale · weight_scale` to `i32`; `qas`
+    /// scales its gradient by `(input_scale · weight_scale)⁻²`.
+    pub fn round_bias(
+        &mut self,
+        name: &str,
+        b_bar: TensorId,
+        weight_scale: TensorId,
+        input_scale: f32,
+        qas: bool,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::RoundBias(RoundBiasParams { input_scale, qas });
+        let shape = self.typed_rank(op, name, b_bar, DType::F32, 1)?;
+        self.check_per_channel(op, name, weight_scale, DType::F32, shape.dims()[0])?;
+        self.record_as(name, op, vec![b_bar, weight_scale], shape, DType::I32)
+    }
 }
