@@ -231,7 +231,7 @@ fn backward(
     Ok(graph.record(name, op, inputs, Vec::new(), vec![spec], Phase::MicroBatch)?[0])
 }
 
-/// One node as its vector-Jacobian product (see [`crate::ops::OpRules::vjp`]) sees it: the
+/// One node as its vector-Jacobian product (see [`crate::ops::Gradient`]) sees it: the
 /// gradient of its first output, which inputs want a gradient, and the contributions its
 /// rule has recorded so far.
 pub(crate) struct Vjp<'a> {
@@ -291,8 +291,8 @@ impl Vjp<'_> {
         inputs: Vec<TensorId>,
         like: TensorId,
     ) -> Result<TensorId, GraphError> {
-        let name = self.name(what);
-        backward(self.graph, &name, op, inputs, like)
+        let spec = grad_spec(self.graph, like);
+        Ok(self.record(what, op, inputs, vec![spec])?[0])
     }
 
     /// Records the backward node `NODE.what` producing gradients shaped like `likes`.
@@ -304,8 +304,7 @@ impl Vjp<'_> {
         likes: &[TensorId],
     ) -> Result<Vec<TensorId>, GraphError> {
         let specs = likes.iter().map(|&t| grad_spec(self.graph, t)).collect();
-        let name = self.name(what);
-        self.graph.record(&name, op, inputs, Vec::new(), specs, Phase::MicroBatch)
+        self.record(what, op, inputs, specs)
     }
 
     /// Records a backward-pass intermediate `NODE.what` that is not a gradient (a
@@ -317,9 +316,20 @@ impl Vjp<'_> {
         inputs: Vec<TensorId>,
         like: TensorId,
     ) -> Result<TensorId, GraphError> {
+        let spec = OutputSpec::f32(self.name(what), self.graph.shape(like), Role::Activation);
+        Ok(self.record(what, op, inputs, vec![spec])?[0])
+    }
+
+    /// Records the node `NODE.what` of the backward pass.
+    fn record(
+        &mut self,
+        what: &str,
+        op: Op,
+        inputs: Vec<TensorId>,
+        outputs: Vec<OutputSpec>,
+    ) -> Result<Vec<TensorId>, GraphError> {
         let name = self.name(what);
-        let spec = OutputSpec::f32(name.clone(), self.graph.shape(like), Role::Activation);
-        Ok(self.graph.record(&name, op, inputs, Vec::new(), vec![spec], Phase::MicroBatch)?[0])
+        self.graph.record(&name, op, inputs, Vec::new(), outputs, Phase::MicroBatch)
     }
 
     /// `NODE.what`: the name of a backward node of this node.

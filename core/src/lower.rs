@@ -1,5 +1,5 @@
 //! Lowering: one graph node to one plan kernel. Each op's rule (see [`crate::ops`]) reads
-//! its geometry off the operand shapes through a [`Lowering`], which also carries the mode
+//! its geometry off the operand shapes through a `Lowering`, which also carries the mode
 //! (batch statistics or running ones, dropout on or off).
 
 use crate::geometry::{ChannelDims, RowDims};

@@ -1,7 +1,6 @@
 //! Element-wise `Add` of two tensors of the same shape (residual connections).
 
-use super::{Op, OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
@@ -15,14 +14,15 @@ impl OpRules for Add {
     type Params = ();
     const NAME: &'static str = "add";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0, 1];
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0, 1],
+        vjp: |(), cx| {
+            // The gradient passes unchanged to both operands; no copy is made.
+            cx.pass(&[0, 1], cx.dy);
+            Ok(())
+        },
+    };
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        // The gradient passes unchanged to both operands; no copy is made.
-        cx.pass(&[0, 1], cx.dy);
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Add(cx.numel()))

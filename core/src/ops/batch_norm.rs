@@ -1,8 +1,7 @@
 //! Batch normalisation: the forward op (batch statistics in training, running ones in
 //! evaluation), its re-application with saved statistics, and its gradients.
 
-use super::{Op, OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::{invalid, OutputSpec};
 use crate::geometry::BatchNormConfig;
 use crate::graph::{Graph, GraphError, Phase};
@@ -19,33 +18,34 @@ impl OpRules for BatchNorm2d {
     type Params = BatchNormConfig;
     const NAME: &'static str = "batch_norm2d";
     const OPERANDS: OperandCounts = OperandCounts::exactly(3, 2, 3);
-    const DIFFERENTIABLE: &'static [usize] = &[0, 1, 2];
+    const GRADIENT: Gradient<BatchNormConfig> = Gradient::Flows {
+        inputs: &[0, 1, 2],
+        vjp: |_, cx| {
+            let (x, gamma, beta, dy) = (cx.input(0), cx.input(1), cx.input(2), cx.dy);
+            let (mean, invstd) = (cx.output(1), cx.output(2));
+            if cx.want(0).is_some() {
+                let inputs = vec![dy, x, gamma, mean, invstd];
+                let grad = cx.backward("grad_input", Op::BatchNormGradInput, inputs, x)?;
+                cx.contribute(x, grad);
+            }
+            let (want_gamma, want_beta) = (cx.want(1), cx.want(2));
+            if want_gamma.is_some() || want_beta.is_some() {
+                // One kernel yields both; a frozen one of the pair costs C floats.
+                let inputs = vec![dy, x, mean, invstd];
+                let op = Op::BatchNormGradParams;
+                let ids = cx.backward_many("grad_params", op, inputs, &[gamma, beta])?;
+                for (t, grad) in [(want_gamma, ids[0]), (want_beta, ids[1])] {
+                    if let Some(t) = t {
+                        cx.contribute(t, grad);
+                    }
+                }
+            }
+            Ok(())
+        },
+    };
     // Re-normalise with the statistics saved by the forward pass: the running statistics
     // must not move twice.
     const RECOMPUTE: Recompute = Recompute::Apply { op: Op::BatchNormApply, saved: &[1, 2] };
-
-    fn vjp(_: BatchNormConfig, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        let (x, gamma, beta, dy) = (cx.input(0), cx.input(1), cx.input(2), cx.dy);
-        let (mean, invstd) = (cx.output(1), cx.output(2));
-        if cx.want(0).is_some() {
-            let inputs = vec![dy, x, gamma, mean, invstd];
-            let grad = cx.backward("grad_input", Op::BatchNormGradInput, inputs, x)?;
-            cx.contribute(x, grad);
-        }
-        let (want_gamma, want_beta) = (cx.want(1), cx.want(2));
-        if want_gamma.is_some() || want_beta.is_some() {
-            // One kernel yields both; a frozen one of the pair costs C floats.
-            let inputs = vec![dy, x, mean, invstd];
-            let op = Op::BatchNormGradParams;
-            let ids = cx.backward_many("grad_params", op, inputs, &[gamma, beta])?;
-            for (t, grad) in [(want_gamma, ids[0]), (want_beta, ids[1])] {
-                if let Some(t) = t {
-                    cx.contribute(t, grad);
-                }
-            }
-        }
-        Ok(())
-    }
 
     fn lower(cfg: BatchNormConfig, cx: &Lowering<'_>) -> Lowered {
         let dims = channel_dims(cx.input(0));
@@ -67,13 +67,9 @@ impl OpRules for BatchNormApply {
     type Params = ();
     const NAME: &'static str = "batch_norm_apply";
     const OPERANDS: OperandCounts = OperandCounts::exactly(5, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    // It only recomputes a forward output inside the backward pass.
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        // It only recomputes a forward output inside the backward pass.
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::BatchNormApply(channel_dims(cx.input(0))))
@@ -86,12 +82,8 @@ impl OpRules for BatchNormGradInput {
     type Params = ();
     const NAME: &'static str = "batch_norm_grad_input";
     const OPERANDS: OperandCounts = OperandCounts::exactly(5, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::BatchNormGradInput(channel_dims(cx.input(0))))
@@ -104,12 +96,8 @@ impl OpRules for BatchNormGradParams {
     type Params = ();
     const NAME: &'static str = "batch_norm_grad_params";
     const OPERANDS: OperandCounts = OperandCounts::exactly(4, 0, 2);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::BatchNormGradParams(channel_dims(cx.input(0))))

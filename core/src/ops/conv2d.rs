@@ -1,8 +1,7 @@
 //! 2-D convolution (dense, grouped and depthwise) with its input and weight gradients.
 
 use super::linear::layer_vjp;
-use super::{Op, OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::{invalid, mismatch};
 use crate::geometry::Conv2dGeometry;
 use crate::graph::{Graph, GraphError};
@@ -26,12 +25,11 @@ impl OpRules for Conv2d {
     type Params = ConvParams;
     const NAME: &'static str = "conv2d";
     const OPERANDS: OperandCounts = OperandCounts { inputs: 2..=3, state: 0..=0, outputs: 1..=1 };
-    const DIFFERENTIABLE: &'static [usize] = &[0, 1, 2];
+    const GRADIENT: Gradient<ConvParams> = Gradient::Flows {
+        inputs: &[0, 1, 2],
+        vjp: |p, cx| layer_vjp(cx, Op::Conv2dGradInput(p), Op::Conv2dGradWeight(p)),
+    };
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp(p: ConvParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        layer_vjp(cx, Op::Conv2dGradInput(p), Op::Conv2dGradWeight(p))
-    }
 
     fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
         let geometry = conv_geometry(cx.input(0), cx.input(1), cx.output(0), p);
@@ -45,12 +43,8 @@ impl OpRules for Conv2dGradInput {
     type Params = ConvParams;
     const NAME: &'static str = "conv2d_grad_input";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<ConvParams> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: ConvParams, _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Conv2dGradInput(conv_geometry(cx.output(0), cx.input(1), cx.input(0), p)))
@@ -63,12 +57,8 @@ impl OpRules for Conv2dGradWeight {
     type Params = ConvParams;
     const NAME: &'static str = "conv2d_grad_weight";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<ConvParams> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: ConvParams, _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Conv2dGradWeight(conv_geometry(cx.input(1), cx.output(0), cx.input(0), p)))

@@ -1,7 +1,6 @@
 //! Inverted dropout (identity in evaluation) and its gradient, which replays the same mask.
 
-use super::{Op, OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::invalid;
 use crate::geometry::DropoutConfig;
 use crate::graph::{Graph, GraphError};
@@ -16,12 +15,11 @@ impl OpRules for Dropout {
     type Params = DropoutConfig;
     const NAME: &'static str = "dropout";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<DropoutConfig> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |cfg, cx| cx.first_input(Op::DropoutGrad(cfg), vec![cx.dy]),
+    };
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp(cfg: DropoutConfig, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.first_input(Op::DropoutGrad(cfg), vec![cx.dy])
-    }
 
     fn lower(cfg: DropoutConfig, cx: &Lowering<'_>) -> Lowered {
         cx.all(match cx.mode {
@@ -37,12 +35,8 @@ impl OpRules for DropoutGrad {
     type Params = DropoutConfig;
     const NAME: &'static str = "dropout_grad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<DropoutConfig> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: DropoutConfig, _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(cfg: DropoutConfig, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::DropoutGrad(cfg, cx.numel()))

@@ -1,7 +1,7 @@
 //! Dense layers: `Linear` with its backward ops, the input and weight gradients and the
 //! bias gradient that convolutions share.
 
-use super::{Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
 use crate::builder::mismatch;
 use crate::geometry::LinearDims;
@@ -18,12 +18,11 @@ impl OpRules for Linear {
     type Params = ();
     const NAME: &'static str = "linear";
     const OPERANDS: OperandCounts = OperandCounts { inputs: 2..=3, state: 0..=0, outputs: 1..=1 };
-    const DIFFERENTIABLE: &'static [usize] = &[0, 1, 2];
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0, 1, 2],
+        vjp: |(), cx| layer_vjp(cx, Op::LinearGradInput, Op::LinearGradWeight),
+    };
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        layer_vjp(cx, Op::LinearGradInput, Op::LinearGradWeight)
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         let dims = linear_dims(cx.input(0), cx.input(1));
@@ -37,12 +36,8 @@ impl OpRules for LinearGradInput {
     type Params = ();
     const NAME: &'static str = "linear_grad_input";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         let (dy, w) = (cx.input(0), cx.input(1));
@@ -56,12 +51,8 @@ impl OpRules for LinearGradWeight {
     type Params = ();
     const NAME: &'static str = "linear_grad_weight";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::LinearGradWeight(linear_dims(cx.input(1), cx.output(0))))
@@ -74,12 +65,8 @@ impl OpRules for BiasGrad {
     type Params = ();
     const NAME: &'static str = "bias_grad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::BiasGrad(channel_dims(cx.input(0))))

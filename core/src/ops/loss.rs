@@ -1,8 +1,7 @@
 //! Losses: mean cross-entropy against class indices and mean squared error, with their
 //! gradients. Labels and targets are constants: no gradient flows into them.
 
-use super::{Op, OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
@@ -18,12 +17,11 @@ impl OpRules for CrossEntropy {
     type Params = ();
     const NAME: &'static str = "cross_entropy";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |(), cx| cx.first_input(Op::CrossEntropyGrad, vec![cx.input(0), cx.input(1), cx.dy]),
+    };
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.first_input(Op::CrossEntropyGrad, vec![cx.input(0), cx.input(1), cx.dy])
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::CrossEntropy(row_dims(cx.input(0))))
@@ -36,12 +34,11 @@ impl OpRules for Mse {
     type Params = ();
     const NAME: &'static str = "mse";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |(), cx| cx.first_input(Op::MseGrad, vec![cx.input(0), cx.input(1), cx.dy]),
+    };
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.first_input(Op::MseGrad, vec![cx.input(0), cx.input(1), cx.dy])
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Mse(cx.input(0).numel()))
@@ -54,12 +51,8 @@ impl OpRules for CrossEntropyGrad {
     type Params = ();
     const NAME: &'static str = "cross_entropy_grad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(3, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::CrossEntropyGrad(row_dims(cx.input(0))))
@@ -72,12 +65,8 @@ impl OpRules for MseGrad {
     type Params = ();
     const NAME: &'static str = "mse_grad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(3, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::MseGrad(cx.numel()))

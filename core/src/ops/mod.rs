@@ -4,7 +4,7 @@
 //! checkpointing may recompute it, and the kernel it lowers to.
 //!
 //! The [`Op`] enum and every dispatch over it are generated from one table (see the end of
-//! this file) that pairs each op with its wire tag and the type implementing [`OpRules`]
+//! this file) that pairs each op with its wire tag and the type implementing `OpRules`
 //! for it: an op that forgets a rule does not compile.
 
 mod add;
@@ -40,19 +40,15 @@ use core::ops::RangeInclusive;
 /// defaults to fall back on, so a new op states each of them.
 pub(crate) trait OpRules {
     /// The op's settings (`()` for an op without any): the payload of its [`Op`] variant.
-    type Params: Copy;
+    type Params: Copy + 'static;
     /// The op's name as people write it, used in errors and reports.
     const NAME: &'static str;
     /// The operand counts a well-formed node of this op has.
     const OPERANDS: OperandCounts;
-    /// Which inputs a gradient can flow into. Backward ops and training plumbing have none:
-    /// they are not differentiated again (no double backward).
-    const DIFFERENTIABLE: &'static [usize];
+    /// How a gradient flows through the op (its vector-Jacobian product), if at all.
+    const GRADIENT: Gradient<Self::Params>;
     /// Whether gradient checkpointing may recompute the op's first output, and how.
     const RECOMPUTE: Recompute;
-    /// The vector-Jacobian product of one node: records the backward nodes that turn the
-    /// gradient of its first output into gradients of the inputs that want one.
-    fn vjp(params: Self::Params, cx: &mut Vjp<'_>) -> Result<(), GraphError>;
     /// The kernel one node runs as, with its operands in the kernel's signature order.
     fn lower(params: Self::Params, cx: &Lowering<'_>) -> Lowered;
 }
@@ -69,6 +65,36 @@ impl OperandCounts {
     /// Exactly `inputs` inputs, `state` state tensors and `outputs` outputs.
     const fn exactly(inputs: usize, state: usize, outputs: usize) -> Self {
         Self { inputs: inputs..=inputs, state: state..=state, outputs: outputs..=outputs }
+    }
+}
+
+/// How a gradient flows through an op with settings `P`.
+#[derive(Clone, Copy)]
+pub(crate) enum Gradient<P: 'static> {
+    /// None does: the op stops it (detach), or it is a backward op or training plumbing,
+    /// which are not differentiated again (no double backward).
+    None,
+    /// A gradient flows into the inputs `inputs`; `vjp` records the backward nodes of one
+    /// node that turn the gradient of its first output into gradients of the inputs that
+    /// want one.
+    Flows { inputs: &'static [usize], vjp: fn(P, &mut Vjp<'_>) -> Result<(), GraphError> },
+}
+
+impl<P> Gradient<P> {
+    /// The inputs a gradient can flow into.
+    fn inputs(self) -> &'static [usize] {
+        match self {
+            Gradient::None => &[],
+            Gradient::Flows { inputs, .. } => inputs,
+        }
+    }
+
+    /// Records the backward nodes of the node `cx` holds, an op with settings `params`.
+    fn vjp(self, params: P, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
+        match self {
+            Gradient::None => Ok(()),
+            Gradient::Flows { vjp, .. } => vjp(params, cx),
+        }
     }
 }
 
@@ -179,7 +205,7 @@ macro_rules! ops {
                 match *self {
                     $(
                         Op::$variant $((bind!($payload, _)))? =>
-                            <$rules as OpRules>::DIFFERENTIABLE,
+                            <$rules as OpRules>::GRADIENT.inputs(),
                     )+
                 }
             }
@@ -191,12 +217,12 @@ macro_rules! ops {
                 }
             }
 
-            /// Records the backward nodes of the node `cx` holds (see [`OpRules::vjp`]).
+            /// Records the backward nodes of the node `cx` holds (see [`Gradient`]).
             pub(crate) fn vjp(&self, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
                 match *self {
                     $(
                         Op::$variant $((bind!($payload, p)))? =>
-                            <$rules as OpRules>::vjp(payload!(p $(, $payload)?), cx),
+                            <$rules as OpRules>::GRADIENT.vjp(payload!(p $(, $payload)?), cx),
                     )+
                 }
             }

@@ -2,10 +2,8 @@
 //! global-norm clipping and the SGD and AdamW parameter updates. None of it is
 //! differentiated or recomputed.
 
-use super::{OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
+use super::{Gradient, OpRules, OperandCounts, Recompute};
 use crate::geometry::{AdamWConfig, SgdConfig};
-use crate::graph::GraphError;
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
 
@@ -15,12 +13,8 @@ impl OpRules for Fill {
     type Params = f32;
     const NAME: &'static str = "fill";
     const OPERANDS: OperandCounts = OperandCounts::exactly(0, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<f32> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: f32, _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(value: f32, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Fill(value, cx.numel()))
@@ -33,12 +27,8 @@ impl OpRules for Accumulate {
     type Params = f32;
     const NAME: &'static str = "accumulate";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 1, 0);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<f32> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: f32, _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(scale: f32, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Accumulate(scale, cx.input(0).numel()))
@@ -51,12 +41,8 @@ impl OpRules for SumSquares {
     type Params = ();
     const NAME: &'static str = "sum_squares";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 1, 0);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::SumSquares(cx.input(0).numel()))
@@ -69,12 +55,8 @@ impl OpRules for ClipCoefficient {
     type Params = f32;
     const NAME: &'static str = "clip_coefficient";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<f32> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: f32, _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(max_norm: f32, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::ClipCoefficient(max_norm))
@@ -87,12 +69,8 @@ impl OpRules for SgdUpdate {
     type Params = SgdConfig;
     const NAME: &'static str = "sgd_update";
     const OPERANDS: OperandCounts = OperandCounts { inputs: 1..=2, state: 1..=2, outputs: 0..=0 };
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<SgdConfig> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: SgdConfig, _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(cfg: SgdConfig, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::SgdUpdate {
@@ -110,12 +88,8 @@ impl OpRules for AdamWUpdate {
     type Params = AdamWConfig;
     const NAME: &'static str = "adamw_update";
     const OPERANDS: OperandCounts = OperandCounts { inputs: 1..=2, state: 3..=3, outputs: 0..=0 };
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<AdamWConfig> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: AdamWConfig, _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(cfg: AdamWConfig, cx: &Lowering<'_>) -> Lowered {
         let clipped = cx.node.inputs.len() == 2;
@@ -129,12 +103,8 @@ impl OpRules for Zero {
     type Params = ();
     const NAME: &'static str = "zero";
     const OPERANDS: OperandCounts = OperandCounts::exactly(0, 1, 0);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Zero(cx.state(0).numel()))

@@ -1,7 +1,6 @@
 //! Pooling: max, average and global average pooling with their gradients.
 
-use super::{Op, OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::invalid;
 use crate::geometry::Pool2dGeometry;
 use crate::graph::{Graph, GraphError};
@@ -26,12 +25,11 @@ impl OpRules for MaxPool2d {
     type Params = PoolParams;
     const NAME: &'static str = "max_pool2d";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<PoolParams> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |p, cx| cx.first_input(Op::MaxPool2dGrad(p), vec![cx.input(0), cx.dy]),
+    };
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp(p: PoolParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.first_input(Op::MaxPool2dGrad(p), vec![cx.input(0), cx.dy])
-    }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::MaxPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
@@ -44,12 +42,11 @@ impl OpRules for AvgPool2d {
     type Params = PoolParams;
     const NAME: &'static str = "avg_pool2d";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<PoolParams> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |p, cx| cx.first_input(Op::AvgPool2dGrad(p), vec![cx.dy]),
+    };
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp(p: PoolParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.first_input(Op::AvgPool2dGrad(p), vec![cx.dy])
-    }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::AvgPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
@@ -62,12 +59,11 @@ impl OpRules for GlobalAvgPool {
     type Params = ();
     const NAME: &'static str = "global_avg_pool";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |(), cx| cx.first_input(Op::GlobalAvgPoolGrad, vec![cx.dy]),
+    };
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.first_input(Op::GlobalAvgPoolGrad, vec![cx.dy])
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::GlobalAvgPool(channel_dims(cx.input(0))))
@@ -80,12 +76,8 @@ impl OpRules for MaxPool2dGrad {
     type Params = PoolParams;
     const NAME: &'static str = "max_pool2d_grad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<PoolParams> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: PoolParams, _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::MaxPool2dGrad(pool_geometry(cx.input(0), cx.input(1), p)))
@@ -98,12 +90,8 @@ impl OpRules for AvgPool2dGrad {
     type Params = PoolParams;
     const NAME: &'static str = "avg_pool2d_grad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<PoolParams> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: PoolParams, _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::AvgPool2dGrad(pool_geometry(cx.output(0), cx.input(0), p)))
@@ -116,12 +104,8 @@ impl OpRules for GlobalAvgPoolGrad {
     type Params = ();
     const NAME: &'static str = "global_avg_pool_grad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::GlobalAvgPoolGrad(channel_dims(cx.output(0))))

@@ -1,8 +1,7 @@
 //! Rectifiers: `Relu` and `Relu6` (clamped to `[0, 6]`) with their gradients, which read
 //! the forward output.
 
-use super::{Op, OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
@@ -15,12 +14,11 @@ impl OpRules for Relu {
     type Params = ();
     const NAME: &'static str = "relu";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |(), cx| cx.first_input(Op::ReluGrad, vec![cx.output(0), cx.dy]),
+    };
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.first_input(Op::ReluGrad, vec![cx.output(0), cx.dy])
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Relu(cx.numel()))
@@ -33,12 +31,11 @@ impl OpRules for Relu6 {
     type Params = ();
     const NAME: &'static str = "relu6";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |(), cx| cx.first_input(Op::Relu6Grad, vec![cx.output(0), cx.dy]),
+    };
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.first_input(Op::Relu6Grad, vec![cx.output(0), cx.dy])
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Relu6(cx.numel()))
@@ -51,12 +48,8 @@ impl OpRules for ReluGrad {
     type Params = ();
     const NAME: &'static str = "relu_grad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::ReluGrad(cx.numel()))
@@ -69,12 +62,8 @@ impl OpRules for Relu6Grad {
     type Params = ();
     const NAME: &'static str = "relu6_grad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Relu6Grad(cx.numel()))

@@ -1,8 +1,7 @@
 //! Ops that copy their input's values: `Reshape` (flatten is one) and `Detach`, which stops
 //! the gradient.
 
-use super::{Op, OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
@@ -17,13 +16,14 @@ impl OpRules for Reshape {
     type Params = ();
     const NAME: &'static str = "reshape";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |(), cx| {
+            // Reshaping the gradient back is itself a reshape.
+            cx.first_input(Op::Reshape, vec![cx.dy])
+        },
+    };
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        // Reshaping the gradient back is itself a reshape.
-        cx.first_input(Op::Reshape, vec![cx.dy])
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         copy(cx)
@@ -36,13 +36,9 @@ impl OpRules for Detach {
     type Params = ();
     const NAME: &'static str = "detach";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    // The gradient stops here.
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        // The gradient stops here.
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         copy(cx)

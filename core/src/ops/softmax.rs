@@ -1,7 +1,6 @@
 //! Row-wise softmax and its gradient, which reads the forward output.
 
-use super::{Op, OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{row_dims, Lowered, Lowering};
@@ -14,12 +13,11 @@ impl OpRules for Softmax {
     type Params = ();
     const NAME: &'static str = "softmax";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |(), cx| cx.first_input(Op::SoftmaxGrad, vec![cx.output(0), cx.dy]),
+    };
     const RECOMPUTE: Recompute = Recompute::Rerun;
-
-    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.first_input(Op::SoftmaxGrad, vec![cx.output(0), cx.dy])
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Softmax(row_dims(cx.input(0))))
@@ -32,12 +30,8 @@ impl OpRules for SoftmaxGrad {
     type Params = ();
     const NAME: &'static str = "softmax_grad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::SoftmaxGrad(row_dims(cx.input(0))))

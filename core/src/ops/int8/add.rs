@@ -1,12 +1,11 @@
 //! The int8 residual add and the clamp gradient (the straight-through estimator of a fused
 //! clamp) that the backward passes of every int8 op with a fused activation use.
 
-use crate::autograd::Vjp;
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
-use crate::ops::{Op, OpRules, OperandCounts, Recompute};
+use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::{AddRescale, QuantParams};
 use crate::tensor::{DType, TensorId};
 use alloc::vec;
@@ -26,15 +25,16 @@ impl OpRules for QAdd {
     type Params = QAddParams;
     const NAME: &'static str = "qadd";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0, 1];
+    const GRADIENT: Gradient<QAddParams> = Gradient::Flows {
+        inputs: &[0, 1],
+        vjp: |q, cx| {
+            let y = cx.output(0);
+            let dy = cx.backward("clamp_grad", Op::QClampGrad(q.act), vec![y, cx.dy], y)?;
+            cx.pass(&[0, 1], dy);
+            Ok(())
+        },
+    };
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(q: QAddParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        let y = cx.output(0);
-        let dy = cx.backward("clamp_grad", Op::QClampGrad(q.act), vec![y, cx.dy], y)?;
-        cx.pass(&[0, 1], dy);
-        Ok(())
-    }
 
     fn lower(q: QAddParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::QAdd(q.rescale, q.act, cx.numel()))
@@ -47,12 +47,8 @@ impl OpRules for QClampGrad {
     type Params = (i8, i8);
     const NAME: &'static str = "qclamp_grad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<(i8, i8)> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: (i8, i8), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(act: (i8, i8), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::QClampGrad(act, cx.numel()))

@@ -8,7 +8,7 @@ use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
 use crate::ops::conv2d::{conv_geometry, ConvParams};
 use crate::ops::linear::linear_dims;
-use crate::ops::{Op, OpRules, OperandCounts, Recompute};
+use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
@@ -52,13 +52,14 @@ impl OpRules for QConv2d {
     type Params = QConvParams;
     const NAME: &'static str = "qconv2d";
     const OPERANDS: OperandCounts = OperandCounts::exactly(5, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0, 1, 2];
+    const GRADIENT: Gradient<QConvParams> = Gradient::Flows {
+        inputs: &[0, 1, 2],
+        vjp: |q, cx| {
+            let grads = (Op::Conv2dGradInput(q.conv), Op::Conv2dGradWeight(q.conv));
+            int8_layer_vjp(cx, q.input, q.act, grads)
+        },
+    };
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(q: QConvParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        let grads = (Op::Conv2dGradInput(q.conv), Op::Conv2dGradWeight(q.conv));
-        int8_layer_vjp(cx, q.input, q.act, grads)
-    }
 
     fn lower(q: QConvParams, cx: &Lowering<'_>) -> Lowered {
         let kernel = Kernel::QConv2d {
@@ -77,12 +78,13 @@ impl OpRules for QLinear {
     type Params = QLinearParams;
     const NAME: &'static str = "qlinear";
     const OPERANDS: OperandCounts = OperandCounts::exactly(5, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0, 1, 2];
+    const GRADIENT: Gradient<QLinearParams> = Gradient::Flows {
+        inputs: &[0, 1, 2],
+        vjp: |q, cx| {
+            int8_layer_vjp(cx, q.input, q.act, (Op::LinearGradInput, Op::LinearGradWeight))
+        },
+    };
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(q: QLinearParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        int8_layer_vjp(cx, q.input, q.act, (Op::LinearGradInput, Op::LinearGradWeight))
-    }
 
     fn lower(q: QLinearParams, cx: &Lowering<'_>) -> Lowered {
         let kernel = Kernel::QLinear {

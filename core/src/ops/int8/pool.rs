@@ -1,12 +1,11 @@
 //! Int8 pooling (max, average, global average); the output keeps the input's quantization
 //! and the gradient runs through the float pooling gradients.
 
-use crate::autograd::Vjp;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{channel_dims, Lowered, Lowering};
 use crate::ops::pool::{pool_geometry, PoolParams};
-use crate::ops::{Op, OpRules, OperandCounts, Recompute};
+use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
@@ -28,18 +27,19 @@ impl OpRules for QMaxPool2d {
     type Params = PoolParams;
     const NAME: &'static str = "qmax_pool2d";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<PoolParams> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |p, cx| {
+            if let Some(x) = cx.want(0) {
+                // Any increasing map of the codes finds the same maxima.
+                let codes = cx.scratch("codes", Op::Dequantize(UNIT), vec![x], x)?;
+                let grad = cx.backward("grad", Op::MaxPool2dGrad(p), vec![codes, cx.dy], x)?;
+                cx.contribute(x, grad);
+            }
+            Ok(())
+        },
+    };
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(p: PoolParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        if let Some(x) = cx.want(0) {
-            // Any increasing map of the codes finds the same maxima.
-            let codes = cx.scratch("codes", Op::Dequantize(UNIT), vec![x], x)?;
-            let grad = cx.backward("grad", Op::MaxPool2dGrad(p), vec![codes, cx.dy], x)?;
-            cx.contribute(x, grad);
-        }
-        Ok(())
-    }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::QMaxPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
@@ -52,12 +52,11 @@ impl OpRules for QAvgPool2d {
     type Params = QAvgPoolParams;
     const NAME: &'static str = "qavg_pool2d";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<QAvgPoolParams> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |p, cx| cx.first_input(Op::AvgPool2dGrad(p.pool), vec![cx.dy]),
+    };
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(p: QAvgPoolParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.first_input(Op::AvgPool2dGrad(p.pool), vec![cx.dy])
-    }
 
     fn lower(p: QAvgPoolParams, cx: &Lowering<'_>) -> Lowered {
         let geometry = pool_geometry(cx.input(0), cx.output(0), p.pool);
@@ -71,12 +70,11 @@ impl OpRules for QGlobalAvgPool {
     type Params = ();
     const NAME: &'static str = "qglobal_avg_pool";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |(), cx| cx.first_input(Op::GlobalAvgPoolGrad, vec![cx.dy]),
+    };
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.first_input(Op::GlobalAvgPoolGrad, vec![cx.dy])
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::QGlobalAvgPool(channel_dims(cx.input(0))))

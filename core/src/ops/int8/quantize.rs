@@ -1,14 +1,22 @@
 //! Quantization and dequantization of activations and per-channel weights. The gradient
 //! passes straight through both.
 
-use crate::autograd::Vjp;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{leading_channel_dims, Lowered, Lowering};
-use crate::ops::{Op, OpRules, OperandCounts, Recompute};
+use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
 use crate::tensor::{DType, TensorId};
 use alloc::vec;
+
+/// The gradient of a (de)quantization: it passes unchanged.
+const STRAIGHT_THROUGH: Gradient<QuantParams> = Gradient::Flows {
+    inputs: &[0],
+    vjp: |_, cx| {
+        cx.pass(&[0], cx.dy);
+        Ok(())
+    },
+};
 
 pub(crate) struct Quantize;
 
@@ -16,13 +24,8 @@ impl OpRules for Quantize {
     type Params = QuantParams;
     const NAME: &'static str = "quantize";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<QuantParams> = STRAIGHT_THROUGH;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: QuantParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.pass(&[0], cx.dy);
-        Ok(())
-    }
 
     fn lower(p: QuantParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Quantize(p, cx.numel()))
@@ -35,13 +38,8 @@ impl OpRules for Dequantize {
     type Params = QuantParams;
     const NAME: &'static str = "dequantize";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<QuantParams> = STRAIGHT_THROUGH;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: QuantParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        cx.pass(&[0], cx.dy);
-        Ok(())
-    }
 
     fn lower(p: QuantParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Dequantize(p, cx.numel()))
@@ -54,12 +52,8 @@ impl OpRules for DequantizeWeights {
     type Params = ();
     const NAME: &'static str = "dequantize_weights";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp((): (), _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::DequantizeWeights(leading_channel_dims(cx.input(0))))

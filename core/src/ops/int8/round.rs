@@ -6,7 +6,7 @@ use crate::autograd::Vjp;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{leading_channel_dims, Lowered, Lowering};
-use crate::ops::{Op, OpRules, OperandCounts, Recompute};
+use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
 use crate::tensor::{DType, TensorId};
 use alloc::vec;
 
@@ -37,12 +37,9 @@ impl OpRules for RoundWeights {
     type Params = RoundWeightsParams;
     const NAME: &'static str = "round_weights";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<RoundWeightsParams> =
+        Gradient::Flows { inputs: &[0], vjp: |p, cx| rounded_vjp(cx, p.qas, 1.0) };
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(p: RoundWeightsParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        rounded_vjp(cx, p.qas, 1.0)
-    }
 
     fn lower(_: RoundWeightsParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::RoundWeights(leading_channel_dims(cx.input(0))))
@@ -55,12 +52,9 @@ impl OpRules for RoundBias {
     type Params = RoundBiasParams;
     const NAME: &'static str = "round_bias";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[0];
+    const GRADIENT: Gradient<RoundBiasParams> =
+        Gradient::Flows { inputs: &[0], vjp: |p, cx| rounded_vjp(cx, p.qas, p.input_scale) };
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(p: RoundBiasParams, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
-        rounded_vjp(cx, p.qas, p.input_scale)
-    }
 
     fn lower(_: RoundBiasParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::RoundBias(cx.numel()))
@@ -73,12 +67,8 @@ impl OpRules for ChannelScale {
     type Params = ChannelScaleParams;
     const NAME: &'static str = "channel_scale";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const DIFFERENTIABLE: &'static [usize] = &[];
+    const GRADIENT: Gradient<ChannelScaleParams> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
-
-    fn vjp(_: ChannelScaleParams, _: &mut Vjp<'_>) -> Result<(), GraphError> {
-        Ok(())
-    }
 
     fn lower(p: ChannelScaleParams, cx: &Lowering<'_>) -> Lowered {
         let dims = leading_channel_dims(cx.input(0));
