@@ -238,6 +238,20 @@ macro_rules! ops {
             }
         }
 
+        // A wire tag names one op forever: two ops sharing one do not compile.
+        const _: () = {
+            let tags: &[u32] = &[$($tag),+];
+            let mut i = 0;
+            while i < tags.len() {
+                let mut j = i + 1;
+                while j < tags.len() {
+                    assert!(tags[i] != tags[j], "two ops share a wire tag");
+                    j += 1;
+                }
+                i += 1;
+            }
+        };
+
         impl serde::Serialize for Op {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 match self {
