@@ -3,9 +3,11 @@
 //! checks, output shape), its name, operand counts, gradient rule, whether gradient
 //! checkpointing may recompute it, and the kernel it lowers to.
 //!
-//! The [`Op`] enum and every dispatch over it are generated from one table (see the end of
-//! this file) that pairs each op with its wire tag and the type implementing `OpRules`
-//! for it: an op that forgets a rule does not compile.
+//! The [`Op`] enum and every dispatch over it are generated from the `ops!` table in this
+//! file, which pairs each op with its wire tag and the type implementing `OpRules` for it:
+//! an op that forgets a rule does not compile. A new op is one table entry with a new tag
+//! (tags are never reused or renumbered) and one `OpRules` impl in its family's file;
+//! autograd, gradient checkpointing and lowering need no edit.
 
 mod add;
 mod batch_norm;
