@@ -3,8 +3,7 @@
 
 use crate::builder::OutputSpec;
 use crate::graph::{Graph, GraphError, Node, Phase, Stage};
-use crate::op::Op;
-use crate::quant::QuantParams;
+use crate::ops::Op;
 use crate::tensor::{DType, Role, TensorId};
 use alloc::format;
 use alloc::string::String;
@@ -91,7 +90,9 @@ pub(crate) fn differentiate_seeded(
             continue;
         }
         let dy = sum_contributions(&mut graph, y, core::mem::take(&mut pending[y.index()]))?;
-        for (input, grad) in vjp(&mut graph, node, dy, &wants)? {
+        let mut cx = Vjp { graph: &mut graph, node, dy, wants: &wants, grads: Vec::new() };
+        node.op.vjp(&mut cx)?;
+        for (input, grad) in cx.grads {
             pending[input.index()].push(grad);
         }
     }
@@ -120,44 +121,13 @@ impl Graph {
     pub fn differentiable_parameters(&self) -> Vec<TensorId> {
         let mut reachable = vec![false; self.tensors().len()];
         for node in self.nodes() {
-            for &i in differentiable_inputs(&node.op) {
+            for &i in node.op.differentiable_inputs() {
                 if let Some(t) = node.inputs.get(i) {
                     reachable[t.index()] = true;
                 }
             }
         }
         self.parameters().filter(|t| reachable[t.index()]).collect()
-    }
-}
-
-/// Which inputs of an op a gradient can flow into.
-fn differentiable_inputs(op: &Op) -> &'static [usize] {
-    match op {
-        Op::Linear | Op::Conv2d(_) | Op::BatchNorm2d(_) | Op::QConv2d(_) | Op::QLinear(_) => {
-            &[0, 1, 2]
-        }
-        Op::Add | Op::QAdd(_) => &[0, 1],
-        Op::Quantize(_)
-        | Op::Dequantize(_)
-        | Op::QMaxPool2d(_)
-        | Op::QAvgPool2d(..)
-        | Op::QGlobalAvgPool
-        | Op::RoundWeights { .. }
-        | Op::RoundBias { .. } => &[0],
-        Op::Relu
-        | Op::Relu6
-        | Op::MaxPool2d(_)
-        | Op::AvgPool2d(_)
-        | Op::GlobalAvgPool
-        | Op::Dropout(_)
-        | Op::Reshape
-        | Op::Softmax
-        | Op::CrossEntropy
-        | Op::Mse
-        | Op::Cast => &[0],
-        // Detach stops gradients; backward ops and training plumbing are not differentiated
-        // again (no double backward).
-        _ => &[],
     }
 }
 
@@ -170,7 +140,9 @@ fn wanted_gradients(graph: &Graph, loss: TensorId, trainable: &[TensorId]) -> Ve
         depends_on_trainable[p.index()] = true;
     }
     for node in graph.nodes() {
-        let flows = differentiable_inputs(&node.op)
+        let flows = node
+            .op
+            .differentiable_inputs()
             .iter()
             .filter_map(|&i| node.inputs.get(i))
             .any(|t| depends_on_trainable[t.index()]);
@@ -184,7 +156,7 @@ fn wanted_gradients(graph: &Graph, loss: TensorId, trainable: &[TensorId]) -> Ve
     reaches_loss[loss.index()] = true;
     for node in graph.nodes().iter().rev() {
         if node.outputs.iter().any(|o| reaches_loss[o.index()]) {
-            for &i in differentiable_inputs(&node.op) {
+            for &i in node.op.differentiable_inputs() {
                 if let Some(t) = node.inputs.get(i) {
                     reaches_loss[t.index()] = true;
                 }
@@ -259,208 +231,111 @@ fn backward(
     Ok(graph.record(name, op, inputs, Vec::new(), vec![spec], Phase::MicroBatch)?[0])
 }
 
-/// Rules of ops whose gradient flows into their first input only: the backward op and its
-/// operands.
-fn first_input_rule(node: &Node, dy: TensorId) -> Option<(Op, Vec<TensorId>)> {
-    let (x, y) = (node.inputs[0], node.outputs[0]);
-    Some(match node.op {
-        Op::Relu => (Op::ReluGrad, vec![y, dy]),
-        Op::Relu6 => (Op::Relu6Grad, vec![y, dy]),
-        Op::MaxPool2d(p) => (Op::MaxPool2dGrad(p), vec![x, dy]),
-        Op::AvgPool2d(p) => (Op::AvgPool2dGrad(p), vec![dy]),
-        Op::GlobalAvgPool => (Op::GlobalAvgPoolGrad, vec![dy]),
-        Op::Dropout(cfg) => (Op::DropoutGrad(cfg), vec![dy]),
-        // Reshaping the gradient back is itself a reshape.
-        Op::Reshape => (Op::Reshape, vec![dy]),
-        Op::Softmax => (Op::SoftmaxGrad, vec![y, dy]),
-        Op::CrossEntropy => (Op::CrossEntropyGrad, vec![x, node.inputs[1], dy]),
-        // The target of a mean squared error is a constant.
-        Op::Mse => (Op::MseGrad, vec![x, node.inputs[1], dy]),
-        Op::QAvgPool2d(p, _) => (Op::AvgPool2dGrad(p), vec![dy]),
-        Op::QGlobalAvgPool => (Op::GlobalAvgPoolGrad, vec![dy]),
-        // The gradient goes back to the input's type: a cast the other way.
-        Op::Cast => (Op::Cast, vec![dy]),
-        _ => return None,
-    })
+/// One node as its vector-Jacobian product (see [`crate::ops::Gradient`]) sees it: the
+/// gradient of its first output, which inputs want a gradient, and the contributions its
+/// rule has recorded so far.
+pub(crate) struct Vjp<'a> {
+    graph: &'a mut Graph,
+    node: &'a Node,
+    /// The gradient of the node's first output.
+    pub dy: TensorId,
+    wants: &'a [bool],
+    grads: Vec<(TensorId, TensorId)>,
 }
 
-/// One node as its vector-Jacobian product sees it: which inputs want a gradient, and the
-/// names of the backward nodes it adds.
-struct NodeGrads<'n> {
-    node: &'n Node,
-    wants: &'n [bool],
-}
+impl Vjp<'_> {
+    /// Input `i` of the node.
+    pub fn input(&self, i: usize) -> TensorId {
+        self.node.inputs[i]
+    }
 
-impl NodeGrads<'_> {
+    /// Output `i` of the node.
+    pub fn output(&self, i: usize) -> TensorId {
+        self.node.outputs[i]
+    }
+
     /// Input `i`, when its gradient is wanted.
-    fn want(&self, i: usize) -> Option<TensorId> {
+    pub fn want(&self, i: usize) -> Option<TensorId> {
         self.node.inputs.get(i).copied().filter(|t| self.wants[t.index()])
+    }
+
+    /// Adds `grad` to the gradient of `input`.
+    pub fn contribute(&mut self, input: TensorId, grad: TensorId) {
+        self.grads.push((input, grad));
+    }
+
+    /// Passes `grad` unchanged to each of the inputs `inputs` that wants a gradient.
+    pub fn pass(&mut self, inputs: &[usize], grad: TensorId) {
+        for &i in inputs {
+            if let Some(t) = self.want(i) {
+                self.contribute(t, grad);
+            }
+        }
+    }
+
+    /// The rule of ops whose gradient flows into their first input only: one backward node
+    /// `op` reading `inputs`, named `NODE.grad`, when that input wants a gradient.
+    pub fn first_input(&mut self, op: Op, inputs: Vec<TensorId>) -> Result<(), GraphError> {
+        if let Some(x) = self.want(0) {
+            let grad = self.backward("grad", op, inputs, x)?;
+            self.contribute(x, grad);
+        }
+        Ok(())
+    }
+
+    /// Records the backward node `NODE.what` producing a gradient shaped like `like`.
+    pub fn backward(
+        &mut self,
+        what: &str,
+        op: Op,
+        inputs: Vec<TensorId>,
+        like: TensorId,
+    ) -> Result<TensorId, GraphError> {
+        let spec = grad_spec(self.graph, like);
+        Ok(self.record(what, op, inputs, vec![spec])?[0])
+    }
+
+    /// Records the backward node `NODE.what` producing gradients shaped like `likes`.
+    pub fn backward_many(
+        &mut self,
+        what: &str,
+        op: Op,
+        inputs: Vec<TensorId>,
+        likes: &[TensorId],
+    ) -> Result<Vec<TensorId>, GraphError> {
+        let specs = likes.iter().map(|&t| grad_spec(self.graph, t)).collect();
+        self.record(what, op, inputs, specs)
+    }
+
+    /// Records a backward-pass intermediate `NODE.what` that is not a gradient (a
+    /// dequantized operand), f32 and shaped like `like`.
+    pub fn scratch(
+        &mut self,
+        what: &str,
+        op: Op,
+        inputs: Vec<TensorId>,
+        like: TensorId,
+    ) -> Result<TensorId, GraphError> {
+        let spec = OutputSpec::f32(self.name(what), self.graph.shape(like), Role::Activation);
+        Ok(self.record(what, op, inputs, vec![spec])?[0])
+    }
+
+    /// Records the node `NODE.what` of the backward pass.
+    fn record(
+        &mut self,
+        what: &str,
+        op: Op,
+        inputs: Vec<TensorId>,
+        outputs: Vec<OutputSpec>,
+    ) -> Result<Vec<TensorId>, GraphError> {
+        let name = self.name(what);
+        self.graph.record(&name, op, inputs, Vec::new(), outputs, Phase::MicroBatch)
     }
 
     /// `NODE.what`: the name of a backward node of this node.
     fn name(&self, what: &str) -> String {
         format!("{}.{what}", self.node.name)
     }
-}
-
-/// The vector-Jacobian product of one node: gradient contributions for its inputs.
-fn vjp(
-    graph: &mut Graph,
-    node: &Node,
-    dy: TensorId,
-    wants: &[bool],
-) -> Result<Vec<(TensorId, TensorId)>, GraphError> {
-    let g = NodeGrads { node, wants };
-    let mut out = Vec::new();
-    if let Some((op, inputs)) = first_input_rule(node, dy) {
-        if let Some(x) = g.want(0) {
-            out.push((x, backward(graph, &g.name("grad"), op, inputs, x)?));
-        }
-        return Ok(out);
-    }
-    match node.op {
-        Op::Linear | Op::Conv2d(_) => {
-            let (grad_input, grad_weight) = match node.op {
-                Op::Conv2d(p) => (Op::Conv2dGradInput(p), Op::Conv2dGradWeight(p)),
-                _ => (Op::LinearGradInput, Op::LinearGradWeight),
-            };
-            let (x, w) = (node.inputs[0], node.inputs[1]);
-            if g.want(0).is_some() {
-                out.push((x, backward(graph, &g.name("grad_input"), grad_input, vec![dy, w], x)?));
-            }
-            if g.want(1).is_some() {
-                out.push((
-                    w,
-                    backward(graph, &g.name("grad_weight"), grad_weight, vec![dy, x], w)?,
-                ));
-            }
-            if let Some(b) = g.want(2) {
-                out.push((b, backward(graph, &g.name("grad_bias"), Op::BiasGrad, vec![dy], b)?));
-            }
-        }
-        Op::Add => {
-            // The gradient passes unchanged to both operands; no copy is made.
-            out.extend([g.want(0), g.want(1)].into_iter().flatten().map(|t| (t, dy)));
-        }
-        Op::BatchNorm2d(_) => {
-            let (x, gamma, beta) = (node.inputs[0], node.inputs[1], node.inputs[2]);
-            let (mean, invstd) = (node.outputs[1], node.outputs[2]);
-            if g.want(0).is_some() {
-                let inputs = vec![dy, x, gamma, mean, invstd];
-                let op = Op::BatchNormGradInput;
-                out.push((x, backward(graph, &g.name("grad_input"), op, inputs, x)?));
-            }
-            if g.want(1).is_some() || g.want(2).is_some() {
-                // One kernel yields both; a frozen one of the pair costs C floats.
-                let specs = vec![grad_spec(graph, gamma), grad_spec(graph, beta)];
-                let inputs = vec![dy, x, mean, invstd];
-                let ids = graph.record(
-                    &g.name("grad_params"),
-                    Op::BatchNormGradParams,
-                    inputs,
-                    Vec::new(),
-                    specs,
-                    Phase::MicroBatch,
-                )?;
-                let pairs = [(g.want(1), ids[0]), (g.want(2), ids[1])];
-                out.extend(pairs.into_iter().filter_map(|(t, g)| t.map(|t| (t, g))));
-            }
-        }
-        // Straight-through: (de)quantization passes the gradient unchanged.
-        Op::Quantize(_) | Op::Dequantize(_) => out.extend(g.want(0).map(|x| (x, dy))),
-        Op::RoundWeights { qas } | Op::RoundBias { qas, .. } => {
-            if let Some(x) = g.want(0) {
-                let grad = if qas {
-                    let unit = match node.op {
-                        Op::RoundBias { input_scale, .. } => input_scale,
-                        _ => 1.0,
-                    };
-                    let op = Op::ChannelScale { unit, power: -2 };
-                    backward(graph, &g.name("qas"), op, vec![dy, node.inputs[1]], x)?
-                } else {
-                    dy
-                };
-                out.push((x, grad));
-            }
-        }
-        Op::QMaxPool2d(p) => {
-            if let Some(x) = g.want(0) {
-                // Any increasing map of the codes finds the same maxima.
-                let codes = scratch(graph, &g.name("codes"), Op::Dequantize(UNIT), vec![x], x)?;
-                let op = Op::MaxPool2dGrad(p);
-                out.push((x, backward(graph, &g.name("grad"), op, vec![codes, dy], x)?));
-            }
-        }
-        Op::QAdd(q) => {
-            let dy = backward(
-                graph,
-                &g.name("clamp_grad"),
-                Op::QClampGrad(q.act),
-                vec![node.outputs[0], dy],
-                node.outputs[0],
-            )?;
-            out.extend([g.want(0), g.want(1)].into_iter().flatten().map(|t| (t, dy)));
-        }
-        Op::QConv2d(_) | Op::QLinear(_) => out = int8_layer_vjp(graph, &g, dy)?,
-        // Detach, backward ops and training plumbing pass no gradient.
-        _ => {}
-    }
-    Ok(out)
-}
-
-/// Parameters that read int8 codes as their integer values.
-const UNIT: QuantParams = QuantParams { scale: 1.0, zero_point: 0 };
-
-/// Records a backward-pass intermediate that is not a gradient (a dequantized operand).
-fn scratch(
-    graph: &mut Graph,
-    name: &str,
-    op: Op,
-    inputs: Vec<TensorId>,
-    like: TensorId,
-) -> Result<TensorId, GraphError> {
-    let spec = OutputSpec::f32(name.into(), graph.shape(like), Role::Activation);
-    Ok(graph.record(name, op, inputs, Vec::new(), vec![spec], Phase::MicroBatch)?[0])
-}
-
-/// The gradients of an int8 convolution or dense layer, in real units for its input and
-/// in integer units (`∂L/∂q`) for its weight and bias: the output gradient is first
-/// stopped where the fused clamp saturated, then the float backward kernels run on
-/// dequantized operands.
-fn int8_layer_vjp(
-    graph: &mut Graph,
-    g: &NodeGrads<'_>,
-    dy: TensorId,
-) -> Result<Vec<(TensorId, TensorId)>, GraphError> {
-    let node = g.node;
-    let (x, w, bias, w_scale, y) =
-        (node.inputs[0], node.inputs[1], node.inputs[2], node.inputs[4], node.outputs[0]);
-    let (input, act, grads) = match node.op {
-        Op::QConv2d(q) => {
-            (q.input, q.act, (Op::Conv2dGradInput(q.conv), Op::Conv2dGradWeight(q.conv)))
-        }
-        Op::QLinear(q) => (q.input, q.act, (Op::LinearGradInput, Op::LinearGradWeight)),
-        _ => return Ok(Vec::new()),
-    };
-    let mut out = Vec::new();
-    let dy = backward(graph, &g.name("clamp_grad"), Op::QClampGrad(act), vec![y, dy], y)?;
-    if g.want(0).is_some() {
-        let op = Op::DequantizeWeights;
-        let w_real = scratch(graph, &g.name("weight_real"), op, vec![w, w_scale], w)?;
-        out.push((x, backward(graph, &g.name("grad_input"), grads.0, vec![dy, w_real], x)?));
-    }
-    if g.want(1).is_some() {
-        let x_real = scratch(graph, &g.name("input_real"), Op::Dequantize(input), vec![x], x)?;
-        let real = backward(graph, &g.name("grad_weight_real"), grads.1, vec![dy, x_real], w)?;
-        let op = Op::ChannelScale { unit: 1.0, power: 1 };
-        out.push((w, backward(graph, &g.name("grad_weight"), op, vec![real, w_scale], w)?));
-    }
-    if g.want(2).is_some() {
-        let real = backward(graph, &g.name("grad_bias_real"), Op::BiasGrad, vec![dy], bias)?;
-        let op = Op::ChannelScale { unit: input.scale, power: 1 };
-        out.push((bias, backward(graph, &g.name("grad_bias"), op, vec![real, w_scale], bias)?));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

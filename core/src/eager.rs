@@ -310,7 +310,7 @@ mod tests {
         use crate::backend::Reference;
         use crate::compile::compile_inference;
         use crate::executor::Executor;
-        use crate::op::ConvParams;
+        use crate::ops::ConvParams;
         fn model(g: &mut Graph, x: TensorId) -> Result<TensorId, GraphError> {
             let same = ConvParams { stride: (1, 1), padding: (1, 1), groups: 1 };
             let h = crate::nn::conv2d(g, "c", x, 3, 3, same, true)?;

@@ -3,7 +3,7 @@
 //! consumer reads a widened f32 copy made by a cast right before it.
 
 use crate::graph::{Graph, GraphError, Node, Phase, Stage, TensorInfo};
-use crate::op::Op;
+use crate::ops::Op;
 use crate::tensor::{DType, Role, TensorId};
 use alloc::collections::BTreeSet;
 use alloc::format;

@@ -3,7 +3,7 @@
 
 use crate::eager::Eager;
 use crate::lower::{lower, Mode};
-use crate::op::Op;
+use crate::ops::Op;
 use crate::rng::SplitMix;
 use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};

@@ -81,7 +81,10 @@ pub mod lower;
 #[cfg(feature = "alloc")]
 pub mod nn;
 #[cfg(feature = "alloc")]
-pub mod op;
+pub mod ops;
+/// The op layer under its former name, for code written against it.
+#[cfg(feature = "alloc")]
+pub use ops as op;
 #[cfg(feature = "alloc")]
 pub mod optim;
 #[cfg(feature = "alloc")]

@@ -4,7 +4,7 @@
 
 use crate::geometry::BatchNormConfig;
 use crate::graph::{Graph, GraphError, Init};
-use crate::op::ConvParams;
+use crate::ops::ConvParams;
 use crate::rng::splitmix64;
 use crate::shape::Shape;
 use crate::tensor::TensorId;

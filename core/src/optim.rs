@@ -4,7 +4,7 @@
 use crate::builder::OutputSpec;
 use crate::geometry::{AdamWConfig, LossScaleConfig, SgdConfig};
 use crate::graph::{Graph, GraphError, Init, Phase, Stage, TensorInfo};
-use crate::op::Op;
+use crate::ops::Op;
 use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};
 use alloc::format;

@@ -2,7 +2,7 @@
 //! carries the batch in its first dimension change; weights and per-channel tensors do not.
 
 use crate::graph::{Graph, GraphError, Stage};
-use crate::op::Op;
+use crate::ops::Op;
 use crate::tensor::Role;
 use alloc::format;
 use alloc::vec;
@@ -70,7 +70,7 @@ impl Graph {
 mod tests {
     use super::*;
     use crate::compile::compile_inference;
-    use crate::op::{ConvParams, PoolParams};
+    use crate::ops::{ConvParams, PoolParams};
     use crate::shape::Shape;
     use crate::tensor::TensorId;
     use crate::{nn, Executor, Reference};

@@ -206,10 +206,10 @@ fn wrong_magic_and_future_version_are_refused() {
         "{err:?}"
     );
     let mut bytes = saved_cnn();
-    bytes[8..10].copy_from_slice(&2u16.to_le_bytes());
+    bytes[8..10].copy_from_slice(&3u16.to_le_bytes());
     let err = load_model(&bytes).unwrap_err();
-    assert_eq!(err, FormatError::Frame(FrameError::UnsupportedVersion { found: 2, supported: 1 }));
-    assert!(err.to_string().contains("version 2"), "{err}");
+    assert_eq!(err, FormatError::Frame(FrameError::UnsupportedVersion { found: 3, supported: 2 }));
+    assert!(err.to_string().contains("version 3"), "{err}");
 }
 
 #[test]

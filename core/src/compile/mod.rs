@@ -8,7 +8,7 @@ pub use owned::{Binding, HostMemory, Plan, PlanStats, UnknownTensor};
 
 use crate::graph::{Graph, GraphError, Phase};
 use crate::lower::{lower, Mode};
-use crate::op::Op;
+use crate::ops::Op;
 use crate::tensor::Role;
 use crate::tensor::TensorId;
 use alloc::vec;

@@ -3,32 +3,11 @@
 //! kernels, so the step's results stay bit-identical.
 
 use crate::graph::{Graph, GraphError, Node, Phase, Stage, TensorInfo};
-use crate::op::Op;
+use crate::ops::Recompute;
 use crate::tensor::{Role, TensorId};
 use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
-
-/// Whether an op's first output can be recomputed from its inputs without side effects.
-fn recomputable(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Linear
-            | Op::Conv2d(_)
-            | Op::Relu
-            | Op::Relu6
-            | Op::MaxPool2d(_)
-            | Op::AvgPool2d(_)
-            | Op::GlobalAvgPool
-            | Op::Add
-            | Op::BatchNorm2d(_)
-            | Op::Dropout(_)
-            | Op::Reshape
-            | Op::Softmax
-            | Op::Detach
-            | Op::Cast
-    )
-}
 
 /// Forward activations that could be recomputed instead of kept, in forward order. Those
 /// the backward pass reads are the point; the others matter because recomputing a dropped
@@ -36,7 +15,7 @@ fn recomputable(op: &Op) -> bool {
 pub(crate) fn candidates(graph: &Graph, forward_nodes: usize) -> Vec<TensorId> {
     graph.nodes()[..forward_nodes]
         .iter()
-        .filter(|n| recomputable(&n.op))
+        .filter(|n| n.op.recompute() != Recompute::Never)
         .map(|n| n.outputs[0])
         .collect()
 }
@@ -104,14 +83,12 @@ impl Rewriter<'_> {
         for &input in &original.inputs {
             inputs.push(self.available(input)?);
         }
-        let op = match original.op {
-            // Re-normalise with the statistics saved by the forward pass: the running
-            // statistics must not move twice.
-            Op::BatchNorm2d(_) => {
-                inputs.extend([original.outputs[1], original.outputs[2]]);
-                Op::BatchNormApply
+        let op = match original.op.recompute() {
+            Recompute::Apply { op, saved } => {
+                inputs.extend(saved.iter().map(|&i| original.outputs[i]));
+                op
             }
-            op => op,
+            Recompute::Rerun | Recompute::Never => original.op,
         };
         let info = self.graph.tensor(t).clone();
         let copy = self.graph.add_tensor(TensorInfo {

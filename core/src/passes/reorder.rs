@@ -3,7 +3,7 @@
 //! last reader has run, so the gradient buffer dies at once instead of at the end of the step.
 
 use crate::graph::{Graph, Node, Phase, Stage};
-use crate::op::Op;
+use crate::ops::Op;
 use alloc::vec;
 use alloc::vec::Vec;
 

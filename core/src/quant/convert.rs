@@ -7,9 +7,8 @@
 
 use super::kernels::AddRescale;
 use super::params::{quantize_weight, symmetric_scale, QuantError, QuantParams, Requantize};
-use super::record::Int8Weights;
 use crate::graph::{Graph, GraphError, Node, TensorInfo};
-use crate::op::{Op, QAddParams, QConvParams, QLinearParams};
+use crate::ops::{Int8Weights, Op, QAddParams, QConvParams, QLinearParams};
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
 use alloc::collections::{BTreeMap, BTreeSet};

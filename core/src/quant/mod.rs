@@ -10,11 +10,11 @@ pub mod backward;
 pub mod convert;
 pub mod kernels;
 pub mod params;
-#[cfg(feature = "alloc")]
-mod record;
 #[cfg(test)]
 mod testing;
 
+#[cfg(feature = "alloc")]
+pub use crate::ops::Int8Weights;
 pub use kernels::{
     add_s8, avg_pool2d_s8, clamp_s8, conv2d_s8, dequantize_slice, global_avg_pool_s8, linear_s8,
     max_pool2d_s8, quantize_slice, relu6_s8, relu_s8, AddRescale, OutputQuant,
@@ -23,5 +23,3 @@ pub use params::{
     quantize_symmetric, quantize_weight, symmetric_scale, QuantError, QuantParams, Requantize,
     FULL_RANGE,
 };
-#[cfg(feature = "alloc")]
-pub use record::Int8Weights;

@@ -1,0 +1,74 @@
+//! The int8 residual add and the clamp gradient (the straight-through estimator of a fused
+//! clamp) that the backward passes of every int8 op with a fused activation use.
+
+use crate::builder::mismatch;
+use crate::graph::{Graph, GraphError};
+use crate::kernel::Kernel;
+use crate::lower::{Lowered, Lowering};
+use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use crate::quant::{AddRescale, QuantParams};
+use crate::tensor::{DType, TensorId};
+use alloc::vec;
+
+/// An int8 residual add: TFLite's precomputed rescaling and the fused clamp.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QAddParams {
+    pub rescale: AddRescale,
+    /// The output's quantization (the rescale folds it in; the backward pass reads it).
+    pub output: QuantParams,
+    pub act: (i8, i8),
+}
+
+pub(crate) struct QAdd;
+
+impl OpRules for QAdd {
+    type Params = QAddParams;
+    const NAME: &'static str = "qadd";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
+    const GRADIENT: Gradient<QAddParams> = Gradient::Flows {
+        inputs: &[0, 1],
+        vjp: |q, cx| {
+            let y = cx.output(0);
+            let dy = cx.backward("clamp_grad", Op::QClampGrad(q.act), vec![y, cx.dy], y)?;
+            cx.pass(&[0, 1], dy);
+            Ok(())
+        },
+    };
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn lower(q: QAddParams, cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::QAdd(q.rescale, q.act, cx.numel()))
+    }
+}
+
+pub(crate) struct QClampGrad;
+
+impl OpRules for QClampGrad {
+    type Params = (i8, i8);
+    const NAME: &'static str = "qclamp_grad";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
+    const GRADIENT: Gradient<(i8, i8)> = Gradient::None;
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn lower(act: (i8, i8), cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::QClampGrad(act, cx.numel()))
+    }
+}
+
+impl Graph {
+    /// An int8 element-wise sum of two tensors of the same shape.
+    pub fn qadd(
+        &mut self,
+        name: &str,
+        a: TensorId,
+        b: TensorId,
+        params: QAddParams,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::QAdd(params);
+        let (sa, sb) = (self.typed(op, name, a, DType::I8)?, self.typed(op, name, b, DType::I8)?);
+        if sa != sb {
+            return Err(mismatch(op, name, "operands must have the same shape", sa, sb));
+        }
+        self.record_as(name, op, vec![a, b], sa, DType::I8)
+    }
+}

@@ -1,0 +1,202 @@
+//! The int8 convolution and dense layer: requantized output with a fused clamp, and a
+//! backward pass that runs the float backward kernels on dequantized operands.
+
+use crate::autograd::Vjp;
+use crate::builder::mismatch;
+use crate::graph::{Graph, GraphError};
+use crate::kernel::Kernel;
+use crate::lower::{Lowered, Lowering};
+use crate::ops::conv2d::{conv_geometry, ConvParams};
+use crate::ops::linear::linear_dims;
+use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use crate::quant::QuantParams;
+use crate::shape::Shape;
+use crate::tensor::{DType, TensorId};
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// An int8 convolution: its geometry settings, the quantization of its input and output,
+/// and the fused activation's clamp bounds (in output units).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QConvParams {
+    pub conv: ConvParams,
+    pub input: QuantParams,
+    pub output: QuantParams,
+    pub act: (i8, i8),
+}
+
+/// An int8 dense layer: the quantization of its input and output and the fused clamp.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QLinearParams {
+    pub input: QuantParams,
+    pub output: QuantParams,
+    pub act: (i8, i8),
+}
+
+/// The tensors of one int8 convolution or dense layer besides its input.
+#[derive(Clone, Copy, Debug)]
+pub struct Int8Weights {
+    /// `i8` weights (a frozen parameter, or the output of [`Graph::round_weights`]).
+    pub weight: TensorId,
+    /// `i32 [O]` bias in units of `input_scale · weight_scale[o]`.
+    pub bias: TensorId,
+    /// `i32 [O, 2]`: each output channel's requantization multiplier and shift.
+    pub requant: TensorId,
+    /// `f32 [O]`: each output channel's weight scale.
+    pub weight_scale: TensorId,
+}
+
+pub(crate) struct QConv2d;
+
+impl OpRules for QConv2d {
+    type Params = QConvParams;
+    const NAME: &'static str = "qconv2d";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(5, 0, 1);
+    const GRADIENT: Gradient<QConvParams> = Gradient::Flows {
+        inputs: &[0, 1, 2],
+        vjp: |q, cx| {
+            let grads = (Op::Conv2dGradInput(q.conv), Op::Conv2dGradWeight(q.conv));
+            int8_layer_vjp(cx, q.input, q.act, grads)
+        },
+    };
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn lower(q: QConvParams, cx: &Lowering<'_>) -> Lowered {
+        let kernel = Kernel::QConv2d {
+            geometry: conv_geometry(cx.input(0), cx.input(1), cx.output(0), q.conv),
+            input_zero_point: q.input.zero_point,
+            output_zero_point: q.output.zero_point,
+            act: q.act,
+        };
+        (kernel, without_weight_scales(cx))
+    }
+}
+
+pub(crate) struct QLinear;
+
+impl OpRules for QLinear {
+    type Params = QLinearParams;
+    const NAME: &'static str = "qlinear";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(5, 0, 1);
+    const GRADIENT: Gradient<QLinearParams> = Gradient::Flows {
+        inputs: &[0, 1, 2],
+        vjp: |q, cx| {
+            int8_layer_vjp(cx, q.input, q.act, (Op::LinearGradInput, Op::LinearGradWeight))
+        },
+    };
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn lower(q: QLinearParams, cx: &Lowering<'_>) -> Lowered {
+        let kernel = Kernel::QLinear {
+            dims: linear_dims(cx.input(0), cx.input(1)),
+            input_zero_point: q.input.zero_point,
+            output_zero_point: q.output.zero_point,
+            act: q.act,
+        };
+        (kernel, without_weight_scales(cx))
+    }
+}
+
+/// An int8 layer's operands without its weight scales (input 4), which only its backward
+/// pass reads.
+fn without_weight_scales(cx: &Lowering<'_>) -> Vec<crate::tensor::TensorId> {
+    cx.node.inputs.iter().take(4).chain(&cx.node.outputs).copied().collect()
+}
+
+/// The gradients of an int8 convolution or dense layer, in real units for its input and
+/// in integer units (`∂L/∂q`) for its weight and bias: the output gradient is first
+/// stopped where the fused clamp saturated, then the float backward kernels `grads`
+/// (input, weight) run on dequantized operands.
+fn int8_layer_vjp(
+    cx: &mut Vjp<'_>,
+    input: QuantParams,
+    act: (i8, i8),
+    grads: (Op, Op),
+) -> Result<(), GraphError> {
+    let (x, w, bias, w_scale, y) =
+        (cx.input(0), cx.input(1), cx.input(2), cx.input(4), cx.output(0));
+    let dy = cx.backward("clamp_grad", Op::QClampGrad(act), vec![y, cx.dy], y)?;
+    if cx.want(0).is_some() {
+        let w_real = cx.scratch("weight_real", Op::DequantizeWeights, vec![w, w_scale], w)?;
+        let grad = cx.backward("grad_input", grads.0, vec![dy, w_real], x)?;
+        cx.contribute(x, grad);
+    }
+    if cx.want(1).is_some() {
+        let x_real = cx.scratch("input_real", Op::Dequantize(input), vec![x], x)?;
+        let real = cx.backward("grad_weight_real", grads.1, vec![dy, x_real], w)?;
+        let op = Op::ChannelScale(super::ChannelScaleParams { unit: 1.0, power: 1 });
+        let grad = cx.backward("grad_weight", op, vec![real, w_scale], w)?;
+        cx.contribute(w, grad);
+    }
+    if cx.want(2).is_some() {
+        let real = cx.backward("grad_bias_real", Op::BiasGrad, vec![dy], bias)?;
+        let op = Op::ChannelScale(super::ChannelScaleParams { unit: input.scale, power: 1 });
+        let grad = cx.backward("grad_bias", op, vec![real, w_scale], bias)?;
+        cx.contribute(bias, grad);
+    }
+    Ok(())
+}
+
+impl Graph {
+    /// An int8 convolution with requantized output and fused clamp.
+    pub fn qconv2d(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        weights: Int8Weights,
+        params: QConvParams,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::QConv2d(params);
+        let shape = self.conv_shape(op, name, x, weights.weight, params.conv, DType::I8)?;
+        self.check_int8_weights(op, name, weights, shape.dims()[1])?;
+        self.record_int8_layer(name, op, x, weights, shape)
+    }
+
+    /// An int8 dense layer `x[N, K] · w[M, K]ᵀ + b` with requantized output and fused clamp.
+    pub fn qlinear(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        weights: Int8Weights,
+        params: QLinearParams,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::QLinear(params);
+        let shape = self.linear_shape(op, name, x, weights.weight, DType::I8)?;
+        self.check_int8_weights(op, name, weights, shape.dims()[1])?;
+        self.record_int8_layer(name, op, x, weights, shape)
+    }
+
+    fn record_int8_layer(
+        &mut self,
+        name: &str,
+        op: Op,
+        x: TensorId,
+        w: Int8Weights,
+        shape: Shape,
+    ) -> Result<TensorId, GraphError> {
+        let inputs = vec![x, w.weight, w.bias, w.requant, w.weight_scale];
+        self.record_as(name, op, inputs, shape, DType::I8)
+    }
+
+    fn check_int8_weights(
+        &self,
+        op: Op,
+        name: &str,
+        w: Int8Weights,
+        channels: usize,
+    ) -> Result<(), GraphError> {
+        self.check_per_channel(op, name, w.bias, DType::I32, channels)?;
+        self.check_per_channel(op, name, w.weight_scale, DType::F32, channels)?;
+        let requant = self.typed(op, name, w.requant, DType::I32)?;
+        if requant != Shape::d2(channels, 2) {
+            return Err(mismatch(
+                op,
+                name,
+                "requantization pairs must be [channels, 2]",
+                Shape::d2(channels, 2),
+                requant,
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,139 @@
+//! Dense layers: `Linear` with its backward ops, the input and weight gradients and the
+//! bias gradient that convolutions share.
+
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use crate::autograd::Vjp;
+use crate::builder::mismatch;
+use crate::geometry::LinearDims;
+use crate::graph::{Graph, GraphError};
+use crate::kernel::Kernel;
+use crate::lower::{channel_dims, dim, Lowered, Lowering};
+use crate::shape::Shape;
+use crate::tensor::{DType, TensorId};
+use alloc::vec;
+
+pub(crate) struct Linear;
+
+impl OpRules for Linear {
+    type Params = ();
+    const NAME: &'static str = "linear";
+    const OPERANDS: OperandCounts = OperandCounts { inputs: 2..=3, state: 0..=0, outputs: 1..=1 };
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0, 1, 2],
+        vjp: |(), cx| layer_vjp(cx, Op::LinearGradInput, Op::LinearGradWeight),
+    };
+    const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        let dims = linear_dims(cx.input(0), cx.input(1));
+        cx.all(Kernel::Linear { dims, bias: cx.node.inputs.len() == 3 })
+    }
+}
+
+pub(crate) struct LinearGradInput;
+
+impl OpRules for LinearGradInput {
+    type Params = ();
+    const NAME: &'static str = "linear_grad_input";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
+    const GRADIENT: Gradient<()> = Gradient::None;
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        let (dy, w) = (cx.input(0), cx.input(1));
+        cx.all(Kernel::LinearGradInput(LinearDims { n: dim(dy, 0), k: dim(w, 1), m: dim(w, 0) }))
+    }
+}
+
+pub(crate) struct LinearGradWeight;
+
+impl OpRules for LinearGradWeight {
+    type Params = ();
+    const NAME: &'static str = "linear_grad_weight";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
+    const GRADIENT: Gradient<()> = Gradient::None;
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::LinearGradWeight(linear_dims(cx.input(1), cx.output(0))))
+    }
+}
+
+pub(crate) struct BiasGrad;
+
+impl OpRules for BiasGrad {
+    type Params = ();
+    const NAME: &'static str = "bias_grad";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const GRADIENT: Gradient<()> = Gradient::None;
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::BiasGrad(channel_dims(cx.input(0))))
+    }
+}
+
+/// The gradients of a dense layer or convolution `x, w, (b) → y`: `grad_input` reads the
+/// output gradient and the weight, `grad_weight` the output gradient and the input.
+pub(super) fn layer_vjp(
+    cx: &mut Vjp<'_>,
+    grad_input: Op,
+    grad_weight: Op,
+) -> Result<(), GraphError> {
+    let (x, w, dy) = (cx.input(0), cx.input(1), cx.dy);
+    if cx.want(0).is_some() {
+        let grad = cx.backward("grad_input", grad_input, vec![dy, w], x)?;
+        cx.contribute(x, grad);
+    }
+    if cx.want(1).is_some() {
+        let grad = cx.backward("grad_weight", grad_weight, vec![dy, x], w)?;
+        cx.contribute(w, grad);
+    }
+    if let Some(b) = cx.want(2) {
+        let grad = cx.backward("grad_bias", Op::BiasGrad, vec![dy], b)?;
+        cx.contribute(b, grad);
+    }
+    Ok(())
+}
+
+/// The dimensions of a dense layer on `x[N, K]` and `w[M, K]`.
+pub(super) fn linear_dims(x: Shape, w: Shape) -> LinearDims {
+    LinearDims { n: dim(x, 0), k: dim(x, 1), m: dim(w, 0) }
+}
+
+impl Graph {
+    /// `y = x · wᵀ + b` with `x[N,K]`, `w[M,K]`, `b[M]`.
+    pub fn linear(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        w: TensorId,
+        b: Option<TensorId>,
+    ) -> Result<TensorId, GraphError> {
+        let op = Op::Linear;
+        let shape = self.linear_shape(op, name, x, w, DType::F32)?;
+        let mut inputs = vec![x, w];
+        if let Some(b) = b {
+            self.check_bias(op, name, b, shape.dims()[1])?;
+            inputs.push(b);
+        }
+        self.record_one(name, op, inputs, shape)
+    }
+
+    /// The output shape `[N, M]` of a dense layer on `x[N, K]` and `w[M, K]` of `dtype`.
+    pub(crate) fn linear_shape(
+        &self,
+        op: Op,
+        name: &str,
+        x: TensorId,
+        w: TensorId,
+        dtype: DType,
+    ) -> Result<Shape, GraphError> {
+        let (xs, ws) =
+            (self.typed_rank(op, name, x, dtype, 2)?, self.typed_rank(op, name, w, dtype, 2)?);
+        if xs.dims()[1] != ws.dims()[1] {
+            return Err(mismatch(op, name, "input features differ from the weight's", xs, ws));
+        }
+        Ok(Shape::d2(xs.dims()[0], ws.dims()[0]))
+    }
+}

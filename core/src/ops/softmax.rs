@@ -1,0 +1,47 @@
+//! Row-wise softmax and its gradient, which reads the forward output.
+
+use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use crate::graph::{Graph, GraphError};
+use crate::kernel::Kernel;
+use crate::lower::{row_dims, Lowered, Lowering};
+use crate::tensor::TensorId;
+use alloc::vec;
+
+pub(crate) struct Softmax;
+
+impl OpRules for Softmax {
+    type Params = ();
+    const NAME: &'static str = "softmax";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const GRADIENT: Gradient<()> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |(), cx| cx.first_input(Op::SoftmaxGrad, vec![cx.output(0), cx.dy]),
+    };
+    const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::Softmax(row_dims(cx.input(0))))
+    }
+}
+
+pub(crate) struct SoftmaxGrad;
+
+impl OpRules for SoftmaxGrad {
+    type Params = ();
+    const NAME: &'static str = "softmax_grad";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
+    const GRADIENT: Gradient<()> = Gradient::None;
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        cx.all(Kernel::SoftmaxGrad(row_dims(cx.input(0))))
+    }
+}
+
+impl Graph {
+    /// Row-wise softmax of `x[N,C]`.
+    pub fn softmax(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
+        let xs = self.float_rank(Op::Softmax, name, x, 2)?;
+        self.record_one(name, Op::Softmax, vec![x], xs)
+    }
+}
