@@ -31,44 +31,34 @@ pub type In<'a, B, T> = <<B as Backend>::Memory as Memory>::Slice<'a, T>;
 /// A kernel output on backend `B`: an exclusive view of `T` values in `B`'s memory.
 pub type Out<'a, B, T> = <<B as Backend>::Memory as Memory>::SliceMut<'a, T>;
 
-/// Every kernel a plan calls: a backend implements each family (or inherits the reference
-/// kernels for it). Slices always have the lengths the kernel's signature states; backward
-/// kernels overwrite their outputs.
-pub trait Kernels:
-    Backend
-    + DenseKernels
-    + ConvKernels
-    + VectorKernels
-    + ActivationKernels
-    + PoolKernels
-    + NormKernels
-    + DropoutKernels
-    + LossKernels
-    + OptimizerKernels
-    + HalfKernels
-    + Int8Kernels
-    + Int8LayerKernels
-    + Int8TrainingKernels
-{
+/// Declares [`Kernels`] as every family trait listed, implemented for every backend that
+/// implements them all.
+macro_rules! every_family {
+    ($(#[$doc:meta])* $($family:ident),+ $(,)?) => {
+        $(#[$doc])*
+        pub trait Kernels: Backend $(+ $family)+ {}
+
+        impl<B: Backend $(+ $family)+ + ?Sized> Kernels for B {}
+    };
 }
 
-impl<B> Kernels for B where
-    B: Backend
-        + DenseKernels
-        + ConvKernels
-        + VectorKernels
-        + ActivationKernels
-        + PoolKernels
-        + NormKernels
-        + DropoutKernels
-        + LossKernels
-        + OptimizerKernels
-        + HalfKernels
-        + Int8Kernels
-        + Int8LayerKernels
-        + Int8TrainingKernels
-        + ?Sized
-{
+every_family! {
+    /// Every kernel a plan calls: a backend implements each family (or inherits the
+    /// reference kernels for it). Slices always have the lengths the kernel's signature
+    /// states; backward kernels overwrite their outputs.
+    DenseKernels,
+    ConvKernels,
+    VectorKernels,
+    ActivationKernels,
+    PoolKernels,
+    NormKernels,
+    DropoutKernels,
+    LossKernels,
+    OptimizerKernels,
+    HalfKernels,
+    Int8Kernels,
+    Int8LayerKernels,
+    Int8TrainingKernels,
 }
 
 /// The kernel families, as markers for [`InheritReference`].
