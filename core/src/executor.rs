@@ -363,6 +363,93 @@ mod tests {
         assert_eq!(f32::from_bits(arena[4]), 6.0);
     }
 
+    /// Device-style memory: views are address ranges, and the host never sees the bytes.
+    struct Addresses;
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Span<'a> {
+        start: usize,
+        len: usize,
+        life: core::marker::PhantomData<&'a ()>,
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct SpanMut<'a>(Span<'a>);
+
+    fn span<'a>(start: usize, len: usize) -> Span<'a> {
+        Span { start, len, life: core::marker::PhantomData }
+    }
+
+    impl Memory for Addresses {
+        type Bytes<'a> = Span<'a>;
+        type BytesMut<'a> = SpanMut<'a>;
+        type Slice<'a, T: bytemuck::Pod> = Span<'a>;
+        type SliceMut<'a, T: bytemuck::Pod> = SpanMut<'a>;
+
+        fn len(bytes: Span<'_>) -> usize {
+            bytes.len
+        }
+        fn is_aligned(bytes: Span<'_>, align: usize) -> bool {
+            bytes.start.is_multiple_of(align)
+        }
+        fn shorten<'a, 'b: 'a>(bytes: Span<'b>) -> Span<'a> {
+            span(bytes.start, bytes.len)
+        }
+        fn view<'a>(bytes: &'a SpanMut<'_>) -> Span<'a> {
+            span(bytes.0.start, bytes.0.len)
+        }
+        fn reborrow<'a>(bytes: &'a mut SpanMut<'_>) -> SpanMut<'a> {
+            SpanMut(span(bytes.0.start, bytes.0.len))
+        }
+        fn freeze(bytes: Self::BytesMut<'_>) -> Self::Bytes<'_> {
+            bytes.0
+        }
+        fn range(bytes: Self::Bytes<'_>, range: core::ops::Range<usize>) -> Self::Bytes<'_> {
+            span(bytes.start + range.start, range.len())
+        }
+        fn split_at_mut(
+            bytes: Self::BytesMut<'_>,
+            mid: usize,
+        ) -> (Self::BytesMut<'_>, Self::BytesMut<'_>) {
+            let Span { start, len, .. } = bytes.0;
+            (SpanMut(span(start, mid)), SpanMut(span(start + mid, len - mid)))
+        }
+        fn cast<T: bytemuck::Pod>(bytes: Self::Bytes<'_>) -> Option<Self::Slice<'_, T>> {
+            Some(bytes)
+        }
+        fn cast_mut<T: bytemuck::Pod>(bytes: Self::BytesMut<'_>) -> Option<Self::SliceMut<'_, T>> {
+            Some(bytes)
+        }
+        fn host(_: Self::Bytes<'_>) -> Option<&[u8]> {
+            None
+        }
+    }
+
+    #[test]
+    fn operands_are_carved_out_of_a_device_arena_without_host_bytes() {
+        let state = Operand { region: Region::State, offset: 8, len: 2, dtype: DType::F32 };
+        let s = step(Kernel::Add(2), &[state, arena_operand(0, 2), arena_operand(32, 2)]);
+        let mut regions = RegionsIn::<Addresses> {
+            frozen: span(0x100, 0),
+            state: SpanMut(span(0x200, 16)),
+            arena: SpanMut(span(0x1000, 64)),
+        };
+        let views = split_operands(0, &s, &mut regions).unwrap();
+        let got: heapless::Vec<_, MAX_OPERANDS> = views
+            .into_iter()
+            .map(|v| match v {
+                View::Read(b) => (false, b.start, b.len),
+                View::Write(b) => (true, b.0.start, b.0.len),
+            })
+            .collect();
+        assert_eq!(got, [(false, 0x208, 8), (false, 0x1000, 8), (true, 0x1020, 8)]);
+        let s = step(Kernel::Relu(4), &[arena_operand(0, 4), arena_operand(8, 4)]);
+        assert_eq!(
+            split_operands(0, &s, &mut regions).err(),
+            Some(ExecError::Overlap { step: 0, kernel: "relu" })
+        );
+    }
+
     #[test]
     fn a_write_overlapping_a_read_is_refused() {
         let mut arena = [0u32; 8];
