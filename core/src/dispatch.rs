@@ -1,15 +1,17 @@
 //! Calling one kernel: typed views of a step's operands, consumed in signature order, and
 //! the match from [`Kernel`] to a [`Kernels`] method. Shared by the executor and eager mode.
 
-use crate::backend::Kernels;
+use bytemuck::Pod;
+
+use crate::backend::{Affine, Host, Kernels, Memory, ParamUpdate, Running, Saved, TrainStats};
 use crate::error::KernelError;
 use crate::kernel::{Kernel, MAX_OPERANDS};
-use crate::quant::{OutputQuant, Requantize};
+use crate::quant::{QLayerArgs, Requantization, Requantize};
 
 /// One operand's memory, borrowed for the length of a kernel call.
-pub enum View<'a> {
-    Read(&'a [u8]),
-    Write(&'a mut [u8]),
+pub enum View<'a, M: Memory = Host> {
+    Read(M::Bytes<'a>),
+    Write(M::BytesMut<'a>),
 }
 
 /// Values a kernel reads from outside its operands.
@@ -47,15 +49,18 @@ impl From<KernelError> for Fault {
 }
 
 /// An int8 layer's weights, biases and per-channel requantization.
-type Int8Layer<'a> = (&'a [i8], &'a [i32], &'a [Requantize]);
+type Int8Layer<'a, M> =
+    (In8<'a, M>, <M as Memory>::Slice<'a, i32>, <M as Memory>::Slice<'a, Requantize>);
+/// Int8 values in `M`.
+type In8<'a, M> = <M as Memory>::Slice<'a, i8>;
 
 /// A step's operands, handed out in order.
-pub struct Operands<'a> {
-    views: heapless::Deque<View<'a>, MAX_OPERANDS>,
+pub struct Operands<'a, M: Memory = Host> {
+    views: heapless::Deque<View<'a, M>, MAX_OPERANDS>,
 }
 
-impl<'a> Operands<'a> {
-    pub fn new(views: heapless::Vec<View<'a>, MAX_OPERANDS>) -> Self {
+impl<'a, M: Memory> Operands<'a, M> {
+    pub fn new(views: heapless::Vec<View<'a, M>, MAX_OPERANDS>) -> Self {
         let mut deque = heapless::Deque::new();
         for v in views {
             // Both hold MAX_OPERANDS, so this cannot overflow.
@@ -64,18 +69,18 @@ impl<'a> Operands<'a> {
         Self { views: deque }
     }
 
-    fn next(&mut self) -> Result<View<'a>, Fault> {
+    fn next(&mut self) -> Result<View<'a, M>, Fault> {
         self.views.pop_front().ok_or(Fault::Malformed("too few operands"))
     }
 
-    fn read_bytes(&mut self) -> Result<&'a [u8], Fault> {
+    fn read_bytes(&mut self) -> Result<M::Bytes<'a>, Fault> {
         match self.next()? {
             View::Read(b) => Ok(b),
             View::Write(_) => Err(Fault::Malformed("a written operand where a read one belongs")),
         }
     }
 
-    fn write_bytes(&mut self) -> Result<&'a mut [u8], Fault> {
+    fn write_bytes(&mut self) -> Result<M::BytesMut<'a>, Fault> {
         match self.next()? {
             View::Write(b) => Ok(b),
             View::Read(_) => {
@@ -84,55 +89,52 @@ impl<'a> Operands<'a> {
         }
     }
 
-    fn f32(&mut self) -> Result<&'a [f32], Fault> {
-        bytemuck::try_cast_slice(self.read_bytes()?).map_err(|_| Fault::Malformed("misaligned"))
+    /// The next operand, read as `T` values.
+    fn read<T: Pod>(&mut self) -> Result<M::Slice<'a, T>, Fault> {
+        M::cast(self.read_bytes()?).ok_or(Fault::Malformed("misaligned"))
     }
 
-    fn f32_if(&mut self, present: bool) -> Result<Option<&'a [f32]>, Fault> {
+    /// The next operand, written as `T` values.
+    fn write<T: Pod>(&mut self) -> Result<M::SliceMut<'a, T>, Fault> {
+        M::cast_mut(self.write_bytes()?).ok_or(Fault::Malformed("misaligned"))
+    }
+
+    fn f32(&mut self) -> Result<M::Slice<'a, f32>, Fault> {
+        self.read()
+    }
+
+    fn f32_if(&mut self, present: bool) -> Result<Option<M::Slice<'a, f32>>, Fault> {
         present.then(|| self.f32()).transpose()
     }
 
-    fn i32(&mut self) -> Result<&'a [i32], Fault> {
-        bytemuck::try_cast_slice(self.read_bytes()?).map_err(|_| Fault::Malformed("misaligned"))
-    }
-
-    fn f16(&mut self) -> Result<&'a [half::f16], Fault> {
-        bytemuck::try_cast_slice(self.read_bytes()?).map_err(|_| Fault::Malformed("misaligned"))
-    }
-
-    fn f16_mut(&mut self) -> Result<&'a mut [half::f16], Fault> {
-        bytemuck::try_cast_slice_mut(self.write_bytes()?)
-            .map_err(|_| Fault::Malformed("misaligned"))
-    }
-
-    fn f32_mut(&mut self) -> Result<&'a mut [f32], Fault> {
-        bytemuck::try_cast_slice_mut(self.write_bytes()?)
-            .map_err(|_| Fault::Malformed("misaligned"))
-    }
-
-    fn i8(&mut self) -> Result<&'a [i8], Fault> {
-        Ok(bytemuck::cast_slice(self.read_bytes()?))
-    }
-
-    fn i8_mut(&mut self) -> Result<&'a mut [i8], Fault> {
-        Ok(bytemuck::cast_slice_mut(self.write_bytes()?))
-    }
-
-    fn i32_mut(&mut self) -> Result<&'a mut [i32], Fault> {
-        bytemuck::try_cast_slice_mut(self.write_bytes()?)
-            .map_err(|_| Fault::Malformed("misaligned"))
+    fn f32_mut(&mut self) -> Result<M::SliceMut<'a, f32>, Fault> {
+        self.write()
     }
 
     /// An int8 layer's `w, bias, requant` operands.
-    fn int8_weights(&mut self) -> Result<Int8Layer<'a>, Fault> {
-        let (w, bias) = (self.i8()?, self.i32()?);
-        let requant = bytemuck::try_cast_slice(self.read_bytes()?)
-            .map_err(|_| Fault::Malformed("misaligned"))?;
-        Ok((w, bias, requant))
+    fn int8_weights(&mut self) -> Result<Int8Layer<'a, M>, Fault> {
+        Ok((self.read()?, self.read()?, self.read()?))
     }
 
-    fn scalar(&mut self) -> Result<f32, Fault> {
-        self.f32()?.first().copied().ok_or(Fault::Malformed("an empty scalar"))
+    /// A one-value f32 operand.
+    fn scalar(&mut self) -> Result<M::Slice<'a, f32>, Fault> {
+        let bytes = self.read_bytes()?;
+        let value = M::cast(bytes).ok_or(Fault::Malformed("misaligned"))?;
+        match M::len(bytes) >= 4 {
+            true => Ok(value),
+            false => Err(Fault::Malformed("an empty scalar")),
+        }
+    }
+
+    /// A one-value f32 operand, written.
+    fn scalar_mut(&mut self) -> Result<M::SliceMut<'a, f32>, Fault> {
+        let bytes = self.write_bytes()?;
+        let long_enough = M::len(M::view(&bytes)) >= 4;
+        let value = M::cast_mut(bytes).ok_or(Fault::Malformed("misaligned"))?;
+        match long_enough {
+            true => Ok(value),
+            false => Err(Fault::Malformed("an empty scalar")),
+        }
     }
 }
 
@@ -140,7 +142,7 @@ impl<'a> Operands<'a> {
 pub fn run_kernel<K: Kernels + ?Sized>(
     k: &mut K,
     kernel: &Kernel,
-    mut ops: Operands<'_>,
+    mut ops: Operands<'_, K::Memory>,
     ctx: &StepContext,
 ) -> Result<Flow, Fault> {
     let o = &mut ops;
@@ -176,44 +178,51 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         Kernel::Add(_) => k.add(o.f32()?, o.f32()?, o.f32_mut()?),
         Kernel::Copy(_) => k.copy(o.f32()?, o.f32_mut()?),
         Kernel::BatchNormTrain(d, cfg) => {
-            let (x, gamma, beta) = (o.f32()?, o.f32()?, o.f32()?);
-            let (rm, rv) = (o.f32_mut()?, o.f32_mut()?);
-            let (y, mean, invstd) = (o.f32_mut()?, o.f32_mut()?, o.f32_mut()?);
-            k.batch_norm_train(x, gamma, beta, rm, rv, y, mean, invstd, d, cfg)
+            let (x, p) = (o.f32()?, Affine { gamma: o.f32()?, beta: o.f32()? });
+            let (running_mean, running_var, y) = (o.f32_mut()?, o.f32_mut()?, o.f32_mut()?);
+            let (saved_mean, saved_invstd) = (o.f32_mut()?, o.f32_mut()?);
+            let stats = TrainStats { running_mean, running_var, saved_mean, saved_invstd };
+            k.batch_norm_train(x, p, stats, y, d, cfg)
         }
         Kernel::BatchNormEval(d, cfg) => {
-            let (x, gamma, beta, rm, rv) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?, o.f32()?);
-            k.batch_norm_eval(x, gamma, beta, rm, rv, o.f32_mut()?, d, cfg)
+            let (x, p) = (o.f32()?, Affine { gamma: o.f32()?, beta: o.f32()? });
+            let running = Running { mean: o.f32()?, var: o.f32()? };
+            k.batch_norm_eval(x, p, running, o.f32_mut()?, d, cfg)
         }
         Kernel::BatchNormTrainInPlace(d, cfg) => {
-            let (gamma, beta) = (o.f32()?, o.f32()?);
-            let (rm, rv, x) = (o.f32_mut()?, o.f32_mut()?, o.f32_mut()?);
-            let (mean, invstd) = (o.f32_mut()?, o.f32_mut()?);
-            k.batch_norm_train_in_place(x, gamma, beta, rm, rv, mean, invstd, d, cfg)
+            let p = Affine { gamma: o.f32()?, beta: o.f32()? };
+            let (running_mean, running_var, x) = (o.f32_mut()?, o.f32_mut()?, o.f32_mut()?);
+            let (saved_mean, saved_invstd) = (o.f32_mut()?, o.f32_mut()?);
+            let stats = TrainStats { running_mean, running_var, saved_mean, saved_invstd };
+            k.batch_norm_train_in_place(x, p, stats, d, cfg)
         }
         Kernel::BatchNormEvalInPlace(d, cfg) => {
-            let (gamma, beta, rm, rv) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?);
-            k.batch_norm_eval_in_place(o.f32_mut()?, gamma, beta, rm, rv, d, cfg)
+            let p = Affine { gamma: o.f32()?, beta: o.f32()? };
+            let running = Running { mean: o.f32()?, var: o.f32()? };
+            k.batch_norm_eval_in_place(o.f32_mut()?, p, running, d, cfg)
         }
         Kernel::BatchNormApply(d) => {
-            let (x, gamma, beta, mean, invstd) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?, o.f32()?);
-            k.batch_norm_apply(x, gamma, beta, mean, invstd, o.f32_mut()?, d)
+            let (x, p) = (o.f32()?, Affine { gamma: o.f32()?, beta: o.f32()? });
+            let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
+            k.batch_norm_apply(x, p, saved, o.f32_mut()?, d)
         }
         Kernel::BatchNormGradInput(d) => {
-            let (dy, x, gamma, mean, invstd) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?, o.f32()?);
-            k.batch_norm_grad_input(dy, x, gamma, mean, invstd, o.f32_mut()?, d)
+            let (dy, x, gamma) = (o.f32()?, o.f32()?, o.f32()?);
+            let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
+            k.batch_norm_grad_input(dy, x, gamma, saved, o.f32_mut()?, d)
         }
         Kernel::BatchNormGradParams(d) => {
-            let (dy, x, mean, invstd) = (o.f32()?, o.f32()?, o.f32()?, o.f32()?);
-            k.batch_norm_grad_params(dy, x, mean, invstd, o.f32_mut()?, o.f32_mut()?, d)
+            let (dy, x) = (o.f32()?, o.f32()?);
+            let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
+            k.batch_norm_grad_params(dy, x, saved, o.f32_mut()?, o.f32_mut()?, d)
         }
         Kernel::Dropout(cfg, _) => k.dropout(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch),
         Kernel::DropoutGrad(cfg, _) => k.dropout_grad(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch),
         Kernel::Softmax(d) => k.softmax(o.f32()?, o.f32_mut()?, d),
         Kernel::SoftmaxGrad(d) => k.softmax_grad(o.f32()?, o.f32()?, o.f32_mut()?, d),
-        Kernel::CrossEntropy(d) => k.cross_entropy(o.f32()?, o.i32()?, o.f32_mut()?, d)?,
+        Kernel::CrossEntropy(d) => k.cross_entropy(o.f32()?, o.read()?, o.f32_mut()?, d)?,
         Kernel::CrossEntropyGrad(d) => {
-            let (logits, labels, dloss) = (o.f32()?, o.i32()?, o.f32()?);
+            let (logits, labels, dloss) = (o.f32()?, o.read()?, o.f32()?);
             k.cross_entropy_grad(logits, labels, dloss, o.f32_mut()?, d)?
         }
         Kernel::Mse(_) => k.mse(o.f32()?, o.f32()?, o.f32_mut()?),
@@ -229,57 +238,49 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         }
         Kernel::ClipCoefficient(max_norm) => {
             let sum = o.scalar()?;
-            k.fill(o.f32_mut()?, crate::reference::clip_coefficient(sum, max_norm))
+            k.clip_coefficient(sum, o.f32_mut()?, max_norm)
         }
         Kernel::SgdUpdate { cfg, clipped, momentum, .. } => {
-            let grad = o.f32()?;
-            let scale = if clipped { o.scalar()? } else { 1.0 };
-            let param = o.f32_mut()?;
+            let u = param_update(o, clipped, ctx)?;
             let buf = if momentum { Some(o.f32_mut()?) } else { None };
-            k.sgd_update(param, grad, buf, ctx.learning_rate, scale, cfg)
+            k.sgd_update(u, buf, cfg)
         }
         Kernel::AdamWUpdate { cfg, clipped, .. } => {
-            let grad = o.f32()?;
-            let scale = if clipped { o.scalar()? } else { 1.0 };
-            let (param, m, v) = (o.f32_mut()?, o.f32_mut()?, o.f32_mut()?);
-            let step = ctx.update.saturating_add(1);
-            k.adamw_update(param, grad, m, v, ctx.learning_rate, scale, step, cfg)
+            let u = param_update(o, clipped, ctx)?;
+            let (m, v) = (o.f32_mut()?, o.f32_mut()?);
+            k.adamw_update(u, m, v, ctx.update.saturating_add(1), cfg)
         }
         Kernel::Zero(_) => k.fill(o.f32_mut()?, 0.0),
-        Kernel::Quantize(p, _) => k.quantize(o.f32()?, o.i8_mut()?, p),
-        Kernel::Dequantize(p, _) => k.dequantize(o.i8()?, o.f32_mut()?, p),
+        Kernel::Quantize(p, _) => k.quantize(o.f32()?, o.write()?, p),
+        Kernel::Dequantize(p, _) => k.dequantize(o.read()?, o.f32_mut()?, p),
         Kernel::QConv2d { geometry, input_zero_point, output_zero_point, act } => {
-            let x = o.i8()?;
-            let (w, bias, multipliers) = o.int8_weights()?;
-            let out = OutputQuant { multipliers, zero_point: output_zero_point, act };
-            k.conv2d_s8(x, input_zero_point, w, Some(bias), o.i8_mut()?, &out, &geometry)
+            let a = int8_layer(o, input_zero_point, output_zero_point, act, geometry)?;
+            k.conv2d_s8(&a, o.write()?)
         }
         Kernel::QLinear { dims, input_zero_point, output_zero_point, act } => {
-            let x = o.i8()?;
-            let (w, bias, multipliers) = o.int8_weights()?;
-            let out = OutputQuant { multipliers, zero_point: output_zero_point, act };
-            k.linear_s8(x, input_zero_point, w, Some(bias), o.i8_mut()?, &out, &dims)
+            let a = int8_layer(o, input_zero_point, output_zero_point, act, dims)?;
+            k.linear_s8(&a, o.write()?)
         }
-        Kernel::QAdd(rescale, act, _) => k.add_s8(o.i8()?, o.i8()?, o.i8_mut()?, &rescale, act),
-        Kernel::QMaxPool2d(g) => k.max_pool2d_s8(o.i8()?, o.i8_mut()?, &g),
-        Kernel::QAvgPool2d(g, zp) => k.avg_pool2d_s8(o.i8()?, zp, o.i8_mut()?, &g),
-        Kernel::QGlobalAvgPool(d) => k.global_avg_pool_s8(o.i8()?, o.i8_mut()?, d),
-        Kernel::CopyI8(_) => k.copy_i8(o.i8()?, o.i8_mut()?),
+        Kernel::QAdd(rescale, act, _) => k.add_s8(o.read()?, o.read()?, o.write()?, &rescale, act),
+        Kernel::QMaxPool2d(g) => k.max_pool2d_s8(o.read()?, o.write()?, &g),
+        Kernel::QAvgPool2d(g, zp) => k.avg_pool2d_s8(o.read()?, zp, o.write()?, &g),
+        Kernel::QGlobalAvgPool(d) => k.global_avg_pool_s8(o.read()?, o.write()?, d),
+        Kernel::CopyI8(_) => k.copy_i8(o.read()?, o.write()?),
         Kernel::RoundWeights(_) => {
             let (w_bar, _scale) = (o.f32()?, o.f32()?);
-            k.round_weights(w_bar, o.i8_mut()?)
+            k.round_weights(w_bar, o.write()?)
         }
         Kernel::RoundBias(_) => {
             let (b_bar, _scale) = (o.f32()?, o.f32()?);
-            k.round_bias(b_bar, o.i32_mut()?)
+            k.round_bias(b_bar, o.write()?)
         }
-        Kernel::QClampGrad(act, _) => k.clamp_grad(o.i8()?, o.f32()?, o.f32_mut()?, act),
-        Kernel::DequantizeWeights(d) => k.dequantize_weights(o.i8()?, o.f32()?, o.f32_mut()?, d),
+        Kernel::QClampGrad(act, _) => k.clamp_grad(o.read()?, o.f32()?, o.f32_mut()?, act),
+        Kernel::DequantizeWeights(d) => k.dequantize_weights(o.read()?, o.f32()?, o.f32_mut()?, d),
         Kernel::ChannelScale { dims, unit, power } => {
             k.channel_scale(o.f32()?, o.f32()?, o.f32_mut()?, unit, power, dims)
         }
-        Kernel::CastF32ToF16(_) => k.cast_f32_to_f16(o.f32()?, o.f16_mut()?),
-        Kernel::CastF16ToF32(_) => k.cast_f16_to_f32(o.f16()?, o.f32_mut()?),
+        Kernel::CastF32ToF16(_) => k.cast_f32_to_f16(o.f32()?, o.write()?),
+        Kernel::CastF16ToF32(_) => k.cast_f16_to_f32(o.read()?, o.f32_mut()?),
         Kernel::UnscaleGradient(_) => {
             let (g, scale) = (o.f32()?, o.scalar()?);
             let found_inf = o.f32_mut()?;
@@ -287,15 +288,36 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         }
         Kernel::UpdateLossScale(cfg) => {
             let found_inf = o.scalar()?;
-            let (scale, good_steps) = (o.f32_mut()?, o.f32_mut()?);
-            let (scale, good_steps) = match (scale.first_mut(), good_steps.first_mut()) {
-                (Some(scale), Some(good_steps)) => (scale, good_steps),
-                _ => return Err(Fault::Malformed("an empty scalar")),
-            };
-            if crate::reference::update_loss_scale(found_inf, scale, good_steps, cfg) {
+            let (scale, good_steps) = (o.scalar_mut()?, o.scalar_mut()?);
+            if k.update_loss_scale(found_inf, scale, good_steps, cfg) {
                 return Ok(Flow::SkipParameterUpdates);
             }
         }
     }
     Ok(Flow::Continue)
+}
+
+/// An optimizer step's `grad, [clip scale], param` operands and learning rate.
+fn param_update<'a, M: Memory>(
+    o: &mut Operands<'a, M>,
+    clipped: bool,
+    ctx: &StepContext,
+) -> Result<ParamUpdate<'a, M>, Fault> {
+    let grad = o.f32()?;
+    let clip_scale = if clipped { Some(o.scalar()?) } else { None };
+    Ok(ParamUpdate { grad, clip_scale, param: o.f32_mut()?, learning_rate: ctx.learning_rate })
+}
+
+/// An int8 layer's `x, w, bias, requant` operands with its quantization and shape.
+fn int8_layer<'a, S, M: Memory>(
+    o: &mut Operands<'a, M>,
+    x_zero_point: i32,
+    zero_point: i32,
+    act: (i8, i8),
+    shape: S,
+) -> Result<QLayerArgs<'a, S, M>, Fault> {
+    let x = o.read()?;
+    let (weights, bias, multipliers) = o.int8_weights()?;
+    let out = Requantization { multipliers, zero_point, act };
+    Ok(QLayerArgs { x, x_zero_point, weights, bias: Some(bias), out, shape })
 }

@@ -1,32 +1,41 @@
 //! The executor: runs a validated [`PlanView`] over caller-provided memory with no heap.
 //! Each step's operands are carved out of the regions with safe, checked splits.
 
-use crate::backend::Kernels;
+use crate::backend::{Host, Kernels, Memory};
 use crate::dispatch::{run_kernel, Fault, Flow, Operands, StepContext, View};
 use crate::kernel::{Access, Kernel, MAX_OPERANDS};
 use crate::plan::{ExecError, Operand, PlanView, Region, Step};
 use crate::reference::check_labels;
 use crate::tensor::{DType, Element};
 
-/// The memory a plan runs over.
-pub struct Regions<'m> {
+/// The memory a plan runs over, in backend memory `M`.
+pub struct RegionsIn<'m, M: Memory> {
     /// Frozen weights, read-only (flash on a device).
-    pub frozen: &'m [u8],
+    pub frozen: M::Bytes<'m>,
     /// Trainable weights, buffers and optimizer state; persists between steps.
-    pub state: &'m mut [u8],
+    pub state: M::BytesMut<'m>,
     /// Scratch memory for one step: inputs, activations, gradients.
-    pub arena: &'m mut [u8],
+    pub arena: M::BytesMut<'m>,
 }
 
-impl Regions<'_> {
-    fn bytes(&self, region: Region) -> &[u8] {
+/// The memory a plan runs over, in host RAM.
+pub type Regions<'m> = RegionsIn<'m, Host>;
+
+impl<M: Memory> RegionsIn<'_, M> {
+    fn bytes(&self, region: Region) -> M::Bytes<'_> {
         match region {
-            Region::Frozen => self.frozen,
-            Region::State => self.state,
-            Region::Arena => self.arena,
+            Region::Frozen => M::shorten(self.frozen),
+            Region::State => M::view(&self.state),
+            Region::Arena => M::view(&self.arena),
         }
     }
 
+    fn len(&self, region: Region) -> usize {
+        M::len(self.bytes(region))
+    }
+}
+
+impl Regions<'_> {
     fn bytes_mut(&mut self, region: Region) -> Option<&mut [u8]> {
         match region {
             Region::Frozen => None,
@@ -35,19 +44,9 @@ impl Regions<'_> {
         }
     }
 
-    fn checked(&self, op: &Operand, dtype: DType, len: usize) -> Result<(), ExecError> {
-        if op.dtype != dtype {
-            return Err(ExecError::WrongDType { expected: op.dtype, actual: dtype });
-        }
-        if op.len != len {
-            return Err(ExecError::ValueLength { expected: op.len, actual: len });
-        }
-        op.check_inside(self.bytes(op.region).len(), 0, "binding")
-    }
-
     /// Writes `values` into a tensor's memory (feeding inputs, loading weights).
     pub fn write<T: Element>(&mut self, op: &Operand, values: &[T]) -> Result<(), ExecError> {
-        self.checked(op, T::DTYPE, values.len())?;
+        checked(op, T::DTYPE, values.len(), self.len(op.region))?;
         let region = op.region;
         let bytes = self.bytes_mut(region).ok_or(ExecError::ReadOnly { region })?;
         bytes[op.offset..op.end()].copy_from_slice(bytemuck::cast_slice(values));
@@ -56,10 +55,26 @@ impl Regions<'_> {
 
     /// Reads a tensor's values (outputs, losses, trained weights).
     pub fn read<T: Element>(&self, op: &Operand) -> Result<&[T], ExecError> {
-        self.checked(op, T::DTYPE, op.len)?;
-        let bytes = &self.bytes(op.region)[op.offset..op.end()];
-        bytemuck::try_cast_slice(bytes).map_err(|_| ExecError::Misaligned { region: op.region })
+        host_values(self.bytes(op.region), op)
     }
+}
+
+/// Checks that `op` holds `len` values of `dtype` inside its region of `region_len` bytes.
+fn checked(op: &Operand, dtype: DType, len: usize, region_len: usize) -> Result<(), ExecError> {
+    if op.dtype != dtype {
+        return Err(ExecError::WrongDType { expected: op.dtype, actual: dtype });
+    }
+    if op.len != len {
+        return Err(ExecError::ValueLength { expected: op.len, actual: len });
+    }
+    op.check_inside(region_len, 0, "binding")
+}
+
+/// `op`'s values, from its region's bytes in host memory.
+fn host_values<'a, T: Element>(region: &'a [u8], op: &Operand) -> Result<&'a [T], ExecError> {
+    checked(op, T::DTYPE, op.len, region.len())?;
+    bytemuck::try_cast_slice(&region[op.offset..op.end()])
+        .map_err(|_| ExecError::Misaligned { region: op.region })
 }
 
 /// How far training has come: what a resumed run needs to continue bit for bit.
@@ -129,40 +144,41 @@ impl<'p, K: Kernels> Executor<'p, K> {
     }
 
     /// Checks that the caller's memory is large enough and aligned.
-    pub fn check_regions(&self, regions: &Regions<'_>) -> Result<(), ExecError> {
+    pub fn check_regions(&self, regions: &RegionsIn<'_, K::Memory>) -> Result<(), ExecError> {
         for region in [Region::Frozen, Region::State, Region::Arena] {
-            let bytes = regions.bytes(region);
-            let needed = self.plan.sizes.get(region);
-            if bytes.len() < needed {
-                return Err(ExecError::RegionTooSmall { region, needed, actual: bytes.len() });
+            let (bytes, needed) = (regions.bytes(region), self.plan.sizes.get(region));
+            let actual = <K::Memory as Memory>::len(bytes);
+            if actual < needed {
+                return Err(ExecError::RegionTooSmall { region, needed, actual });
             }
             // An empty region holds no operand, so where it points does not matter.
-            if needed > 0 && !(bytes.as_ptr() as usize).is_multiple_of(4) {
+            if needed > 0 && !<K::Memory as Memory>::is_aligned(bytes, 4) {
                 return Err(ExecError::Misaligned { region });
             }
         }
         Ok(())
     }
 
-    /// Checks the caller's memory and every label a loss will read, so bad data fails a call
-    /// before anything (batch-norm statistics included) has changed.
-    fn check_inputs(&self, regions: &Regions<'_>) -> Result<(), ExecError> {
+    /// Checks the caller's memory and every label a loss will read (where the host can see
+    /// it), so bad data fails a call before anything (batch-norm statistics included) has
+    /// changed.
+    fn check_inputs(&self, regions: &RegionsIn<'_, K::Memory>) -> Result<(), ExecError> {
         self.check_regions(regions)?;
         for (index, step) in self.plan.steps.iter().enumerate() {
             if let (Kernel::CrossEntropy(d), Some(labels)) = (step.kernel, step.operands.get(1)) {
+                let Some(region) = <K::Memory as Memory>::host(regions.bytes(labels.region)) else {
+                    continue;
+                };
                 let kernel = step.kernel.name();
-                check_labels(regions.read(labels)?, d.cols).map_err(|error| ExecError::Kernel {
-                    step: index,
-                    kernel,
-                    error,
-                })?;
+                check_labels(host_values(region, labels)?, d.cols)
+                    .map_err(|error| ExecError::Kernel { step: index, kernel, error })?;
             }
         }
         Ok(())
     }
 
     /// Runs the plan's steps once without learning (inference, evaluation).
-    pub fn run(&mut self, regions: &mut Regions<'_>) -> Result<(), ExecError> {
+    pub fn run(&mut self, regions: &mut RegionsIn<'_, K::Memory>) -> Result<(), ExecError> {
         self.check_inputs(regions)?;
         let ctx = self.context(0.0);
         run_steps(&mut self.kernels, self.plan.steps, 0, regions, &ctx).map(|_| ())
@@ -172,7 +188,7 @@ impl<'p, K: Kernels> Executor<'p, K> {
     /// optimizer update at learning rate `learning_rate`.
     pub fn train_step(
         &mut self,
-        regions: &mut Regions<'_>,
+        regions: &mut RegionsIn<'_, K::Memory>,
         learning_rate: f32,
     ) -> Result<StepOutcome, ExecError> {
         self.check_inputs(regions)?;
@@ -207,7 +223,7 @@ fn run_steps<K: Kernels>(
     kernels: &mut K,
     steps: &[Step],
     first_index: usize,
-    regions: &mut Regions<'_>,
+    regions: &mut RegionsIn<'_, K::Memory>,
     ctx: &StepContext,
 ) -> Result<Flow, ExecError> {
     let mut flow = Flow::Continue;
@@ -234,24 +250,24 @@ fn run_steps<K: Kernels>(
 
 /// Borrows every operand of `step`: written operands mutably and alone, read operands
 /// shared (two reads of one tensor are fine; a read overlapping a write is not).
-fn split_operands<'a>(
+fn split_operands<'a, M: Memory>(
     index: usize,
     step: &Step,
-    regions: &'a mut Regions<'_>,
-) -> Result<heapless::Vec<View<'a>, MAX_OPERANDS>, ExecError> {
+    regions: &'a mut RegionsIn<'_, M>,
+) -> Result<heapless::Vec<View<'a, M>, MAX_OPERANDS>, ExecError> {
     let kernel = step.kernel.name();
     let signature = step.kernel.signature();
-    let mut slots: [Option<View<'a>>; MAX_OPERANDS] = Default::default();
+    let mut slots: [Option<View<'a, M>>; MAX_OPERANDS] = Default::default();
     for op in &step.operands {
-        op.check_inside(regions.bytes(op.region).len(), index, kernel)?;
+        op.check_inside(regions.len(op.region), index, kernel)?;
     }
-    let frozen: &'a [u8] = regions.frozen;
+    let frozen: M::Bytes<'a> = M::shorten(regions.frozen);
     for (i, op) in step.operands.iter().enumerate().filter(|(_, op)| op.region == Region::Frozen) {
-        slots[i] = Some(View::Read(&frozen[op.offset..op.end()]));
+        slots[i] = Some(View::Read(M::range(frozen, op.offset..op.end())));
     }
     let writes = |i: usize| signature.slots.get(i).map(|s| s.access != Access::Read);
     let writes: [bool; MAX_OPERANDS] = core::array::from_fn(|i| writes(i).unwrap_or(false));
-    let (state, arena) = (&mut *regions.state, &mut *regions.arena);
+    let (state, arena) = (M::reborrow(&mut regions.state), M::reborrow(&mut regions.arena));
     split_region(index, kernel, step, Region::State, state, &writes, &mut slots)?;
     split_region(index, kernel, step, Region::Arena, arena, &writes, &mut slots)?;
     let mut views = heapless::Vec::new();
@@ -269,14 +285,14 @@ fn split_operands<'a>(
 
 /// Carves the operands of `step` that live in `region` out of `bytes` (all operands are
 /// known to lie inside their regions).
-fn split_region<'a>(
+fn split_region<'a, M: Memory>(
     index: usize,
     kernel: &'static str,
     step: &Step,
     region: Region,
-    bytes: &'a mut [u8],
+    bytes: M::BytesMut<'a>,
     writes: &[bool; MAX_OPERANDS],
-    slots: &mut [Option<View<'a>>; MAX_OPERANDS],
+    slots: &mut [Option<View<'a, M>>; MAX_OPERANDS],
 ) -> Result<(), ExecError> {
     let mine = |i: &usize| step.operands[*i].region == region;
     let mut written: heapless::Vec<usize, MAX_OPERANDS> =
@@ -284,7 +300,7 @@ fn split_region<'a>(
     written.sort_unstable_by_key(|i| step.operands[*i].offset);
 
     // Alternate gaps (shared, for reads) and written operands (exclusive).
-    let mut gaps: heapless::Vec<(usize, &'a [u8]), { MAX_OPERANDS + 1 }> = heapless::Vec::new();
+    let mut gaps: heapless::Vec<(usize, M::Bytes<'a>), { MAX_OPERANDS + 1 }> = heapless::Vec::new();
     let mut rest = bytes;
     let mut position = 0;
     for &i in &written {
@@ -292,21 +308,22 @@ fn split_region<'a>(
         if op.offset < position {
             return Err(ExecError::Overlap { step: index, kernel });
         }
-        let (gap, tail) = core::mem::take(&mut rest).split_at_mut(op.offset - position);
-        let (mine, tail) = tail.split_at_mut(op.bytes());
-        let _ = gaps.push((position, gap));
+        let (gap, tail) = M::split_at_mut(rest, op.offset - position);
+        let (mine, tail) = M::split_at_mut(tail, op.bytes());
+        let _ = gaps.push((position, M::freeze(gap)));
         slots[i] = Some(View::Write(mine));
         rest = tail;
         position = op.end();
     }
-    let _ = gaps.push((position, rest));
+    let _ = gaps.push((position, M::freeze(rest)));
 
     for i in (0..step.operands.len()).filter(mine).filter(|i| !writes[*i]) {
         let op = &step.operands[i];
-        let gap =
-            gaps.iter().find(|(start, gap)| op.offset >= *start && op.end() <= start + gap.len());
+        let gap = gaps
+            .iter()
+            .find(|(start, gap)| op.offset >= *start && op.end() <= start + M::len(*gap));
         let &(start, gap) = gap.ok_or(ExecError::Overlap { step: index, kernel })?;
-        slots[i] = Some(View::Read(&gap[op.offset - start..op.end() - start]));
+        slots[i] = Some(View::Read(M::range(gap, op.offset - start..op.end() - start)));
     }
     Ok(())
 }
@@ -344,6 +361,93 @@ mod tests {
             step(Kernel::Add(1), &[arena_operand(0, 1), arena_operand(0, 1), arena_operand(16, 1)]);
         run_one(s, &mut arena).unwrap();
         assert_eq!(f32::from_bits(arena[4]), 6.0);
+    }
+
+    /// Device-style memory: views are address ranges, and the host never sees the bytes.
+    struct Addresses;
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Span<'a> {
+        start: usize,
+        len: usize,
+        life: core::marker::PhantomData<&'a ()>,
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct SpanMut<'a>(Span<'a>);
+
+    fn span<'a>(start: usize, len: usize) -> Span<'a> {
+        Span { start, len, life: core::marker::PhantomData }
+    }
+
+    impl Memory for Addresses {
+        type Bytes<'a> = Span<'a>;
+        type BytesMut<'a> = SpanMut<'a>;
+        type Slice<'a, T: bytemuck::Pod> = Span<'a>;
+        type SliceMut<'a, T: bytemuck::Pod> = SpanMut<'a>;
+
+        fn len(bytes: Span<'_>) -> usize {
+            bytes.len
+        }
+        fn is_aligned(bytes: Span<'_>, align: usize) -> bool {
+            bytes.start.is_multiple_of(align)
+        }
+        fn shorten<'a, 'b: 'a>(bytes: Span<'b>) -> Span<'a> {
+            span(bytes.start, bytes.len)
+        }
+        fn view<'a>(bytes: &'a SpanMut<'_>) -> Span<'a> {
+            span(bytes.0.start, bytes.0.len)
+        }
+        fn reborrow<'a>(bytes: &'a mut SpanMut<'_>) -> SpanMut<'a> {
+            SpanMut(span(bytes.0.start, bytes.0.len))
+        }
+        fn freeze(bytes: Self::BytesMut<'_>) -> Self::Bytes<'_> {
+            bytes.0
+        }
+        fn range(bytes: Self::Bytes<'_>, range: core::ops::Range<usize>) -> Self::Bytes<'_> {
+            span(bytes.start + range.start, range.len())
+        }
+        fn split_at_mut(
+            bytes: Self::BytesMut<'_>,
+            mid: usize,
+        ) -> (Self::BytesMut<'_>, Self::BytesMut<'_>) {
+            let Span { start, len, .. } = bytes.0;
+            (SpanMut(span(start, mid)), SpanMut(span(start + mid, len - mid)))
+        }
+        fn cast<T: bytemuck::Pod>(bytes: Self::Bytes<'_>) -> Option<Self::Slice<'_, T>> {
+            Some(bytes)
+        }
+        fn cast_mut<T: bytemuck::Pod>(bytes: Self::BytesMut<'_>) -> Option<Self::SliceMut<'_, T>> {
+            Some(bytes)
+        }
+        fn host(_: Self::Bytes<'_>) -> Option<&[u8]> {
+            None
+        }
+    }
+
+    #[test]
+    fn operands_are_carved_out_of_a_device_arena_without_host_bytes() {
+        let state = Operand { region: Region::State, offset: 8, len: 2, dtype: DType::F32 };
+        let s = step(Kernel::Add(2), &[state, arena_operand(0, 2), arena_operand(32, 2)]);
+        let mut regions = RegionsIn::<Addresses> {
+            frozen: span(0x100, 0),
+            state: SpanMut(span(0x200, 16)),
+            arena: SpanMut(span(0x1000, 64)),
+        };
+        let views = split_operands(0, &s, &mut regions).unwrap();
+        let got: heapless::Vec<_, MAX_OPERANDS> = views
+            .into_iter()
+            .map(|v| match v {
+                View::Read(b) => (false, b.start, b.len),
+                View::Write(b) => (true, b.0.start, b.0.len),
+            })
+            .collect();
+        assert_eq!(got, [(false, 0x208, 8), (false, 0x1000, 8), (true, 0x1020, 8)]);
+        let s = step(Kernel::Relu(4), &[arena_operand(0, 4), arena_operand(8, 4)]);
+        assert_eq!(
+            split_operands(0, &s, &mut regions).err(),
+            Some(ExecError::Overlap { step: 0, kernel: "relu" })
+        );
     }
 
     #[test]

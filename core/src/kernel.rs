@@ -11,124 +11,207 @@ use crate::tensor::DType;
 /// The most operands one kernel takes (training batch-norm: 3 in, 2 in place, 3 out).
 pub const MAX_OPERANDS: usize = 8;
 
-/// One kernel call. Element-wise kernels carry their element count so every operand's
-/// length is known from the kernel alone. Variant order is part of the device bundle format
-/// (postcard's variant index): add new kernels at the end.
-#[derive(Clone, Copy, Debug, PartialEq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub enum Kernel {
-    Linear {
-        dims: LinearDims,
-        bias: bool,
-    },
-    LinearGradInput(LinearDims),
-    LinearGradWeight(LinearDims),
-    BiasGrad(ChannelDims),
-    Conv2d {
-        geometry: Conv2dGeometry,
-        bias: bool,
-    },
-    Conv2dGradInput(Conv2dGeometry),
-    Conv2dGradWeight(Conv2dGeometry),
-    Relu(usize),
-    Relu6(usize),
-    ReluGrad(usize),
-    Relu6Grad(usize),
-    /// In-place variants: the output overwrites the input (which dies at this step).
-    ReluInPlace(usize),
-    Relu6InPlace(usize),
-    /// `y, [dy]`: the gradient overwrites the incoming one.
-    ReluGradInPlace(usize),
-    Relu6GradInPlace(usize),
-    /// The dropout mask applied in place, forward or backward.
-    DropoutInPlace(DropoutConfig, usize),
-    MaxPool2d(Pool2dGeometry),
-    MaxPool2dGrad(Pool2dGeometry),
-    AvgPool2d(Pool2dGeometry),
-    AvgPool2dGrad(Pool2dGeometry),
-    GlobalAvgPool(ChannelDims),
-    GlobalAvgPoolGrad(ChannelDims),
-    Add(usize),
-    Copy(usize),
-    BatchNormTrain(ChannelDims, BatchNormConfig),
-    BatchNormEval(ChannelDims, BatchNormConfig),
-    BatchNormApply(ChannelDims),
-    /// `gamma, beta, [running_mean, running_var, x → y], saved_mean, saved_invstd`.
-    BatchNormTrainInPlace(ChannelDims, BatchNormConfig),
-    /// `gamma, beta, running_mean, running_var, [x → y]`.
-    BatchNormEvalInPlace(ChannelDims, BatchNormConfig),
-    BatchNormGradInput(ChannelDims),
-    BatchNormGradParams(ChannelDims),
-    Dropout(DropoutConfig, usize),
-    DropoutGrad(DropoutConfig, usize),
-    Softmax(RowDims),
-    SoftmaxGrad(RowDims),
-    CrossEntropy(RowDims),
-    CrossEntropyGrad(RowDims),
-    Mse(usize),
-    MseGrad(usize),
-    Fill(f32, usize),
-    Accumulate(f32, usize),
-    SumSquares(usize),
-    ClipCoefficient(f32),
-    SgdUpdate {
-        cfg: SgdConfig,
-        len: usize,
-        clipped: bool,
-        momentum: bool,
-    },
-    AdamWUpdate {
-        cfg: AdamWConfig,
-        len: usize,
-        clipped: bool,
-    },
-    Zero(usize),
+/// Declares [`Kernel`] with an explicit wire tag per variant, and its tag, names and serde
+/// impls from that one list. Every variant's fields are named, so the serde impls can write
+/// them in order (postcard: tag varint, then the fields, the shape `derive` gave before).
+macro_rules! kernels {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $(
+                $(#[$vmeta:meta])*
+                $tag:literal => $variant:ident
+                    $( ( $($tf:ident : $tty:ty),+ $(,)? ) )?
+                    $( { $($sf:ident : $sty:ty),+ $(,)? } )?
+            ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum $name {
+            $(
+                $(#[$vmeta])*
+                $variant $( ( $($tty),+ ) )? $( { $($sf: $sty),+ } )?,
+            )+
+        }
 
-    // ---- half precision ----
-    /// `x (f32) → y (f16)`.
-    CastF32ToF16(usize),
-    /// `x (f16) → y (f32)`.
-    CastF16ToF32(usize),
-    /// `g, scale, [found_inf] → unscaled`.
-    UnscaleGradient(usize),
-    /// `found_inf, [scale, good_steps]`; tells the executor to skip the parameter updates
-    /// after it when `found_inf` is set.
-    UpdateLossScale(LossScaleConfig),
-    // ---- int8 ----
-    Quantize(QuantParams, usize),
-    Dequantize(QuantParams, usize),
-    /// `x (i8), w (i8), bias (i32), requant (i32 pairs) → y (i8)`.
-    QConv2d {
-        geometry: Conv2dGeometry,
-        input_zero_point: i32,
-        output_zero_point: i32,
-        act: (i8, i8),
-    },
-    /// `x (i8), w (i8), bias (i32), requant (i32 pairs) → y (i8)`.
-    QLinear {
-        dims: LinearDims,
-        input_zero_point: i32,
-        output_zero_point: i32,
-        act: (i8, i8),
-    },
-    QAdd(AddRescale, (i8, i8), usize),
-    QMaxPool2d(Pool2dGeometry),
-    QAvgPool2d(Pool2dGeometry, i32),
-    QGlobalAvgPool(ChannelDims),
-    CopyI8(usize),
-    /// `w̄ (f32), w_scale → w (i8)`; `dims` sees the weight as `[channels, inner]`.
-    RoundWeights(ChannelDims),
-    /// `b̄ (f32), w_scale → b (i32)`.
-    RoundBias(usize),
-    QClampGrad((i8, i8), usize),
-    /// `w (i8), w_scale → w_real (f32)`.
-    DequantizeWeights(ChannelDims),
-    /// `g, w_scale → g'`.
-    ChannelScale {
-        dims: ChannelDims,
-        unit: f32,
-        power: i8,
-    },
+        impl $name {
+            /// The kernel's wire tag: its number in plans and bundles.
+            pub const fn tag(&self) -> u32 {
+                match self {
+                    $( $name::$variant { .. } => $tag, )+
+                }
+            }
+
+            /// Every kernel's name as serde knows it, in tag order.
+            #[cfg(feature = "serde")]
+            const VARIANTS: &'static [&'static str] = &[$(stringify!($variant)),+];
+        }
+
+        #[cfg(feature = "serde")]
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    $(
+                        $name::$variant $( ( $($tf),+ ) )? $( { $($sf),+ } )? => serializer
+                            .serialize_newtype_variant(
+                                stringify!($name),
+                                $tag,
+                                stringify!($variant),
+                                &( $( $($tf,)+ )? $( $($sf,)+ )? ),
+                            ),
+                    )+
+                }
+            }
+        }
+
+        #[cfg(feature = "serde")]
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Visitor;
+                impl<'de> serde::de::Visitor<'de> for Visitor {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                        f.write_str("a kernel")
+                    }
+                    fn visit_enum<A: serde::de::EnumAccess<'de>>(
+                        self,
+                        data: A,
+                    ) -> Result<$name, A::Error> {
+                        use serde::de::VariantAccess;
+                        let (tag, variant): (u32, _) = data.variant()?;
+                        match tag {
+                            $(
+                                $tag => {
+                                    let ( $( $($tf,)+ )? $( $($sf,)+ )? ):
+                                        ( $( $($tty,)+ )? $( $($sty,)+ )? ) =
+                                        variant.newtype_variant()?;
+                                    Ok($name::$variant $( ( $($tf),+ ) )? $( { $($sf),+ } )?)
+                                }
+                            )+
+                            tag => Err(serde::de::Error::custom(UnknownKernelTag(tag))),
+                        }
+                    }
+                }
+                deserializer.deserialize_enum(stringify!($name), $name::VARIANTS, Visitor)
+            }
+        }
+    };
+}
+
+/// A plan or bundle names a kernel tag this build does not know (a newer file, or a
+/// corrupt one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownKernelTag(pub u32);
+
+impl core::fmt::Display for UnknownKernelTag {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "unknown kernel tag {}: the file needs a newer sprout", self.0)
+    }
+}
+
+impl core::error::Error for UnknownKernelTag {}
+
+kernels! {
+    /// One kernel call. Element-wise kernels carry their element count so every operand's
+    /// length is known from the kernel alone. Each variant's number is its wire tag in plans
+    /// and device bundles (postcard: the tag as a varint, then the payload), independent of
+    /// where it is declared: a new kernel takes the next free number, and no number is reused.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub enum Kernel {
+        0 => Linear { dims: LinearDims, bias: bool },
+        1 => LinearGradInput(dims: LinearDims),
+        2 => LinearGradWeight(dims: LinearDims),
+        3 => BiasGrad(dims: ChannelDims),
+        4 => Conv2d { geometry: Conv2dGeometry, bias: bool },
+        5 => Conv2dGradInput(geometry: Conv2dGeometry),
+        6 => Conv2dGradWeight(geometry: Conv2dGeometry),
+        7 => Relu(len: usize),
+        8 => Relu6(len: usize),
+        9 => ReluGrad(len: usize),
+        10 => Relu6Grad(len: usize),
+        /// In-place variants: the output overwrites the input (which dies at this step).
+        11 => ReluInPlace(len: usize),
+        12 => Relu6InPlace(len: usize),
+        /// `y, [dy]`: the gradient overwrites the incoming one.
+        13 => ReluGradInPlace(len: usize),
+        14 => Relu6GradInPlace(len: usize),
+        /// The dropout mask applied in place, forward or backward.
+        15 => DropoutInPlace(cfg: DropoutConfig, len: usize),
+        16 => MaxPool2d(geometry: Pool2dGeometry),
+        17 => MaxPool2dGrad(geometry: Pool2dGeometry),
+        18 => AvgPool2d(geometry: Pool2dGeometry),
+        19 => AvgPool2dGrad(geometry: Pool2dGeometry),
+        20 => GlobalAvgPool(dims: ChannelDims),
+        21 => GlobalAvgPoolGrad(dims: ChannelDims),
+        22 => Add(len: usize),
+        23 => Copy(len: usize),
+        24 => BatchNormTrain(dims: ChannelDims, cfg: BatchNormConfig),
+        25 => BatchNormEval(dims: ChannelDims, cfg: BatchNormConfig),
+        26 => BatchNormApply(dims: ChannelDims),
+        /// `gamma, beta, [running_mean, running_var, x → y], saved_mean, saved_invstd`.
+        27 => BatchNormTrainInPlace(dims: ChannelDims, cfg: BatchNormConfig),
+        /// `gamma, beta, running_mean, running_var, [x → y]`.
+        28 => BatchNormEvalInPlace(dims: ChannelDims, cfg: BatchNormConfig),
+        29 => BatchNormGradInput(dims: ChannelDims),
+        30 => BatchNormGradParams(dims: ChannelDims),
+        31 => Dropout(cfg: DropoutConfig, len: usize),
+        32 => DropoutGrad(cfg: DropoutConfig, len: usize),
+        33 => Softmax(dims: RowDims),
+        34 => SoftmaxGrad(dims: RowDims),
+        35 => CrossEntropy(dims: RowDims),
+        36 => CrossEntropyGrad(dims: RowDims),
+        37 => Mse(len: usize),
+        38 => MseGrad(len: usize),
+        39 => Fill(value: f32, len: usize),
+        40 => Accumulate(scale: f32, len: usize),
+        41 => SumSquares(len: usize),
+        42 => ClipCoefficient(max_norm: f32),
+        43 => SgdUpdate { cfg: SgdConfig, len: usize, clipped: bool, momentum: bool },
+        44 => AdamWUpdate { cfg: AdamWConfig, len: usize, clipped: bool },
+        45 => Zero(len: usize),
+
+        // ---- half precision ----
+        /// `x (f32) → y (f16)`.
+        46 => CastF32ToF16(len: usize),
+        /// `x (f16) → y (f32)`.
+        47 => CastF16ToF32(len: usize),
+        /// `g, scale, [found_inf] → unscaled`.
+        48 => UnscaleGradient(len: usize),
+        /// `found_inf, [scale, good_steps]`; tells the executor to skip the parameter updates
+        /// after it when `found_inf` is set.
+        49 => UpdateLossScale(cfg: LossScaleConfig),
+        // ---- int8 ----
+        50 => Quantize(params: QuantParams, len: usize),
+        51 => Dequantize(params: QuantParams, len: usize),
+        /// `x (i8), w (i8), bias (i32), requant (i32 pairs) → y (i8)`.
+        52 => QConv2d {
+            geometry: Conv2dGeometry,
+            input_zero_point: i32,
+            output_zero_point: i32,
+            act: (i8, i8),
+        },
+        /// `x (i8), w (i8), bias (i32), requant (i32 pairs) → y (i8)`.
+        53 => QLinear {
+            dims: LinearDims,
+            input_zero_point: i32,
+            output_zero_point: i32,
+            act: (i8, i8),
+        },
+        54 => QAdd(rescale: AddRescale, act: (i8, i8), len: usize),
+        55 => QMaxPool2d(geometry: Pool2dGeometry),
+        56 => QAvgPool2d(geometry: Pool2dGeometry, zero_point: i32),
+        57 => QGlobalAvgPool(dims: ChannelDims),
+        58 => CopyI8(len: usize),
+        /// `w̄ (f32), w_scale → w (i8)`; `dims` sees the weight as `[channels, inner]`.
+        59 => RoundWeights(dims: ChannelDims),
+        /// `b̄ (f32), w_scale → b (i32)`.
+        60 => RoundBias(len: usize),
+        61 => QClampGrad(act: (i8, i8), len: usize),
+        /// `w (i8), w_scale → w_real (f32)`.
+        62 => DequantizeWeights(dims: ChannelDims),
+        /// `g, w_scale → g'`.
+        63 => ChannelScale { dims: ChannelDims, unit: f32, power: i8 },
+    }
 }
 
 /// How a kernel uses an operand.
@@ -363,7 +446,38 @@ impl Kernel {
             | Kernel::SoftmaxGrad(r)
             | Kernel::CrossEntropy(r)
             | Kernel::CrossEntropyGrad(r) => r.check(),
-            _ => Ok(()),
+            Kernel::Relu(_)
+            | Kernel::Relu6(_)
+            | Kernel::ReluGrad(_)
+            | Kernel::Relu6Grad(_)
+            | Kernel::ReluInPlace(_)
+            | Kernel::Relu6InPlace(_)
+            | Kernel::ReluGradInPlace(_)
+            | Kernel::Relu6GradInPlace(_)
+            | Kernel::DropoutInPlace(..)
+            | Kernel::Add(_)
+            | Kernel::Copy(_)
+            | Kernel::Dropout(..)
+            | Kernel::DropoutGrad(..)
+            | Kernel::Mse(_)
+            | Kernel::MseGrad(_)
+            | Kernel::Fill(..)
+            | Kernel::Accumulate(..)
+            | Kernel::SumSquares(_)
+            | Kernel::ClipCoefficient(_)
+            | Kernel::SgdUpdate { .. }
+            | Kernel::AdamWUpdate { .. }
+            | Kernel::Zero(_)
+            | Kernel::CastF32ToF16(_)
+            | Kernel::CastF16ToF32(_)
+            | Kernel::UnscaleGradient(_)
+            | Kernel::UpdateLossScale(_)
+            | Kernel::Quantize(..)
+            | Kernel::Dequantize(..)
+            | Kernel::QAdd(..)
+            | Kernel::CopyI8(_)
+            | Kernel::RoundBias(_)
+            | Kernel::QClampGrad(..) => Ok(()),
         }
     }
 
@@ -506,5 +620,64 @@ impl Kernel {
             Kernel::UnscaleGradient(_) => "unscale_gradient",
             Kernel::UpdateLossScale(_) => "update_loss_scale",
         }
+    }
+}
+
+#[cfg(all(test, feature = "alloc"))]
+mod tests {
+    use super::*;
+    use crate::geometry::{DropoutConfig, LossScaleConfig};
+
+    #[test]
+    fn a_kernel_is_its_tag_as_a_varint_then_its_fields() {
+        let bytes = |k: &Kernel| postcard::to_allocvec(k).unwrap();
+        assert_eq!(
+            bytes(&Kernel::Linear { dims: LinearDims { n: 1, k: 2, m: 3 }, bias: true }),
+            [0, 1, 2, 3, 1]
+        );
+        assert_eq!(bytes(&Kernel::Relu(300)), [7, 0xac, 0x02]);
+        assert_eq!(bytes(&Kernel::CopyI8(5)), [58, 5]);
+        let last = Kernel::ChannelScale {
+            dims: ChannelDims { outer: 1, channels: 2, inner: 3 },
+            unit: 0.5,
+            power: -1,
+        };
+        assert_eq!(last.tag(), 63);
+        assert_eq!(bytes(&last)[..4], [63, 1, 2, 3]);
+    }
+
+    #[test]
+    fn kernels_survive_a_round_trip_and_unknown_tags_are_refused_by_number() {
+        let kernels = [
+            Kernel::Dropout(DropoutConfig { p: 0.25, seed: 9 }, 12),
+            Kernel::UpdateLossScale(LossScaleConfig::default()),
+            Kernel::QAvgPool2d(
+                Pool2dGeometry {
+                    n: 1,
+                    c: 2,
+                    h: 4,
+                    w: 4,
+                    kh: 2,
+                    kw: 2,
+                    stride: (2, 2),
+                    padding: (0, 0),
+                    out_h: 2,
+                    out_w: 2,
+                    count_include_pad: false,
+                },
+                -3,
+            ),
+        ];
+        for k in kernels {
+            let back: Kernel = postcard::from_bytes(&postcard::to_allocvec(&k).unwrap()).unwrap();
+            assert_eq!(back, k);
+        }
+        let err = postcard::from_bytes::<Kernel>(&[64, 1]).unwrap_err();
+        assert_eq!(err, postcard::Error::SerdeDeCustom);
+        extern crate std;
+        assert_eq!(
+            std::format!("{}", UnknownKernelTag(64)),
+            "unknown kernel tag 64: the file needs a newer sprout"
+        );
     }
 }

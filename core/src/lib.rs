@@ -94,9 +94,9 @@ mod rebatch;
 #[cfg(feature = "alloc")]
 pub mod training;
 
-pub use backend::{Kernels, Reference};
+pub use backend::{Backend, Host, Kernels, Memory, Reference};
 pub use dispatch::{Flow, StepContext};
-pub use executor::{Executor, Progress, Regions, StepOutcome};
+pub use executor::{Executor, Progress, Regions, RegionsIn, StepOutcome};
 pub use plan::{ExecError, Operand, PlanView, Region, RegionSizes, Step};
 pub use shape::Shape;
 pub use tensor::{DType, Role, TensorId};

@@ -17,7 +17,7 @@ use sprout_core::link::{
     TrainingProgress, TrainingState,
 };
 use sprout_core::schedule::{CosineWithWarmup, Schedule};
-use sprout_core::Kernels;
+use sprout_core::{Host, Kernels};
 
 use crate::storage::CheckpointStore;
 use crate::trainer::{EpochReport, Log, Trainer, TrainerError};
@@ -78,7 +78,7 @@ pub struct DeviceTrainer<'b, 's, 'm, K, F> {
     run: Run,
 }
 
-impl<'b, 's, 'm, K: Kernels + Clone, F: NorFlash> DeviceTrainer<'b, 's, 'm, K, F> {
+impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceTrainer<'b, 's, 'm, K, F> {
     /// Serves `trainer`; `checkpoint` and `incoming` each hold one checkpoint of its model.
     /// The newest checkpoint in `store` that fits the model is restored.
     pub fn new(
@@ -203,7 +203,7 @@ impl<'b, 's, 'm, K: Kernels + Clone, F: NorFlash> DeviceTrainer<'b, 's, 'm, K, F
     }
 }
 
-impl<K: Kernels + Clone, F: NorFlash> DeviceApp for DeviceTrainer<'_, '_, '_, K, F> {
+impl<K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceApp for DeviceTrainer<'_, '_, '_, K, F> {
     fn info(&self) -> DeviceInfo {
         let bundle = self.trainer.bundle();
         let (train, held_out) = self.trainer.samples();

@@ -12,18 +12,21 @@
 //! the few hundred terms of these cases, and the absolute part covers sums that cancel to
 //! near zero. [`check_reference`] runs the suite with both tolerances bit-exact.
 
+use sprout_core::backend::{
+    ActivationKernels, Affine, LossKernels, NormKernels, ParamUpdate, Running, Saved, TrainStats,
+};
 use sprout_core::geometry::{
     window_output, AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig,
     LinearDims, Pool2dGeometry, RowDims, SgdConfig,
 };
-use sprout_core::quant::{OutputQuant, Requantize};
+use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize};
 pub use sprout_core::reference::tolerance::{Tolerance, EXACT, REDUCTION};
 use sprout_core::rng::SplitMix;
-use sprout_core::{Kernels, Reference};
+use sprout_core::{Host, Kernels, Reference};
 
 /// Runs every conformance case on a backend from `make`; panics naming the backend,
 /// kernel, case and element at the first disagreement with [`Reference`].
-pub fn check_backend<K: Kernels>(make: impl Fn() -> K, name: &str) {
+pub fn check_backend<K: Kernels<Memory = Host>>(make: impl Fn() -> K, name: &str) {
     Suite::new(make(), name, REDUCTION).run_all();
     // A fresh backend meets the conv shapes in the other order: scratch grows, then shrinks.
     let mut fresh = Suite::new(make(), name, REDUCTION);
@@ -87,11 +90,11 @@ struct Suite<K> {
 }
 
 /// A kernel call, made once on the backend and once on the reference.
-type Call<'a> = dyn Fn(&mut dyn Kernels, &mut [Vec<f32>]) + 'a;
+type Call<'a> = dyn Fn(&mut dyn Kernels<Memory = Host>, &mut [Vec<f32>]) + 'a;
 /// An int8 kernel call writing one int8 output.
-type Int8Call<'a> = dyn Fn(&mut dyn Kernels, &mut [i8]) + 'a;
+type Int8Call<'a> = dyn Fn(&mut dyn Kernels<Memory = Host>, &mut [i8]) + 'a;
 
-impl<K: Kernels> Suite<K> {
+impl<K: Kernels<Memory = Host>> Suite<K> {
     fn new(backend: K, name: &str, reduction: Tolerance) -> Self {
         Self { backend, name: name.to_string(), reduction, rng: SplitMix::new(0x5eed) }
     }
@@ -154,11 +157,11 @@ impl<K: Kernels> Suite<K> {
         let (multipliers, zero_point, act) = self.output_quant(g.c_out);
         let out = OutputQuant { multipliers: &multipliers, zero_point, act };
         let x_zp = (self.rng.next_u64() % 256) as i32 - 128;
-        self.compare_i8("conv2d_s8", &case, g.output_len(), &|k, y| {
-            k.conv2d_s8(&x, x_zp, &w, Some(&bias), y, &out, g)
-        });
+        let a = QConv2dArgs { x: &x, x_zero_point: x_zp, weights: &w, bias: None, out, shape: *g };
+        let biased = QConv2dArgs { bias: Some(&bias), ..a };
+        self.compare_i8("conv2d_s8", &case, g.output_len(), &|k, y| k.conv2d_s8(&biased, y));
         self.compare_i8("conv2d_s8 without bias", &case, g.output_len(), &|k, y| {
-            k.conv2d_s8(&x, x_zp, &w, None, y, &out, g)
+            k.conv2d_s8(&a, y)
         });
     }
 
@@ -169,9 +172,15 @@ impl<K: Kernels> Suite<K> {
         let (multipliers, zero_point, act) = self.output_quant(d.m);
         let out = OutputQuant { multipliers: &multipliers, zero_point, act };
         let x_zp = (self.rng.next_u64() % 256) as i32 - 128;
-        self.compare_i8("linear_s8", &case, d.n * d.m, &|k, y| {
-            k.linear_s8(&x, x_zp, &w, Some(&bias), y, &out, &d)
-        });
+        let a = QLinearArgs {
+            x: &x,
+            x_zero_point: x_zp,
+            weights: &w,
+            bias: Some(&bias),
+            out,
+            shape: d,
+        };
+        self.compare_i8("linear_s8", &case, d.n * d.m, &|k, y| k.linear_s8(&a, y));
     }
 
     fn random(&mut self, len: usize, low: f32, high: f32) -> Vec<f32> {
@@ -367,46 +376,50 @@ impl<K: Kernels> Suite<K> {
         let mean = self.random(c, -0.5, 0.5);
         let var = self.random(c, 0.5, 1.5);
         let (y, stat) = (Self::nans(d.len()), Self::nans(c));
+        let affine = Affine { gamma: &gamma[..], beta: &beta[..] };
+        let running = Running { mean: &mean[..], var: &var[..] };
         let train_state = vec![mean.clone(), var.clone(), y.clone(), stat.clone(), stat.clone()];
         self.compare("batch_norm_train", &case, tol, train_state, &|k, o| {
             let [m, v, y, sm, si] = o else { unreachable!("five buffers") };
-            k.batch_norm_train(&x, &gamma, &beta, m, v, y, sm, si, d, cfg)
+            let (running_mean, running_var) = (&mut m[..], &mut v[..]);
+            let (saved_mean, saved_invstd) = (&mut sm[..], &mut si[..]);
+            let stats = TrainStats { running_mean, running_var, saved_mean, saved_invstd };
+            k.batch_norm_train(&x, affine, stats, y, d, cfg)
         });
         let in_place = vec![x.clone(), mean.clone(), var.clone(), stat.clone(), stat.clone()];
         self.compare("batch_norm_train_in_place", &case, tol, in_place, &|k, o| {
             let [x, m, v, sm, si] = o else { unreachable!("five buffers") };
-            k.batch_norm_train_in_place(x, &gamma, &beta, m, v, sm, si, d, cfg)
+            let (running_mean, running_var) = (&mut m[..], &mut v[..]);
+            let (saved_mean, saved_invstd) = (&mut sm[..], &mut si[..]);
+            let stats = TrainStats { running_mean, running_var, saved_mean, saved_invstd };
+            k.batch_norm_train_in_place(x, affine, stats, d, cfg)
         });
         self.compare("batch_norm_eval", &case, EXACT, vec![y.clone()], &|k, o| {
-            k.batch_norm_eval(&x, &gamma, &beta, &mean, &var, &mut o[0], d, cfg)
+            k.batch_norm_eval(&x, affine, running, &mut o[0], d, cfg)
         });
         self.compare("batch_norm_eval_in_place", &case, EXACT, vec![x.clone()], &|k, o| {
-            k.batch_norm_eval_in_place(&mut o[0], &gamma, &beta, &mean, &var, d, cfg)
+            k.batch_norm_eval_in_place(&mut o[0], affine, running, d, cfg)
         });
         // The saved statistics of a training pass, from the reference.
         let (mut m, mut v, mut out) = (mean.clone(), var.clone(), y.clone());
         let (mut saved_mean, mut saved_invstd) = (stat.clone(), stat.clone());
-        Reference.batch_norm_train(
-            &x,
-            &gamma,
-            &beta,
-            &mut m,
-            &mut v,
-            &mut out,
-            &mut saved_mean,
-            &mut saved_invstd,
-            d,
-            cfg,
-        );
+        let stats = TrainStats {
+            running_mean: &mut m[..],
+            running_var: &mut v[..],
+            saved_mean: &mut saved_mean[..],
+            saved_invstd: &mut saved_invstd[..],
+        };
+        Reference.batch_norm_train(&x, affine, stats, &mut out, d, cfg);
+        let saved = Saved { mean: &saved_mean[..], invstd: &saved_invstd[..] };
         self.compare("batch_norm_apply", &case, EXACT, vec![y], &|k, o| {
-            k.batch_norm_apply(&x, &gamma, &beta, &saved_mean, &saved_invstd, &mut o[0], d)
+            k.batch_norm_apply(&x, affine, saved, &mut o[0], d)
         });
         self.compare("batch_norm_grad_input", &case, tol, vec![Self::nans(d.len())], &|k, o| {
-            k.batch_norm_grad_input(&dy, &x, &gamma, &saved_mean, &saved_invstd, &mut o[0], d)
+            k.batch_norm_grad_input(&dy, &x, &gamma, saved, &mut o[0], d)
         });
         self.compare("batch_norm_grad_params", &case, tol, vec![stat.clone(), stat], &|k, o| {
             let [dgamma, dbeta] = o else { unreachable!("two buffers") };
-            k.batch_norm_grad_params(&dy, &x, &saved_mean, &saved_invstd, dgamma, dbeta, d)
+            k.batch_norm_grad_params(&dy, &x, saved, dgamma, dbeta, d)
         });
     }
 
@@ -500,7 +513,13 @@ impl<K: Kernels> Suite<K> {
             self.compare("sgd_update", &case, EXACT, buffers, &|k, o| {
                 let [p, m] = o else { unreachable!("two buffers") };
                 let m = (momentum > 0.0).then_some(&mut m[..]);
-                k.sgd_update(p, &grad, m, 0.05, 0.5, cfg)
+                let u = ParamUpdate {
+                    param: &mut p[..],
+                    grad: &grad[..],
+                    clip_scale: Some(&[0.5][..]),
+                    learning_rate: 0.05,
+                };
+                k.sgd_update(u, m, cfg)
             });
         }
         for step in [1, 3] {
@@ -509,7 +528,13 @@ impl<K: Kernels> Suite<K> {
             let buffers = vec![param.clone(), state.clone(), second.clone()];
             self.compare("adamw_update", &case, EXACT, buffers, &|k, o| {
                 let [p, m, v] = o else { unreachable!("three buffers") };
-                k.adamw_update(p, &grad, m, v, 1e-3, 1.0, step, cfg)
+                let u = ParamUpdate {
+                    param: &mut p[..],
+                    grad: &grad[..],
+                    clip_scale: Some(&[1.0][..]),
+                    learning_rate: 1e-3,
+                };
+                k.adamw_update(u, m, v, step, cfg)
             });
         }
     }

@@ -12,7 +12,31 @@ fn reference_agrees_with_itself_bit_for_bit() {
 #[should_panic(expected = "conv2d_grad_weight")]
 fn a_backend_with_a_wrong_kernel_fails() {
     struct OffByATenthOfAPercent;
-    impl sprout_core::Kernels for OffByATenthOfAPercent {
+    impl sprout_core::Backend for OffByATenthOfAPercent {
+        type Memory = sprout_core::Host;
+    }
+    sprout_core::inherit_reference!(OffByATenthOfAPercent: Dense, Vector, Activation, Pool, Norm,
+        Dropout, Loss, Optimizer, Half, Int8, Int8Layer, Int8Training);
+    impl sprout_core::backend::ConvKernels for OffByATenthOfAPercent {
+        fn conv2d(
+            &mut self,
+            x: &[f32],
+            w: &[f32],
+            b: Option<&[f32]>,
+            y: &mut [f32],
+            g: &sprout_core::geometry::Conv2dGeometry,
+        ) {
+            sprout_core::reference::conv2d(x, w, b, y, g)
+        }
+        fn conv2d_grad_input(
+            &mut self,
+            dy: &[f32],
+            w: &[f32],
+            dx: &mut [f32],
+            g: &sprout_core::geometry::Conv2dGeometry,
+        ) {
+            sprout_core::reference::conv2d_grad_input(dy, w, dx, g)
+        }
         fn conv2d_grad_weight(
             &mut self,
             dy: &[f32],

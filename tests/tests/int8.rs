@@ -6,7 +6,9 @@
 use sprout_core::format::{Metadata, ModelFile, Preprocessing};
 use sprout_core::op::ConvParams;
 use sprout_core::quant::convert::{quantize_graph, QuantizeError, QuantizeOptions};
-use sprout_core::quant::{conv2d_s8, Int8Weights, OutputQuant, QuantParams, Requantize};
+use sprout_core::quant::{
+    conv2d_s8, Int8Weights, OutputQuant, QConv2dArgs, QuantParams, Requantize,
+};
 use sprout_core::rng::SplitMix;
 use sprout_core::{
     compile_inference, compile_outputs, differentiate, nn, save_model, Executor, Graph, Init, Mode,
@@ -156,7 +158,10 @@ fn a_quantized_graph_runs_the_int8_kernels_and_tracks_the_float_logits() {
     };
     let mut expected = vec![0i8; g.output_len()];
     let oq = OutputQuant { multipliers: &requant, zero_point: q.output.zero_point, act: q.act };
-    conv2d_s8(&x_q, q.input.zero_point, &w, Some(&bias), &mut expected, &oq, &g);
+    let (x_zero_point, some_bias) = (q.input.zero_point, Some(&bias[..]));
+    let args =
+        QConv2dArgs { x: &x_q, x_zero_point, weights: &w, bias: some_bias, out: oq, shape: g };
+    conv2d_s8(&args, &mut expected);
     let got: Vec<i8> = bytemuck::cast_slice(&out[1]).to_vec();
     assert_eq!(got, expected);
     // ReLU6 fused: nothing below the real zero or above six.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use sprout_core::geometry::{window_output, Conv2dGeometry};
 use sprout_core::rng::SplitMix;
-use sprout_core::{compile_training_step, Executor, Kernels, Reference, TrainConfig};
+use sprout_core::{compile_training_step, Executor, Host, Kernels, Reference, TrainConfig};
 use sprout_cpu::Cpu;
 use sprout_zoo::{build, select_trainable, Architecture};
 
@@ -20,7 +20,7 @@ const STEPS: usize = 5;
 const CONV_RUNS: usize = 20;
 
 /// Median time of one leafnet training step with `kernels`.
-fn step_time(choice: &str, kernels: impl Kernels) -> Result<Duration> {
+fn step_time(choice: &str, kernels: impl Kernels<Memory = Host>) -> Result<Duration> {
     let model = build(Architecture::LeafNet, BATCH, 42).map_err(|e| anyhow!("{e}"))?;
     let trainable = select_trainable(&model, choice).map_err(|e| anyhow!("{e}"))?;
     let training =
@@ -48,7 +48,7 @@ fn step_time(choice: &str, kernels: impl Kernels) -> Result<Duration> {
 }
 
 /// GFLOP/s (two per multiply-accumulate) of `g`'s forward pass with `kernels`.
-fn conv_gflops(g: &Conv2dGeometry, mut kernels: impl Kernels) -> f64 {
+fn conv_gflops(g: &Conv2dGeometry, mut kernels: impl Kernels<Memory = Host>) -> f64 {
     let mut rng = SplitMix::new(5);
     let mut random = |len| (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect::<Vec<f32>>();
     let (x, w, b) = (random(g.input_len()), random(g.weight_len()), random(g.c_out));

@@ -11,13 +11,14 @@
 
 use core::fmt;
 
+use sprout_core::backend::{ConvKernels, DenseKernels};
 use sprout_core::geometry::{window_output, Conv2dGeometry, LinearDims};
-use sprout_core::quant::{OutputQuant, Requantize, FULL_RANGE};
+use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize, FULL_RANGE};
 use sprout_core::reference::tolerance::REDUCTION;
 use sprout_core::rng::SplitMix;
-use sprout_core::{Kernels, Reference};
+use sprout_core::{Host, Kernels, Reference};
 
-use crate::int8::Int8Kernels;
+use crate::int8::Int8Path;
 
 /// Largest input, weight and output of any case, in elements.
 const MAX_X: usize = 2048;
@@ -220,8 +221,8 @@ fn compare_f32(
 
 /// Checks an int8 convolution and dense layer against the reference kernels: every case
 /// with random data, then again at the saturation corners. Returns the cases checked.
-pub fn check_int8(kernels: Int8Kernels, s: &mut Scratch) -> Result<usize, Mismatch> {
-    let Int8Kernels { conv2d_s8: conv, linear_s8: linear } = kernels;
+pub fn check_int8(kernels: Int8Path, s: &mut Scratch) -> Result<usize, Mismatch> {
+    let Int8Path { conv2d_s8: conv, linear_s8: linear } = kernels;
     let mut rng = SplitMix::new(0x5EED);
     let mut checked = 0;
     for corner in [false, true] {
@@ -231,11 +232,11 @@ pub fn check_int8(kernels: Int8Kernels, s: &mut Scratch) -> Result<usize, Mismat
             let (x, w) = (&mut s.xq[..g.input_len()], &mut s.wq[..g.weight_len()]);
             fill_i8(&mut rng, x, corner, i8::MIN);
             fill_i8(&mut rng, w, corner, -i8::MAX);
-            let out = q.output(g.c_out);
-            let bias = Some(&q.bias[..g.c_out]);
+            let (out, bias) = (q.output(g.c_out), Some(&q.bias[..g.c_out]));
+            let a = QConv2dArgs { x, x_zero_point: q.x_zp, weights: w, bias, out, shape: g };
             let (got, want) = (&mut s.yq_got[..g.output_len()], &mut s.yq_want[..g.output_len()]);
-            conv(x, q.x_zp, w, bias, got, &out, &g);
-            sprout_core::quant::conv2d_s8(x, q.x_zp, w, bias, want, &out, &g);
+            conv(&a, got);
+            sprout_core::quant::conv2d_s8(&a, want);
             compare_i8("int8 conv2d", offset + case, got, want)?;
             checked += 1;
         }
@@ -244,11 +245,11 @@ pub fn check_int8(kernels: Int8Kernels, s: &mut Scratch) -> Result<usize, Mismat
             let (x, w) = (&mut s.xq[..d.n * d.k], &mut s.wq[..d.m * d.k]);
             fill_i8(&mut rng, x, corner, i8::MIN);
             fill_i8(&mut rng, w, corner, -i8::MAX);
-            let out = q.output(d.m);
-            let bias = (case % 2 == 0).then_some(&q.bias[..d.m]);
+            let (out, bias) = (q.output(d.m), (case % 2 == 0).then_some(&q.bias[..d.m]));
+            let a = QLinearArgs { x, x_zero_point: q.x_zp, weights: w, bias, out, shape: d };
             let (got, want) = (&mut s.yq_got[..d.n * d.m], &mut s.yq_want[..d.n * d.m]);
-            linear(x, q.x_zp, w, bias, got, &out, &d);
-            sprout_core::quant::linear_s8(x, q.x_zp, w, bias, want, &out, &d);
+            linear(&a, got);
+            sprout_core::quant::linear_s8(&a, want);
             compare_i8("int8 linear", offset + case, got, want)?;
             checked += 1;
         }
@@ -258,7 +259,10 @@ pub fn check_int8(kernels: Int8Kernels, s: &mut Scratch) -> Result<usize, Mismat
 
 /// Checks a backend's f32 dense and convolution kernels (forward and both gradients)
 /// against [`Reference`] within the stated tolerance. Returns the kernel calls checked.
-pub fn check_f32(backend: &mut impl Kernels, s: &mut Scratch) -> Result<usize, Mismatch> {
+pub fn check_f32(
+    backend: &mut impl Kernels<Memory = Host>,
+    s: &mut Scratch,
+) -> Result<usize, Mismatch> {
     let mut rng = SplitMix::new(0xF32);
     let mut checked = 0;
     let mut bias = [0.0f32; MAX_CHANNELS];
@@ -340,20 +344,12 @@ mod tests {
     /// A kernel off by one step in one output is caught.
     #[test]
     fn a_wrong_int8_kernel_is_caught() {
-        fn off_by_one(
-            x: &[i8],
-            x_zp: i32,
-            w: &[i8],
-            bias: Option<&[i32]>,
-            y: &mut [i8],
-            out: &OutputQuant<'_>,
-            d: &LinearDims,
-        ) {
-            (scalar::KERNELS.linear_s8)(x, x_zp, w, bias, y, out, d);
+        fn off_by_one(a: &QLinearArgs<'_>, y: &mut [i8]) {
+            (scalar::KERNELS.linear_s8)(a, y);
             y[y.len() / 2] = y[y.len() / 2].wrapping_add(1);
         }
         let mut scratch = Scratch::new();
-        let wrong = Int8Kernels { linear_s8: off_by_one, ..scalar::KERNELS };
+        let wrong = Int8Path { linear_s8: off_by_one, ..scalar::KERNELS };
         let error = check_int8(wrong, &mut scratch).unwrap_err();
         assert_eq!((error.kernel, error.case), ("int8 linear", 0));
     }

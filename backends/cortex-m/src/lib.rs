@@ -1,4 +1,4 @@
-//! sprout's Cortex-M backend (`no_std`): [`CortexM`] implements [`Kernels`] with f32 kernels
+//! sprout's Cortex-M backend (`no_std`): [`CortexM`] implements the kernel families with f32 kernels
 //! shaped for the Cortex-M4F/M7 FPU, and [`int8`] holds the int8 convolution and dense
 //! kernels: a DSP-SIMD path (`SXTB16` + `SMLAD`, inline assembly) on cores with the DSP
 //! extension (`thumbv7em`) and a scalar path everywhere else (`thumbv6m`, the host).
@@ -12,41 +12,34 @@ pub mod conformance;
 mod float;
 pub mod int8;
 
+use sprout_core::backend::{Backend, ConvKernels, DenseKernels, Int8LayerKernels};
 use sprout_core::geometry::{Conv2dGeometry, LinearDims};
-use sprout_core::quant::OutputQuant;
-use sprout_core::Kernels;
+use sprout_core::quant::{QConv2dArgs, QLinearArgs};
+use sprout_core::{inherit_reference, Host};
 
 /// The Cortex-M backend: FPU-friendly dense layers and convolutions (forward and
-/// gradients of dense layers) and the int8 convolution and dense kernels of [`int8`];
-/// every other kernel is the reference kernel.
+/// gradients) and the int8 convolution and dense kernels of [`int8`]; every other kernel
+/// family is the reference kernels, by [`inherit_reference!`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CortexM;
 
-impl Kernels for CortexM {
-    fn conv2d_s8(
-        &mut self,
-        x: &[i8],
-        x_zp: i32,
-        w: &[i8],
-        bias: Option<&[i32]>,
-        y: &mut [i8],
-        out: &OutputQuant<'_>,
-        g: &Conv2dGeometry,
-    ) {
-        int8::conv2d_s8(x, x_zp, w, bias, y, out, g)
+impl Backend for CortexM {
+    type Memory = Host;
+}
+
+inherit_reference!(CortexM: Vector, Activation, Pool, Norm, Dropout, Loss, Optimizer, Half, Int8,
+    Int8Training);
+
+impl Int8LayerKernels for CortexM {
+    fn conv2d_s8(&mut self, a: &QConv2dArgs<'_>, y: &mut [i8]) {
+        int8::conv2d_s8(a, y)
     }
-    fn linear_s8(
-        &mut self,
-        x: &[i8],
-        x_zp: i32,
-        w: &[i8],
-        bias: Option<&[i32]>,
-        y: &mut [i8],
-        out: &OutputQuant<'_>,
-        d: &LinearDims,
-    ) {
-        int8::linear_s8(x, x_zp, w, bias, y, out, d)
+    fn linear_s8(&mut self, a: &QLinearArgs<'_>, y: &mut [i8]) {
+        int8::linear_s8(a, y)
     }
+}
+
+impl DenseKernels for CortexM {
     fn linear(&mut self, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearDims) {
         float::linear(x, w, b, y, d)
     }
@@ -56,6 +49,9 @@ impl Kernels for CortexM {
     fn linear_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], d: LinearDims) {
         float::linear_grad_weight(dy, x, dw, d)
     }
+}
+
+impl ConvKernels for CortexM {
     fn conv2d(
         &mut self,
         x: &[f32],

@@ -3,8 +3,7 @@
 //! sums are exact, so results equal `sprout_core::quant`'s reference kernels bit for bit.
 
 use crate::im2col::{col_cols, col_rows, im2col_shifted};
-use sprout_core::geometry::{Conv2dGeometry, LinearDims};
-use sprout_core::quant::OutputQuant;
+use sprout_core::quant::{QConv2dArgs, QLayerArgs, QLinearArgs};
 
 /// Working memory of the int8 kernels, grown on first use and reused after.
 #[derive(Clone, Debug, Default)]
@@ -26,17 +25,8 @@ impl Int8Scratch {
 }
 
 /// `sprout_core::quant::conv2d_s8`, computed per sample and group over a column matrix.
-#[allow(clippy::too_many_arguments)]
-pub fn conv2d_s8(
-    scratch: &mut Int8Scratch,
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    g: &Conv2dGeometry,
-) {
+pub fn conv2d_s8(scratch: &mut Int8Scratch, a: &QConv2dArgs<'_>, y: &mut [i8]) {
+    let QLayerArgs { x, x_zero_point: x_zp, weights: w, bias, ref out, shape: ref g } = *a;
     let (rows, cols) = (col_rows(g), col_cols(g));
     let (col, acc) = scratch.take(rows * cols, cols);
     let (groups, per_group) = (g.groups, g.c_out_per_group());
@@ -66,17 +56,8 @@ pub fn conv2d_s8(
 }
 
 /// `sprout_core::quant::linear_s8`: one shifted input row at a time against every weight row.
-#[allow(clippy::too_many_arguments)]
-pub fn linear_s8(
-    scratch: &mut Int8Scratch,
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    d: &LinearDims,
-) {
+pub fn linear_s8(scratch: &mut Int8Scratch, a: &QLinearArgs<'_>, y: &mut [i8]) {
+    let QLayerArgs { x, x_zero_point: x_zp, weights: w, bias, ref out, shape: ref d } = *a;
     let (shifted, _) = scratch.take(d.k, 0);
     for (x_row, y_row) in x.chunks_exact(d.k).zip(y.chunks_exact_mut(d.m)) {
         for (s, &v) in shifted.iter_mut().zip(x_row) {

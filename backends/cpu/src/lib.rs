@@ -1,5 +1,6 @@
 //! sprout-cpu: the desktop CPU backend. Dense layers and convolutions run as GEMMs
-//! (`matrixmultiply`) over scoped threads; every other kernel is the reference kernel.
+//! (`matrixmultiply`) over scoped threads, int8 layers over column matrices; every other
+//! kernel family is the reference kernels, by [`inherit_reference!`].
 //!
 //! Convolutions lower to GEMM through im2col (pointwise ones multiply their input
 //! directly), except depthwise ones, which run direct loops per plane. The forward and
@@ -7,7 +8,7 @@
 //!
 //! ```
 //! use sprout_core::geometry::LinearDims;
-//! use sprout_core::Kernels;
+//! use sprout_core::backend::DenseKernels;
 //! use sprout_cpu::Cpu;
 //!
 //! let mut cpu = Cpu::with_threads(2);
@@ -27,9 +28,10 @@ mod parallel;
 mod window;
 
 use depthwise::is_depthwise;
+use sprout_core::backend::{Backend, ConvKernels, DenseKernels, Int8LayerKernels};
 use sprout_core::geometry::{Conv2dGeometry, LinearDims};
-use sprout_core::quant::OutputQuant;
-use sprout_core::Kernels;
+use sprout_core::quant::{QConv2dArgs, QLinearArgs};
+use sprout_core::{inherit_reference, Host};
 
 /// The CPU backend: how many threads a kernel may use, and the im2col scratch buffer.
 ///
@@ -75,31 +77,14 @@ impl Default for Cpu {
     }
 }
 
-impl Kernels for Cpu {
-    fn conv2d_s8(
-        &mut self,
-        x: &[i8],
-        x_zp: i32,
-        w: &[i8],
-        bias: Option<&[i32]>,
-        y: &mut [i8],
-        out: &OutputQuant<'_>,
-        g: &Conv2dGeometry,
-    ) {
-        int8::conv2d_s8(&mut self.int8, x, x_zp, w, bias, y, out, g)
-    }
-    fn linear_s8(
-        &mut self,
-        x: &[i8],
-        x_zp: i32,
-        w: &[i8],
-        bias: Option<&[i32]>,
-        y: &mut [i8],
-        out: &OutputQuant<'_>,
-        d: &LinearDims,
-    ) {
-        int8::linear_s8(&mut self.int8, x, x_zp, w, bias, y, out, d)
-    }
+impl Backend for Cpu {
+    type Memory = Host;
+}
+
+inherit_reference!(Cpu: Vector, Activation, Pool, Norm, Dropout, Loss, Optimizer, Half, Int8,
+    Int8Training);
+
+impl DenseKernels for Cpu {
     fn linear(&mut self, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearDims) {
         dense::linear(self.threads, x, w, b, y, d)
     }
@@ -109,6 +94,9 @@ impl Kernels for Cpu {
     fn linear_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], d: LinearDims) {
         dense::linear_grad_weight(self.threads, dy, x, dw, d)
     }
+}
+
+impl ConvKernels for Cpu {
     fn conv2d(
         &mut self,
         x: &[f32],
@@ -139,5 +127,14 @@ impl Kernels for Cpu {
         let threads = self.threads;
         let scratch = self.scratch(conv::scratch_per_worker(g));
         conv::conv2d_grad_weight(threads, scratch, dy, x, dw, g)
+    }
+}
+
+impl Int8LayerKernels for Cpu {
+    fn conv2d_s8(&mut self, a: &QConv2dArgs<'_>, y: &mut [i8]) {
+        int8::conv2d_s8(&mut self.int8, a, y)
+    }
+    fn linear_s8(&mut self, a: &QLinearArgs<'_>, y: &mut [i8]) {
+        int8::linear_s8(&mut self.int8, a, y)
     }
 }

@@ -13,7 +13,7 @@
 
 use sprout_core::rng::SplitMix;
 use sprout_core::{
-    compile_training_step, DType, Executor, Kernels, Reference, Region, TrainConfig,
+    compile_training_step, DType, Executor, Host, Kernels, Reference, Region, TrainConfig,
 };
 use sprout_cpu::Cpu;
 use sprout_zoo::{build, select_trainable, Architecture};
@@ -34,7 +34,7 @@ struct Run {
     last: State,
 }
 
-fn train(kernels: impl Kernels) -> Run {
+fn train(kernels: impl Kernels<Memory = Host>) -> Run {
     let model = build(Architecture::LeafNet, BATCH, 7).expect("leafnet records");
     let trainable = select_trainable(&model, "all").expect("all parameters");
     let sgd = TrainConfig::sgd(0.9);

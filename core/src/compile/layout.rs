@@ -97,13 +97,13 @@ pub(super) fn place(
     kept_before.push(0);
     for l in lowered {
         let node = &graph.nodes()[l.node];
-        let output = in_place_slots(&l.kernel).map(|(slot, _)| l.operands[slot]);
+        let output = in_place(l.kernel).map(|p| l.operands[p.output]);
         let reused = output.and_then(|out| reuse[out.index()].map(|input| (out, input)));
         let shares =
             |&(out, input): &(TensorId, TensorId)| place_of(input).offset == place_of(out).offset;
         let (kernel, operands) = match reused.filter(shares).map(|(_, input)| input) {
-            Some(input) => match in_place_form(l.kernel, &l.operands, input) {
-                Some(form) => form,
+            Some(input) => match in_place(l.kernel).and_then(|p| p.form) {
+                Some((kernel, operands)) => (kernel, operands(&l.operands, input)),
                 // The output aliases its input: nothing to run.
                 None => {
                     kept_before.push(*kept_before.last().unwrap_or(&0));
@@ -194,19 +194,112 @@ fn lifetimes(
     lives
 }
 
-/// For kernels that can work in place: the operand slot of the output and the slots of the
-/// inputs whose memory it may take over.
-fn in_place_slots(kernel: &Kernel) -> Option<(usize, &'static [usize])> {
+/// Operands of an in-place form, from the step's operands and the input taken over.
+type InPlaceOperands = fn(&[TensorId], TensorId) -> Vec<TensorId>;
+
+/// How a kernel can run in place.
+struct InPlace {
+    /// Operand slot of the output.
+    output: usize,
+    /// Slots of the inputs whose memory the output may take over.
+    inputs: &'static [usize],
+    /// The kernel that runs over the taken-over memory and its operands, or `None` when the
+    /// step only moves the values (a copy) and vanishes.
+    form: Option<(Kernel, InPlaceOperands)>,
+}
+
+/// For kernels that can work in place: where the output is, which inputs it may replace
+/// and the kernel that then runs.
+fn in_place(kernel: Kernel) -> Option<InPlace> {
+    let unary = |form: Kernel| {
+        let only_input: InPlaceOperands = |_, x| vec![x];
+        Some(InPlace { output: 1, inputs: &[0], form: Some((form, only_input)) })
+    };
+    let grad = |form: Kernel| {
+        let y_then_input: InPlaceOperands = |o, x| vec![o[0], x];
+        Some(InPlace { output: 2, inputs: &[1], form: Some((form, y_then_input)) })
+    };
     match kernel {
-        Kernel::Relu(_)
-        | Kernel::Relu6(_)
-        | Kernel::Dropout(..)
-        | Kernel::DropoutGrad(..)
-        | Kernel::Copy(_) => Some((1, &[0])),
-        Kernel::ReluGrad(_) | Kernel::Relu6Grad(_) => Some((2, &[1])),
-        Kernel::Add(_) => Some((2, &[0, 1])),
-        Kernel::BatchNormTrain(..) | Kernel::BatchNormEval(..) => Some((5, &[0])),
-        _ => None,
+        Kernel::Relu(n) => unary(Kernel::ReluInPlace(n)),
+        Kernel::Relu6(n) => unary(Kernel::Relu6InPlace(n)),
+        Kernel::Dropout(cfg, n) | Kernel::DropoutGrad(cfg, n) => {
+            unary(Kernel::DropoutInPlace(cfg, n))
+        }
+        Kernel::Copy(_) => Some(InPlace { output: 1, inputs: &[0], form: None }),
+        Kernel::ReluGrad(n) => grad(Kernel::ReluGradInPlace(n)),
+        Kernel::Relu6Grad(n) => grad(Kernel::Relu6GradInPlace(n)),
+        Kernel::Add(n) => {
+            let other_then_input: InPlaceOperands =
+                |o, x| vec![if o[0] == x { o[1] } else { o[0] }, x];
+            let form = Some((Kernel::Accumulate(1.0, n), other_then_input));
+            Some(InPlace { output: 2, inputs: &[0, 1], form })
+        }
+        // x, gamma, beta, running_mean, running_var, y, saved_mean, saved_invstd
+        Kernel::BatchNormTrain(d, cfg) => {
+            let ops: InPlaceOperands = |o, x| vec![o[1], o[2], o[3], o[4], x, o[6], o[7]];
+            let form = Some((Kernel::BatchNormTrainInPlace(d, cfg), ops));
+            Some(InPlace { output: 5, inputs: &[0], form })
+        }
+        Kernel::BatchNormEval(d, cfg) => {
+            let ops: InPlaceOperands = |o, x| vec![o[1], o[2], o[3], o[4], x];
+            let form = Some((Kernel::BatchNormEvalInPlace(d, cfg), ops));
+            Some(InPlace { output: 5, inputs: &[0], form })
+        }
+        // Already in place, or no output of an input's size and lifetime to take over.
+        Kernel::Linear { .. }
+        | Kernel::LinearGradInput(_)
+        | Kernel::LinearGradWeight(_)
+        | Kernel::BiasGrad(_)
+        | Kernel::Conv2d { .. }
+        | Kernel::Conv2dGradInput(_)
+        | Kernel::Conv2dGradWeight(_)
+        | Kernel::ReluInPlace(_)
+        | Kernel::Relu6InPlace(_)
+        | Kernel::ReluGradInPlace(_)
+        | Kernel::Relu6GradInPlace(_)
+        | Kernel::DropoutInPlace(..)
+        | Kernel::MaxPool2d(_)
+        | Kernel::MaxPool2dGrad(_)
+        | Kernel::AvgPool2d(_)
+        | Kernel::AvgPool2dGrad(_)
+        | Kernel::GlobalAvgPool(_)
+        | Kernel::GlobalAvgPoolGrad(_)
+        | Kernel::BatchNormApply(_)
+        | Kernel::BatchNormTrainInPlace(..)
+        | Kernel::BatchNormEvalInPlace(..)
+        | Kernel::BatchNormGradInput(_)
+        | Kernel::BatchNormGradParams(_)
+        | Kernel::Softmax(_)
+        | Kernel::SoftmaxGrad(_)
+        | Kernel::CrossEntropy(_)
+        | Kernel::CrossEntropyGrad(_)
+        | Kernel::Mse(_)
+        | Kernel::MseGrad(_)
+        | Kernel::Fill(..)
+        | Kernel::Accumulate(..)
+        | Kernel::SumSquares(_)
+        | Kernel::ClipCoefficient(_)
+        | Kernel::SgdUpdate { .. }
+        | Kernel::AdamWUpdate { .. }
+        | Kernel::Zero(_)
+        | Kernel::CastF32ToF16(_)
+        | Kernel::CastF16ToF32(_)
+        | Kernel::UnscaleGradient(_)
+        | Kernel::UpdateLossScale(_)
+        | Kernel::Quantize(..)
+        | Kernel::Dequantize(..)
+        | Kernel::QConv2d { .. }
+        | Kernel::QLinear { .. }
+        | Kernel::QAdd(..)
+        | Kernel::QMaxPool2d(_)
+        | Kernel::QAvgPool2d(..)
+        | Kernel::QGlobalAvgPool(_)
+        | Kernel::CopyI8(_)
+        | Kernel::RoundWeights(_)
+        | Kernel::RoundBias(_)
+        | Kernel::QClampGrad(..)
+        | Kernel::DequantizeWeights(_)
+        | Kernel::ChannelScale { .. } => None,
     }
 }
 
@@ -219,12 +312,12 @@ fn in_place_candidate(
     lives: &[Option<Life>],
     keep: &[TensorId],
 ) -> Option<(TensorId, TensorId)> {
-    let (out_slot, in_slots) = in_place_slots(&l.kernel)?;
-    let output = l.operands[out_slot];
+    let InPlace { output, inputs, .. } = in_place(l.kernel)?;
+    let output = l.operands[output];
     if lives[output.index()].is_none_or(|(first, _)| first != step) {
         return None;
     }
-    in_slots
+    inputs
         .iter()
         .map(|&i| l.operands[i])
         .find(|&x| {
@@ -237,37 +330,4 @@ fn in_place_candidate(
                 && l.operands.iter().filter(|&&t| t == x).count() == 1
         })
         .map(|x| (output, x))
-}
-
-/// The in-place kernel for a step whose output took over `input`'s memory, or `None` when
-/// the step only moved the values (a reshape) and vanishes.
-fn in_place_form(
-    kernel: Kernel,
-    operands: &[TensorId],
-    input: TensorId,
-) -> Option<(Kernel, Vec<TensorId>)> {
-    Some(match kernel {
-        Kernel::Relu(n) => (Kernel::ReluInPlace(n), vec![input]),
-        Kernel::Relu6(n) => (Kernel::Relu6InPlace(n), vec![input]),
-        Kernel::Dropout(cfg, n) | Kernel::DropoutGrad(cfg, n) => {
-            (Kernel::DropoutInPlace(cfg, n), vec![input])
-        }
-        Kernel::ReluGrad(n) => (Kernel::ReluGradInPlace(n), vec![operands[0], input]),
-        Kernel::Relu6Grad(n) => (Kernel::Relu6GradInPlace(n), vec![operands[0], input]),
-        Kernel::Add(n) => {
-            let other = if operands[0] == input { operands[1] } else { operands[0] };
-            (Kernel::Accumulate(1.0, n), vec![other, input])
-        }
-        // x, gamma, beta, running_mean, running_var, y, saved_mean, saved_invstd
-        Kernel::BatchNormTrain(d, cfg) => {
-            let o = operands;
-            (Kernel::BatchNormTrainInPlace(d, cfg), vec![o[1], o[2], o[3], o[4], input, o[6], o[7]])
-        }
-        Kernel::BatchNormEval(d, cfg) => {
-            let o = operands;
-            (Kernel::BatchNormEvalInPlace(d, cfg), vec![o[1], o[2], o[3], o[4], input])
-        }
-        Kernel::Copy(_) => return None,
-        other => unreachable!("{} has no in-place form", other.name()),
-    })
 }

@@ -6,21 +6,44 @@
 //! quantization parameters, as TFLite requires of them.
 
 use super::params::{clamp_to, QuantError, QuantParams, Requantize};
+use crate::backend::{Host, Memory};
 use crate::geometry::{ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry};
 use crate::reference::layout::input_coord;
 
 /// How accumulators of a convolution or dense layer become int8 outputs: per output channel
-/// `clamp(multipliers[c].apply(acc) + zero_point, act.0, act.1)`.
+/// `clamp(multipliers[c].apply(acc) + zero_point, act.0, act.1)`. Generic over where the
+/// multipliers live ([`OutputQuant`] on the host).
 #[derive(Clone, Copy, Debug)]
-pub struct OutputQuant<'a> {
+pub struct Requantization<'a, M: Memory> {
     /// One multiplier per output channel (`input_scale · weight_scale[c] / output_scale`).
-    pub multipliers: &'a [Requantize],
+    pub multipliers: M::Slice<'a, Requantize>,
     /// The output's zero point.
     pub zero_point: i32,
     /// Fused activation bounds: [`FULL_RANGE`](super::FULL_RANGE),
     /// [`QuantParams::relu_bounds`] or [`QuantParams::relu6_bounds`].
     pub act: (i8, i8),
 }
+
+/// [`Requantization`] with its multipliers in host memory.
+pub type OutputQuant<'a> = Requantization<'a, Host>;
+
+/// Everything an int8 convolution or dense layer reads: the input with its zero point,
+/// the weights, the bias (in units of `input_scale · weight_scale[c]`), the output's
+/// requantization, and the layer's shape ([`Conv2dGeometry`] or [`LinearDims`]).
+#[derive(Clone, Copy)]
+pub struct QLayerArgs<'a, S, M: Memory> {
+    pub x: M::Slice<'a, i8>,
+    pub x_zero_point: i32,
+    pub weights: M::Slice<'a, i8>,
+    pub bias: Option<M::Slice<'a, i32>>,
+    pub out: Requantization<'a, M>,
+    pub shape: S,
+}
+
+/// An int8 convolution's arguments in host memory.
+pub type QConv2dArgs<'a> = QLayerArgs<'a, Conv2dGeometry, Host>;
+/// An int8 dense layer's arguments in host memory.
+pub type QLinearArgs<'a> = QLayerArgs<'a, LinearDims, Host>;
 
 impl OutputQuant<'_> {
     /// The int8 output of output channel `channel` for accumulator `acc`. Public so that
@@ -69,18 +92,10 @@ fn positions(out_h: usize, out_w: usize) -> impl Iterator<Item = (usize, usize)>
 }
 
 /// `y[n, c_out, out_h, out_w]` = int8 convolution of `x[n, c_in, h, w]` (zero point `x_zp`)
-/// with symmetric `w[c_out, c_in / groups, kh, kw]` plus `bias[c_out]` (in units of
-/// `input_scale · weight_scale[c]`), requantized per output channel. Padding holds `x_zp`,
+/// with symmetric `w[c_out, c_in / groups, kh, kw]` plus `bias[c_out]`, requantized per output channel. Padding holds `x_zp`,
 /// i.e. real zero, so it contributes nothing.
-pub fn conv2d_s8(
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    g: &Conv2dGeometry,
-) {
+pub fn conv2d_s8(a: &QConv2dArgs<'_>, y: &mut [i8]) {
+    let QLayerArgs { x, x_zero_point: x_zp, weights: w, bias, ref out, shape: ref g } = *a;
     debug_assert_eq!(x.len(), g.input_len());
     debug_assert_eq!(w.len(), g.weight_len());
     debug_assert_eq!(y.len(), g.output_len());
@@ -105,15 +120,8 @@ pub fn conv2d_s8(
 
 /// `y[n, m]` = int8 `x[n, k] · w[m, k]ᵀ + bias[m]` with `x`'s zero point removed,
 /// requantized per output feature.
-pub fn linear_s8(
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    d: &LinearDims,
-) {
+pub fn linear_s8(a: &QLinearArgs<'_>, y: &mut [i8]) {
+    let QLayerArgs { x, x_zero_point: x_zp, weights: w, bias, ref out, shape: ref d } = *a;
     debug_assert_eq!(x.len(), d.n * d.k);
     debug_assert_eq!(w.len(), d.m * d.k);
     debug_assert_eq!(y.len(), d.n * d.m);
@@ -351,7 +359,10 @@ mod tests {
             let (x, w, x_zp) = (&x[..g.input_len()], &w[..g.weight_len()], 5);
             let mut y = [0i8; 512];
             let y = &mut y[..g.output_len()];
-            conv2d_s8(x, x_zp, w, Some(&bias[..g.c_out]), y, &out, &g);
+            let some_bias = Some(&bias[..g.c_out]);
+            let a =
+                QConv2dArgs { x, x_zero_point: x_zp, weights: w, bias: some_bias, out, shape: g };
+            conv2d_s8(&a, y);
             let (cig, cog) = (g.c_in / g.groups, g.c_out / g.groups);
             let mut expected = y.iter().copied();
             for n in 0..g.n {
@@ -403,7 +414,9 @@ mod tests {
         let multipliers: [Requantize; 5] = random_multipliers(&mut rng);
         let out = OutputQuant { multipliers: &multipliers, zero_point: 3, act: FULL_RANGE };
         let mut y = [0i8; 15];
-        linear_s8(&x, -4, &w, Some(&bias), &mut y, &out, &d);
+        let a =
+            QLinearArgs { x: &x, x_zero_point: -4, weights: &w, bias: Some(&bias), out, shape: d };
+        linear_s8(&a, &mut y);
         for (i, &got) in y.iter().enumerate() {
             let (n, m) = (i / d.m, i % d.m);
             let acc = (0..d.k).fold(i64::from(bias[m]), |acc, k| {
@@ -442,7 +455,11 @@ mod tests {
         let out =
             OutputQuant { multipliers: &multipliers, zero_point: yp.zero_point, act: FULL_RANGE };
         let mut yq = [0i8; 200];
-        conv2d_s8(&xq, xp.zero_point, &wq, Some(&bq), &mut yq, &out, &g);
+        let (x_zero_point, bias) = (xp.zero_point, Some(&bq[..]));
+        conv2d_s8(
+            &QConv2dArgs { x: &xq, x_zero_point, weights: &wq, bias, out, shape: g },
+            &mut yq,
+        );
 
         let mut x_deq = [0.0; 200];
         dequantize_slice(&xq, xp, &mut x_deq);

@@ -17,7 +17,8 @@ mod testing;
 pub use crate::ops::Int8Weights;
 pub use kernels::{
     add_s8, avg_pool2d_s8, clamp_s8, conv2d_s8, dequantize_slice, global_avg_pool_s8, linear_s8,
-    max_pool2d_s8, quantize_slice, relu6_s8, relu_s8, AddRescale, OutputQuant,
+    max_pool2d_s8, quantize_slice, relu6_s8, relu_s8, AddRescale, OutputQuant, QConv2dArgs,
+    QLayerArgs, QLinearArgs, Requantization,
 };
 pub use params::{
     quantize_symmetric, quantize_weight, symmetric_scale, QuantError, QuantParams, Requantize,

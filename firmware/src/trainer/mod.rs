@@ -11,7 +11,7 @@ use core::fmt;
 use sprout_core::format::bundle::Bundle;
 use sprout_core::format::device_checkpoint::{self as checkpoint, CheckpointError, CheckpointInfo};
 use sprout_core::rng::SplitMix;
-use sprout_core::{ExecError, Executor, Kernels, Operand, Regions};
+use sprout_core::{ExecError, Executor, Host, Kernels, Operand, Regions};
 
 /// What the trainer reports after each epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -116,7 +116,7 @@ pub struct Trainer<'b, 's, 'm, K> {
     rng: SplitMix,
 }
 
-impl<'b, 's, 'm, K: Kernels + Clone> Trainer<'b, 's, 'm, K> {
+impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
     /// Checks the memory and copies the bundle's initial state into it. `seed` drives the
     /// order in which training samples are batched.
     pub fn new(

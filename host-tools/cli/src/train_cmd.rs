@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sprout_core::save_model;
 use sprout_train::{
-    folder_classes, open_data, train, write_atomic, Model, OptimizerChoice, TrainEvent,
-    ScheduleChoice, TrainOptions,
+    folder_classes, open_data, train, write_atomic, Model, OptimizerChoice, ScheduleChoice,
+    TrainEvent, TrainOptions,
 };
 use sprout_zoo::Architecture;
 

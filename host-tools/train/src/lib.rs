@@ -37,6 +37,6 @@ pub use model::{Inference, Model};
 pub use quantize::{calibrate, quantize, QuantizeSettings, RangeMethod};
 pub use source::{encode_npy, read_npy, read_tensor_file, DataSource, TensorSet};
 pub use trainer::{
-    folder_classes, open_data, train, LossScaleReport, OptimizerChoice, Outcome, TrainEvent,
-    ScheduleChoice, TrainOptions,
+    folder_classes, open_data, train, LossScaleReport, OptimizerChoice, Outcome, ScheduleChoice,
+    TrainEvent, TrainOptions,
 };

@@ -13,7 +13,7 @@
 use core::ops::Range;
 
 use sprout_core::geometry::Conv2dGeometry;
-use sprout_core::quant::OutputQuant;
+use sprout_core::quant::{QConv2dArgs, QLayerArgs};
 
 use super::product::Engine;
 use super::requantize::ChannelQuant;
@@ -183,15 +183,8 @@ fn pad<E: Engine>(xs: &[i8], g: &Conv2dGeometry, pitch: usize, padded: &mut [i8]
 }
 
 /// [`sprout_core::quant::conv2d_s8`] for a depthwise `g` (see [`is_depthwise`]).
-pub fn depthwise_s8<E: Engine>(
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    g: &Conv2dGeometry,
-) {
+pub fn depthwise_s8<E: Engine>(a: &QConv2dArgs<'_>, y: &mut [i8]) {
+    let QLayerArgs { x, x_zero_point: x_zp, weights: w, bias, ref out, shape: ref g } = *a;
     let (plane_in, plane_out, taps_per_filter) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let rows = Axis { stride: g.stride.0, padding: g.padding.0, kernel: g.kh, size: g.h };
     let cols = Axis { stride: g.stride.1, padding: g.padding.1, kernel: g.kw, size: g.w };

@@ -23,7 +23,7 @@ use core::arch::asm;
 use super::columns::WIDE;
 use super::product::Engine;
 use super::requantize::{ChannelQuant, CheapForm};
-use super::Int8Kernels;
+use super::Int8Path;
 
 /// `SXTB16` + `SMLAD` multiply-accumulates.
 pub struct Dsp;
@@ -570,4 +570,4 @@ pub fn dot_one(w: &[i8], values: &[i16], acc: &mut i32) {
 }
 
 /// The int8 kernels on the DSP path.
-pub const KERNELS: Int8Kernels = Int8Kernels::on::<Dsp>();
+pub const KERNELS: Int8Path = Int8Path::on::<Dsp>();

@@ -23,8 +23,7 @@ pub mod dsp;
 
 use core::ops::Range;
 
-use sprout_core::geometry::{Conv2dGeometry, LinearDims};
-use sprout_core::quant::OutputQuant;
+use sprout_core::quant::{QConv2dArgs, QLayerArgs, QLinearArgs};
 
 use columns::{centered, largest_centered, ConvPatch};
 use product::{product, Columns, Engine, Rows};
@@ -35,19 +34,18 @@ use dsp::Dsp as Best;
 use scalar::Scalar as Best;
 
 /// An int8 convolution with [`sprout_core::quant::conv2d_s8`]'s parameters.
-pub type ConvS8 =
-    fn(&[i8], i32, &[i8], Option<&[i32]>, &mut [i8], &OutputQuant<'_>, &Conv2dGeometry);
+pub type ConvS8 = fn(&QConv2dArgs<'_>, &mut [i8]);
 /// An int8 dense layer with [`sprout_core::quant::linear_s8`]'s parameters.
-pub type LinearS8 = fn(&[i8], i32, &[i8], Option<&[i32]>, &mut [i8], &OutputQuant<'_>, &LinearDims);
+pub type LinearS8 = fn(&QLinearArgs<'_>, &mut [i8]);
 
 /// One path's int8 convolution and dense kernels.
 #[derive(Clone, Copy)]
-pub struct Int8Kernels {
+pub struct Int8Path {
     pub conv2d_s8: ConvS8,
     pub linear_s8: LinearS8,
 }
 
-impl Int8Kernels {
+impl Int8Path {
     /// The kernels on the path of `E`'s multiply-accumulate loops.
     const fn on<E: Engine>() -> Self {
         Self { conv2d_s8: conv2d::<E>, linear_s8: linear::<E> }
@@ -56,30 +54,14 @@ impl Int8Kernels {
 
 /// Int8 convolution, bit-exact with [`sprout_core::quant::conv2d_s8`], on the fastest path
 /// this target has.
-pub fn conv2d_s8(
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    g: &Conv2dGeometry,
-) {
-    conv2d::<Best>(x, x_zp, w, bias, y, out, g)
+pub fn conv2d_s8(a: &QConv2dArgs<'_>, y: &mut [i8]) {
+    conv2d::<Best>(a, y)
 }
 
 /// Int8 dense layer, bit-exact with [`sprout_core::quant::linear_s8`], on the fastest path
 /// this target has.
-pub fn linear_s8(
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    d: &LinearDims,
-) {
-    linear::<Best>(x, x_zp, w, bias, y, out, d)
+pub fn linear_s8(a: &QLinearArgs<'_>, y: &mut [i8]) {
+    linear::<Best>(a, y)
 }
 
 /// The output positions of one image and group, as columns of their receptive fields.
@@ -125,21 +107,14 @@ impl Columns for InputRows<'_> {
     }
 }
 
-fn conv2d<E: Engine>(
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    g: &Conv2dGeometry,
-) {
+fn conv2d<E: Engine>(a: &QConv2dArgs<'_>, y: &mut [i8]) {
+    let QLayerArgs { x, x_zero_point: x_zp, weights: w, bias, ref out, shape: ref g } = *a;
     debug_assert_eq!(x.len(), g.input_len());
     debug_assert_eq!(w.len(), g.weight_len());
     debug_assert_eq!(y.len(), g.output_len());
     debug_assert_eq!(out.multipliers.len(), g.c_out);
     if depthwise::is_depthwise(g) {
-        return depthwise::depthwise_s8::<E>(x, x_zp, w, bias, y, out, g);
+        return depthwise::depthwise_s8::<E>(a, y);
     }
     let (cig, cog, plane) = (g.c_in_per_group(), g.c_out_per_group(), g.out_h * g.out_w);
     let depth = cig * g.kh * g.kw;
@@ -163,15 +138,8 @@ fn conv2d<E: Engine>(
     }
 }
 
-fn linear<E: Engine>(
-    x: &[i8],
-    x_zp: i32,
-    w: &[i8],
-    bias: Option<&[i32]>,
-    y: &mut [i8],
-    out: &OutputQuant<'_>,
-    d: &LinearDims,
-) {
+fn linear<E: Engine>(a: &QLinearArgs<'_>, y: &mut [i8]) {
+    let QLayerArgs { x, x_zero_point: x_zp, weights: w, bias, ref out, shape: ref d } = *a;
     debug_assert_eq!(x.len(), d.n * d.k);
     debug_assert_eq!(w.len(), d.m * d.k);
     debug_assert_eq!(y.len(), d.n * d.m);

@@ -91,20 +91,20 @@ pub trait Columns {
 
 /// The rows of a product: `count` int8 weight rows of `depth` values, their bias and output
 /// quantization, for output channels `first..first + count` of `out`.
-pub struct Rows<'a> {
+pub struct Rows<'a, 'q> {
     pub w: &'a [i8],
     pub count: usize,
     pub depth: usize,
     pub bias: Option<&'a [i32]>,
     pub first: usize,
-    pub out: &'a OutputQuant<'a>,
+    pub out: &'a OutputQuant<'q>,
 }
 
 /// Runs the product and hands the outputs of each row, for consecutive columns from
 /// `first`, to `store(first, row, values)`.
 pub fn product<E: Engine>(
     columns: &impl Columns,
-    rows: &Rows<'_>,
+    rows: &Rows<'_, '_>,
     mut store: impl FnMut(usize, usize, &[i8]),
 ) {
     let mut block = ColumnBlock::new();
@@ -143,7 +143,7 @@ fn build<E: Engine>(
 /// straight from bias to output.
 fn one_chunk<E: Engine>(
     columns: &impl Columns,
-    rows: &Rows<'_>,
+    rows: &Rows<'_, '_>,
     block: &mut ColumnBlock,
     natural: &mut [i16; CHUNK],
     store: &mut impl FnMut(usize, usize, &[i8]),
@@ -199,7 +199,7 @@ fn one_chunk<E: Engine>(
 /// [`ROW_BLOCK`] whose accumulators live on the stack between chunks.
 fn chunked<E: Engine>(
     columns: &impl Columns,
-    rows: &Rows<'_>,
+    rows: &Rows<'_, '_>,
     block: &mut ColumnBlock,
     natural: &mut [i16; CHUNK],
     store: &mut impl FnMut(usize, usize, &[i8]),

@@ -3,7 +3,7 @@
 
 use super::columns::{natural_order, WIDE};
 use super::product::Engine;
-use super::Int8Kernels;
+use super::Int8Path;
 
 /// Plain `i32` multiply-accumulates.
 pub struct Scalar;
@@ -30,4 +30,4 @@ impl Engine for Scalar {
 }
 
 /// The int8 kernels on the scalar path.
-pub const KERNELS: Int8Kernels = Int8Kernels::on::<Scalar>();
+pub const KERNELS: Int8Path = Int8Path::on::<Scalar>();

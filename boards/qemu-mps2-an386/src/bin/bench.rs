@@ -25,8 +25,8 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use qemu_mps2_an386 as board;
 use qemu_mps2_an386::counter::InstructionCounter;
 use sprout_core::geometry::{Conv2dGeometry, LinearDims};
-use sprout_core::quant::{OutputQuant, Requantize};
-use sprout_core::{Kernels, Reference};
+use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize};
+use sprout_core::{Host, Kernels, Reference};
 use sprout_cortex_m::int8::{dsp, scalar};
 use sprout_cortex_m::int8::{ConvS8, LinearS8};
 use sprout_cortex_m::CortexM;
@@ -153,7 +153,8 @@ fn int8_conv(
         [Requantize::new(0.004).unwrap_or(Requantize { multiplier: 0, shift: 0 }); 64];
     let out = OutputQuant { multipliers: &multipliers[..g.c_out], zero_point: 3, act: (-128, 127) };
     let (x, w, y) = (&b.xq[..g.input_len()], &b.wq[..g.weight_len()], &mut b.yq[..g.output_len()]);
-    let n = c.instructions(|| k(x, -5, w, None, y, &out, g));
+    let a = QConv2dArgs { x, x_zero_point: -5, weights: w, bias: None, out, shape: *g };
+    let n = c.instructions(|| k(&a, y));
     report(name, n, g.macs());
 }
 
@@ -168,7 +169,8 @@ fn int8_linear(
         [Requantize::new(0.004).unwrap_or(Requantize { multiplier: 0, shift: 0 }); 64];
     let out = OutputQuant { multipliers: &multipliers[..d.m], zero_point: 3, act: (-128, 127) };
     let (x, w, y) = (&b.xq[..d.n * d.k], &b.wq[..d.m * d.k], &mut b.yq[..d.n * d.m]);
-    let n = c.instructions(|| k(x, -5, w, None, y, &out, d));
+    let a = QLinearArgs { x, x_zero_point: -5, weights: w, bias: None, out, shape: *d };
+    let n = c.instructions(|| k(&a, y));
     report(name, n, d.n * d.k * d.m);
 }
 
@@ -176,7 +178,7 @@ fn f32_conv(
     c: &mut InstructionCounter,
     b: &mut Buffers,
     name: &str,
-    k: &mut impl Kernels,
+    k: &mut impl Kernels<Memory = Host>,
     g: &Conv2dGeometry,
 ) {
     let (x, w, y) = (&b.x[..g.input_len()], &b.w[..g.weight_len()], &mut b.y[..g.output_len()]);
@@ -188,7 +190,7 @@ fn f32_linear(
     c: &mut InstructionCounter,
     b: &mut Buffers,
     name: &str,
-    k: &mut impl Kernels,
+    k: &mut impl Kernels<Memory = Host>,
     d: LinearDims,
 ) {
     let (x, w, y) = (&b.x[..d.n * d.k], &b.w[..d.m * d.k], &mut b.y[..d.n * d.m]);
@@ -208,7 +210,8 @@ fn leafnet(c: &mut InstructionCounter, b: &mut Buffers, name: &str, k: ConvS8) {
             OutputQuant { multipliers: &multipliers[..c_out], zero_point: -20, act: (-20, 100) };
         let (x, w, y) =
             (&b.xq[..g.input_len()], &b.wq[..g.weight_len()], &mut b.yq[..g.output_len()]);
-        instructions += c.instructions(|| k(x, -5, w, None, y, &out, &g));
+        let a = QConv2dArgs { x, x_zero_point: -5, weights: w, bias: None, out, shape: g };
+        instructions += c.instructions(|| k(&a, y));
         macs += g.macs();
     }
     let tenths = (instructions / 100_000.0 + 0.5) as u32;

@@ -1,18 +1,24 @@
-//! The backend trait: one method per kernel. Every method defaults to the portable scalar
-//! reference kernel, so a backend overrides what it accelerates and inherits the rest.
+//! The reference kernels as every kernel family, for host-memory backends that choose them
+//! with [`InheritReference`] ([`Reference`](super::Reference) chooses all of them).
 
+use super::args::{Affine, ParamUpdate, Running, Saved, TrainStats};
+use super::families::*;
+use super::{family, Backend, Host, InheritReference};
 use crate::error::KernelError;
 use crate::geometry::{
     AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, LinearDims,
-    Pool2dGeometry, RowDims, SgdConfig,
+    LossScaleConfig, Pool2dGeometry, RowDims, SgdConfig,
 };
-use crate::quant::{self as q, AddRescale, OutputQuant, QuantParams};
+use crate::quant::{self as q, AddRescale, QConv2dArgs, QLinearArgs, QuantParams};
 use crate::reference as r;
+use half::f16;
 
-/// Kernels a plan calls. Slices always have the lengths the kernel's signature states;
-/// backward kernels overwrite their outputs.
-#[allow(clippy::too_many_arguments)]
-pub trait Kernels {
+/// The factor an optimizer scales gradients by: the clipping coefficient, or 1.
+fn clip_scale(u: &ParamUpdate<'_, Host>) -> f32 {
+    u.clip_scale.map_or(1.0, |s| s[0])
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Dense>> DenseKernels for B {
     fn linear(&mut self, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearDims) {
         r::linear(x, w, b, y, d)
     }
@@ -22,9 +28,9 @@ pub trait Kernels {
     fn linear_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], d: LinearDims) {
         r::linear_grad_weight(dy, x, dw, d)
     }
-    fn bias_grad(&mut self, dy: &[f32], db: &mut [f32], d: ChannelDims) {
-        r::bias_grad(dy, db, d)
-    }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Conv>> ConvKernels for B {
     fn conv2d(
         &mut self,
         x: &[f32],
@@ -41,6 +47,30 @@ pub trait Kernels {
     fn conv2d_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], g: &Conv2dGeometry) {
         r::conv2d_grad_weight(dy, x, dw, g)
     }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Vector>> VectorKernels for B {
+    fn add(&mut self, a: &[f32], b: &[f32], y: &mut [f32]) {
+        r::add(a, b, y)
+    }
+    fn copy(&mut self, x: &[f32], y: &mut [f32]) {
+        r::copy(x, y)
+    }
+    fn fill(&mut self, y: &mut [f32], value: f32) {
+        r::fill(y, value)
+    }
+    fn accumulate(&mut self, acc: &mut [f32], g: &[f32], scale: f32) {
+        r::accumulate(acc, g, scale)
+    }
+    fn sum_squares(&mut self, g: &[f32], acc: &mut [f32]) {
+        r::sum_squares(g, acc)
+    }
+    fn bias_grad(&mut self, dy: &[f32], db: &mut [f32], d: ChannelDims) {
+        r::bias_grad(dy, db, d)
+    }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Activation>> ActivationKernels for B {
     fn relu(&mut self, x: &[f32], y: &mut [f32]) {
         r::relu(x, y)
     }
@@ -53,18 +83,21 @@ pub trait Kernels {
     fn relu6_in_place(&mut self, x: &mut [f32]) {
         r::relu6_in_place(x)
     }
-    fn relu_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
-        r::relu_grad_in_place(y, dy)
-    }
-    fn relu6_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
-        r::relu6_grad_in_place(y, dy)
-    }
     fn relu_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
         r::relu_grad(y, dy, dx)
     }
     fn relu6_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
         r::relu6_grad(y, dy, dx)
     }
+    fn relu_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
+        r::relu_grad_in_place(y, dy)
+    }
+    fn relu6_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
+        r::relu6_grad_in_place(y, dy)
+    }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Pool>> PoolKernels for B {
     fn max_pool2d(&mut self, x: &[f32], y: &mut [f32], g: &Pool2dGeometry) {
         r::max_pool2d(x, y, g)
     }
@@ -83,123 +116,88 @@ pub trait Kernels {
     fn global_avg_pool_grad(&mut self, dy: &[f32], dx: &mut [f32], d: ChannelDims) {
         r::global_avg_pool_grad(dy, dx, d)
     }
-    fn add(&mut self, a: &[f32], b: &[f32], y: &mut [f32]) {
-        r::add(a, b, y)
-    }
-    fn copy(&mut self, x: &[f32], y: &mut [f32]) {
-        r::copy(x, y)
-    }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Norm>> NormKernels for B {
     fn batch_norm_train(
         &mut self,
         x: &[f32],
-        gamma: &[f32],
-        beta: &[f32],
-        running_mean: &mut [f32],
-        running_var: &mut [f32],
+        p: Affine<'_, Host>,
+        s: TrainStats<'_, Host>,
         y: &mut [f32],
-        saved_mean: &mut [f32],
-        saved_invstd: &mut [f32],
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        r::batch_norm_train(
-            x,
-            gamma,
-            beta,
-            running_mean,
-            running_var,
-            y,
-            saved_mean,
-            saved_invstd,
-            d,
-            cfg,
-        )
+        let (rm, rv, sm, si) = (s.running_mean, s.running_var, s.saved_mean, s.saved_invstd);
+        r::batch_norm_train(x, p.gamma, p.beta, rm, rv, y, sm, si, d, cfg)
     }
     fn batch_norm_eval(
         &mut self,
         x: &[f32],
-        gamma: &[f32],
-        beta: &[f32],
-        running_mean: &[f32],
-        running_var: &[f32],
+        p: Affine<'_, Host>,
+        running: Running<'_, Host>,
         y: &mut [f32],
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        r::batch_norm_eval(x, gamma, beta, running_mean, running_var, y, d, cfg)
+        r::batch_norm_eval(x, p.gamma, p.beta, running.mean, running.var, y, d, cfg)
     }
     fn batch_norm_train_in_place(
         &mut self,
         x: &mut [f32],
-        gamma: &[f32],
-        beta: &[f32],
-        running_mean: &mut [f32],
-        running_var: &mut [f32],
-        saved_mean: &mut [f32],
-        saved_invstd: &mut [f32],
+        p: Affine<'_, Host>,
+        s: TrainStats<'_, Host>,
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        r::batch_norm_train_in_place(
-            x,
-            gamma,
-            beta,
-            running_mean,
-            running_var,
-            saved_mean,
-            saved_invstd,
-            d,
-            cfg,
-        )
+        let (rm, rv, sm, si) = (s.running_mean, s.running_var, s.saved_mean, s.saved_invstd);
+        r::batch_norm_train_in_place(x, p.gamma, p.beta, rm, rv, sm, si, d, cfg)
     }
     fn batch_norm_eval_in_place(
         &mut self,
         x: &mut [f32],
-        gamma: &[f32],
-        beta: &[f32],
-        running_mean: &[f32],
-        running_var: &[f32],
+        p: Affine<'_, Host>,
+        running: Running<'_, Host>,
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        r::batch_norm_eval_in_place(x, gamma, beta, running_mean, running_var, d, cfg)
+        r::batch_norm_eval_in_place(x, p.gamma, p.beta, running.mean, running.var, d, cfg)
     }
     fn batch_norm_apply(
         &mut self,
         x: &[f32],
-        gamma: &[f32],
-        beta: &[f32],
-        saved_mean: &[f32],
-        saved_invstd: &[f32],
+        p: Affine<'_, Host>,
+        saved: Saved<'_, Host>,
         y: &mut [f32],
         d: ChannelDims,
     ) {
-        r::batch_norm_apply(x, gamma, beta, saved_mean, saved_invstd, y, d)
+        r::batch_norm_apply(x, p.gamma, p.beta, saved.mean, saved.invstd, y, d)
     }
     fn batch_norm_grad_input(
         &mut self,
         dy: &[f32],
         x: &[f32],
         gamma: &[f32],
-        saved_mean: &[f32],
-        saved_invstd: &[f32],
+        saved: Saved<'_, Host>,
         dx: &mut [f32],
         d: ChannelDims,
     ) {
-        r::batch_norm_grad_input(dy, x, gamma, saved_mean, saved_invstd, dx, d)
+        r::batch_norm_grad_input(dy, x, gamma, saved.mean, saved.invstd, dx, d)
     }
     fn batch_norm_grad_params(
         &mut self,
         dy: &[f32],
         x: &[f32],
-        saved_mean: &[f32],
-        saved_invstd: &[f32],
+        saved: Saved<'_, Host>,
         dgamma: &mut [f32],
         dbeta: &mut [f32],
         d: ChannelDims,
     ) {
-        r::batch_norm_grad_params(dy, x, saved_mean, saved_invstd, dgamma, dbeta, d)
+        r::batch_norm_grad_params(dy, x, saved.mean, saved.invstd, dgamma, dbeta, d)
     }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Dropout>> DropoutKernels for B {
     fn dropout(&mut self, x: &[f32], y: &mut [f32], cfg: DropoutConfig, step: u64) {
         r::dropout(x, y, cfg, step)
     }
@@ -209,6 +207,9 @@ pub trait Kernels {
     fn dropout_grad(&mut self, dy: &[f32], dx: &mut [f32], cfg: DropoutConfig, step: u64) {
         r::dropout_grad(dy, dx, cfg, step)
     }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Loss>> LossKernels for B {
     fn softmax(&mut self, x: &[f32], y: &mut [f32], d: RowDims) {
         r::softmax(x, y, d)
     }
@@ -240,70 +241,67 @@ pub trait Kernels {
     fn mse_grad(&mut self, pred: &[f32], target: &[f32], dloss: &[f32], dpred: &mut [f32]) {
         r::mse_grad(pred, target, dloss, dpred)
     }
-    fn fill(&mut self, y: &mut [f32], value: f32) {
-        r::fill(y, value)
-    }
-    fn accumulate(&mut self, acc: &mut [f32], g: &[f32], scale: f32) {
-        r::accumulate(acc, g, scale)
-    }
-    fn sum_squares(&mut self, g: &[f32], acc: &mut [f32]) {
-        r::sum_squares(g, acc)
-    }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Optimizer>> OptimizerKernels for B {
     fn sgd_update(
         &mut self,
-        param: &mut [f32],
-        grad: &[f32],
+        u: ParamUpdate<'_, Host>,
         momentum: Option<&mut [f32]>,
-        lr: f32,
-        grad_scale: f32,
         cfg: SgdConfig,
     ) {
-        r::sgd_update(param, grad, momentum, lr, grad_scale, cfg)
+        let scale = clip_scale(&u);
+        r::sgd_update(u.param, u.grad, momentum, u.learning_rate, scale, cfg)
     }
     fn adamw_update(
         &mut self,
-        param: &mut [f32],
-        grad: &[f32],
+        u: ParamUpdate<'_, Host>,
         m: &mut [f32],
         v: &mut [f32],
-        lr: f32,
-        grad_scale: f32,
         step: u32,
         cfg: AdamWConfig,
     ) {
-        r::adamw_update(param, grad, m, v, lr, grad_scale, step, cfg)
+        let scale = clip_scale(&u);
+        r::adamw_update(u.param, u.grad, m, v, u.learning_rate, scale, step, cfg)
     }
+    fn clip_coefficient(&mut self, sum: &[f32], y: &mut [f32], max_norm: f32) {
+        r::fill(y, r::clip_coefficient(sum[0], max_norm))
+    }
+}
 
-    // ---- int8 ----
+impl<B: Backend<Memory = Host> + InheritReference<family::Half>> HalfKernels for B {
+    fn cast_f32_to_f16(&mut self, x: &[f32], y: &mut [f16]) {
+        r::cast_f32_to_f16(x, y)
+    }
+    fn cast_f16_to_f32(&mut self, x: &[f16], y: &mut [f32]) {
+        r::cast_f16_to_f32(x, y)
+    }
+    fn unscale_gradient(
+        &mut self,
+        g: &[f32],
+        scale: &[f32],
+        unscaled: &mut [f32],
+        found_inf: &mut [f32],
+    ) {
+        r::unscale_gradient(g, scale[0], unscaled, found_inf)
+    }
+    fn update_loss_scale(
+        &mut self,
+        found_inf: &[f32],
+        scale: &mut [f32],
+        good_steps: &mut [f32],
+        cfg: LossScaleConfig,
+    ) -> bool {
+        r::update_loss_scale(found_inf[0], &mut scale[0], &mut good_steps[0], cfg)
+    }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Int8>> Int8Kernels for B {
     fn quantize(&mut self, x: &[f32], y: &mut [i8], p: QuantParams) {
         q::quantize_slice(x, p, y)
     }
     fn dequantize(&mut self, x: &[i8], y: &mut [f32], p: QuantParams) {
         q::dequantize_slice(x, p, y)
-    }
-    fn conv2d_s8(
-        &mut self,
-        x: &[i8],
-        x_zp: i32,
-        w: &[i8],
-        bias: Option<&[i32]>,
-        y: &mut [i8],
-        out: &OutputQuant<'_>,
-        g: &Conv2dGeometry,
-    ) {
-        q::conv2d_s8(x, x_zp, w, bias, y, out, g)
-    }
-    fn linear_s8(
-        &mut self,
-        x: &[i8],
-        x_zp: i32,
-        w: &[i8],
-        bias: Option<&[i32]>,
-        y: &mut [i8],
-        out: &OutputQuant<'_>,
-        d: &LinearDims,
-    ) {
-        q::linear_s8(x, x_zp, w, bias, y, out, d)
     }
     fn add_s8(&mut self, a: &[i8], b: &[i8], y: &mut [i8], rescale: &AddRescale, act: (i8, i8)) {
         q::add_s8(a, b, y, rescale, act)
@@ -320,6 +318,18 @@ pub trait Kernels {
     fn copy_i8(&mut self, x: &[i8], y: &mut [i8]) {
         y.copy_from_slice(x)
     }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Int8Layer>> Int8LayerKernels for B {
+    fn conv2d_s8(&mut self, a: &QConv2dArgs<'_>, y: &mut [i8]) {
+        q::conv2d_s8(a, y)
+    }
+    fn linear_s8(&mut self, a: &QLinearArgs<'_>, y: &mut [i8]) {
+        q::linear_s8(a, y)
+    }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Int8Training>> Int8TrainingKernels for B {
     fn round_weights(&mut self, w_bar: &[f32], w: &mut [i8]) {
         q::backward::round_weights(w_bar, w)
     }
@@ -343,28 +353,4 @@ pub trait Kernels {
     ) {
         q::backward::channel_scale(g, scale, out, unit, power, d)
     }
-
-    // ---- half precision ----
-    fn cast_f32_to_f16(&mut self, x: &[f32], y: &mut [half::f16]) {
-        r::cast_f32_to_f16(x, y)
-    }
-    fn cast_f16_to_f32(&mut self, x: &[half::f16], y: &mut [f32]) {
-        r::cast_f16_to_f32(x, y)
-    }
-    fn unscale_gradient(
-        &mut self,
-        g: &[f32],
-        scale: f32,
-        unscaled: &mut [f32],
-        found_inf: &mut [f32],
-    ) {
-        r::unscale_gradient(g, scale, unscaled, found_inf)
-    }
 }
-
-/// The portable scalar backend: every kernel is the reference kernel. The oracle that other
-/// backends are tested against.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Reference;
-
-impl Kernels for Reference {}

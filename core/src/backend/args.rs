@@ -1,0 +1,48 @@
+//! Kernel arguments that travel together, as one struct each: batch norm's affine
+//! parameters and statistics, and an optimizer update's parameter, gradient and step size.
+//! Generic over [`Memory`], so a device backend receives device views.
+
+use super::memory::Memory;
+
+/// Batch norm's learned scale and shift, one per channel.
+#[derive(Clone, Copy, Debug)]
+pub struct Affine<'a, M: Memory> {
+    pub gamma: M::Slice<'a, f32>,
+    pub beta: M::Slice<'a, f32>,
+}
+
+/// Running mean and variance, read (evaluation).
+#[derive(Clone, Copy, Debug)]
+pub struct Running<'a, M: Memory> {
+    pub mean: M::Slice<'a, f32>,
+    pub var: M::Slice<'a, f32>,
+}
+
+/// What a training forward pass writes besides its output: the running mean and variance
+/// it updates, and the batch mean and inverse standard deviation it saves for the backward
+/// pass.
+#[derive(Debug)]
+pub struct TrainStats<'a, M: Memory> {
+    pub running_mean: M::SliceMut<'a, f32>,
+    pub running_var: M::SliceMut<'a, f32>,
+    pub saved_mean: M::SliceMut<'a, f32>,
+    pub saved_invstd: M::SliceMut<'a, f32>,
+}
+
+/// A training batch's mean and inverse standard deviation per channel, as the forward pass
+/// saved them for the backward pass.
+#[derive(Clone, Copy, Debug)]
+pub struct Saved<'a, M: Memory> {
+    pub mean: M::Slice<'a, f32>,
+    pub invstd: M::Slice<'a, f32>,
+}
+
+/// One parameter's optimizer update: the parameter, its gradient, the gradient-clipping
+/// factor (a one-value tensor; none when not clipped) and the learning rate.
+#[derive(Debug)]
+pub struct ParamUpdate<'a, M: Memory> {
+    pub param: M::SliceMut<'a, f32>,
+    pub grad: M::Slice<'a, f32>,
+    pub clip_scale: Option<M::Slice<'a, f32>>,
+    pub learning_rate: f32,
+}

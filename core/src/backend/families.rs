@@ -1,0 +1,340 @@
+//! The kernel families a backend implements, one trait each, over views of the backend's
+//! [`Memory`](super::Memory) (`In` to read, `Out` to write). No method has a default.
+
+use super::args::{Affine, ParamUpdate, Running, Saved, TrainStats};
+use super::{Backend, In, Out};
+use crate::error::KernelError;
+use crate::geometry::{
+    AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, LinearDims,
+    LossScaleConfig, Pool2dGeometry, RowDims, SgdConfig,
+};
+use crate::quant::{AddRescale, QLayerArgs, QuantParams};
+use half::f16;
+
+/// Dense layers: `y = x · wᵀ + b` and its gradients.
+pub trait DenseKernels: Backend {
+    fn linear(
+        &mut self,
+        x: In<'_, Self, f32>,
+        w: In<'_, Self, f32>,
+        b: Option<In<'_, Self, f32>>,
+        y: Out<'_, Self, f32>,
+        d: LinearDims,
+    );
+    fn linear_grad_input(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        w: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        d: LinearDims,
+    );
+    fn linear_grad_weight(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        x: In<'_, Self, f32>,
+        dw: Out<'_, Self, f32>,
+        d: LinearDims,
+    );
+}
+
+/// 2-D convolutions (grouped and depthwise too) and their gradients.
+pub trait ConvKernels: Backend {
+    fn conv2d(
+        &mut self,
+        x: In<'_, Self, f32>,
+        w: In<'_, Self, f32>,
+        b: Option<In<'_, Self, f32>>,
+        y: Out<'_, Self, f32>,
+        g: &Conv2dGeometry,
+    );
+    fn conv2d_grad_input(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        w: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        g: &Conv2dGeometry,
+    );
+    fn conv2d_grad_weight(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        x: In<'_, Self, f32>,
+        dw: Out<'_, Self, f32>,
+        g: &Conv2dGeometry,
+    );
+}
+
+/// Element-wise vector arithmetic and the reductions of gradients into their parameters.
+pub trait VectorKernels: Backend {
+    fn add(&mut self, a: In<'_, Self, f32>, b: In<'_, Self, f32>, y: Out<'_, Self, f32>);
+    fn copy(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
+    fn fill(&mut self, y: Out<'_, Self, f32>, value: f32);
+    /// `acc += scale · g`.
+    fn accumulate(&mut self, acc: Out<'_, Self, f32>, g: In<'_, Self, f32>, scale: f32);
+    /// `acc[0] += Σ g²`.
+    fn sum_squares(&mut self, g: In<'_, Self, f32>, acc: Out<'_, Self, f32>);
+    /// A bias gradient: `dy` summed over everything but the channel.
+    fn bias_grad(&mut self, dy: In<'_, Self, f32>, db: Out<'_, Self, f32>, d: ChannelDims);
+}
+
+/// ReLU and ReLU6, out of place and in place, and their gradients.
+pub trait ActivationKernels: Backend {
+    fn relu(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
+    fn relu6(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
+    fn relu_in_place(&mut self, x: Out<'_, Self, f32>);
+    fn relu6_in_place(&mut self, x: Out<'_, Self, f32>);
+    fn relu_grad(&mut self, y: In<'_, Self, f32>, dy: In<'_, Self, f32>, dx: Out<'_, Self, f32>);
+    fn relu6_grad(&mut self, y: In<'_, Self, f32>, dy: In<'_, Self, f32>, dx: Out<'_, Self, f32>);
+    fn relu_grad_in_place(&mut self, y: In<'_, Self, f32>, dy: Out<'_, Self, f32>);
+    fn relu6_grad_in_place(&mut self, y: In<'_, Self, f32>, dy: Out<'_, Self, f32>);
+}
+
+/// Max, average and global average pooling and their gradients.
+pub trait PoolKernels: Backend {
+    fn max_pool2d(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, g: &Pool2dGeometry);
+    fn max_pool2d_grad(
+        &mut self,
+        x: In<'_, Self, f32>,
+        dy: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        g: &Pool2dGeometry,
+    );
+    fn avg_pool2d(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, g: &Pool2dGeometry);
+    fn avg_pool2d_grad(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        g: &Pool2dGeometry,
+    );
+    fn global_avg_pool(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, d: ChannelDims);
+    fn global_avg_pool_grad(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        d: ChannelDims,
+    );
+}
+
+/// Batch normalisation: training (batch statistics, running statistics updated) and
+/// evaluation forms, out of place and in place, and the gradients.
+pub trait NormKernels: Backend {
+    fn batch_norm_train(
+        &mut self,
+        x: In<'_, Self, f32>,
+        p: Affine<'_, Self::Memory>,
+        stats: TrainStats<'_, Self::Memory>,
+        y: Out<'_, Self, f32>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    );
+    fn batch_norm_eval(
+        &mut self,
+        x: In<'_, Self, f32>,
+        p: Affine<'_, Self::Memory>,
+        running: Running<'_, Self::Memory>,
+        y: Out<'_, Self, f32>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    );
+    fn batch_norm_train_in_place(
+        &mut self,
+        x: Out<'_, Self, f32>,
+        p: Affine<'_, Self::Memory>,
+        stats: TrainStats<'_, Self::Memory>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    );
+    fn batch_norm_eval_in_place(
+        &mut self,
+        x: Out<'_, Self, f32>,
+        p: Affine<'_, Self::Memory>,
+        running: Running<'_, Self::Memory>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    );
+    /// Normalises with saved batch statistics (a recomputed forward pass).
+    fn batch_norm_apply(
+        &mut self,
+        x: In<'_, Self, f32>,
+        p: Affine<'_, Self::Memory>,
+        saved: Saved<'_, Self::Memory>,
+        y: Out<'_, Self, f32>,
+        d: ChannelDims,
+    );
+    fn batch_norm_grad_input(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        x: In<'_, Self, f32>,
+        gamma: In<'_, Self, f32>,
+        saved: Saved<'_, Self::Memory>,
+        dx: Out<'_, Self, f32>,
+        d: ChannelDims,
+    );
+    fn batch_norm_grad_params(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        x: In<'_, Self, f32>,
+        saved: Saved<'_, Self::Memory>,
+        dgamma: Out<'_, Self, f32>,
+        dbeta: Out<'_, Self, f32>,
+        d: ChannelDims,
+    );
+}
+
+/// Dropout with masks drawn from `(cfg.seed, micro-batch)`, forward, in place and backward.
+pub trait DropoutKernels: Backend {
+    fn dropout(
+        &mut self,
+        x: In<'_, Self, f32>,
+        y: Out<'_, Self, f32>,
+        cfg: DropoutConfig,
+        step: u64,
+    );
+    fn dropout_in_place(&mut self, x: Out<'_, Self, f32>, cfg: DropoutConfig, step: u64);
+    fn dropout_grad(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        cfg: DropoutConfig,
+        step: u64,
+    );
+}
+
+/// Softmax, cross entropy (with labels) and mean squared error, and their gradients.
+pub trait LossKernels: Backend {
+    fn softmax(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, d: RowDims);
+    fn softmax_grad(
+        &mut self,
+        y: In<'_, Self, f32>,
+        dy: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        d: RowDims,
+    );
+    fn cross_entropy(
+        &mut self,
+        logits: In<'_, Self, f32>,
+        labels: In<'_, Self, i32>,
+        loss: Out<'_, Self, f32>,
+        d: RowDims,
+    ) -> Result<(), KernelError>;
+    fn cross_entropy_grad(
+        &mut self,
+        logits: In<'_, Self, f32>,
+        labels: In<'_, Self, i32>,
+        dloss: In<'_, Self, f32>,
+        dlogits: Out<'_, Self, f32>,
+        d: RowDims,
+    ) -> Result<(), KernelError>;
+    fn mse(&mut self, pred: In<'_, Self, f32>, target: In<'_, Self, f32>, loss: Out<'_, Self, f32>);
+    fn mse_grad(
+        &mut self,
+        pred: In<'_, Self, f32>,
+        target: In<'_, Self, f32>,
+        dloss: In<'_, Self, f32>,
+        dpred: Out<'_, Self, f32>,
+    );
+}
+
+/// Optimizer updates and gradient clipping.
+pub trait OptimizerKernels: Backend {
+    fn sgd_update(
+        &mut self,
+        u: ParamUpdate<'_, Self::Memory>,
+        momentum: Option<Out<'_, Self, f32>>,
+        cfg: SgdConfig,
+    );
+    /// `step` counts updates from 1 (bias correction).
+    fn adamw_update(
+        &mut self,
+        u: ParamUpdate<'_, Self::Memory>,
+        m: Out<'_, Self, f32>,
+        v: Out<'_, Self, f32>,
+        step: u32,
+        cfg: AdamWConfig,
+    );
+    /// `y[0]`: the factor that scales gradients of squared norm `sum[0]` to at most
+    /// `max_norm`.
+    fn clip_coefficient(&mut self, sum: In<'_, Self, f32>, y: Out<'_, Self, f32>, max_norm: f32);
+}
+
+/// Half precision storage and dynamic loss scaling.
+pub trait HalfKernels: Backend {
+    fn cast_f32_to_f16(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f16>);
+    fn cast_f16_to_f32(&mut self, x: In<'_, Self, f16>, y: Out<'_, Self, f32>);
+    /// `unscaled = g / scale[0]`; sets `found_inf[0]` when a value is not finite.
+    fn unscale_gradient(
+        &mut self,
+        g: In<'_, Self, f32>,
+        scale: In<'_, Self, f32>,
+        unscaled: Out<'_, Self, f32>,
+        found_inf: Out<'_, Self, f32>,
+    );
+    /// Grows or backs off `scale[0]`; `true` when `found_inf[0]` says this step's parameter
+    /// updates must be skipped.
+    fn update_loss_scale(
+        &mut self,
+        found_inf: In<'_, Self, f32>,
+        scale: Out<'_, Self, f32>,
+        good_steps: Out<'_, Self, f32>,
+        cfg: LossScaleConfig,
+    ) -> bool;
+}
+
+/// Int8 inference kernels other than the layers: (de)quantization, add, pooling, copies.
+pub trait Int8Kernels: Backend {
+    fn quantize(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, i8>, p: QuantParams);
+    fn dequantize(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, f32>, p: QuantParams);
+    fn add_s8(
+        &mut self,
+        a: In<'_, Self, i8>,
+        b: In<'_, Self, i8>,
+        y: Out<'_, Self, i8>,
+        rescale: &AddRescale,
+        act: (i8, i8),
+    );
+    fn max_pool2d_s8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>, g: &Pool2dGeometry);
+    fn avg_pool2d_s8(
+        &mut self,
+        x: In<'_, Self, i8>,
+        x_zp: i32,
+        y: Out<'_, Self, i8>,
+        g: &Pool2dGeometry,
+    );
+    fn global_avg_pool_s8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>, d: ChannelDims);
+    fn copy_i8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>);
+}
+
+/// Int8 convolutions and dense layers, bit-exact with the reference.
+pub trait Int8LayerKernels: Backend {
+    fn conv2d_s8(&mut self, a: &QLayerArgs<'_, Conv2dGeometry, Self::Memory>, y: Out<'_, Self, i8>);
+    fn linear_s8(&mut self, a: &QLayerArgs<'_, LinearDims, Self::Memory>, y: Out<'_, Self, i8>);
+}
+
+/// Quantization-aware training of int8 layers: rounding trained weights and biases to
+/// codes, and the gradients through the quantized forward pass.
+pub trait Int8TrainingKernels: Backend {
+    fn round_weights(&mut self, w_bar: In<'_, Self, f32>, w: Out<'_, Self, i8>);
+    fn round_bias(&mut self, b_bar: In<'_, Self, f32>, b: Out<'_, Self, i32>);
+    fn clamp_grad(
+        &mut self,
+        y: In<'_, Self, i8>,
+        dy: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        act: (i8, i8),
+    );
+    fn dequantize_weights(
+        &mut self,
+        w: In<'_, Self, i8>,
+        scale: In<'_, Self, f32>,
+        w_real: Out<'_, Self, f32>,
+        d: ChannelDims,
+    );
+    fn channel_scale(
+        &mut self,
+        g: In<'_, Self, f32>,
+        scale: In<'_, Self, f32>,
+        out: Out<'_, Self, f32>,
+        unit: f32,
+        power: i8,
+        d: ChannelDims,
+    );
+}
