@@ -4,6 +4,7 @@
 use crate::builder::OutputSpec;
 use crate::graph::{Graph, GraphError, Node, Phase, Stage};
 use crate::ops::Op;
+use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};
 use alloc::format;
 use alloc::string::String;
@@ -252,6 +253,11 @@ impl Vjp<'_> {
     /// Output `i` of the node.
     pub fn output(&self, i: usize) -> TensorId {
         self.node.outputs[i]
+    }
+
+    /// The shape of tensor `t`.
+    pub fn shape(&self, t: TensorId) -> Shape {
+        self.graph.shape(t)
     }
 
     /// Input `i`, when its gradient is wanted.

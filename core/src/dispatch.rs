@@ -279,6 +279,10 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         Kernel::ChannelScale { dims, unit, power } => {
             k.channel_scale(o.f32()?, o.f32()?, o.f32_mut()?, unit, power, dims)
         }
+        Kernel::Activation(f, _) => k.activation(f, o.f32()?, o.f32_mut()?),
+        Kernel::ActivationGrad(f, _) => k.activation_grad(f, o.f32()?, o.f32()?, o.f32_mut()?),
+        Kernel::Mul { dims, broadcast } => k.mul(o.f32()?, o.f32()?, o.f32_mut()?, dims, broadcast),
+        Kernel::MulGradFactor(d) => k.mul_grad_factor(o.f32()?, o.f32()?, o.f32_mut()?, d),
         Kernel::CastF32ToF16(_) => k.cast_f32_to_f16(o.f32()?, o.write()?),
         Kernel::CastF16ToF32(_) => k.cast_f16_to_f32(o.read()?, o.f32_mut()?),
         Kernel::UnscaleGradient(_) => {

@@ -6,6 +6,7 @@ use crate::geometry::{
     LinearDims, LossScaleConfig, Pool2dGeometry, RowDims, SgdConfig,
 };
 use crate::quant::{AddRescale, QuantParams};
+use crate::reference::Activation;
 use crate::tensor::DType;
 
 /// The most operands one kernel takes (training batch-norm: 3 in, 2 in place, 3 out).
@@ -211,6 +212,16 @@ kernels! {
         62 => DequantizeWeights(dims: ChannelDims),
         /// `g, w_scale → g'`.
         63 => ChannelScale { dims: ChannelDims, unit: f32, power: i8 },
+        // ---- pointwise activations and products ----
+        /// `x → y`.
+        64 => Activation(f: Activation, len: usize),
+        /// `saved, dy → dx`, `saved` being the input or the output as `f` reads it.
+        65 => ActivationGrad(f: Activation, len: usize),
+        /// `a [outer, channels, inner], b → y`, `b` of `a`'s size or, `broadcast`, one
+        /// factor per `[outer, channels]`.
+        66 => Mul { dims: ChannelDims, broadcast: bool },
+        /// `dy, a → db [outer, channels]`: the gradient of a broadcast factor.
+        67 => MulGradFactor(dims: ChannelDims),
     }
 }
 
@@ -407,6 +418,13 @@ impl Kernel {
             Kernel::CastF16ToF32(n) => s.slot(Access::Read, DType::F16, n).write(n),
             Kernel::UnscaleGradient(n) => s.read(n).read(1).update(1).write(n),
             Kernel::UpdateLossScale(_) => s.read(1).update(1).update(1),
+            Kernel::Activation(_, n) => s.read(n).write(n),
+            Kernel::ActivationGrad(_, n) => s.read(n).read(n).write(n),
+            Kernel::Mul { dims: d, broadcast } => {
+                let factor = if broadcast { d.outer * d.channels } else { d.len() };
+                s.read(d.len()).read(factor).write(d.len())
+            }
+            Kernel::MulGradFactor(d) => s.read(d.len()).read(d.len()).write(d.outer * d.channels),
         }
     }
 
@@ -431,7 +449,9 @@ impl Kernel {
             Kernel::QGlobalAvgPool(d)
             | Kernel::RoundWeights(d)
             | Kernel::DequantizeWeights(d)
-            | Kernel::ChannelScale { dims: d, .. } => d.check(),
+            | Kernel::ChannelScale { dims: d, .. }
+            | Kernel::Mul { dims: d, .. }
+            | Kernel::MulGradFactor(d) => d.check(),
             Kernel::BiasGrad(d)
             | Kernel::GlobalAvgPool(d)
             | Kernel::GlobalAvgPoolGrad(d)
@@ -477,7 +497,9 @@ impl Kernel {
             | Kernel::QAdd(..)
             | Kernel::CopyI8(_)
             | Kernel::RoundBias(_)
-            | Kernel::QClampGrad(..) => Ok(()),
+            | Kernel::QClampGrad(..)
+            | Kernel::Activation(..)
+            | Kernel::ActivationGrad(..) => Ok(()),
         }
     }
 
@@ -542,6 +564,11 @@ impl Kernel {
             Kernel::CopyI8(_) => 0,
             Kernel::CastF32ToF16(n) | Kernel::CastF16ToF32(n) | Kernel::UnscaleGradient(n) => n,
             Kernel::UpdateLossScale(_) => 0,
+            Kernel::Activation(f, n) => f.flops_per_element() * n,
+            // The slope (a few operations) times the upstream gradient.
+            Kernel::ActivationGrad(_, n) => 3 * n,
+            Kernel::Mul { dims: d, .. } => d.len(),
+            Kernel::MulGradFactor(d) => 2 * d.len(),
         };
         flops as u64
     }
@@ -619,6 +646,10 @@ impl Kernel {
             Kernel::CastF16ToF32(_) => "cast_f16_to_f32",
             Kernel::UnscaleGradient(_) => "unscale_gradient",
             Kernel::UpdateLossScale(_) => "update_loss_scale",
+            Kernel::Activation(..) => "activation",
+            Kernel::ActivationGrad(..) => "activation_grad",
+            Kernel::Mul { .. } => "mul",
+            Kernel::MulGradFactor(_) => "mul_grad_factor",
         }
     }
 }
@@ -672,12 +703,12 @@ mod tests {
             let back: Kernel = postcard::from_bytes(&postcard::to_allocvec(&k).unwrap()).unwrap();
             assert_eq!(back, k);
         }
-        let err = postcard::from_bytes::<Kernel>(&[64, 1]).unwrap_err();
+        let err = postcard::from_bytes::<Kernel>(&[120, 1]).unwrap_err();
         assert_eq!(err, postcard::Error::SerdeDeCustom);
         extern crate std;
         assert_eq!(
-            std::format!("{}", UnknownKernelTag(64)),
-            "unknown kernel tag 64: the file needs a newer sprout"
+            std::format!("{}", UnknownKernelTag(120)),
+            "unknown kernel tag 120: the file needs a newer sprout"
         );
     }
 }

@@ -20,7 +20,9 @@ use sprout_core::geometry::{
     LinearDims, Pool2dGeometry, RowDims, SgdConfig,
 };
 use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize};
+use sprout_core::reference::pointwise::GradientReads;
 pub use sprout_core::reference::tolerance::{Tolerance, EXACT, REDUCTION};
+use sprout_core::reference::{Activation, HardSigmoidParams, LeakyReluParams};
 use sprout_core::rng::SplitMix;
 use sprout_core::{Host, Kernels, Reference};
 
@@ -105,6 +107,7 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
             self.linear(LinearDims { n, k, m });
         }
         self.activations();
+        self.pointwise_activations();
         self.pooling();
         self.batch_norm(ChannelDims { outer: 3, channels: 4, inner: 7 });
         self.batch_norm(ChannelDims { outer: 5, channels: 6, inner: 1 });
@@ -306,6 +309,40 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         }
     }
 
+    /// Sigmoid, hard sigmoid, hard swish and leaky ReLU with their gradients, on values
+    /// that include each activation's kinks.
+    fn pointwise_activations(&mut self) {
+        let mut x = self.random(301, -8.0, 8.0);
+        for (i, kink) in [0.0, 3.0, -3.0, 2.5, -2.5].into_iter().enumerate() {
+            x.iter_mut().skip(i).step_by(13).for_each(|v| *v = kink);
+        }
+        let dy = self.random(x.len(), -1.0, 1.0);
+        let out = Self::nans(x.len());
+        let case = "301 values";
+        let activations = [
+            Activation::Sigmoid,
+            Activation::HardSigmoid(HardSigmoidParams::PYTORCH),
+            Activation::HardSigmoid(HardSigmoidParams::ONNX_DEFAULT),
+            Activation::HardSwish,
+            Activation::LeakyRelu(LeakyReluParams { alpha: 0.1 }),
+        ];
+        for f in activations {
+            let mut y = out.clone();
+            Reference.activation(f, &x, &mut y);
+            let saved = match f.gradient_reads() {
+                GradientReads::Input => &x,
+                GradientReads::Output => &y,
+            };
+            let name = format!("{f:?}");
+            self.compare(&name, case, EXACT, vec![out.clone()], &|k, o| {
+                k.activation(f, &x, &mut o[0])
+            });
+            self.compare(&format!("{name} grad"), case, EXACT, vec![out.clone()], &|k, o| {
+                k.activation_grad(f, saved, &dy, &mut o[0])
+            });
+        }
+    }
+
     fn pooling(&mut self) {
         #[rustfmt::skip]
         let cases = [
@@ -498,6 +535,20 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         });
         self.compare("sum_squares", case, self.reduction, vec![vec![1.5]], &|k, o| {
             k.sum_squares(&a, &mut o[0])
+        });
+        self.compare("mul", case, EXACT, vec![Self::nans(a.len())], &|k, o| {
+            k.mul(&a, &b, &mut o[0], ChannelDims { outer: 1, channels: 1, inner: 257 }, false)
+        });
+        // Squeeze-excitation's shape: one factor per channel of [3, 5, 7, 2].
+        let d = ChannelDims { outer: 3, channels: 5, inner: 14 };
+        let (full, factor) = (self.random(d.len(), -1.0, 1.0), self.random(15, -1.0, 1.0));
+        let case = "[3, 5, 7, 2] by [3, 5]";
+        self.compare("mul broadcast", case, EXACT, vec![Self::nans(d.len())], &|k, o| {
+            k.mul(&full, &factor, &mut o[0], d, true)
+        });
+        let dy = self.random(d.len(), -1.0, 1.0);
+        self.compare("mul_grad_factor", case, self.reduction, vec![Self::nans(15)], &|k, o| {
+            k.mul_grad_factor(&dy, &full, &mut o[0], d)
         });
     }
 

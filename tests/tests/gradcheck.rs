@@ -223,6 +223,89 @@ fn relu6() {
     check_activation("relu6", &[0.0, 6.0], -2.0, 8.0, true);
 }
 
+// ---- sigmoid, hard sigmoid, hard swish, leaky ReLU ----
+
+/// `loss = mse(act(x), target)` for an activation recorded by `record`, with `x` kept more
+/// than `2h` away from its kinks.
+fn check_pointwise(
+    name: &str,
+    kinks: &[f32],
+    low: f32,
+    high: f32,
+    record: impl Fn(&mut Graph, TensorId) -> Result<TensorId, GraphError>,
+) {
+    for seed in SEEDS {
+        let mut r = Rand::new(seed);
+        let shape = nchw(&mut r, 3, 1, 4);
+        let mut g = Graph::new(seed);
+        let values = r.away_from(shape.numel(), low, high, kinks, 2.0 * STEP);
+        let x = param(&mut g, "x", shape, values);
+        let y = record(&mut g, x).unwrap();
+        let loss = mse_to_random_target(&mut g, &mut r, y);
+        pass(GradCheck::new(&format!("{name} {shape}"), &g, loss, &[x]).watch(x, kinks).run());
+    }
+}
+
+#[test]
+fn sigmoid() {
+    check_pointwise("sigmoid", &[], -4.0, 4.0, |g, x| g.sigmoid("act", x));
+}
+
+#[test]
+fn hard_sigmoid() {
+    // PyTorch's settings (kinks at ±3) and ONNX's defaults (kinks at -2.5 and 2.5).
+    check_pointwise("hard_sigmoid", &[-3.0, 3.0], -4.0, 4.0, |g, x| {
+        g.hard_sigmoid("act", x, 1.0 / 6.0, 0.5)
+    });
+    check_pointwise("hard_sigmoid onnx", &[-2.5, 2.5], -4.0, 4.0, |g, x| {
+        g.hard_sigmoid("act", x, 0.2, 0.5)
+    });
+}
+
+#[test]
+fn hard_swish() {
+    check_pointwise("hard_swish", &[-3.0, 3.0], -5.0, 5.0, |g, x| g.hard_swish("act", x));
+}
+
+#[test]
+fn leaky_relu() {
+    check_pointwise("leaky_relu", &[0.0], -2.0, 2.0, |g, x| g.leaky_relu("act", x, 0.1));
+}
+
+// ---- mul ----
+
+#[test]
+fn mul_same_shape() {
+    for seed in SEEDS {
+        let mut r = Rand::new(seed);
+        let shape = nchw(&mut r, 3, 1, 4);
+        let mut g = Graph::new(seed);
+        let a = random_param(&mut g, &mut r, "a", shape);
+        let b = random_param(&mut g, &mut r, "b", shape);
+        let y = g.mul("mul", a, b).unwrap();
+        let loss = mse_to_random_target(&mut g, &mut r, y);
+        pass(check_gradients(&format!("mul {shape}"), &g, loss, &[a, b]));
+    }
+}
+
+#[test]
+fn mul_broadcasts_a_factor_per_channel_either_side() {
+    for (i, seed) in SEEDS.into_iter().enumerate() {
+        let mut r = Rand::new(seed);
+        let shape = nchw(&mut r, 3, 1, 4);
+        let (n, c) = (shape.dims()[0], shape.dims()[1]);
+        let mut g = Graph::new(seed);
+        let x = random_param(&mut g, &mut r, "x", shape);
+        // Squeeze-excitation's [N, C, 1, 1] scale, and a plain [N, C] one.
+        let factor = if i % 2 == 0 { Shape::d4(n, c, 1, 1) } else { Shape::d2(n, c) };
+        let s = random_param(&mut g, &mut r, "s", factor);
+        let y = if i == 1 { g.mul("mul", s, x) } else { g.mul("mul", x, s) }.unwrap();
+        assert_eq!(g.shape(y), shape);
+        let loss = mse_to_random_target(&mut g, &mut r, y);
+        pass(check_gradients(&format!("mul broadcast {shape} x {factor}"), &g, loss, &[x, s]));
+    }
+}
+
 // ---- pooling ----
 
 fn pool(kernel: (usize, usize), stride: (usize, usize), padding: (usize, usize)) -> PoolParams {

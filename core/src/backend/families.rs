@@ -9,6 +9,7 @@ use crate::geometry::{
     LossScaleConfig, Pool2dGeometry, RowDims, SgdConfig,
 };
 use crate::quant::{AddRescale, QLayerArgs, QuantParams};
+use crate::reference::Activation;
 use half::f16;
 
 /// Dense layers: `y = x · wᵀ + b` and its gradients.
@@ -74,9 +75,27 @@ pub trait VectorKernels: Backend {
     fn sum_squares(&mut self, g: In<'_, Self, f32>, acc: Out<'_, Self, f32>);
     /// A bias gradient: `dy` summed over everything but the channel.
     fn bias_grad(&mut self, dy: In<'_, Self, f32>, db: Out<'_, Self, f32>, d: ChannelDims);
+    /// `y = a · b`, `b` of `a`'s size or, with `broadcast`, one factor per channel.
+    fn mul(
+        &mut self,
+        a: In<'_, Self, f32>,
+        b: In<'_, Self, f32>,
+        y: Out<'_, Self, f32>,
+        d: ChannelDims,
+        broadcast: bool,
+    );
+    /// The gradient of a broadcast factor: `db[o, c] = Σ_i dy[o, c, i] · a[o, c, i]`.
+    fn mul_grad_factor(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        a: In<'_, Self, f32>,
+        db: Out<'_, Self, f32>,
+        d: ChannelDims,
+    );
 }
 
-/// ReLU and ReLU6, out of place and in place, and their gradients.
+/// ReLU and ReLU6, out of place and in place, the other pointwise activations
+/// ([`Activation`]), and their gradients.
 pub trait ActivationKernels: Backend {
     fn relu(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
     fn relu6(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
@@ -86,6 +105,16 @@ pub trait ActivationKernels: Backend {
     fn relu6_grad(&mut self, y: In<'_, Self, f32>, dy: In<'_, Self, f32>, dx: Out<'_, Self, f32>);
     fn relu_grad_in_place(&mut self, y: In<'_, Self, f32>, dy: Out<'_, Self, f32>);
     fn relu6_grad_in_place(&mut self, y: In<'_, Self, f32>, dy: Out<'_, Self, f32>);
+    fn activation(&mut self, f: Activation, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
+    /// `dx = f'(…) · dy`, `saved` being the input or output as [`Activation::gradient_reads`]
+    /// says.
+    fn activation_grad(
+        &mut self,
+        f: Activation,
+        saved: In<'_, Self, f32>,
+        dy: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+    );
 }
 
 /// Max, average and global average pooling and their gradients.

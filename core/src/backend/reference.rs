@@ -10,7 +10,7 @@ use crate::geometry::{
     LossScaleConfig, Pool2dGeometry, RowDims, SgdConfig,
 };
 use crate::quant::{self as q, AddRescale, QConv2dArgs, QLinearArgs, QuantParams};
-use crate::reference as r;
+use crate::reference::{self as r, Activation};
 use half::f16;
 
 /// The factor an optimizer scales gradients by: the clipping coefficient, or 1.
@@ -68,6 +68,12 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Vector>> VectorKernels
     fn bias_grad(&mut self, dy: &[f32], db: &mut [f32], d: ChannelDims) {
         r::bias_grad(dy, db, d)
     }
+    fn mul(&mut self, a: &[f32], b: &[f32], y: &mut [f32], d: ChannelDims, broadcast: bool) {
+        r::mul(a, b, y, d, broadcast)
+    }
+    fn mul_grad_factor(&mut self, dy: &[f32], a: &[f32], db: &mut [f32], d: ChannelDims) {
+        r::mul_grad_factor(dy, a, db, d)
+    }
 }
 
 impl<B: Backend<Memory = Host> + InheritReference<family::Activation>> ActivationKernels for B {
@@ -94,6 +100,12 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Activation>> Activatio
     }
     fn relu6_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
         r::relu6_grad_in_place(y, dy)
+    }
+    fn activation(&mut self, f: Activation, x: &[f32], y: &mut [f32]) {
+        r::activation(f, x, y)
+    }
+    fn activation_grad(&mut self, f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
+        r::activation_grad(f, saved, dy, dx)
     }
 }
 

@@ -298,6 +298,10 @@ fn in_place(kernel: Kernel) -> Option<InPlace> {
         | Kernel::RoundWeights(_)
         | Kernel::RoundBias(_)
         | Kernel::QClampGrad(..)
+        | Kernel::Activation(..)
+        | Kernel::ActivationGrad(..)
+        | Kernel::Mul { .. }
+        | Kernel::MulGradFactor(_)
         | Kernel::DequantizeWeights(_)
         | Kernel::ChannelScale { .. } => None,
     }

@@ -9,18 +9,24 @@
 //! (tags are never reused or renumbered) and one `OpRules` impl in its family's file;
 //! autograd, gradient checkpointing and lowering need no edit.
 
+mod activation_grad;
 mod add;
 mod batch_norm;
 mod conv2d;
 mod dropout;
 mod half;
+mod hard_sigmoid;
+mod hard_swish;
 mod int8;
+mod leaky_relu;
 mod linear;
 mod loss;
+mod mul;
 mod optimizer;
 mod pool;
 mod relu;
 mod reshape;
+mod sigmoid;
 mod softmax;
 
 pub use conv2d::ConvParams;
@@ -35,6 +41,7 @@ use crate::geometry::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConf
 use crate::graph::GraphError;
 use crate::lower::{Lowered, Lowering};
 use crate::quant::QuantParams;
+use crate::reference::{Activation, HardSigmoidParams, LeakyReluParams};
 use core::fmt;
 use core::ops::RangeInclusive;
 
@@ -431,6 +438,23 @@ ops! {
     53 => DequantizeWeights: int8::quantize::DequantizeWeights,
     /// `g (f32 [O, ...]), w_scale (f32 [O]) → g'`: `g'[o, ..] = g[o, ..] · (unit · w_scale[o])^power`.
     54 => ChannelScale(ChannelScaleParams): int8::round::ChannelScale,
+
+    // ---- pointwise activations and products (their kernels: `crate::reference::pointwise`) ----
+    /// `x → y`: `1 / (1 + e^-x)`.
+    55 => Sigmoid: sigmoid::Sigmoid,
+    /// `x → y`: `clamp(alpha · x + beta, 0, 1)`.
+    56 => HardSigmoid(HardSigmoidParams): hard_sigmoid::HardSigmoid,
+    /// `x → y`: `x · relu6(x + 3) / 6`.
+    57 => HardSwish: hard_swish::HardSwish,
+    /// `x → y`: `x` where positive, else `alpha · x`.
+    58 => LeakyRelu(LeakyReluParams): leaky_relu::LeakyRelu,
+    /// `saved, dy → dx`: the gradient of any of the four above (`saved`: their input or
+    /// output, as the activation's slope needs).
+    59 => ActivationGrad(Activation): activation_grad::ActivationGrad,
+    /// `a [N, C, ...], b → y`: `b` of `a`'s shape, or one factor per channel.
+    60 => Mul: mul::Mul,
+    /// `dy, a → db [N, C]`: the gradient of a per-channel factor.
+    61 => MulGradFactor: mul::MulGradFactor,
 }
 
 impl fmt::Display for Op {
@@ -489,14 +513,14 @@ mod tests {
 
     #[test]
     fn an_unknown_tag_is_refused() {
-        assert!(postcard::from_bytes::<Op>(&[55]).is_err());
+        assert!(postcard::from_bytes::<Op>(&[120]).is_err());
         assert!(postcard::from_bytes::<Op>(&[0x80, 0x01]).is_err());
         use serde::de::value::{Error, U32Deserializer};
         use serde::Deserialize;
         assert_eq!(Op::deserialize(U32Deserializer::<Error>::new(2)), Ok(Op::Relu));
-        let err = Op::deserialize(U32Deserializer::<Error>::new(55)).unwrap_err();
+        let err = Op::deserialize(U32Deserializer::<Error>::new(120)).unwrap_err();
         let message = alloc::format!("{err}");
-        assert!(message.contains("unknown op tag 55"), "{message}");
+        assert!(message.contains("unknown op tag 120"), "{message}");
         // A payload op without its payload is truncated, not misread.
         assert!(postcard::from_bytes::<Op>(&[1u8]).is_err());
     }

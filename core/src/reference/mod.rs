@@ -10,6 +10,7 @@ pub mod loss;
 pub mod loss_scale;
 pub mod norm;
 pub mod optim;
+pub mod pointwise;
 pub mod pool;
 pub mod tolerance;
 
@@ -32,6 +33,10 @@ pub use norm::{
     batch_norm_grad_params, batch_norm_train, batch_norm_train_in_place,
 };
 pub use optim::{accumulate, adamw_update, clip_coefficient, sgd_update, sum_squares};
+pub use pointwise::{
+    activation, activation_grad, mul, mul_grad_factor, Activation, HardSigmoidParams,
+    LeakyReluParams,
+};
 pub use pool::{
     avg_pool2d, avg_pool2d_grad, global_avg_pool, global_avg_pool_grad, max_pool2d, max_pool2d_grad,
 };

@@ -208,6 +208,43 @@ fn export_node(graph: &Graph, node: &Node, out: &mut GraphProto) -> Result<(), O
             NodeProto::new("Flatten", n, &[&pooled], &[&y]).with(AttributeProto::int("axis", 1))
         }
         Op::Add => NodeProto::new("Add", n, &inputs, &[&y]),
+        Op::Sigmoid => NodeProto::new("Sigmoid", n, &inputs, &[&y]),
+        Op::HardSigmoid(p) => NodeProto::new("HardSigmoid", n, &inputs, &[&y])
+            .with(AttributeProto::float("alpha", p.alpha))
+            .with(AttributeProto::float("beta", p.beta)),
+        Op::HardSwish => {
+            // HardSwish itself needs opset 14; at 13 it is x · HardSigmoid(x), as PyTorch
+            // exports it there.
+            let gate = format!("{y}:gate");
+            out.node.push(
+                NodeProto::new("HardSigmoid", &format!("{n}:gate"), &inputs, &[&gate])
+                    .with(AttributeProto::float("alpha", 1.0 / 6.0))
+                    .with(AttributeProto::float("beta", 0.5)),
+            );
+            NodeProto::new("Mul", n, &[inputs[0], &gate], &[&y])
+        }
+        Op::LeakyRelu(p) => NodeProto::new("LeakyRelu", n, &inputs, &[&y])
+            .with(AttributeProto::float("alpha", p.alpha)),
+        Op::Mul => {
+            let (a, b) = (graph.shape(node.inputs[0]), graph.shape(node.inputs[1]));
+            if a.rank() == b.rank() {
+                NodeProto::new("Mul", n, &inputs, &[&y])
+            } else {
+                // A [N, C] factor broadcasts from the right in ONNX: give it a's rank.
+                let mut spec = vec![0i64; a.rank()];
+                spec[1] = b.dims()[1] as i64;
+                spec[2..].fill(1);
+                let s = constant("factor_shape", TensorProto::i64("", &[spec.len() as i64], &spec));
+                let factor = format!("{y}:factor");
+                out.node.push(NodeProto::new(
+                    "Reshape",
+                    &format!("{n}:factor"),
+                    &[inputs[1], &s],
+                    &[&factor],
+                ));
+                NodeProto::new("Mul", n, &[inputs[0], &factor], &[&y])
+            }
+        }
         Op::BatchNorm2d(cfg) => {
             let state: Vec<String> = node.state.iter().map(name).collect();
             let all = [inputs[0], inputs[1], inputs[2], &state[0], &state[1]];

@@ -627,6 +627,17 @@ impl<'m> Importer<'m> {
             "Gemm" => self.gemm(&ctx),
             "MatMul" => self.matmul(&ctx, graph, index),
             "Relu" => self.unary(&ctx, Graph::relu),
+            "Sigmoid" => self.unary(&ctx, Graph::sigmoid),
+            "HardSigmoid" => {
+                let (alpha, beta) = (ctx.float("alpha", 0.2)?, ctx.float("beta", 0.5)?);
+                self.unary(&ctx, |g, name, x| g.hard_sigmoid(name, x, alpha, beta))
+            }
+            "HardSwish" => self.unary(&ctx, Graph::hard_swish),
+            "LeakyRelu" => {
+                let alpha = ctx.float("alpha", 0.01)?;
+                self.unary(&ctx, |g, name, x| g.leaky_relu(name, x, alpha))
+            }
+            "Mul" => self.mul(&ctx),
             "Clip" => self.clip(&ctx),
             "MaxPool" | "AveragePool" => self.pool(&ctx),
             "GlobalAveragePool" => self.global_pool(&ctx),
@@ -652,7 +663,7 @@ impl<'m> Importer<'m> {
     fn unary(
         &mut self,
         ctx: &Ctx,
-        op: fn(&mut Graph, &str, TensorId) -> Result<TensorId, GraphError>,
+        op: impl FnOnce(&mut Graph, &str, TensorId) -> Result<TensorId, GraphError>,
     ) -> Result<(), OnnxError> {
         let (x, dims) = self.act(ctx, 0)?;
         let out = ctx.output()?;
@@ -926,17 +937,9 @@ impl<'m> Importer<'m> {
     }
 
     fn add(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let names = [ctx.input(0).unwrap_or(""), ctx.input(1).unwrap_or("")];
-        for n in names {
-            if let Value::Const(c) = self.value(ctx, n)? {
-                return Err(ctx.err(format!(
-                    "adds the constant '{}' to a computed tensor: sprout imports a constant Add only as the bias of the MatMul it directly follows",
-                    c.name
-                )));
-            }
-        }
-        let (a, ad) = self.act(ctx, 0)?;
-        let (b, bd) = self.act(ctx, 1)?;
+        let ((a, ad), (b, bd)) = self.computed_operands(ctx, |c| {
+            format!("adds the constant '{c}' to a computed tensor: sprout imports a constant Add only as the bias of the MatMul it directly follows")
+        })?;
         if ad != bd {
             return Err(ctx.err(format!(
                 "operands must have the same shape (no broadcasting), they have {ad:?} and {bd:?}"
@@ -948,6 +951,48 @@ impl<'m> Importer<'m> {
         let y = self.g.add(out, a, b).map_err(ctx.graph())?;
         self.define(out, y, ad);
         Ok(())
+    }
+
+    /// `Mul` of two computed tensors of the same shape, or of a `[N, C, ...]` tensor and a
+    /// `[N, C, 1, ...]` factor on either side (squeeze-excitation's channel scale).
+    fn mul(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let ((a, ad), (b, bd)) = self.computed_operands(ctx, |c| {
+            format!("multiplies by the constant '{c}': sprout's Mul takes two tensors computed from the graph input")
+        })?;
+        // ONNX broadcasts from the right: only equal ranks keep N and C aligned.
+        if ad.len() != bd.len() {
+            return Err(ctx.err(format!(
+                "operands must have the same rank (broadcasting supports a per-channel [N, C, 1, 1] factor only), they have {ad:?} and {bd:?}"
+            )));
+        }
+        let out = ctx.output()?;
+        let dims = if ad.iter().product::<usize>() >= bd.iter().product::<usize>() {
+            ad.clone()
+        } else {
+            bd.clone()
+        };
+        let a = self.view(ctx, a, &ad, &format!("{out}.a"))?;
+        let b = self.view(ctx, b, &bd, &format!("{out}.b"))?;
+        let y = self.g.mul(out, a, b).map_err(ctx.graph())?;
+        self.define(out, y, dims);
+        Ok(())
+    }
+
+    /// Both operands of a binary element-wise node, each computed from the graph input; a
+    /// constant operand is refused with the message `refuse` writes for its name.
+    #[allow(clippy::type_complexity)]
+    fn computed_operands(
+        &self,
+        ctx: &Ctx,
+        refuse: impl Fn(&str) -> String,
+    ) -> Result<((TensorId, Vec<usize>), (TensorId, Vec<usize>)), OnnxError> {
+        let names = [ctx.input(0).unwrap_or(""), ctx.input(1).unwrap_or("")];
+        for n in names {
+            if let Value::Const(c) = self.value(ctx, n)? {
+                return Err(ctx.err(refuse(&c.name)));
+            }
+        }
+        Ok((self.act(ctx, 0)?, self.act(ctx, 1)?))
     }
 
     /// Defines `out` as `x` under ONNX shape `dims`, recording a reshape only when sprout

@@ -370,3 +370,85 @@ fn garbage_and_truncated_bytes_are_errors_not_panics() {
     let text = import(&model.encode_to_vec()).err().unwrap().to_string();
     assert!(text.contains("'b1'") && text.contains("16 values"), "{text}");
 }
+
+/// Sigmoid, HardSwish, a squeeze-excitation gate (GlobalAveragePool → HardSigmoid with
+/// ONNX's default settings → Mul by the `[N, C, 1, 1]` factor on the left), LeakyRelu with
+/// its default slope and a same-shape Mul, at opset 14 (where HardSwish exists).
+fn pointwise_model() -> Vec<u8> {
+    let graph = GraphProto {
+        node: vec![
+            NodeProto::new("Sigmoid", "sigmoid", &["x"], &["s"]),
+            NodeProto::new("HardSwish", "hswish", &["x"], &["hs"]),
+            NodeProto::new("GlobalAveragePool", "squeeze", &["hs"], &["p"]),
+            NodeProto::new("HardSigmoid", "gate", &["p"], &["g"]),
+            NodeProto::new("Mul", "excite", &["g", "hs"], &["m"]),
+            NodeProto::new("LeakyRelu", "leaky", &["m"], &["l"]),
+            NodeProto::new("Mul", "product", &["l", "s"], &["y"]),
+        ],
+        input: vec![ValueInfoProto::f32(
+            "x",
+            &[Dim::Fixed(2), Dim::Fixed(4), Dim::Fixed(3), Dim::Fixed(3)],
+        )],
+        output: vec![ValueInfoProto::f32("y", &[])],
+        ..Default::default()
+    };
+    ModelProto::new(graph, 14).encode_to_vec()
+}
+
+/// The same computation in f64, written out here.
+fn pointwise_expected(x: &[f32]) -> Vec<f64> {
+    let (n, c, hw) = (2, 4, 9);
+    let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+    let hswish = |v: f64| v * (v + 3.0).clamp(0.0, 6.0) / 6.0;
+    let leaky = |v: f64| if v > 0.0 { v } else { 0.01 * v };
+    let hs: Vec<f64> = x.iter().map(|&v| hswish(v as f64)).collect();
+    let mut y = vec![0.0; x.len()];
+    for plane in 0..n * c {
+        let at = plane * hw..(plane + 1) * hw;
+        let mean = hs[at.clone()].iter().sum::<f64>() / hw as f64;
+        let gate = (0.2 * mean + 0.5).clamp(0.0, 1.0);
+        for i in at {
+            y[i] = leaky(gate * hs[i]) * sigmoid(x[i] as f64);
+        }
+    }
+    y
+}
+
+#[test]
+fn sigmoid_hard_swish_excitation_and_leaky_relu_match_and_survive_export() {
+    let imported = import(&pointwise_model()).expect("imports");
+    let g = &imported.graph;
+    for op in [Op::Sigmoid, Op::HardSwish, Op::Mul] {
+        assert!(g.nodes().iter().any(|n| n.op == op), "{op} missing");
+    }
+    let x = values(11, 2 * 4 * 9, -5.0, 5.0);
+    let y = run(g, imported.input, imported.outputs[0], &x);
+    assert_close(&y, &pointwise_expected(&x), 1e-5);
+
+    // Out through the exporter (opset 13: HardSwish becomes x · HardSigmoid(x)) and back.
+    let weights = sprout_onnx::graph_weights(g);
+    let bytes = sprout_onnx::export_onnx(g, &weights).expect("exports");
+    let again = import_with(&bytes, &ImportOptions { batch: Some(2) }).expect("imports it");
+    let y2 = run(&again.graph, again.input, again.outputs[0], &x);
+    assert_close(&y2, &f64s(&y), 1e-6);
+}
+
+#[test]
+fn a_mul_that_broadcasts_other_than_per_channel_is_refused_by_name() {
+    let graph = GraphProto {
+        node: vec![
+            NodeProto::new("GlobalAveragePool", "pool", &["x"], &["p"]),
+            NodeProto::new("Flatten", "flat", &["p"], &["f"]),
+            NodeProto::new("Mul", "scale/mul", &["x", "f"], &["y"]),
+        ],
+        input: vec![ValueInfoProto::f32(
+            "x",
+            &[Dim::Fixed(1), Dim::Fixed(2), Dim::Fixed(4), Dim::Fixed(4)],
+        )],
+        output: vec![ValueInfoProto::f32("y", &[])],
+        ..Default::default()
+    };
+    let err = import(&ModelProto::new(graph, 13).encode_to_vec()).err().expect("refused");
+    let text = err.to_string();
+    assert!(text.contains("scale/mul") && text.contains("same rank"), "{text}");
+}

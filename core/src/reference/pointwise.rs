@@ -1,0 +1,362 @@
+//! Smooth and piecewise-linear activations beyond ReLU (sigmoid, hard sigmoid, hard swish,
+//! leaky ReLU) as one kernel family, and the element-wise product with per-channel
+//! broadcasting (squeeze-excitation), with their gradients.
+
+use crate::geometry::ChannelDims;
+use core::fmt;
+
+/// Hard sigmoid's slope and offset: `clamp(alpha · x + beta, 0, 1)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct HardSigmoidParams {
+    pub alpha: f32,
+    pub beta: f32,
+}
+
+impl HardSigmoidParams {
+    /// PyTorch's `hardsigmoid`: `relu6(x + 3) / 6`.
+    pub const PYTORCH: Self = Self { alpha: 1.0 / 6.0, beta: 0.5 };
+    /// ONNX's `HardSigmoid` defaults.
+    pub const ONNX_DEFAULT: Self = Self { alpha: 0.2, beta: 0.5 };
+}
+
+/// Leaky ReLU's slope for negative inputs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct LeakyReluParams {
+    pub alpha: f32,
+}
+
+/// A pointwise activation and its settings: one kernel family, one formula each. In plans
+/// and model files it is an explicit tag (a varint) then the settings, like ops and kernels.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activation {
+    /// `1 / (1 + e^-x)`. Tag 0.
+    Sigmoid,
+    /// `clamp(alpha · x + beta, 0, 1)`. Tag 1.
+    HardSigmoid(HardSigmoidParams),
+    /// `x · relu6(x + 3) / 6` (MobileNetV3). Tag 2.
+    HardSwish,
+    /// `x` where `x > 0`, else `alpha · x`. Tag 3.
+    LeakyRelu(LeakyReluParams),
+}
+
+/// A decoded activation tag this build does not know (a file from a newer sprout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownActivationTag {
+    pub tag: u32,
+}
+
+impl fmt::Display for UnknownActivationTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown activation tag {}: the file was written by a newer sprout", self.tag)
+    }
+}
+
+impl core::error::Error for UnknownActivationTag {}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for Activation {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        const NAME: &str = "Activation";
+        match self {
+            Activation::Sigmoid => s.serialize_unit_variant(NAME, 0, "Sigmoid"),
+            Activation::HardSigmoid(p) => s.serialize_newtype_variant(NAME, 1, "HardSigmoid", p),
+            Activation::HardSwish => s.serialize_unit_variant(NAME, 2, "HardSwish"),
+            Activation::LeakyRelu(p) => s.serialize_newtype_variant(NAME, 3, "LeakyRelu", p),
+        }
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Activation {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::VariantAccess;
+        struct Tagged;
+        impl<'de> serde::de::Visitor<'de> for Tagged {
+            type Value = Activation;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an activation: its tag, then its settings")
+            }
+
+            fn visit_enum<A: serde::de::EnumAccess<'de>>(
+                self,
+                data: A,
+            ) -> Result<Activation, A::Error> {
+                let (tag, v) = data.variant::<u32>()?;
+                Ok(match tag {
+                    0 => {
+                        v.unit_variant()?;
+                        Activation::Sigmoid
+                    }
+                    1 => Activation::HardSigmoid(v.newtype_variant()?),
+                    2 => {
+                        v.unit_variant()?;
+                        Activation::HardSwish
+                    }
+                    3 => Activation::LeakyRelu(v.newtype_variant()?),
+                    tag => return Err(serde::de::Error::custom(UnknownActivationTag { tag })),
+                })
+            }
+        }
+        const NAMES: &[&str] = &["Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu"];
+        d.deserialize_enum("Activation", NAMES, Tagged)
+    }
+}
+
+/// Which forward tensor an activation's gradient reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GradientReads {
+    Input,
+    Output,
+}
+
+impl Activation {
+    /// The activation of one value. Not inlined: the reference loops stay one small loop
+    /// for every activation on a microcontroller (optimised backends write their own).
+    #[inline(never)]
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            Activation::Sigmoid => sigmoid(x),
+            Activation::HardSigmoid(p) => (p.alpha * x + p.beta).clamp(0.0, 1.0),
+            // PyTorch's order of operations: `x · relu6(x + 3) / 6`.
+            Activation::HardSwish => x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
+            Activation::LeakyRelu(p) => {
+                if x > 0.0 {
+                    x
+                } else {
+                    p.alpha * x
+                }
+            }
+        }
+    }
+
+    /// The forward tensor [`Activation::gradient`] reads: the output where it determines
+    /// the slope (sigmoid), else the input.
+    pub fn gradient_reads(self) -> GradientReads {
+        match self {
+            Activation::Sigmoid => GradientReads::Output,
+            Activation::HardSigmoid(_) | Activation::HardSwish | Activation::LeakyRelu(_) => {
+                GradientReads::Input
+            }
+        }
+    }
+
+    /// `dx` for one value from the upstream `dy` and the tensor [`Self::gradient_reads`]
+    /// names (`saved`). At the kinks the slopes follow PyTorch.
+    #[inline(never)]
+    pub fn gradient(self, saved: f32, dy: f32) -> f32 {
+        match self {
+            Activation::Sigmoid => dy * saved * (1.0 - saved),
+            Activation::HardSigmoid(p) => {
+                let z = p.alpha * saved + p.beta;
+                if z > 0.0 && z < 1.0 {
+                    dy * p.alpha
+                } else {
+                    0.0
+                }
+            }
+            Activation::HardSwish => {
+                if saved < -3.0 {
+                    0.0
+                } else if saved <= 3.0 {
+                    dy * (saved / 3.0 + 0.5)
+                } else {
+                    dy
+                }
+            }
+            Activation::LeakyRelu(p) => {
+                if saved > 0.0 {
+                    dy
+                } else {
+                    dy * p.alpha
+                }
+            }
+        }
+    }
+
+    /// Floating-point operations per element of the forward pass (an estimate: `exp`
+    /// counted as ten).
+    pub fn flops_per_element(self) -> usize {
+        match self {
+            Activation::Sigmoid => 12,
+            Activation::HardSigmoid(_) => 4,
+            Activation::HardSwish => 5,
+            Activation::LeakyRelu(_) => 1,
+        }
+    }
+
+    /// Whether the settings are finite (an attacker's NaN slope would poison every value).
+    pub fn is_valid(self) -> bool {
+        match self {
+            Activation::Sigmoid | Activation::HardSwish => true,
+            Activation::HardSigmoid(p) => p.alpha.is_finite() && p.beta.is_finite(),
+            Activation::LeakyRelu(p) => p.alpha.is_finite(),
+        }
+    }
+}
+
+/// The logistic function, computed from `e^-|x|` so that neither tail overflows.
+fn sigmoid(x: f32) -> f32 {
+    let e = libm::expf(-x.abs());
+    if x >= 0.0 {
+        1.0 / (1.0 + e)
+    } else {
+        e / (1.0 + e)
+    }
+}
+
+/// `y = f(x)` element-wise.
+pub fn activation(f: Activation, x: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(x.len(), y.len());
+    map(x, y, |v| f.apply(v))
+}
+
+fn map(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32) {
+    for (out, &x) in y.iter_mut().zip(x) {
+        *out = f(x);
+    }
+}
+
+/// `dx = f'(…) · dy` element-wise, `saved` being the tensor [`Activation::gradient_reads`]
+/// names; overwrites `dx`.
+pub fn activation_grad(f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
+    debug_assert_eq!(saved.len(), dx.len());
+    debug_assert_eq!(dy.len(), dx.len());
+    zip_map(saved, dy, dx, |s, d| f.gradient(s, d))
+}
+
+fn zip_map(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+    for ((out, &a), &b) in y.iter_mut().zip(a).zip(b) {
+        *out = f(a, b);
+    }
+}
+
+/// `y = a · b` where `a` is `[outer, channels, inner]` and `b` either the same shape or,
+/// with `broadcast`, `[outer, channels]`: one factor per channel (squeeze-excitation).
+pub fn mul(a: &[f32], b: &[f32], y: &mut [f32], d: ChannelDims, broadcast: bool) {
+    debug_assert_eq!(a.len(), d.len());
+    debug_assert_eq!(y.len(), d.len());
+    if !broadcast {
+        debug_assert_eq!(b.len(), d.len());
+        return zip_map(a, b, y, |a, b| a * b);
+    }
+    debug_assert_eq!(b.len(), d.outer * d.channels);
+    if d.inner == 0 {
+        return;
+    }
+    for ((y, a), &b) in y.chunks_exact_mut(d.inner).zip(a.chunks_exact(d.inner)).zip(b) {
+        map(a, y, |a| a * b);
+    }
+}
+
+/// The gradient of a broadcast factor: `db[o, c] = Σ_i dy[o, c, i] · a[o, c, i]`.
+pub fn mul_grad_factor(dy: &[f32], a: &[f32], db: &mut [f32], d: ChannelDims) {
+    debug_assert_eq!(dy.len(), d.len());
+    debug_assert_eq!(a.len(), d.len());
+    debug_assert_eq!(db.len(), d.outer * d.channels);
+    if d.inner == 0 {
+        db.fill(0.0);
+        return;
+    }
+    for ((out, dy), a) in db.iter_mut().zip(dy.chunks_exact(d.inner)).zip(a.chunks_exact(d.inner)) {
+        *out = dy.iter().zip(a).map(|(dy, a)| dy * a).sum();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::testing::assert_close;
+
+    const PYTORCH_HARD_SIGMOID: Activation = Activation::HardSigmoid(HardSigmoidParams::PYTORCH);
+
+    fn forward(f: Activation, x: &[f32]) -> [f32; 5] {
+        let mut y = [f32::NAN; 5];
+        activation(f, x, &mut y);
+        y
+    }
+
+    #[test]
+    fn activations_match_hand_values() {
+        let x = [-4.0, -1.0, 0.0, 2.0, 5.0];
+        let s = |v: f32| 1.0 / (1.0 + (-v).exp());
+        assert_close(&forward(Activation::Sigmoid, &x), &x.map(s), 1e-7);
+        let hs = [0.0, 1.0 / 3.0, 0.5, 5.0 / 6.0, 1.0];
+        assert_close(&forward(PYTORCH_HARD_SIGMOID, &x), &hs, 1e-7);
+        let onnx_default = Activation::HardSigmoid(HardSigmoidParams::ONNX_DEFAULT);
+        assert_close(&forward(onnx_default, &x), &[0.0, 0.3, 0.5, 0.9, 1.0], 1e-7);
+        let swish = [0.0, -1.0 / 3.0, 0.0, 2.0 * 5.0 / 6.0, 5.0];
+        assert_close(&forward(Activation::HardSwish, &x), &swish, 1e-6);
+        let leaky = Activation::LeakyRelu(LeakyReluParams { alpha: 0.1 });
+        assert_close(&forward(leaky, &x), &[-0.4, -0.1, 0.0, 2.0, 5.0], 1e-7);
+    }
+
+    #[test]
+    fn sigmoid_tails_stay_finite() {
+        let y = forward(Activation::Sigmoid, &[-1000.0, -90.0, 90.0, 1000.0, f32::NAN]);
+        assert_eq!([y[0], y[2], y[3]], [0.0, 1.0, 1.0]);
+        // e^-90 is subnormal, not zero: the tail is computed, not cut off.
+        assert!(y[1] > 0.0 && y[1] < 1e-38);
+        assert!(y[4].is_nan());
+    }
+
+    #[test]
+    fn gradients_match_central_differences() {
+        let fs = [
+            Activation::Sigmoid,
+            PYTORCH_HARD_SIGMOID,
+            Activation::HardSwish,
+            Activation::LeakyRelu(LeakyReluParams { alpha: 0.02 }),
+        ];
+        // Away from the kinks (±3, 0) so that a finite difference is a derivative.
+        for f in fs {
+            for x in [-4.5f32, -2.0, -0.7, 0.4, 1.3, 2.5, 3.8] {
+                let h = 1e-2f64;
+                let at = |v: f64| f.apply(v as f32) as f64;
+                let want = (at(x as f64 + h) - at(x as f64 - h)) / (2.0 * h);
+                let saved = match f.gradient_reads() {
+                    GradientReads::Input => x,
+                    GradientReads::Output => f.apply(x),
+                };
+                let got = f.gradient(saved, 1.0) as f64;
+                assert!((got - want).abs() < 2e-3, "{f:?} at {x}: {got} vs {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn gradient_at_kinks_follows_pytorch() {
+        // hardswish'(3) = 3/3 + 1/2 (PyTorch's `x <= 3` branch), hardswish'(-3) = -1/2.
+        assert_eq!(Activation::HardSwish.gradient(3.0, 1.0), 1.5);
+        assert_eq!(Activation::HardSwish.gradient(-3.0, 1.0), -0.5);
+        assert_eq!(PYTORCH_HARD_SIGMOID.gradient(3.0, 1.0), 0.0);
+        assert_eq!(Activation::LeakyRelu(LeakyReluParams { alpha: 0.5 }).gradient(0.0, 2.0), 1.0);
+    }
+
+    #[test]
+    fn wire_form_is_the_explicit_tag_then_the_settings() {
+        let leaky = Activation::LeakyRelu(LeakyReluParams { alpha: 0.5 });
+        let bytes = postcard::to_allocvec(&leaky).unwrap();
+        assert_eq!(bytes, [3, 0, 0, 0, 0x3f]);
+        assert_eq!(postcard::from_bytes::<Activation>(&bytes).unwrap(), leaky);
+        let swish = postcard::to_allocvec(&Activation::HardSwish).unwrap();
+        assert_eq!(swish, [2]);
+        assert!(postcard::from_bytes::<Activation>(&[9]).is_err());
+    }
+
+    #[test]
+    fn mul_broadcasts_one_factor_per_channel() {
+        let d = ChannelDims { outer: 1, channels: 2, inner: 3 };
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let mut y = [f32::NAN; 6];
+        mul(&a, &[2.0, -1.0], &mut y, d, true);
+        assert_close(&y, &[2.0, 4.0, 6.0, -4.0, -5.0, -6.0], 0.0);
+        mul(&a, &a, &mut y, d, false);
+        assert_close(&y, &[1.0, 4.0, 9.0, 16.0, 25.0, 36.0], 0.0);
+        let mut db = [f32::NAN; 2];
+        mul_grad_factor(&[1.0; 6], &a, &mut db, d);
+        assert_close(&db, &[6.0, 15.0], 0.0);
+    }
+}
