@@ -11,10 +11,11 @@
 
 use core::fmt;
 
-use sprout_core::backend::{ConvKernels, DenseKernels};
+use sprout_core::backend::{ActivationKernels, ConvKernels, DenseKernels};
 use sprout_core::geometry::{window_output, Conv2dGeometry, LinearDims};
 use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize, FULL_RANGE};
-use sprout_core::reference::tolerance::REDUCTION;
+use sprout_core::reference::tolerance::{Tolerance, EXACT, REDUCTION};
+use sprout_core::reference::{Activation, HardSigmoidParams, LeakyReluParams};
 use sprout_core::rng::SplitMix;
 use sprout_core::{Host, Kernels, Reference};
 
@@ -213,7 +214,17 @@ fn compare_f32(
     got: &[f32],
     want: &[f32],
 ) -> Result<(), Mismatch> {
-    match got.iter().zip(want).position(|(&g, &w)| !REDUCTION.accepts(g, w)) {
+    compare_within(REDUCTION, kernel, case, got, want)
+}
+
+fn compare_within(
+    tolerance: Tolerance,
+    kernel: &'static str,
+    case: usize,
+    got: &[f32],
+    want: &[f32],
+) -> Result<(), Mismatch> {
+    match got.iter().zip(want).position(|(&g, &w)| !tolerance.accepts(g, w)) {
         None => Ok(()),
         Some(index) => Err(Mismatch { kernel, case, index, got: got[index], want: want[index] }),
     }
@@ -308,6 +319,38 @@ pub fn check_f32(
     Ok(checked)
 }
 
+/// Checks a backend's pointwise activations (forward and gradient) against [`Reference`]
+/// bit for bit, on random values with every kink among them. Returns the calls checked.
+pub fn check_activations(
+    backend: &mut impl Kernels<Memory = Host>,
+    s: &mut Scratch,
+) -> Result<usize, Mismatch> {
+    let mut rng = SplitMix::new(0xAC7);
+    let n = 512;
+    s.x[..n].iter_mut().for_each(|v| *v = rng.uniform(-8.0, 8.0));
+    s.w[..n].iter_mut().for_each(|v| *v = rng.uniform(-1.0, 1.0));
+    for (i, kink) in [0.0, 3.0, -3.0, 2.5, -2.5].into_iter().enumerate() {
+        s.x[i * 7] = kink;
+    }
+    let activations = [
+        Activation::Sigmoid,
+        Activation::HardSigmoid(HardSigmoidParams::PYTORCH),
+        Activation::HardSigmoid(HardSigmoidParams::ONNX_DEFAULT),
+        Activation::HardSwish,
+        Activation::LeakyRelu(LeakyReluParams { alpha: 0.1 }),
+    ];
+    let (x, dy) = (&s.x[..n], &s.w[..n]);
+    for (case, f) in activations.into_iter().enumerate() {
+        backend.activation(f, x, &mut s.got[..n]);
+        Reference.activation(f, x, &mut s.want[..n]);
+        compare_within(EXACT, "f32 activation", case, &s.got[..n], &s.want[..n])?;
+        backend.activation_grad(f, x, dy, &mut s.got[..n]);
+        Reference.activation_grad(f, x, dy, &mut s.want[..n]);
+        compare_within(EXACT, "f32 activation_grad", case, &s.got[..n], &s.want[..n])?;
+    }
+    Ok(2 * activations.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,6 +376,12 @@ mod tests {
     fn the_scalar_int8_kernels_are_bit_exact() {
         let mut scratch = Scratch::new();
         assert_eq!(check_int8(scalar::KERNELS, &mut scratch), Ok(36));
+    }
+
+    #[test]
+    fn the_activations_are_bit_exact() {
+        let mut scratch = Scratch::new();
+        assert_eq!(check_activations(&mut CortexM, &mut scratch), Ok(10));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! within the conformance suite's reduction tolerance (they add in another order).
 #![no_std]
 
+mod activation;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod float;
@@ -18,8 +19,9 @@ use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::{inherit_reference, Host};
 
 /// The Cortex-M backend: FPU-friendly dense layers and convolutions (forward and
-/// gradients) and the int8 convolution and dense kernels of [`int8`]; every other kernel
-/// family is the reference kernels, by [`inherit_reference!`].
+/// gradients), the int8 convolution and dense kernels of [`int8`], and inlined pointwise
+/// activations; every other kernel family is the reference kernels, by
+/// [`inherit_reference!`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CortexM;
 
@@ -27,7 +29,7 @@ impl Backend for CortexM {
     type Memory = Host;
 }
 
-inherit_reference!(CortexM: Vector, Activation, Pool, Norm, Dropout, Loss, Optimizer, Half, Int8,
+inherit_reference!(CortexM: Vector, Pool, Norm, Dropout, Loss, Optimizer, Half, Int8,
     Int8Training);
 
 impl Int8LayerKernels for CortexM {

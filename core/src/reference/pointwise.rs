@@ -113,9 +113,8 @@ pub enum GradientReads {
 }
 
 impl Activation {
-    /// The activation of one value. Not inlined: the reference loops stay one small loop
-    /// for every activation on a microcontroller (optimised backends write their own).
-    #[inline(never)]
+    /// The activation of one value.
+    #[inline(always)]
     pub fn apply(self, x: f32) -> f32 {
         match self {
             Activation::Sigmoid => sigmoid(x),
@@ -145,7 +144,7 @@ impl Activation {
 
     /// `dx` for one value from the upstream `dy` and the tensor [`Self::gradient_reads`]
     /// names (`saved`). At the kinks the slopes follow PyTorch.
-    #[inline(never)]
+    #[inline(always)]
     pub fn gradient(self, saved: f32, dy: f32) -> f32 {
         match self {
             Activation::Sigmoid => dy * saved * (1.0 - saved),
@@ -207,24 +206,62 @@ fn sigmoid(x: f32) -> f32 {
     }
 }
 
-/// `y = f(x)` element-wise.
+/// `y = f(x)` element-wise. One small loop for every activation, calling the formula per
+/// element: the reference stays small in a microcontroller's flash, where every kernel a
+/// plan could name is linked. [`activation_by_kind`] is the fast form.
 pub fn activation(f: Activation, x: &[f32], y: &mut [f32]) {
     debug_assert_eq!(x.len(), y.len());
-    map(x, y, |v| f.apply(v))
+    map(x, y, |v| apply_one(f, v))
+}
+
+/// `dx = f'(…) · dy` element-wise, `saved` being the tensor [`Activation::gradient_reads`]
+/// names; overwrites `dx`. Small like [`activation`]; [`activation_grad_by_kind`] is the
+/// fast form.
+pub fn activation_grad(f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
+    debug_assert_eq!(saved.len(), dx.len());
+    debug_assert_eq!(dy.len(), dx.len());
+    zip_map(saved, dy, dx, |s, d| gradient_one(f, s, d))
+}
+
+#[inline(never)]
+fn apply_one(f: Activation, x: f32) -> f32 {
+    f.apply(x)
+}
+
+#[inline(never)]
+fn gradient_one(f: Activation, saved: f32, dy: f32) -> f32 {
+    f.gradient(saved, dy)
+}
+
+/// [`activation`] as one loop per activation with the formula inlined: the same values,
+/// bit for bit, several times faster and larger (for backends that accelerate the family).
+pub fn activation_by_kind(f: Activation, x: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(x.len(), y.len());
+    match f {
+        Activation::Sigmoid => map(x, y, |v| Activation::Sigmoid.apply(v)),
+        Activation::HardSigmoid(p) => map(x, y, |v| Activation::HardSigmoid(p).apply(v)),
+        Activation::HardSwish => map(x, y, |v| Activation::HardSwish.apply(v)),
+        Activation::LeakyRelu(p) => map(x, y, |v| Activation::LeakyRelu(p).apply(v)),
+    }
+}
+
+/// [`activation_grad`] as one loop per activation with the formula inlined (bit for bit).
+pub fn activation_grad_by_kind(f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
+    debug_assert_eq!(saved.len(), dx.len());
+    debug_assert_eq!(dy.len(), dx.len());
+    let grad = |g: Activation| move |s, d| g.gradient(s, d);
+    match f {
+        Activation::Sigmoid => zip_map(saved, dy, dx, grad(Activation::Sigmoid)),
+        Activation::HardSigmoid(p) => zip_map(saved, dy, dx, grad(Activation::HardSigmoid(p))),
+        Activation::HardSwish => zip_map(saved, dy, dx, grad(Activation::HardSwish)),
+        Activation::LeakyRelu(p) => zip_map(saved, dy, dx, grad(Activation::LeakyRelu(p))),
+    }
 }
 
 fn map(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32) {
     for (out, &x) in y.iter_mut().zip(x) {
         *out = f(x);
     }
-}
-
-/// `dx = f'(…) · dy` element-wise, `saved` being the tensor [`Activation::gradient_reads`]
-/// names; overwrites `dx`.
-pub fn activation_grad(f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
-    debug_assert_eq!(saved.len(), dx.len());
-    debug_assert_eq!(dy.len(), dx.len());
-    zip_map(saved, dy, dx, |s, d| f.gradient(s, d))
 }
 
 fn zip_map(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) {
@@ -333,6 +370,26 @@ mod tests {
         assert_eq!(Activation::HardSwish.gradient(-3.0, 1.0), -0.5);
         assert_eq!(PYTORCH_HARD_SIGMOID.gradient(3.0, 1.0), 0.0);
         assert_eq!(Activation::LeakyRelu(LeakyReluParams { alpha: 0.5 }).gradient(0.0, 2.0), 1.0);
+    }
+
+    #[test]
+    fn the_fast_forms_give_the_reference_bit_for_bit() {
+        let x: [f32; 9] = [-9.0, -3.0, -2.9, -0.5, 0.0, 0.25, 2.999, 3.0, 40.0];
+        let dy = [0.5, -1.0, 2.0, 0.75, -0.25, 1.0, -3.0, 0.125, 1.5];
+        for f in [
+            Activation::Sigmoid,
+            PYTORCH_HARD_SIGMOID,
+            Activation::HardSwish,
+            Activation::LeakyRelu(LeakyReluParams { alpha: 0.3 }),
+        ] {
+            let (mut slow, mut fast) = ([0.0f32; 9], [1.0f32; 9]);
+            activation(f, &x, &mut slow);
+            activation_by_kind(f, &x, &mut fast);
+            assert_eq!(slow.map(f32::to_bits), fast.map(f32::to_bits), "{f:?}");
+            activation_grad(f, &x, &dy, &mut slow);
+            activation_grad_by_kind(f, &x, &dy, &mut fast);
+            assert_eq!(slow.map(f32::to_bits), fast.map(f32::to_bits), "{f:?} gradient");
+        }
     }
 
     #[test]

@@ -13,6 +13,9 @@
 //! depthwise 3x3: 32 channels, 16x16; linear: batch 8, 256 → 32, and batch 1 (the
 //! device's dense layers: one column, so no weight is reused).
 //!
+//! The `f32 <activation>` lines count a pointwise activation and its gradient per element
+//! over 8192 values, the backend's loops against the reference's.
+//!
 //! The `leafnet backbone` line runs every int8 convolution of one LeafNet sample (64x64
 //! RGB; stem, the inverted residuals' expand, depthwise and project convolutions, the last
 //! 1x1) on random data and prints their total in millions of instructions: the kernel
@@ -26,6 +29,7 @@ use qemu_mps2_an386 as board;
 use qemu_mps2_an386::counter::InstructionCounter;
 use sprout_core::geometry::{Conv2dGeometry, LinearDims};
 use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize};
+use sprout_core::reference::{Activation, HardSigmoidParams, LeakyReluParams};
 use sprout_core::{Host, Kernels, Reference};
 use sprout_cortex_m::int8::{dsp, scalar};
 use sprout_cortex_m::int8::{ConvS8, LinearS8};
@@ -198,6 +202,29 @@ fn f32_linear(
     report(name, n, d.n * d.k * d.m);
 }
 
+/// One pointwise activation over the whole f32 buffer, forward then backward (the
+/// gradient reading `x` as its saved tensor: the cost does not depend on which).
+fn f32_activation(
+    c: &mut InstructionCounter,
+    b: &mut Buffers,
+    name: &str,
+    backend: &str,
+    k: &mut impl Kernels<Memory = Host>,
+    f: Activation,
+) {
+    let (x, w, y) = (&b.x[..], &b.w[..], &mut b.y[..]);
+    let n = c.instructions(|| k.activation(f, x, y));
+    defmt::println!("f32 {=str} {=str}: {=u32} insn/element", name, backend, per(n, x.len()));
+    let n = c.instructions(|| k.activation_grad(f, x, w, y));
+    let per_element = per(n, x.len());
+    defmt::println!("f32 {=str} grad {=str}: {=u32} insn/element", name, backend, per_element);
+}
+
+/// `instructions / count`, rounded.
+fn per(instructions: f32, count: usize) -> u32 {
+    (instructions / count as f32 + 0.5) as u32
+}
+
 /// Every LeafNet convolution once, with ReLU6-like bounds: prints the total instructions
 /// (millions) and instructions per MAC.
 fn leafnet(c: &mut InstructionCounter, b: &mut Buffers, name: &str, k: ConvS8) {
@@ -276,5 +303,15 @@ fn main() -> ! {
     f32_conv(&mut c, b, "f32 depthwise conv reference", &mut Reference, &DEPTHWISE);
     f32_linear(&mut c, b, "f32 linear fpu", &mut CortexM, LINEAR);
     f32_linear(&mut c, b, "f32 linear reference", &mut Reference, LINEAR);
+    let leaky = Activation::LeakyRelu(LeakyReluParams { alpha: 0.01 });
+    for (name, f) in [
+        ("sigmoid", Activation::Sigmoid),
+        ("hard swish", Activation::HardSwish),
+        ("hard sigmoid", Activation::HardSigmoid(HardSigmoidParams::PYTORCH)),
+        ("leaky relu", leaky),
+    ] {
+        f32_activation(&mut c, b, name, "fpu", &mut CortexM, f);
+        f32_activation(&mut c, b, name, "reference", &mut Reference, f);
+    }
     board::exit(true)
 }

@@ -8,7 +8,7 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use qemu_mps2_an386 as board;
-use sprout_cortex_m::conformance::{check_f32, check_int8, Mismatch, Scratch};
+use sprout_cortex_m::conformance::{check_activations, check_f32, check_int8, Mismatch, Scratch};
 use sprout_cortex_m::int8::{dsp, scalar};
 use sprout_cortex_m::CortexM;
 
@@ -38,5 +38,6 @@ fn main() -> ! {
     let dsp_ok = report("int8 dsp", check_int8(dsp::KERNELS, s));
     let scalar_ok = report("int8 scalar", check_int8(scalar::KERNELS, s));
     let f32_ok = report("f32 fpu", check_f32(&mut CortexM, s));
-    board::exit(dsp_ok && scalar_ok && f32_ok)
+    let activations_ok = report("f32 activations", check_activations(&mut CortexM, s));
+    board::exit(dsp_ok && scalar_ok && f32_ok && activations_ok)
 }
