@@ -1,10 +1,14 @@
 //! `cargo xtask bench kernels`: leafnet training-step time with the reference kernels and
-//! with sprout-cpu side by side, and the GFLOP/s of one leafnet-sized convolution.
+//! with sprout-cpu side by side, the GFLOP/s of one leafnet-sized convolution, and the
+//! pointwise kernels (activations, their gradients, the element-wise product) per element.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use sprout_core::geometry::{window_output, Conv2dGeometry};
+use sprout_core::backend::ActivationKernels;
+use sprout_core::geometry::{window_output, ChannelDims, Conv2dGeometry};
+use sprout_core::reference::pointwise::GradientReads;
+use sprout_core::reference::{Activation, HardSigmoidParams, LeakyReluParams};
 use sprout_core::rng::SplitMix;
 use sprout_core::{compile_training_step, Executor, Host, Kernels, Reference, TrainConfig};
 use sprout_cpu::Cpu;
@@ -18,6 +22,10 @@ const BATCH: usize = 8;
 const STEPS: usize = 5;
 /// Timed convolutions per measurement.
 const CONV_RUNS: usize = 20;
+/// Elements of each pointwise measurement (4 MiB per f32 tensor).
+const POINTWISE_LEN: usize = 1 << 20;
+/// Timed calls per pointwise measurement (after one warm-up call).
+const POINTWISE_RUNS: usize = 21;
 
 /// Median time of one leafnet training step with `kernels`.
 fn step_time(choice: &str, kernels: impl Kernels<Memory = Host>) -> Result<Duration> {
@@ -62,6 +70,77 @@ fn conv_gflops(g: &Conv2dGeometry, mut kernels: impl Kernels<Memory = Host>) -> 
         })
         .collect();
     2.0 * g.macs() as f64 / median(&mut times).as_secs_f64() / 1e9
+}
+
+/// Median time of `POINTWISE_RUNS` calls of `call`, after one warm-up call.
+fn time_call(mut call: impl FnMut()) -> Duration {
+    call();
+    let mut times: Vec<Duration> = (0..POINTWISE_RUNS)
+        .map(|_| {
+            let start = Instant::now();
+            call();
+            start.elapsed()
+        })
+        .collect();
+    median(&mut times)
+}
+
+/// One line of the pointwise table: the reference's and sprout-cpu's time for one kernel.
+fn pointwise_line(name: &str, mut run: impl FnMut(&mut dyn Kernels<Memory = Host>)) {
+    let reference = time_call(|| run(&mut Reference));
+    let mut cpu = Cpu::with_threads(1);
+    let fast = time_call(|| run(&mut cpu));
+    let ns = |t: Duration| t.as_secs_f64() * 1e9 / POINTWISE_LEN as f64;
+    println!(
+        "{name:<24} {:>10} {:>10} {:>8.2} {:>8.2} {:>7.1}x",
+        millis(reference),
+        millis(fast),
+        ns(reference),
+        ns(fast),
+        reference.as_secs_f64() / fast.as_secs_f64()
+    );
+}
+
+/// Each activation forward and backward, and the element-wise product, on
+/// [`POINTWISE_LEN`] elements: the reference kernels against sprout-cpu (one thread).
+fn pointwise() {
+    println!(
+        "\npointwise kernels, {POINTWISE_LEN} elements, median of {POINTWISE_RUNS} calls; cpu = \
+         sprout-cpu, 1 thread\n"
+    );
+    let header = format!(
+        "{:<24} {:>10} {:>10} {:>8} {:>8} {:>8}",
+        "kernel", "reference", "cpu", "ref ns/el", "cpu ns/el", "speedup"
+    );
+    println!("{header}\n{}", "-".repeat(header.len()));
+    let mut rng = SplitMix::new(7);
+    let mut random = |len| (0..len).map(|_| rng.uniform(-8.0, 8.0)).collect::<Vec<f32>>();
+    let (x, dy) = (random(POINTWISE_LEN), random(POINTWISE_LEN));
+    let mut out = vec![0.0; POINTWISE_LEN];
+    let activations = [
+        ("sigmoid", Activation::Sigmoid),
+        ("hard_sigmoid", Activation::HardSigmoid(HardSigmoidParams::PYTORCH)),
+        ("hard_swish", Activation::HardSwish),
+        ("leaky_relu", Activation::LeakyRelu(LeakyReluParams { alpha: 0.1 })),
+    ];
+    for (name, f) in activations {
+        let mut y = vec![0.0; POINTWISE_LEN];
+        Reference.activation(f, &x, &mut y);
+        let saved = match f.gradient_reads() {
+            GradientReads::Input => &x,
+            GradientReads::Output => &y,
+        };
+        pointwise_line(name, |k| k.activation(f, &x, &mut out));
+        pointwise_line(&format!("{name} grad"), |k| k.activation_grad(f, saved, &dy, &mut out));
+    }
+    let flat = ChannelDims { outer: 1, channels: 1, inner: POINTWISE_LEN };
+    pointwise_line("mul", |k| k.mul(&x, &dy, &mut out, flat, false));
+    // Squeeze-excitation's shape: 8 images of 64 channels of 2048 values, one factor each.
+    let d = ChannelDims { outer: 8, channels: 64, inner: POINTWISE_LEN / 512 };
+    let factor = random(d.outer * d.channels);
+    let mut db = vec![0.0; factor.len()];
+    pointwise_line("mul broadcast", |k| k.mul(&x, &factor, &mut out, d, true));
+    pointwise_line("mul_grad_factor", |k| k.mul_grad_factor(&dy, &x, &mut db, d));
 }
 
 pub fn kernels() -> Result<()> {
@@ -119,5 +198,6 @@ pub fn kernels() -> Result<()> {
         conv_gflops(&g, Cpu::with_threads(1)),
         conv_gflops(&g, Cpu::new())
     );
+    pointwise();
     Ok(())
 }
