@@ -56,6 +56,7 @@ pub mod geometry;
 pub mod kernel;
 #[cfg(feature = "link")]
 pub mod link;
+pub mod memory;
 pub mod plan;
 pub mod quant;
 pub mod reference;
@@ -77,6 +78,8 @@ pub mod f16_storage;
 #[cfg(feature = "alloc")]
 pub mod graph;
 #[cfg(feature = "alloc")]
+pub mod int8_conversion;
+#[cfg(feature = "alloc")]
 pub mod lower;
 #[cfg(feature = "alloc")]
 pub mod nn;
@@ -93,6 +96,8 @@ mod passes;
 mod rebatch;
 #[cfg(feature = "alloc")]
 pub mod training;
+#[cfg(feature = "alloc")]
+mod validate;
 
 pub use backend::{Backend, Host, Kernels, Memory, Reference};
 pub use dispatch::{Flow, StepContext};

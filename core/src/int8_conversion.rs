@@ -1,14 +1,16 @@
-//! Post-training quantization of a float graph: batch norms folded into the convolutions
-//! before them, activations fused into the layer they follow, and every layer rewritten as
-//! its int8 op with per-channel weights and calibrated per-tensor activations.
+//! Post-training int8 conversion: a float graph rewritten as int8 ops, batch norms folded and
+//! activations fused, with per-channel weights and calibrated per-tensor activations.
+//!
+//! The int8 scheme and kernels it targets are [`crate::quant`].
 //!
 //! Float ops without an int8 kernel (the loss, layers kept in float) read dequantized
 //! values; an op that has neither an int8 kernel nor a place in the float part is an error.
 
-use super::kernels::AddRescale;
-use super::params::{quantize_weight, symmetric_scale, QuantError, QuantParams, Requantize};
 use crate::graph::{Graph, GraphError, Node, TensorInfo};
 use crate::ops::{Int8Weights, Op, QAddParams, QConvParams, QLinearParams};
+use crate::quant::{
+    quantize_weight, symmetric_scale, AddRescale, QuantError, QuantParams, Requantize, FULL_RANGE,
+};
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
 use alloc::collections::{BTreeMap, BTreeSet};
@@ -146,7 +148,7 @@ impl Activation {
     /// The clamp bounds in output units.
     fn bounds(self, output: QuantParams) -> (i8, i8) {
         match self {
-            Activation::None => super::FULL_RANGE,
+            Activation::None => FULL_RANGE,
             Activation::Relu => output.relu_bounds(),
             Activation::Relu6 => output.relu6_bounds(),
         }
