@@ -6,8 +6,8 @@
 //! Float ops without an int8 kernel (the loss, layers kept in float) read dequantized
 //! values; an op that has neither an int8 kernel nor a place in the float part is an error.
 
-use crate::geometry::BatchNormConfig;
 use crate::graph::{Graph, GraphError, Node, TensorInfo};
+use crate::hyperparams::BatchNormConfig;
 use crate::ops::{
     Int8Clamp, Int8Form, Int8Layer, Int8Same, Int8Weights, Op, QAddParams, QConvParams,
     QLinearParams,

@@ -53,6 +53,7 @@ pub mod error;
 pub mod executor;
 pub mod format;
 pub mod geometry;
+pub mod hyperparams;
 pub mod kernel;
 #[cfg(feature = "link")]
 pub mod link;

@@ -3,8 +3,8 @@
 
 use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::{invalid, OutputSpec};
-use crate::geometry::BatchNormConfig;
 use crate::graph::{Graph, GraphError, Phase};
+use crate::hyperparams::BatchNormConfig;
 use crate::kernel::Kernel;
 use crate::lower::{channel_dims, Lowered, Lowering, Mode};
 use crate::shape::Shape;

@@ -2,8 +2,8 @@
 
 use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::invalid;
-use crate::geometry::DropoutConfig;
 use crate::graph::{Graph, GraphError};
+use crate::hyperparams::DropoutConfig;
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering, Mode};
 use crate::tensor::TensorId;

@@ -3,8 +3,8 @@
 
 use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::{invalid, OutputSpec};
-use crate::geometry::LossScaleConfig;
 use crate::graph::{Graph, GraphError, Phase};
+use crate::hyperparams::LossScaleConfig;
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
 use crate::tensor::{DType, Role, TensorId};

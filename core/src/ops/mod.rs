@@ -37,8 +37,8 @@ pub use int8::{
 pub use pool::PoolParams;
 
 use crate::autograd::Vjp;
-use crate::geometry::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::graph::GraphError;
+use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::lower::{Lowered, Lowering};
 use crate::quant::QuantParams;
 use crate::reference::{Activation, HardSigmoidParams, LeakyReluParams};

@@ -3,7 +3,7 @@
 //! differentiated or recomputed.
 
 use super::{Gradient, Int8Form, OpRules, OperandCounts, Recompute};
-use crate::geometry::{AdamWConfig, SgdConfig};
+use crate::hyperparams::{AdamWConfig, SgdConfig};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
 
