@@ -2,7 +2,7 @@
 //! generated task (which way do the strokes in a noisy 12x12 image run?) and reports the
 //! loss falling and the validation accuracy of the compiled evaluation plan.
 
-use sprout_core::geometry::DropoutConfig;
+use sprout_core::hyperparams::DropoutConfig;
 use sprout_core::nn;
 use sprout_core::op::{ConvParams, PoolParams};
 use sprout_core::rng::SplitMix;

@@ -49,7 +49,7 @@ pub(crate) fn differentiate_seeded(
         });
     }
     let mut graph = model.clone();
-    graph.eager = None;
+    graph.observer = None;
     let forward_nodes = graph.nodes().len();
     graph.stage = Stage::Backward;
     for (i, &p) in trainable.iter().enumerate() {

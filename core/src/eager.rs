@@ -3,7 +3,7 @@
 
 use crate::backend::Reference;
 use crate::dispatch::{run_kernel, Fault, Operands, StepContext, View};
-use crate::graph::{Graph, GraphError, TensorInfo};
+use crate::graph::{Graph, GraphError, Observer, TensorInfo};
 use crate::kernel::Access;
 use crate::lower::{lower, Mode};
 use crate::tensor::{DType, Element, TensorId};
@@ -11,6 +11,7 @@ use alloc::boxed::Box;
 use alloc::string::ToString;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::any::Any;
 
 /// How an eager graph runs its ops.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,14 +59,26 @@ pub(crate) struct Eager {
     values: Vec<Option<Stored>>,
 }
 
-impl Eager {
-    pub(crate) fn on_new_tensor(&mut self, info: &TensorInfo) {
+impl Observer for Eager {
+    /// Stores the new tensor's initial value, if it has one.
+    fn tensor_added(&mut self, info: &TensorInfo) {
         let value = info.init.as_ref().map(|i| i.to_bytes(info.dtype, info.shape.numel()));
         self.values.push(value.as_deref().map(Stored::from_bytes));
     }
 
     /// Runs node `index` of `graph` (which has just been recorded).
-    pub(crate) fn run_node(&mut self, graph: &Graph, index: usize) -> Result<(), GraphError> {
+    fn node_recorded(&mut self, graph: &Graph, index: usize) -> Result<(), GraphError> {
+        self.run_node(graph, index)
+    }
+
+    fn boxed_clone(&self) -> Box<dyn Observer> {
+        Box::new(self.clone())
+    }
+}
+
+impl Eager {
+    /// Runs node `index` of `graph` with the reference kernels.
+    fn run_node(&mut self, graph: &Graph, index: usize) -> Result<(), GraphError> {
         let node = &graph.nodes()[index];
         let (kernel, operands) = lower(graph, node, self.options.mode);
         let signature = kernel.signature();
@@ -158,7 +171,7 @@ impl Graph {
     /// A graph that runs every op as soon as it is recorded.
     pub fn eager(seed: u64, options: EagerOptions) -> Self {
         let mut g = Graph::new(seed);
-        g.eager = Some(Box::new(Eager { options, values: Vec::new() }));
+        g.observer = Some(Box::new(Eager { options, values: Vec::new() }));
         g
     }
 
@@ -180,7 +193,7 @@ impl Graph {
             let expected = info.shape.numel();
             return Err(GraphError::ValueLength { tensor: name, expected, actual: values.len() });
         }
-        let eager = self.eager.as_mut().ok_or(GraphError::Invalid {
+        let eager = eager_mut(self).ok_or(GraphError::Invalid {
             op: "feed",
             node: name,
             detail: "only an eager graph holds values".into(),
@@ -196,7 +209,7 @@ impl Graph {
 
     /// The current value of an eager tensor of element type `T` (`f32`, `half::f16`, ...).
     pub fn value_of<T: Element>(&self, tensor: TensorId) -> Option<&[T]> {
-        let eager = self.eager.as_ref()?;
+        let eager = eager_ref(self)?;
         let info = self.tensors().get(tensor.index())?;
         if info.dtype != T::DTYPE {
             return None;
@@ -204,6 +217,18 @@ impl Graph {
         let stored = eager.values.get(tensor.index())?.as_ref()?;
         bytemuck::try_cast_slice(stored.bytes()).ok()
     }
+}
+
+/// The values of `graph` when it is eager.
+fn eager_ref(graph: &Graph) -> Option<&Eager> {
+    let observer: &dyn Any = graph.observer.as_deref()?;
+    observer.downcast_ref()
+}
+
+/// The values of `graph` when it is eager, to change.
+fn eager_mut(graph: &mut Graph) -> Option<&mut Eager> {
+    let observer: &mut dyn Any = graph.observer.as_deref_mut()?;
+    observer.downcast_mut()
 }
 
 #[cfg(test)]

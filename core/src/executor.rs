@@ -512,7 +512,8 @@ mod tests {
         let x = g.input("x", Shape::d2(2, 3)).unwrap();
         let y = g.labels("y", 2).unwrap();
         let h = nn::linear(&mut g, "fc", x, 2).unwrap();
-        let h = g.dropout("drop", h, crate::geometry::DropoutConfig { p: 0.5, seed: 1 }).unwrap();
+        let h =
+            g.dropout("drop", h, crate::hyperparams::DropoutConfig { p: 0.5, seed: 1 }).unwrap();
         let loss = g.cross_entropy("loss", h, y).unwrap();
         let params: alloc::vec::Vec<_> = g.parameters().collect();
         let cfg = TrainConfig { accumulation: 2, ..TrainConfig::sgd(0.9) };

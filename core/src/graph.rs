@@ -1,17 +1,15 @@
 //! The recorded graph: tensors (shape, dtype, role, initial value) and the nodes that
 //! produce them, in recording order. Model code builds it through [`crate::builder`].
 
-use crate::eager::Eager;
-use crate::lower::{lower, Mode};
 use crate::ops::Op;
 use crate::rng::SplitMix;
 use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};
 use alloc::boxed::Box;
-use alloc::collections::BTreeSet;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::any::Any;
 use core::fmt;
 
 /// How a parameter or buffer starts out.
@@ -136,7 +134,26 @@ pub struct Graph {
     seed: u64,
     /// Stamped on every node recorded from now on.
     pub(crate) stage: Stage,
-    pub(crate) eager: Option<Box<Eager>>,
+    /// Sees every tensor and node as it is recorded (an eager graph's values).
+    pub(crate) observer: Option<Box<dyn Observer>>,
+}
+
+/// Something that runs alongside recording, e.g. eager execution ([`crate::eager`]): it sees
+/// every tensor as it is added and every node right after it is recorded.
+pub(crate) trait Observer: Any {
+    /// Tensor `info` has just been added.
+    fn tensor_added(&mut self, info: &TensorInfo);
+    /// Node `index` of `graph` has just been recorded; an error undoes nothing but is
+    /// returned by the recording call.
+    fn node_recorded(&mut self, graph: &Graph, index: usize) -> Result<(), GraphError>;
+    /// A copy for a cloned graph.
+    fn boxed_clone(&self) -> Box<dyn Observer>;
+}
+
+impl Clone for Box<dyn Observer> {
+    fn clone(&self) -> Self {
+        self.boxed_clone()
+    }
 }
 
 impl Graph {
@@ -145,80 +162,9 @@ impl Graph {
         Self { seed, ..Self::default() }
     }
 
-    /// A graph from its parts, e.g. decoded from a file. Nothing is trusted: every tensor
-    /// must have a unique name, a size that fits [`MAX_TENSOR_BYTES`] and initial values of
-    /// its own length; every node must have its op's operand counts, refer to existing
-    /// tensors, read only leaves or outputs of earlier nodes, produce each output once, and
-    /// lower to a kernel whose geometry and operands check out.
-    pub fn from_parts(
-        seed: u64,
-        tensors: Vec<TensorInfo>,
-        nodes: Vec<Node>,
-    ) -> Result<Self, GraphError> {
-        let mut names = BTreeSet::new();
-        for info in &tensors {
-            check_tensor(info)?;
-            if !names.insert(info.name.as_str()) {
-                return Err(GraphError::DuplicateName { name: info.name.clone() });
-            }
-        }
-        let mut graph = Graph { tensors, ..Graph::new(seed) };
-        // `Some(false)`: produced by a node not yet reached; `Some(true)`: already produced.
-        let mut produced: Vec<Option<bool>> = vec![None; graph.tensors.len()];
-        for node in &nodes {
-            let invalid = |detail: String| GraphError::Invalid {
-                op: node.op.kind(),
-                node: node.name.clone(),
-                detail,
-            };
-            let counts = node.op.operand_counts();
-            let sizes = [
-                ("inputs", &counts.inputs, node.inputs.len()),
-                ("state tensors", &counts.state, node.state.len()),
-                ("outputs", &counts.outputs, node.outputs.len()),
-            ];
-            for (what, range, actual) in sizes {
-                if !range.contains(&actual) {
-                    return Err(invalid(alloc::format!(
-                        "takes {}..={} {what}, the node has {actual}",
-                        range.start(),
-                        range.end()
-                    )));
-                }
-            }
-            for &id in node.inputs.iter().chain(&node.state).chain(&node.outputs) {
-                graph.check_id(id)?;
-            }
-            for &id in &node.outputs {
-                if produced[id.index()].is_some() {
-                    let name = &graph.tensors[id.index()].name;
-                    return Err(invalid(alloc::format!("'{name}' is produced twice")));
-                }
-                produced[id.index()] = Some(false);
-            }
-        }
-        for node in &nodes {
-            for &id in node.inputs.iter().chain(&node.state) {
-                if produced[id.index()] == Some(false) {
-                    let name = &graph.tensors[id.index()].name;
-                    return Err(GraphError::Invalid {
-                        op: node.op.kind(),
-                        node: node.name.clone(),
-                        detail: alloc::format!("reads '{name}' before a node produces it"),
-                    });
-                }
-            }
-            for &id in &node.outputs {
-                produced[id.index()] = Some(true);
-            }
-        }
-        for node in &nodes {
-            for mode in [Mode::Train, Mode::Eval] {
-                check_kernel(&graph, node, mode)?;
-            }
-        }
-        graph.nodes = nodes;
-        Ok(graph)
+    /// A graph of `tensors` and no nodes yet, for [`Graph::from_parts`] to check and fill.
+    pub(crate) fn from_checked_tensors(seed: u64, tensors: Vec<TensorInfo>) -> Self {
+        Self { tensors, ..Graph::new(seed) }
     }
 
     pub fn seed(&self) -> u64 {
@@ -278,8 +224,8 @@ impl Graph {
             return Err(GraphError::DuplicateName { name: info.name });
         }
         let id = TensorId(self.tensors.len() as u32);
-        if let Some(eager) = self.eager.as_mut() {
-            eager.on_new_tensor(&info);
+        if let Some(observer) = self.observer.as_mut() {
+            observer.tensor_added(&info);
         }
         self.tensors.push(info);
         Ok(id)
@@ -322,14 +268,12 @@ impl Graph {
     }
 
     /// Appends a node whose operand shapes have already been checked, then runs it when
-    /// the graph is eager.
+    /// the graph is eager (tells its observer).
     pub(crate) fn push_node(&mut self, node: Node) -> Result<(), GraphError> {
         self.nodes.push(node);
-        if self.eager.is_some() {
-            let index = self.nodes.len() - 1;
-            let mut eager = self.eager.take().expect("checked above");
-            let result = eager.run_node(self, index);
-            self.eager = Some(eager);
+        if let Some(mut observer) = self.observer.take() {
+            let result = observer.node_recorded(self, self.nodes.len() - 1);
+            self.observer = Some(observer);
             result?;
         }
         Ok(())
@@ -339,64 +283,6 @@ impl Graph {
 /// The largest tensor [`Graph::from_parts`] accepts, in bytes (2 GiB): far above any model
 /// sprout runs, and low enough that no size computed from shapes overflows.
 pub const MAX_TENSOR_BYTES: usize = 1 << 31;
-
-/// A decoded tensor's size fits and its initial values (if explicit) have its length.
-fn check_tensor(info: &TensorInfo) -> Result<(), GraphError> {
-    let bytes = info.shape.dims().iter().try_fold(info.dtype.size(), |acc, &d| acc.checked_mul(d));
-    if bytes.is_none_or(|b| b > MAX_TENSOR_BYTES) {
-        return Err(GraphError::Invalid {
-            op: "tensor",
-            node: info.name.clone(),
-            detail: alloc::format!(
-                "shape {} of {:?} exceeds {MAX_TENSOR_BYTES} bytes",
-                info.shape,
-                info.dtype
-            ),
-        });
-    }
-    match info.init.as_ref().and_then(Init::explicit_len) {
-        Some(len) if len != info.shape.numel() => Err(GraphError::ValueLength {
-            tensor: info.name.clone(),
-            expected: info.shape.numel(),
-            actual: len,
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// The node lowers (in `mode`) to a kernel whose geometry is sound and whose operands have
-/// the element types and lengths the kernel expects: what the executor checks of a plan.
-fn check_kernel(graph: &Graph, node: &Node, mode: Mode) -> Result<(), GraphError> {
-    let invalid = |detail: String| GraphError::Invalid {
-        op: node.op.kind(),
-        node: node.name.clone(),
-        detail,
-    };
-    let (kernel, operands) = lower(graph, node, mode);
-    kernel.check().map_err(|e| invalid(String::from(e)))?;
-    let slots = kernel.signature().slots;
-    if slots.len() != operands.len() {
-        return Err(invalid(alloc::format!(
-            "its kernel takes {} operands, the node has {}",
-            slots.len(),
-            operands.len()
-        )));
-    }
-    for (slot, &id) in slots.iter().zip(&operands) {
-        let t = graph.tensor(id);
-        if (slot.dtype, slot.len) != (t.dtype, t.shape.numel()) {
-            return Err(invalid(alloc::format!(
-                "'{}' must hold {} {:?} elements, it holds {} {:?}",
-                t.name,
-                slot.len,
-                slot.dtype,
-                t.shape.numel(),
-                t.dtype
-            )));
-        }
-    }
-    Ok(())
-}
 
 /// What went wrong while building, differentiating or compiling a graph.
 #[derive(Clone, Debug, PartialEq)]

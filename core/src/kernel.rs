@@ -2,9 +2,9 @@
 //! mode (training or evaluation), and the signature that fixes its operands.
 
 use crate::geometry::{
-    AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, GeometryError,
-    LinearDims, LossScaleConfig, Pool2dGeometry, RowDims, SgdConfig,
+    ChannelDims, Conv2dGeometry, GeometryError, LinearDims, Pool2dGeometry, RowDims,
 };
+use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, QuantParams};
 use crate::reference::Activation;
 use crate::tensor::DType;
@@ -657,7 +657,7 @@ impl Kernel {
 #[cfg(all(test, feature = "alloc"))]
 mod tests {
     use super::*;
-    use crate::geometry::{DropoutConfig, LossScaleConfig};
+    use crate::hyperparams::{DropoutConfig, LossScaleConfig};
 
     #[test]
     fn a_kernel_is_its_tag_as_a_varint_then_its_fields() {

@@ -53,9 +53,11 @@ pub mod error;
 pub mod executor;
 pub mod format;
 pub mod geometry;
+pub mod hyperparams;
 pub mod kernel;
 #[cfg(feature = "link")]
 pub mod link;
+pub mod memory;
 pub mod plan;
 pub mod quant;
 pub mod reference;
@@ -77,6 +79,8 @@ pub mod f16_storage;
 #[cfg(feature = "alloc")]
 pub mod graph;
 #[cfg(feature = "alloc")]
+pub mod int8_conversion;
+#[cfg(feature = "alloc")]
 pub mod lower;
 #[cfg(feature = "alloc")]
 pub mod nn;
@@ -93,6 +97,8 @@ mod passes;
 mod rebatch;
 #[cfg(feature = "alloc")]
 pub mod training;
+#[cfg(feature = "alloc")]
+mod validate;
 
 pub use backend::{Backend, Host, Kernels, Memory, Reference};
 pub use dispatch::{Flow, StepContext};

@@ -2,8 +2,8 @@
 //! names them, `<layer>.weight`, `<layer>.bias`, ...) with PyTorch's default initialisation
 //! and records the op.
 
-use crate::geometry::BatchNormConfig;
 use crate::graph::{Graph, GraphError, Init};
+use crate::hyperparams::BatchNormConfig;
 use crate::ops::ConvParams;
 use crate::rng::splitmix64;
 use crate::shape::Shape;

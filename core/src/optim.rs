@@ -2,8 +2,8 @@
 //! AdamW update of every trainable tensor, appended after `differentiate`.
 
 use crate::builder::OutputSpec;
-use crate::geometry::{AdamWConfig, LossScaleConfig, SgdConfig};
 use crate::graph::{Graph, GraphError, Init, Phase, Stage, TensorInfo};
+use crate::hyperparams::{AdamWConfig, LossScaleConfig, SgdConfig};
 use crate::ops::Op;
 use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};

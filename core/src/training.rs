@@ -80,16 +80,18 @@ pub fn compile_training_step_with(
     let f32_copies = f32_copies(&graph, forward_nodes);
     // A loss scaler decides whether to update only once every gradient is known.
     let update_early = memory.update_early && loss_scale.is_none();
-    let step = Step { graph: &graph, forward_nodes, loss, cfg, memory, update_early, f32_copies };
+    let compiler =
+        StepCompiler { graph: &graph, forward_nodes, loss, cfg, memory, update_early, f32_copies };
     let (graph, plan, recomputed) = match memory.budget {
-        None => step.build(&[])?,
-        Some(budget) => step.fit(budget)?,
+        None => compiler.build(&[])?,
+        Some(budget) => compiler.fit(budget)?,
     };
     Ok(Training { graph, loss, gradients, recomputed, plan })
 }
 
-/// One training graph and how to compile it.
-struct Step<'a> {
+/// Compiles one differentiated training graph into plans, with chosen activations
+/// recomputed (not a plan [`crate::plan::Step`], which is one kernel call).
+struct StepCompiler<'a> {
     graph: &'a Graph,
     forward_nodes: usize,
     loss: TensorId,
@@ -102,8 +104,8 @@ struct Step<'a> {
 
 type Built = (Graph, Plan, Vec<TensorId>);
 
-impl Step<'_> {
-    /// The step with the activations in `drop` (and the f32 copies) recomputed.
+impl StepCompiler<'_> {
+    /// The training step with the activations in `drop` (and the f32 copies) recomputed.
     fn build(&self, drop: &[TensorId]) -> Result<Built, GraphError> {
         let mut graph = self.graph.clone();
         let mut drop = drop.to_vec();

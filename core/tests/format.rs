@@ -5,7 +5,7 @@
 
 use sprout_core::format::container::{seal, HEADER_BYTES, MODEL};
 use sprout_core::format::{FrameError, Preprocessing, WeightValues};
-use sprout_core::geometry::AdamWConfig;
+use sprout_core::hyperparams::AdamWConfig;
 use sprout_core::op::{ConvParams, PoolParams};
 use sprout_core::rng::SplitMix;
 use sprout_core::{

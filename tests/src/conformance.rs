@@ -17,9 +17,9 @@ use sprout_core::backend::{
     ActivationKernels, Affine, LossKernels, NormKernels, ParamUpdate, Running, Saved, TrainStats,
 };
 use sprout_core::geometry::{
-    window_output, AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig,
-    LinearDims, Pool2dGeometry, RowDims, SgdConfig,
+    window_output, ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,
 };
+use sprout_core::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, SgdConfig};
 use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize};
 use sprout_core::reference::pointwise::GradientReads;
 pub use sprout_core::reference::tolerance::{Tolerance, EXACT, REDUCTION};

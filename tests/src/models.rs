@@ -1,7 +1,7 @@
 //! Small models shared by the cross-crate tests: a conv → batch-norm → relu → max-pool →
 //! linear classifier with explicit, reproducible weights, and a residual CNN with dropout.
 
-use sprout_core::geometry::{BatchNormConfig, DropoutConfig};
+use sprout_core::hyperparams::{BatchNormConfig, DropoutConfig};
 use sprout_core::nn;
 use sprout_core::op::{ConvParams, PoolParams};
 use sprout_core::rng::SplitMix;

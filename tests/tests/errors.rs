@@ -4,7 +4,7 @@
 //! and tensor values of the wrong length or type.
 
 use sprout_core::error::KernelError;
-use sprout_core::geometry::{BatchNormConfig, SgdConfig};
+use sprout_core::hyperparams::{BatchNormConfig, SgdConfig};
 use sprout_core::op::{ConvParams, PoolParams};
 use sprout_core::{
     compile_training_step, differentiate, DType, ExecError, Executor, Graph, GraphError,

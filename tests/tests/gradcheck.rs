@@ -25,7 +25,7 @@
 //! a kink) and sparse update: frozen parameters get no gradient nodes, no kernels, no
 //! optimizer state, and keep their bytes while the rest trains.
 
-use sprout_core::geometry::{BatchNormConfig, DropoutConfig};
+use sprout_core::hyperparams::{BatchNormConfig, DropoutConfig};
 use sprout_core::op::{ConvParams, PoolParams};
 use sprout_core::{
     compile_outputs, compile_training_step, differentiate, Executor, Graph, GraphError, Init, Mode,

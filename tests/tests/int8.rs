@@ -4,11 +4,10 @@
 //! errors quantizing gives on bad input.
 
 use sprout_core::format::{Metadata, ModelFile, Preprocessing};
+use sprout_core::int8_conversion::{quantize_graph, QuantizeError, QuantizeOptions};
 use sprout_core::op::ConvParams;
-use sprout_core::quant::convert::{quantize_graph, QuantizeError, QuantizeOptions};
-use sprout_core::quant::{
-    conv2d_s8, Int8Weights, OutputQuant, QConv2dArgs, QuantParams, Requantize,
-};
+use sprout_core::ops::Int8Weights;
+use sprout_core::quant::{conv2d_s8, OutputQuant, QConv2dArgs, QuantParams, Requantize};
 use sprout_core::rng::SplitMix;
 use sprout_core::{
     compile_inference, compile_outputs, differentiate, nn, save_model, Executor, Graph, Init, Mode,

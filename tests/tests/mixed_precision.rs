@@ -4,7 +4,7 @@
 //! f16 casts agree with f32 ones to f16 precision; and a small classifier trained in mixed
 //! precision reaches the accuracy of its f32 twin.
 
-use sprout_core::geometry::{AdamWConfig, LossScaleConfig, SgdConfig};
+use sprout_core::hyperparams::{AdamWConfig, LossScaleConfig, SgdConfig};
 use sprout_core::optim::{LOSS_SCALE, LOSS_SCALE_GOOD_STEPS};
 use sprout_core::rng::SplitMix;
 use sprout_core::{

@@ -10,7 +10,7 @@
 //! so the counter is shown to work. Mixed-precision training (f16 casts, loss scaling, a
 //! skipped overflowing step) is measured the same way.
 
-use sprout_core::geometry::{LossScaleConfig, SgdConfig};
+use sprout_core::hyperparams::{LossScaleConfig, SgdConfig};
 use sprout_core::{
     compile_inference, compile_training_step, Executor, Optimizer, Reference, StepOutcome,
     TrainConfig,

@@ -16,7 +16,7 @@
 //! must satisfy `|sprout − f64| <= 1e-5 + 1e-4 · |f64|`, element by element. Each test also
 //! checks that the weights moved by far more than that, so agreement is not an accident.
 
-use sprout_core::geometry::{AdamWConfig, SgdConfig};
+use sprout_core::hyperparams::{AdamWConfig, SgdConfig};
 use sprout_core::{
     compile_training_step, Executor, Optimizer, Reference, StepOutcome, TrainConfig,
 };

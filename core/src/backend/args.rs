@@ -2,7 +2,7 @@
 //! parameters and statistics, and an optimizer update's parameter, gradient and step size.
 //! Generic over [`Memory`], so a device backend receives device views.
 
-use super::memory::Memory;
+use crate::memory::Memory;
 
 /// Batch norm's learned scale and shift, one per channel.
 #[derive(Clone, Copy, Debug)]

@@ -4,10 +4,8 @@
 use super::args::{Affine, ParamUpdate, Running, Saved, TrainStats};
 use super::{Backend, In, Out};
 use crate::error::KernelError;
-use crate::geometry::{
-    AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, LinearDims,
-    LossScaleConfig, Pool2dGeometry, RowDims, SgdConfig,
-};
+use crate::geometry::{ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims};
+use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, QLayerArgs, QuantParams};
 use crate::reference::Activation;
 use half::f16;

@@ -10,16 +10,15 @@
 
 mod args;
 mod families;
-mod memory;
 mod reference;
 
+pub use crate::memory::{Host, Memory};
 pub use args::{Affine, ParamUpdate, Running, Saved, TrainStats};
 pub use families::{
     ActivationKernels, ConvKernels, DenseKernels, DropoutKernels, HalfKernels, Int8Kernels,
     Int8LayerKernels, Int8TrainingKernels, LossKernels, NormKernels, OptimizerKernels, PoolKernels,
     VectorKernels,
 };
-pub use memory::{Host, Memory};
 
 /// A backend: where its tensors live. Its kernels are the family traits.
 pub trait Backend {

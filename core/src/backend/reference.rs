@@ -5,10 +5,8 @@ use super::args::{Affine, ParamUpdate, Running, Saved, TrainStats};
 use super::families::*;
 use super::{family, Backend, Host, InheritReference};
 use crate::error::KernelError;
-use crate::geometry::{
-    AdamWConfig, BatchNormConfig, ChannelDims, Conv2dGeometry, DropoutConfig, LinearDims,
-    LossScaleConfig, Pool2dGeometry, RowDims, SgdConfig,
-};
+use crate::geometry::{ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims};
+use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{self as q, AddRescale, QConv2dArgs, QLinearArgs, QuantParams};
 use crate::reference::{self as r, Activation};
 use half::f16;

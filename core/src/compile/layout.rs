@@ -1,7 +1,7 @@
 //! Placement: the lifetime of every arena tensor over the step timeline, in-place reuse for
 //! element-wise ops, offsets from the memory planner, and the final steps and bindings.
 
-use super::owned::{Binding, Plan, PlanStats};
+use super::host_plan::{Binding, Plan, PlanStats};
 use super::{Lowered, PlacementOptions};
 use crate::graph::{Graph, GraphError, Stage};
 use crate::kernel::Kernel;

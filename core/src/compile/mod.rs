@@ -1,10 +1,10 @@
 //! Compiling a graph into a [`Plan`]: pick the nodes that matter, lower them to kernels,
 //! and place every tensor (the `layout` module). Entry points for inference and training.
 
+mod host_plan;
 mod layout;
-mod owned;
 
-pub use owned::{Binding, HostMemory, Plan, PlanStats, UnknownTensor};
+pub use host_plan::{Binding, HostMemory, Plan, PlanStats, UnknownTensor};
 
 use crate::graph::{Graph, GraphError, Phase};
 use crate::lower::{lower, Mode};

@@ -2,7 +2,7 @@
 //! [`Activation`] (sigmoid, hard sigmoid, hard swish, leaky ReLU) share, and the gradient
 //! rule and settings check each of them uses.
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
 use crate::builder::invalid;
 use crate::graph::{Graph, GraphError};
@@ -24,6 +24,10 @@ impl OpRules for ActivationGrad {
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
     const GRADIENT: Gradient<Activation> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: Activation) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(f: Activation, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::ActivationGrad(f, cx.numel()))

@@ -1,6 +1,6 @@
 //! Element-wise `Add` of two tensors of the same shape (residual connections).
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
@@ -23,6 +23,10 @@ impl OpRules for Add {
         },
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Add
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Add(cx.numel()))

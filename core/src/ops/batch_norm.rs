@@ -1,10 +1,10 @@
 //! Batch normalisation: the forward op (batch statistics in training, running ones in
 //! evaluation), its re-application with saved statistics, and its gradients.
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::{invalid, OutputSpec};
-use crate::geometry::BatchNormConfig;
 use crate::graph::{Graph, GraphError, Phase};
+use crate::hyperparams::BatchNormConfig;
 use crate::kernel::Kernel;
 use crate::lower::{channel_dims, Lowered, Lowering, Mode};
 use crate::shape::Shape;
@@ -47,6 +47,10 @@ impl OpRules for BatchNorm2d {
     // must not move twice.
     const RECOMPUTE: Recompute = Recompute::Apply { op: Op::BatchNormApply, saved: &[1, 2] };
 
+    fn int8(config: BatchNormConfig) -> Int8Form {
+        Int8Form::FoldedBatchNorm(config)
+    }
+
     fn lower(cfg: BatchNormConfig, cx: &Lowering<'_>) -> Lowered {
         let dims = channel_dims(cx.input(0));
         match cx.mode {
@@ -71,6 +75,10 @@ impl OpRules for BatchNormApply {
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::BatchNormApply(channel_dims(cx.input(0))))
     }
@@ -85,6 +93,10 @@ impl OpRules for BatchNormGradInput {
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::BatchNormGradInput(channel_dims(cx.input(0))))
     }
@@ -98,6 +110,10 @@ impl OpRules for BatchNormGradParams {
     const OPERANDS: OperandCounts = OperandCounts::exactly(4, 0, 2);
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::BatchNormGradParams(channel_dims(cx.input(0))))

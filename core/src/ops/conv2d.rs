@@ -1,7 +1,7 @@
 //! 2-D convolution (dense, grouped and depthwise) with its input and weight gradients.
 
 use super::linear::layer_vjp;
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Int8Layer, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::{invalid, mismatch};
 use crate::geometry::Conv2dGeometry;
 use crate::graph::{Graph, GraphError};
@@ -31,6 +31,10 @@ impl OpRules for Conv2d {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
+    fn int8(conv: ConvParams) -> Int8Form {
+        Int8Form::Layer(Int8Layer::Conv2d(conv))
+    }
+
     fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
         let geometry = conv_geometry(cx.input(0), cx.input(1), cx.output(0), p);
         cx.all(Kernel::Conv2d { geometry, bias: cx.node.inputs.len() == 3 })
@@ -46,6 +50,10 @@ impl OpRules for Conv2dGradInput {
     const GRADIENT: Gradient<ConvParams> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: ConvParams) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Conv2dGradInput(conv_geometry(cx.output(0), cx.input(1), cx.input(0), p)))
     }
@@ -59,6 +67,10 @@ impl OpRules for Conv2dGradWeight {
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
     const GRADIENT: Gradient<ConvParams> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: ConvParams) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Conv2dGradWeight(conv_geometry(cx.input(1), cx.output(0), cx.input(0), p)))

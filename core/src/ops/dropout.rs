@@ -1,9 +1,9 @@
 //! Inverted dropout (identity in evaluation) and its gradient, which replays the same mask.
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::invalid;
-use crate::geometry::DropoutConfig;
 use crate::graph::{Graph, GraphError};
+use crate::hyperparams::DropoutConfig;
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering, Mode};
 use crate::tensor::TensorId;
@@ -21,6 +21,10 @@ impl OpRules for Dropout {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
+    fn int8(_: DropoutConfig) -> Int8Form {
+        Int8Form::Identity
+    }
+
     fn lower(cfg: DropoutConfig, cx: &Lowering<'_>) -> Lowered {
         cx.all(match cx.mode {
             Mode::Train => Kernel::Dropout(cfg, cx.numel()),
@@ -37,6 +41,10 @@ impl OpRules for DropoutGrad {
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
     const GRADIENT: Gradient<DropoutConfig> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: DropoutConfig) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(cfg: DropoutConfig, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::DropoutGrad(cfg, cx.numel()))

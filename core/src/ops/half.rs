@@ -1,10 +1,10 @@
 //! Half precision: the f32 <-> f16 `Cast` of f16 storage, and the gradient unscaling and
 //! dynamic loss scaling of mixed-precision training.
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::{invalid, OutputSpec};
-use crate::geometry::LossScaleConfig;
 use crate::graph::{Graph, GraphError, Phase};
+use crate::hyperparams::LossScaleConfig;
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
 use crate::tensor::{DType, Role, TensorId};
@@ -27,6 +27,10 @@ impl OpRules for Cast {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         // The input's type picks the direction; a cast to the same type matches neither
         // kernel's signature and is refused by the checks.
@@ -46,6 +50,10 @@ impl OpRules for UnscaleGradient {
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::UnscaleGradient(cx.numel()))
     }
@@ -59,6 +67,10 @@ impl OpRules for UpdateLossScale {
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 2, 0);
     const GRADIENT: Gradient<LossScaleConfig> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: LossScaleConfig) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(cfg: LossScaleConfig, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::UpdateLossScale(cfg))

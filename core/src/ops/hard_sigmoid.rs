@@ -1,7 +1,7 @@
 //! `HardSigmoid`: `clamp(alpha · x + beta, 0, 1)`, ONNX's piecewise-linear sigmoid
 //! (PyTorch's `hardsigmoid` is alpha 1/6, beta 1/2); its gradient reads the input.
 
-use super::{activation_grad, Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{activation_grad, Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
 use crate::lower::{Lowered, Lowering};
 use crate::reference::{Activation, HardSigmoidParams};
@@ -18,6 +18,10 @@ impl OpRules for HardSigmoid {
         vjp: |p, cx| activation_grad::vjp(Activation::HardSigmoid(p), cx),
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn int8(_: HardSigmoidParams) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(p: HardSigmoidParams, cx: &Lowering<'_>) -> Lowered {
         activation_grad::lower(Activation::HardSigmoid(p), cx)

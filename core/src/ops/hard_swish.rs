@@ -1,6 +1,6 @@
 //! `HardSwish`: `x · relu6(x + 3) / 6` (MobileNetV3); its gradient reads the input.
 
-use super::{activation_grad, Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{activation_grad, Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
 use crate::lower::{Lowered, Lowering};
 use crate::reference::Activation;
@@ -17,6 +17,10 @@ impl OpRules for HardSwish {
         vjp: |(), cx| activation_grad::vjp(Activation::HardSwish, cx),
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         activation_grad::lower(Activation::HardSwish, cx)

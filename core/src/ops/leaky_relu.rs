@@ -1,6 +1,6 @@
 //! `LeakyRelu`: `x` where `x > 0`, else `alpha · x`; its gradient reads the input.
 
-use super::{activation_grad, Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{activation_grad, Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
 use crate::lower::{Lowered, Lowering};
 use crate::reference::{Activation, LeakyReluParams};
@@ -17,6 +17,10 @@ impl OpRules for LeakyRelu {
         vjp: |p, cx| activation_grad::vjp(Activation::LeakyRelu(p), cx),
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn int8(_: LeakyReluParams) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(p: LeakyReluParams, cx: &Lowering<'_>) -> Lowered {
         activation_grad::lower(Activation::LeakyRelu(p), cx)

@@ -1,7 +1,7 @@
 //! Dense layers: `Linear` with its backward ops, the input and weight gradients and the
 //! bias gradient that convolutions share.
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Int8Layer, Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
 use crate::builder::mismatch;
 use crate::geometry::LinearDims;
@@ -24,6 +24,10 @@ impl OpRules for Linear {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Layer(Int8Layer::Linear)
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         let dims = linear_dims(cx.input(0), cx.input(1));
         cx.all(Kernel::Linear { dims, bias: cx.node.inputs.len() == 3 })
@@ -38,6 +42,10 @@ impl OpRules for LinearGradInput {
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         let (dy, w) = (cx.input(0), cx.input(1));
@@ -54,6 +62,10 @@ impl OpRules for LinearGradWeight {
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::LinearGradWeight(linear_dims(cx.input(1), cx.output(0))))
     }
@@ -67,6 +79,10 @@ impl OpRules for BiasGrad {
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::BiasGrad(channel_dims(cx.input(0))))

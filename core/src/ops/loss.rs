@@ -1,7 +1,7 @@
 //! Losses: mean cross-entropy against class indices and mean squared error, with their
 //! gradients. Labels and targets are constants: no gradient flows into them.
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
@@ -23,6 +23,10 @@ impl OpRules for CrossEntropy {
     };
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::CrossEntropy(row_dims(cx.input(0))))
     }
@@ -40,6 +44,10 @@ impl OpRules for Mse {
     };
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Mse(cx.input(0).numel()))
     }
@@ -54,6 +62,10 @@ impl OpRules for CrossEntropyGrad {
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::CrossEntropyGrad(row_dims(cx.input(0))))
     }
@@ -67,6 +79,10 @@ impl OpRules for MseGrad {
     const OPERANDS: OperandCounts = OperandCounts::exactly(3, 0, 1);
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::MseGrad(cx.numel()))

@@ -1,13 +1,13 @@
 //! The operations a graph records, one file per op or tight op family (the forward op with
 //! its backward ops): each holds the op's recording method on [`crate::Graph`] (operand
 //! checks, output shape), its name, operand counts, gradient rule, whether gradient
-//! checkpointing may recompute it, and the kernel it lowers to.
+//! checkpointing may recompute it, its int8 form and the kernel it lowers to.
 //!
 //! The [`Op`] enum and every dispatch over it are generated from the `ops!` table in this
 //! file, which pairs each op with its wire tag and the type implementing `OpRules` for it:
 //! an op that forgets a rule does not compile. A new op is one table entry with a new tag
 //! (tags are never reused or renumbered) and one `OpRules` impl in its family's file;
-//! autograd, gradient checkpointing and lowering need no edit.
+//! autograd, gradient checkpointing, lowering and int8 conversion need no edit.
 
 mod activation_grad;
 mod add;
@@ -37,8 +37,8 @@ pub use int8::{
 pub use pool::PoolParams;
 
 use crate::autograd::Vjp;
-use crate::geometry::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::graph::GraphError;
+use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::lower::{Lowered, Lowering};
 use crate::quant::QuantParams;
 use crate::reference::{Activation, HardSigmoidParams, LeakyReluParams};
@@ -58,6 +58,8 @@ pub(crate) trait OpRules {
     const GRADIENT: Gradient<Self::Params>;
     /// Whether gradient checkpointing may recompute the op's first output, and how.
     const RECOMPUTE: Recompute;
+    /// How post-training int8 conversion ([`crate::int8_conversion`]) rewrites the op.
+    fn int8(params: Self::Params) -> Int8Form;
     /// The kernel one node runs as, with its operands in the kernel's signature order.
     fn lower(params: Self::Params, cx: &Lowering<'_>) -> Lowered;
 }
@@ -117,6 +119,54 @@ pub(crate) enum Recompute {
     /// `op` runs on the node's inputs followed by its outputs `saved` (state the forward
     /// pass saved), so that state the forward op updates does not move twice.
     Apply { op: Op, saved: &'static [usize] },
+}
+
+/// How post-training int8 conversion ([`crate::int8_conversion`]) treats an op: every op
+/// states one, so a new op decides whether and how it quantizes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Int8Form {
+    /// It stays float and reads dequantized values (losses, backward and training ops,
+    /// ops without an int8 kernel).
+    Float,
+    /// A layer with weights: it becomes its int8 layer op with per-channel weights, and
+    /// the batch norm (convolution only) and activation that follow fuse into it, unless
+    /// its weights are kept float.
+    Layer(Int8Layer),
+    /// Element-wise addition: it becomes `QAdd`; an activation that follows fuses into it.
+    Add,
+    /// On an int8 input it runs as its int8 op, keeping the input's quantization.
+    SameQuantization(Int8Same),
+    /// On an int8 input its value passes unchanged (it is the identity at inference).
+    Identity,
+    /// A clamp that fuses into the layer or addition before it; alone on an int8 input it
+    /// is an error.
+    Activation(Int8Clamp),
+    /// A batch norm that folds into the convolution before it; alone on an int8 input it
+    /// is an error.
+    FoldedBatchNorm(BatchNormConfig),
+}
+
+/// The int8 layer op a layer with weights becomes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Int8Layer {
+    Conv2d(ConvParams),
+    Linear,
+}
+
+/// The int8 op that keeps its input's quantization.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Int8Same {
+    MaxPool2d(PoolParams),
+    AvgPool2d(PoolParams),
+    GlobalAvgPool,
+    Reshape,
+}
+
+/// The clamp an activation fuses into the op before it as.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Int8Clamp {
+    Relu,
+    Relu6,
 }
 
 /// A decoded op tag this build does not know (a file from a newer sprout).
@@ -232,6 +282,16 @@ macro_rules! ops {
                     $(
                         Op::$variant $((bind!($payload, p)))? =>
                             <$rules as OpRules>::GRADIENT.vjp(payload!(p $(, $payload)?), cx),
+                    )+
+                }
+            }
+
+            /// How post-training int8 conversion rewrites the op (see [`OpRules::int8`]).
+            pub(crate) fn int8_form(&self) -> Int8Form {
+                match *self {
+                    $(
+                        Op::$variant $((bind!($payload, p)))? =>
+                            <$rules as OpRules>::int8(payload!(p $(, $payload)?)),
                     )+
                 }
             }

@@ -2,7 +2,7 @@
 //! (`[N, C]` or `[N, C, 1, 1]`) scaling a `[N, C, ...]` tensor (squeeze-excitation), with
 //! `MulGradFactor`, the gradient of such a factor.
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::geometry::ChannelDims;
 use crate::graph::{Graph, GraphError};
@@ -38,6 +38,10 @@ impl OpRules for Mul {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         let len = cx.numel();
         let broadcast = cx.input(1).numel() != len;
@@ -58,6 +62,10 @@ impl OpRules for MulGradFactor {
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::MulGradFactor(channel_dims(cx.input(0))))

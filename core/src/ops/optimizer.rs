@@ -2,8 +2,8 @@
 //! global-norm clipping and the SGD and AdamW parameter updates. None of it is
 //! differentiated or recomputed.
 
-use super::{Gradient, OpRules, OperandCounts, Recompute};
-use crate::geometry::{AdamWConfig, SgdConfig};
+use super::{Gradient, Int8Form, OpRules, OperandCounts, Recompute};
+use crate::hyperparams::{AdamWConfig, SgdConfig};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
 
@@ -15,6 +15,10 @@ impl OpRules for Fill {
     const OPERANDS: OperandCounts = OperandCounts::exactly(0, 0, 1);
     const GRADIENT: Gradient<f32> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: f32) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(value: f32, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Fill(value, cx.numel()))
@@ -30,6 +34,10 @@ impl OpRules for Accumulate {
     const GRADIENT: Gradient<f32> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: f32) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(scale: f32, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Accumulate(scale, cx.input(0).numel()))
     }
@@ -43,6 +51,10 @@ impl OpRules for SumSquares {
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 1, 0);
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::SumSquares(cx.input(0).numel()))
@@ -58,6 +70,10 @@ impl OpRules for ClipCoefficient {
     const GRADIENT: Gradient<f32> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: f32) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(max_norm: f32, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::ClipCoefficient(max_norm))
     }
@@ -71,6 +87,10 @@ impl OpRules for SgdUpdate {
     const OPERANDS: OperandCounts = OperandCounts { inputs: 1..=2, state: 1..=2, outputs: 0..=0 };
     const GRADIENT: Gradient<SgdConfig> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: SgdConfig) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(cfg: SgdConfig, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::SgdUpdate {
@@ -91,6 +111,10 @@ impl OpRules for AdamWUpdate {
     const GRADIENT: Gradient<AdamWConfig> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: AdamWConfig) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(cfg: AdamWConfig, cx: &Lowering<'_>) -> Lowered {
         let clipped = cx.node.inputs.len() == 2;
         cx.all(Kernel::AdamWUpdate { cfg, len: cx.input(0).numel(), clipped })
@@ -105,6 +129,10 @@ impl OpRules for Zero {
     const OPERANDS: OperandCounts = OperandCounts::exactly(0, 1, 0);
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Zero(cx.state(0).numel()))

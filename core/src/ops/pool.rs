@@ -1,6 +1,6 @@
 //! Pooling: max, average and global average pooling with their gradients.
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Int8Same, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::invalid;
 use crate::geometry::Pool2dGeometry;
 use crate::graph::{Graph, GraphError};
@@ -31,6 +31,10 @@ impl OpRules for MaxPool2d {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
+    fn int8(pool: PoolParams) -> Int8Form {
+        Int8Form::SameQuantization(Int8Same::MaxPool2d(pool))
+    }
+
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::MaxPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
     }
@@ -47,6 +51,10 @@ impl OpRules for AvgPool2d {
         vjp: |p, cx| cx.first_input(Op::AvgPool2dGrad(p), vec![cx.dy]),
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn int8(pool: PoolParams) -> Int8Form {
+        Int8Form::SameQuantization(Int8Same::AvgPool2d(pool))
+    }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::AvgPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
@@ -65,6 +73,10 @@ impl OpRules for GlobalAvgPool {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::SameQuantization(Int8Same::GlobalAvgPool)
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::GlobalAvgPool(channel_dims(cx.input(0))))
     }
@@ -78,6 +90,10 @@ impl OpRules for MaxPool2dGrad {
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
     const GRADIENT: Gradient<PoolParams> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: PoolParams) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::MaxPool2dGrad(pool_geometry(cx.input(0), cx.input(1), p)))
@@ -93,6 +109,10 @@ impl OpRules for AvgPool2dGrad {
     const GRADIENT: Gradient<PoolParams> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: PoolParams) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::AvgPool2dGrad(pool_geometry(cx.output(0), cx.input(0), p)))
     }
@@ -106,6 +126,10 @@ impl OpRules for GlobalAvgPoolGrad {
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::GlobalAvgPoolGrad(channel_dims(cx.output(0))))

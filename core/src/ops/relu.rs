@@ -1,7 +1,7 @@
 //! Rectifiers: `Relu` and `Relu6` (clamped to `[0, 6]`) with their gradients, which read
 //! the forward output.
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Clamp, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
@@ -20,6 +20,10 @@ impl OpRules for Relu {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Activation(Int8Clamp::Relu)
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Relu(cx.numel()))
     }
@@ -37,6 +41,10 @@ impl OpRules for Relu6 {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Activation(Int8Clamp::Relu6)
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Relu6(cx.numel()))
     }
@@ -51,6 +59,10 @@ impl OpRules for ReluGrad {
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::ReluGrad(cx.numel()))
     }
@@ -64,6 +76,10 @@ impl OpRules for Relu6Grad {
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Relu6Grad(cx.numel()))

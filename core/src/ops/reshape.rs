@@ -1,7 +1,7 @@
 //! Ops that copy their input's values: `Reshape` (flatten is one) and `Detach`, which stops
 //! the gradient.
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Int8Same, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
@@ -25,6 +25,10 @@ impl OpRules for Reshape {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::SameQuantization(Int8Same::Reshape)
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         copy(cx)
     }
@@ -39,6 +43,10 @@ impl OpRules for Detach {
     // The gradient stops here.
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Identity
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         copy(cx)

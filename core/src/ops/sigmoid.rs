@@ -1,7 +1,7 @@
 //! `Sigmoid`: `1 / (1 + e^-x)` (gates, squeeze-excitation, SiLU as `x · sigmoid(x)`); its
 //! gradient reads the output.
 
-use super::{activation_grad, Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{activation_grad, Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
 use crate::lower::{Lowered, Lowering};
 use crate::reference::Activation;
@@ -18,6 +18,10 @@ impl OpRules for Sigmoid {
         vjp: |(), cx| activation_grad::vjp(Activation::Sigmoid, cx),
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         activation_grad::lower(Activation::Sigmoid, cx)

@@ -1,6 +1,6 @@
 //! Row-wise softmax and its gradient, which reads the forward output.
 
-use super::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{row_dims, Lowered, Lowering};
@@ -19,6 +19,10 @@ impl OpRules for Softmax {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Softmax(row_dims(cx.input(0))))
     }
@@ -32,6 +36,10 @@ impl OpRules for SoftmaxGrad {
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::SoftmaxGrad(row_dims(cx.input(0))))

@@ -6,8 +6,8 @@
 //! quantization parameters, as TFLite requires of them.
 
 use super::params::{clamp_to, QuantError, QuantParams, Requantize};
-use crate::backend::{Host, Memory};
 use crate::geometry::{ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry};
+use crate::memory::{Host, Memory};
 use crate::reference::layout::input_coord;
 
 /// How accumulators of a convolution or dense layer become int8 outputs: per output channel

@@ -6,15 +6,11 @@
 //! `MultiplyByQuantizedMultiplier`, so results are bit-exact with TFLite's reference kernels.
 
 pub mod backward;
-#[cfg(feature = "alloc")]
-pub mod convert;
 pub mod kernels;
 pub mod params;
 #[cfg(test)]
 mod testing;
 
-#[cfg(feature = "alloc")]
-pub use crate::ops::Int8Weights;
 pub use kernels::{
     add_s8, avg_pool2d_s8, clamp_s8, conv2d_s8, dequantize_slice, global_avg_pool_s8, linear_s8,
     max_pool2d_s8, quantize_slice, relu6_s8, relu_s8, AddRescale, OutputQuant, QConv2dArgs,

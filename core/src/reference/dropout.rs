@@ -1,7 +1,7 @@
 //! Inverted dropout with a counter-based mask: a pure function of `(seed, step, index)`, so
 //! the backward pass recomputes the mask instead of storing it.
 
-use crate::geometry::DropoutConfig;
+use crate::hyperparams::DropoutConfig;
 use crate::rng::{splitmix64, unit_f32};
 
 /// Whether element `index` survives dropout at training step `step`: a uniform `u` in

@@ -1,7 +1,7 @@
 //! Dynamic loss scaling (PyTorch `GradScaler`): unscaling gradients while looking for
 //! overflow, and moving the scale after each step.
 
-use crate::geometry::LossScaleConfig;
+use crate::hyperparams::LossScaleConfig;
 
 /// `unscaled = g · (1 / scale)`; sets `found_inf[0]` to 1 when any value of `g` is NaN or
 /// infinite (and leaves it alone otherwise, so one flag gathers every gradient).

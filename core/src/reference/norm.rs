@@ -2,7 +2,8 @@
 //! evaluation forward passes and the training-mode gradients.
 
 use super::layout::channel_indices;
-use crate::geometry::{BatchNormConfig, ChannelDims};
+use crate::geometry::ChannelDims;
+use crate::hyperparams::BatchNormConfig;
 
 /// Batch statistics of one channel.
 struct ChannelStats {

@@ -1,7 +1,7 @@
 //! Optimiser updates (SGD with momentum, AdamW), gradient accumulation and global-norm
 //! clipping. `grad_scale` multiplies the gradient first: it carries the clipping coefficient.
 
-use crate::geometry::{AdamWConfig, SgdConfig};
+use crate::hyperparams::{AdamWConfig, SgdConfig};
 
 /// PyTorch SGD without dampening, one step over `param`: `g = grad · grad_scale + wd · p`;
 /// with momentum, `buf = momentum · buf + g` (buffer starts at zero) and

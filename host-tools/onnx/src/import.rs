@@ -5,7 +5,7 @@ use crate::error::{malformed, tensor_error, OnnxError};
 use crate::proto::{self, tensor_shape_proto::dimension, type_proto, AttributeProto, NodeProto};
 use prost::Message;
 use sprout_core::format::{Metadata, ModelFile, Preprocessing};
-use sprout_core::geometry::{BatchNormConfig, DropoutConfig};
+use sprout_core::hyperparams::{BatchNormConfig, DropoutConfig};
 use sprout_core::op::{ConvParams, PoolParams};
 use sprout_core::{Graph, GraphError, Init, Shape, TensorId};
 use std::collections::{HashMap, HashSet};

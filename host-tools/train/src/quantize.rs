@@ -1,13 +1,13 @@
 //! Post-training int8 quantization on the host: activation ranges observed over a
 //! calibration set (min/max or a percentile of each tensor's values), then core's graph
-//! rewrite (`sprout_core::quant::convert`) into a model file.
+//! rewrite (`sprout_core::int8_conversion`) into a model file.
 
 use crate::error::TrainError;
 use crate::model::Model;
 use crate::source::DataSource;
 use sprout_core::format::ModelFile;
+use sprout_core::int8_conversion::{quantize_graph, QuantizeOptions, Ranges};
 use sprout_core::op::Op;
-use sprout_core::quant::convert::{quantize_graph, QuantizeOptions, Ranges};
 use sprout_core::{compile_inference, DType, Executor, Operand, TensorId};
 use sprout_cpu::Cpu;
 use std::collections::BTreeSet;

@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use sprout_core::geometry::{AdamWConfig, LossScaleConfig, SgdConfig};
+use sprout_core::hyperparams::{AdamWConfig, LossScaleConfig, SgdConfig};
 use sprout_core::optim::LOSS_SCALE;
 use sprout_core::schedule::{Constant, CosineWithWarmup, Goal, ReduceOnPlateau, StepDecay};
 use sprout_core::{

@@ -1,7 +1,7 @@
 //! Building blocks the zoo's models share: convolution + batch norm (+ activation) under
 //! torchvision's module names, and the dropout + linear classifier head.
 
-use sprout_core::geometry::DropoutConfig;
+use sprout_core::hyperparams::DropoutConfig;
 use sprout_core::nn;
 use sprout_core::op::ConvParams;
 use sprout_core::rng::splitmix64;

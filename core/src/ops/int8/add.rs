@@ -5,7 +5,7 @@ use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
-use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::{AddRescale, QuantParams};
 use crate::tensor::{DType, TensorId};
 use alloc::vec;
@@ -36,6 +36,10 @@ impl OpRules for QAdd {
     };
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: QAddParams) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(q: QAddParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::QAdd(q.rescale, q.act, cx.numel()))
     }
@@ -49,6 +53,10 @@ impl OpRules for QClampGrad {
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
     const GRADIENT: Gradient<(i8, i8)> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: (i8, i8)) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(act: (i8, i8), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::QClampGrad(act, cx.numel()))

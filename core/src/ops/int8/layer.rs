@@ -8,7 +8,7 @@ use crate::kernel::Kernel;
 use crate::lower::{Lowered, Lowering};
 use crate::ops::conv2d::{conv_geometry, ConvParams};
 use crate::ops::linear::linear_dims;
-use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
@@ -61,6 +61,10 @@ impl OpRules for QConv2d {
     };
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: QConvParams) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(q: QConvParams, cx: &Lowering<'_>) -> Lowered {
         let kernel = Kernel::QConv2d {
             geometry: conv_geometry(cx.input(0), cx.input(1), cx.output(0), q.conv),
@@ -85,6 +89,10 @@ impl OpRules for QLinear {
         },
     };
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: QLinearParams) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(q: QLinearParams, cx: &Lowering<'_>) -> Lowered {
         let kernel = Kernel::QLinear {

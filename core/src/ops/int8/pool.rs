@@ -5,7 +5,7 @@ use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{channel_dims, Lowered, Lowering};
 use crate::ops::pool::{pool_geometry, PoolParams};
-use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
@@ -41,6 +41,10 @@ impl OpRules for QMaxPool2d {
     };
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: PoolParams) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::QMaxPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
     }
@@ -57,6 +61,10 @@ impl OpRules for QAvgPool2d {
         vjp: |p, cx| cx.first_input(Op::AvgPool2dGrad(p.pool), vec![cx.dy]),
     };
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: QAvgPoolParams) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(p: QAvgPoolParams, cx: &Lowering<'_>) -> Lowered {
         let geometry = pool_geometry(cx.input(0), cx.output(0), p.pool);
@@ -75,6 +83,10 @@ impl OpRules for QGlobalAvgPool {
         vjp: |(), cx| cx.first_input(Op::GlobalAvgPoolGrad, vec![cx.dy]),
     };
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::QGlobalAvgPool(channel_dims(cx.input(0))))

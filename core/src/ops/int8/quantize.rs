@@ -4,7 +4,7 @@
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{leading_channel_dims, Lowered, Lowering};
-use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
 use crate::tensor::{DType, TensorId};
 use alloc::vec;
@@ -27,6 +27,10 @@ impl OpRules for Quantize {
     const GRADIENT: Gradient<QuantParams> = STRAIGHT_THROUGH;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: QuantParams) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(p: QuantParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Quantize(p, cx.numel()))
     }
@@ -41,6 +45,10 @@ impl OpRules for Dequantize {
     const GRADIENT: Gradient<QuantParams> = STRAIGHT_THROUGH;
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: QuantParams) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(p: QuantParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::Dequantize(p, cx.numel()))
     }
@@ -54,6 +62,10 @@ impl OpRules for DequantizeWeights {
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
     const GRADIENT: Gradient<()> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::DequantizeWeights(leading_channel_dims(cx.input(0))))

@@ -6,7 +6,7 @@ use crate::autograd::Vjp;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::Kernel;
 use crate::lower::{leading_channel_dims, Lowered, Lowering};
-use crate::ops::{Gradient, Op, OpRules, OperandCounts, Recompute};
+use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::tensor::{DType, TensorId};
 use alloc::vec;
 
@@ -41,6 +41,10 @@ impl OpRules for RoundWeights {
         Gradient::Flows { inputs: &[0], vjp: |p, cx| rounded_vjp(cx, p.qas, 1.0) };
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: RoundWeightsParams) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(_: RoundWeightsParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::RoundWeights(leading_channel_dims(cx.input(0))))
     }
@@ -56,6 +60,10 @@ impl OpRules for RoundBias {
         Gradient::Flows { inputs: &[0], vjp: |p, cx| rounded_vjp(cx, p.qas, p.input_scale) };
     const RECOMPUTE: Recompute = Recompute::Never;
 
+    fn int8(_: RoundBiasParams) -> Int8Form {
+        Int8Form::Float
+    }
+
     fn lower(_: RoundBiasParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(Kernel::RoundBias(cx.numel()))
     }
@@ -69,6 +77,10 @@ impl OpRules for ChannelScale {
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
     const GRADIENT: Gradient<ChannelScaleParams> = Gradient::None;
     const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: ChannelScaleParams) -> Int8Form {
+        Int8Form::Float
+    }
 
     fn lower(p: ChannelScaleParams, cx: &Lowering<'_>) -> Lowered {
         let dims = leading_channel_dims(cx.input(0));

@@ -1,14 +1,20 @@
-//! Post-training quantization of a float graph: batch norms folded into the convolutions
-//! before them, activations fused into the layer they follow, and every layer rewritten as
-//! its int8 op with per-channel weights and calibrated per-tensor activations.
+//! Post-training int8 conversion: a float graph rewritten as int8 ops, batch norms folded and
+//! activations fused, with per-channel weights and calibrated per-tensor activations.
+//!
+//! The int8 scheme and kernels it targets are [`crate::quant`].
 //!
 //! Float ops without an int8 kernel (the loss, layers kept in float) read dequantized
 //! values; an op that has neither an int8 kernel nor a place in the float part is an error.
 
-use super::kernels::AddRescale;
-use super::params::{quantize_weight, symmetric_scale, QuantError, QuantParams, Requantize};
 use crate::graph::{Graph, GraphError, Node, TensorInfo};
-use crate::ops::{Int8Weights, Op, QAddParams, QConvParams, QLinearParams};
+use crate::hyperparams::BatchNormConfig;
+use crate::ops::{
+    Int8Clamp, Int8Form, Int8Layer, Int8Same, Int8Weights, Op, QAddParams, QConvParams,
+    QLinearParams,
+};
+use crate::quant::{
+    quantize_weight, symmetric_scale, AddRescale, QuantError, QuantParams, Requantize, FULL_RANGE,
+};
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
 use alloc::collections::{BTreeMap, BTreeSet};
@@ -135,18 +141,19 @@ enum Activation {
 }
 
 impl Activation {
+    /// The activation `op` fuses into the op before it as, if it is one.
     fn of(op: Op) -> Option<Activation> {
-        match op {
-            Op::Relu => Some(Activation::Relu),
-            Op::Relu6 => Some(Activation::Relu6),
-            _ => None,
-        }
+        let Int8Form::Activation(clamp) = op.int8_form() else { return None };
+        Some(match clamp {
+            Int8Clamp::Relu => Activation::Relu,
+            Int8Clamp::Relu6 => Activation::Relu6,
+        })
     }
 
     /// The clamp bounds in output units.
     fn bounds(self, output: QuantParams) -> (i8, i8) {
         match self {
-            Activation::None => super::FULL_RANGE,
+            Activation::None => FULL_RANGE,
             Activation::Relu => output.relu_bounds(),
             Activation::Relu6 => output.relu6_bounds(),
         }
@@ -156,7 +163,10 @@ impl Activation {
 /// A convolution or dense layer with what folds into it.
 struct Layer<'n> {
     node: &'n Node,
-    batch_norm: Option<&'n Node>,
+    /// The int8 op it becomes.
+    kind: Int8Layer,
+    /// A batch norm folded into it, with its settings.
+    batch_norm: Option<(&'n Node, BatchNormConfig)>,
     act: Activation,
     /// The float tensor the fused group produces.
     output: TensorId,
@@ -169,18 +179,19 @@ impl<'a> Converter<'a> {
     fn convert(&mut self, i: usize) -> Result<usize, QuantizeError> {
         let src: &'a Graph = self.src;
         let node = &src.nodes()[i];
-        let quantizable = match node.op {
-            Op::Conv2d(_) | Op::Linear => !self.keeps_float(node),
-            _ => true,
-        };
         let input_is_int8 = node.inputs.first().is_some_and(|&t| self.is_int8(t));
-        match node.op {
-            Op::Conv2d(_) | Op::Linear if quantizable => {
-                let layer = self.layer(i);
+        let fuses_only = |detail| QuantizeError::NoInt8Kernel {
+            op: node.op.kind(),
+            node: node.name.clone(),
+            detail,
+        };
+        match node.op.int8_form() {
+            Int8Form::Layer(kind) if !self.keeps_float(node) => {
+                let layer = self.layer(i, kind);
                 self.int8_layer(&layer)?;
                 return Ok(layer.len);
             }
-            Op::Add => {
+            Int8Form::Add => {
                 let (output, act, len) = self.fused_activation(node.outputs[0]);
                 let (a, pa) = self.int8(node.inputs[0])?;
                 let (b, pb) = self.int8(node.inputs[1])?;
@@ -192,38 +203,43 @@ impl<'a> Converter<'a> {
                 self.values[output.index()] = Some(Value::Int8(y, py));
                 return Ok(len);
             }
-            Op::MaxPool2d(p) if input_is_int8 => {
-                self.same_params(node, |g, name, x| g.qmax_pool2d(name, x, p))?;
-            }
-            Op::AvgPool2d(p) if input_is_int8 => {
-                let zp = self.int8(node.inputs[0])?.1.zero_point;
-                self.same_params(node, |g, name, x| g.qavg_pool2d(name, x, p, zp))?;
-            }
-            Op::GlobalAvgPool if input_is_int8 => {
-                self.same_params(node, |g, name, x| g.qglobal_avg_pool(name, x))?;
-            }
-            Op::Reshape if input_is_int8 => {
-                let shape = self.src.shape(node.outputs[0]);
-                self.same_params(node, |g, name, x| {
-                    g.record_as(name, Op::Reshape, vec![x], shape, DType::I8)
-                })?;
-            }
+            Int8Form::SameQuantization(same) if input_is_int8 => match same {
+                Int8Same::MaxPool2d(p) => {
+                    self.same_params(node, |g, name, x| g.qmax_pool2d(name, x, p))?;
+                }
+                Int8Same::AvgPool2d(p) => {
+                    let zp = self.int8(node.inputs[0])?.1.zero_point;
+                    self.same_params(node, |g, name, x| g.qavg_pool2d(name, x, p, zp))?;
+                }
+                Int8Same::GlobalAvgPool => {
+                    self.same_params(node, |g, name, x| g.qglobal_avg_pool(name, x))?;
+                }
+                Int8Same::Reshape => {
+                    let shape = self.src.shape(node.outputs[0]);
+                    self.same_params(node, |g, name, x| {
+                        g.record_as(name, Op::Reshape, vec![x], shape, DType::I8)
+                    })?;
+                }
+            },
             // Inference drops dropout; an int8 graph is an inference graph below its float part.
-            Op::Dropout(_) | Op::Detach if input_is_int8 => {
+            Int8Form::Identity if input_is_int8 => {
                 self.values[node.outputs[0].index()] = self.values[node.inputs[0].index()];
             }
-            Op::Relu | Op::Relu6 | Op::BatchNorm2d(_) if input_is_int8 => {
-                let detail = match node.op {
-                    Op::BatchNorm2d(_) => "batch norm folds only into the convolution before it",
-                    _ => "an activation fuses only into the convolution, dense layer or add before it",
-                };
-                return Err(QuantizeError::NoInt8Kernel {
-                    op: node.op.kind(),
-                    node: node.name.clone(),
-                    detail,
-                });
+            Int8Form::FoldedBatchNorm(_) if input_is_int8 => {
+                return Err(fuses_only("batch norm folds only into the convolution before it"));
             }
-            _ => self.float_node(node)?,
+            Int8Form::Activation(_) if input_is_int8 => {
+                return Err(fuses_only(
+                    "an activation fuses only into the convolution, dense layer or add before it",
+                ));
+            }
+            // Kept float: weights the caller keeps in float, ops on float input, float ops.
+            Int8Form::Layer(_)
+            | Int8Form::SameQuantization(_)
+            | Int8Form::Identity
+            | Int8Form::FoldedBatchNorm(_)
+            | Int8Form::Activation(_)
+            | Int8Form::Float => self.float_node(node)?,
         }
         Ok(1)
     }
@@ -259,7 +275,7 @@ impl<'a> Converter<'a> {
 
     /// The layer at node `i` with a following batch norm and activation, when each is the
     /// sole reader of what comes before it (the nodes are then consecutive in the graph).
-    fn layer(&self, i: usize) -> Layer<'a> {
+    fn layer(&self, i: usize, kind: Int8Layer) -> Layer<'a> {
         let src: &'a Graph = self.src;
         let nodes = src.nodes();
         let node = &nodes[i];
@@ -269,13 +285,12 @@ impl<'a> Converter<'a> {
         let mut end = node.outputs[0];
         let mut len = 1;
         let mut batch_norm = None;
-        if matches!(node.op, Op::Conv2d(_))
-            && next_is(end, i + 1)
-            && matches!(nodes[i + 1].op, Op::BatchNorm2d(_))
-        {
-            batch_norm = Some(&nodes[i + 1]);
-            end = nodes[i + 1].outputs[0];
-            len += 1;
+        if let (Int8Layer::Conv2d(_), true) = (kind, next_is(end, i + 1)) {
+            if let Int8Form::FoldedBatchNorm(config) = nodes[i + 1].op.int8_form() {
+                batch_norm = Some((&nodes[i + 1], config));
+                end = nodes[i + 1].outputs[0];
+                len += 1;
+            }
         }
         let mut act = Activation::None;
         if next_is(end, i + len) {
@@ -285,7 +300,7 @@ impl<'a> Converter<'a> {
                 len += 1;
             }
         }
-        Layer { node, batch_norm, act, output: end, len }
+        Layer { node, kind, batch_norm, act, output: end, len }
     }
 
     /// The calibrated int8 parameters of float tensor `t`.
@@ -439,11 +454,13 @@ impl<'a> Converter<'a> {
         let weights = Int8Weights { weight, bias, requant, weight_scale };
         let act = layer.act.bounds(output);
         let name = self.src.tensor(layer.output).name.clone();
-        let y = match node.op {
-            Op::Conv2d(conv) => {
+        let y = match layer.kind {
+            Int8Layer::Conv2d(conv) => {
                 g.qconv2d(&name, x, weights, QConvParams { conv, input, output, act })?
             }
-            _ => g.qlinear(&name, x, weights, QLinearParams { input, output, act })?,
+            Int8Layer::Linear => {
+                g.qlinear(&name, x, weights, QLinearParams { input, output, act })?
+            }
         };
         self.values[layer.output.index()] = Some(Value::Int8(y, output));
         Ok(())
@@ -468,10 +485,7 @@ impl<'a> Converter<'a> {
             Some(&t) => values(t)?,
             None => vec![0.0; channels],
         };
-        if let Some(bn) = layer.batch_norm {
-            let Op::BatchNorm2d(cfg) = bn.op else {
-                unreachable!("layer() only folds batch norms")
-            };
+        if let Some((bn, cfg)) = layer.batch_norm {
             let (gamma, beta) = (values(bn.inputs[1])?, values(bn.inputs[2])?);
             let (mean, var) = (values(bn.state[0])?, values(bn.state[1])?);
             let per_channel = w.len() / channels.max(1);
