@@ -14,7 +14,8 @@
 //! another exponential. [`check_reference`] runs the suite with every tolerance bit-exact.
 
 use sprout_core::backend::{
-    ActivationKernels, Affine, LossKernels, NormKernels, ParamUpdate, Running, Saved, TrainStats,
+    ActivationKernels, Affine, LossKernels, NormKernels, ParamUpdate, PointwiseKernels, Running,
+    Saved, TrainStats,
 };
 use sprout_core::geometry::{
     window_output, ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,

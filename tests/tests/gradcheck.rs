@@ -200,16 +200,10 @@ fn conv2d_wide_padding_and_skipping_stride() {
 
 /// `loss = mse(act(x), target)` with `x` kept more than `2h` away from the kinks.
 fn check_activation(name: &str, kinks: &[f32], low: f32, high: f32, relu6: bool) {
-    for seed in SEEDS {
-        let mut r = Rand::new(seed);
-        let shape = nchw(&mut r, 3, 1, 4);
-        let mut g = Graph::new(seed);
-        let values = r.away_from(shape.numel(), low, high, kinks, 2.0 * STEP);
-        let x = param(&mut g, "x", shape, values);
-        let y = if relu6 { g.relu6("act", x) } else { g.relu("act", x) }.unwrap();
-        let loss = mse_to_random_target(&mut g, &mut r, y);
-        pass(GradCheck::new(&format!("{name} {shape}"), &g, loss, &[x]).watch(x, kinks).run());
-    }
+    check_pointwise(name, kinks, low, high, |g, x| match relu6 {
+        true => g.relu6("act", x),
+        false => g.relu("act", x),
+    });
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use sprout_core::backend::ActivationKernels;
+use sprout_core::backend::PointwiseKernels;
 use sprout_core::geometry::{window_output, ChannelDims, Conv2dGeometry};
 use sprout_core::reference::pointwise::GradientReads;
 use sprout_core::reference::{Activation, HardSigmoidParams, LeakyReluParams};

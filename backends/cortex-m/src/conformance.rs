@@ -11,7 +11,7 @@
 
 use core::fmt;
 
-use sprout_core::backend::{ActivationKernels, ConvKernels, DenseKernels};
+use sprout_core::backend::{ConvKernels, DenseKernels, PointwiseKernels};
 use sprout_core::geometry::{window_output, Conv2dGeometry, LinearDims};
 use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize, FULL_RANGE};
 use sprout_core::reference::tolerance::{Tolerance, EXACT, REDUCTION};

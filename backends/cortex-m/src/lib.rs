@@ -7,11 +7,11 @@
 //! within the conformance suite's reduction tolerance (they add in another order).
 #![no_std]
 
-mod activation;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod float;
 pub mod int8;
+mod pointwise;
 
 use sprout_core::backend::{Backend, ConvKernels, DenseKernels, Int8LayerKernels};
 use sprout_core::geometry::{Conv2dGeometry, LinearDims};
@@ -29,7 +29,7 @@ impl Backend for CortexM {
     type Memory = Host;
 }
 
-inherit_reference!(CortexM: Vector, Pool, Norm, Dropout, Loss, Optimizer, Half, Int8,
+inherit_reference!(CortexM: Vector, Activation, Pool, Norm, Dropout, Loss, Optimizer, Half, Int8,
     Int8Training);
 
 impl Int8LayerKernels for CortexM {

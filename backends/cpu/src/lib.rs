@@ -31,7 +31,7 @@ mod window;
 
 use depthwise::is_depthwise;
 use sprout_core::backend::{
-    ActivationKernels, Backend, ConvKernels, DenseKernels, Int8LayerKernels, VectorKernels,
+    Backend, ConvKernels, DenseKernels, Int8LayerKernels, PointwiseKernels,
 };
 use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
 use sprout_core::quant::{QConv2dArgs, QLinearArgs};
@@ -86,70 +86,24 @@ impl Backend for Cpu {
     type Memory = Host;
 }
 
-inherit_reference!(Cpu: Pool, Norm, Dropout, Loss, Optimizer, Half, Int8, Int8Training);
+inherit_reference!(Cpu: Vector, Activation, Pool, Norm, Dropout, Loss, Optimizer, Half, Int8,
+    Int8Training);
 
-/// The factor gradient of the element-wise product sums over partial sums
-/// (`pointwise`); the rest are the reference kernels, loops the compiler already
-/// vectorizes (a hand-written `mul` measured no faster).
-impl VectorKernels for Cpu {
-    fn add(&mut self, a: &[f32], b: &[f32], y: &mut [f32]) {
-        r::add(a, b, y)
+/// The pointwise activations are one vectorized loop each and the broadcast factor's
+/// gradient a vectorized reduction (`pointwise`); `mul` is the reference's loop, which the
+/// compiler already vectorizes.
+impl PointwiseKernels for Cpu {
+    fn activation(&mut self, f: Activation, x: &[f32], y: &mut [f32]) {
+        pointwise::activation(f, x, y)
     }
-    fn copy(&mut self, x: &[f32], y: &mut [f32]) {
-        r::copy(x, y)
-    }
-    fn fill(&mut self, y: &mut [f32], value: f32) {
-        r::fill(y, value)
-    }
-    fn accumulate(&mut self, acc: &mut [f32], g: &[f32], scale: f32) {
-        r::accumulate(acc, g, scale)
-    }
-    fn sum_squares(&mut self, g: &[f32], acc: &mut [f32]) {
-        r::sum_squares(g, acc)
-    }
-    fn bias_grad(&mut self, dy: &[f32], db: &mut [f32], d: ChannelDims) {
-        r::bias_grad(dy, db, d)
+    fn activation_grad(&mut self, f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
+        pointwise::activation_grad(f, saved, dy, dx)
     }
     fn mul(&mut self, a: &[f32], b: &[f32], y: &mut [f32], d: ChannelDims, broadcast: bool) {
         r::mul(a, b, y, d, broadcast)
     }
     fn mul_grad_factor(&mut self, dy: &[f32], a: &[f32], db: &mut [f32], d: ChannelDims) {
         pointwise::mul_grad_factor(dy, a, db, d)
-    }
-}
-
-/// ReLU and ReLU6 are the reference kernels; the other activations are one vectorized
-/// loop each (`pointwise`).
-impl ActivationKernels for Cpu {
-    fn relu(&mut self, x: &[f32], y: &mut [f32]) {
-        r::relu(x, y)
-    }
-    fn relu6(&mut self, x: &[f32], y: &mut [f32]) {
-        r::relu6(x, y)
-    }
-    fn relu_in_place(&mut self, x: &mut [f32]) {
-        r::relu_in_place(x)
-    }
-    fn relu6_in_place(&mut self, x: &mut [f32]) {
-        r::relu6_in_place(x)
-    }
-    fn relu_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
-        r::relu_grad(y, dy, dx)
-    }
-    fn relu6_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
-        r::relu6_grad(y, dy, dx)
-    }
-    fn relu_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
-        r::relu_grad_in_place(y, dy)
-    }
-    fn relu6_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
-        r::relu6_grad_in_place(y, dy)
-    }
-    fn activation(&mut self, f: Activation, x: &[f32], y: &mut [f32]) {
-        pointwise::activation(f, x, y)
-    }
-    fn activation_grad(&mut self, f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
-        pointwise::activation_grad(f, saved, dy, dx)
     }
 }
 

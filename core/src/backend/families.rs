@@ -73,6 +73,34 @@ pub trait VectorKernels: Backend {
     fn sum_squares(&mut self, g: In<'_, Self, f32>, acc: Out<'_, Self, f32>);
     /// A bias gradient: `dy` summed over everything but the channel.
     fn bias_grad(&mut self, dy: In<'_, Self, f32>, db: Out<'_, Self, f32>, d: ChannelDims);
+}
+
+/// ReLU and ReLU6, out of place and in place, and their gradients.
+pub trait ActivationKernels: Backend {
+    fn relu(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
+    fn relu6(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
+    fn relu_in_place(&mut self, x: Out<'_, Self, f32>);
+    fn relu6_in_place(&mut self, x: Out<'_, Self, f32>);
+    fn relu_grad(&mut self, y: In<'_, Self, f32>, dy: In<'_, Self, f32>, dx: Out<'_, Self, f32>);
+    fn relu6_grad(&mut self, y: In<'_, Self, f32>, dy: In<'_, Self, f32>, dx: Out<'_, Self, f32>);
+    fn relu_grad_in_place(&mut self, y: In<'_, Self, f32>, dy: Out<'_, Self, f32>);
+    fn relu6_grad_in_place(&mut self, y: In<'_, Self, f32>, dy: Out<'_, Self, f32>);
+}
+
+/// The pointwise kernels of [`crate::reference::pointwise`]: the activations of
+/// [`Activation`] (sigmoid, hard sigmoid, hard swish, leaky ReLU) with their gradients,
+/// and the element-wise product with per-channel broadcasting.
+pub trait PointwiseKernels: Backend {
+    fn activation(&mut self, f: Activation, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
+    /// `dx = f'(…) · dy`, `saved` being the input or output as [`Activation::gradient_reads`]
+    /// says.
+    fn activation_grad(
+        &mut self,
+        f: Activation,
+        saved: In<'_, Self, f32>,
+        dy: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+    );
     /// `y = a · b`, `b` of `a`'s size or, with `broadcast`, one factor per channel.
     fn mul(
         &mut self,
@@ -89,29 +117,6 @@ pub trait VectorKernels: Backend {
         a: In<'_, Self, f32>,
         db: Out<'_, Self, f32>,
         d: ChannelDims,
-    );
-}
-
-/// ReLU and ReLU6, out of place and in place, the other pointwise activations
-/// ([`Activation`]), and their gradients.
-pub trait ActivationKernels: Backend {
-    fn relu(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
-    fn relu6(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
-    fn relu_in_place(&mut self, x: Out<'_, Self, f32>);
-    fn relu6_in_place(&mut self, x: Out<'_, Self, f32>);
-    fn relu_grad(&mut self, y: In<'_, Self, f32>, dy: In<'_, Self, f32>, dx: Out<'_, Self, f32>);
-    fn relu6_grad(&mut self, y: In<'_, Self, f32>, dy: In<'_, Self, f32>, dx: Out<'_, Self, f32>);
-    fn relu_grad_in_place(&mut self, y: In<'_, Self, f32>, dy: Out<'_, Self, f32>);
-    fn relu6_grad_in_place(&mut self, y: In<'_, Self, f32>, dy: Out<'_, Self, f32>);
-    fn activation(&mut self, f: Activation, x: In<'_, Self, f32>, y: Out<'_, Self, f32>);
-    /// `dx = f'(…) · dy`, `saved` being the input or output as [`Activation::gradient_reads`]
-    /// says.
-    fn activation_grad(
-        &mut self,
-        f: Activation,
-        saved: In<'_, Self, f32>,
-        dy: In<'_, Self, f32>,
-        dx: Out<'_, Self, f32>,
     );
 }
 

@@ -16,8 +16,8 @@ pub use crate::memory::{Host, Memory};
 pub use args::{Affine, ParamUpdate, Running, Saved, TrainStats};
 pub use families::{
     ActivationKernels, ConvKernels, DenseKernels, DropoutKernels, HalfKernels, Int8Kernels,
-    Int8LayerKernels, Int8TrainingKernels, LossKernels, NormKernels, OptimizerKernels, PoolKernels,
-    VectorKernels,
+    Int8LayerKernels, Int8TrainingKernels, LossKernels, NormKernels, OptimizerKernels,
+    PointwiseKernels, PoolKernels, VectorKernels,
 };
 
 /// A backend: where its tensors live. Its kernels are the family traits.
@@ -49,6 +49,7 @@ every_family! {
     ConvKernels,
     VectorKernels,
     ActivationKernels,
+    PointwiseKernels,
     PoolKernels,
     NormKernels,
     DropoutKernels,
@@ -70,6 +71,8 @@ pub mod family {
     pub struct Vector;
     /// [`ActivationKernels`](super::ActivationKernels).
     pub struct Activation;
+    /// [`PointwiseKernels`](super::PointwiseKernels).
+    pub struct Pointwise;
     /// [`PoolKernels`](super::PoolKernels).
     pub struct Pool;
     /// [`NormKernels`](super::NormKernels).
@@ -113,5 +116,5 @@ impl Backend for Reference {
     type Memory = Host;
 }
 
-inherit_reference!(Reference: Dense, Conv, Vector, Activation, Pool, Norm, Dropout, Loss,
+inherit_reference!(Reference: Dense, Conv, Vector, Activation, Pointwise, Pool, Norm, Dropout, Loss,
     Optimizer, Half, Int8, Int8Layer, Int8Training);

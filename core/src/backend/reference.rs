@@ -66,12 +66,6 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Vector>> VectorKernels
     fn bias_grad(&mut self, dy: &[f32], db: &mut [f32], d: ChannelDims) {
         r::bias_grad(dy, db, d)
     }
-    fn mul(&mut self, a: &[f32], b: &[f32], y: &mut [f32], d: ChannelDims, broadcast: bool) {
-        r::mul(a, b, y, d, broadcast)
-    }
-    fn mul_grad_factor(&mut self, dy: &[f32], a: &[f32], db: &mut [f32], d: ChannelDims) {
-        r::mul_grad_factor(dy, a, db, d)
-    }
 }
 
 impl<B: Backend<Memory = Host> + InheritReference<family::Activation>> ActivationKernels for B {
@@ -99,11 +93,20 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Activation>> Activatio
     fn relu6_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
         r::relu6_grad_in_place(y, dy)
     }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Pointwise>> PointwiseKernels for B {
     fn activation(&mut self, f: Activation, x: &[f32], y: &mut [f32]) {
         r::activation(f, x, y)
     }
     fn activation_grad(&mut self, f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
         r::activation_grad(f, saved, dy, dx)
+    }
+    fn mul(&mut self, a: &[f32], b: &[f32], y: &mut [f32], d: ChannelDims, broadcast: bool) {
+        r::mul(a, b, y, d, broadcast)
+    }
+    fn mul_grad_factor(&mut self, dy: &[f32], a: &[f32], db: &mut [f32], d: ChannelDims) {
+        r::mul_grad_factor(dy, a, db, d)
     }
 }
 
