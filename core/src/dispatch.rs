@@ -1,11 +1,11 @@
 //! Calling one kernel: typed views of a step's operands, consumed in signature order, and
-//! the match from [`Kernel`] to a [`Kernels`] method. Shared by the executor and eager mode.
+//! the match from [`KernelCall`] to a [`Kernels`] method. Shared by the executor and eager mode.
 
 use bytemuck::Pod;
 
 use crate::backend::{Affine, Host, Kernels, Memory, ParamUpdate, Running, Saved, TrainStats};
 use crate::error::KernelError;
-use crate::kernel::{Kernel, MAX_OPERANDS};
+use crate::kernel::{KernelCall, MAX_OPERANDS};
 use crate::quant::{QLayerArgs, Requantization, Requantize};
 
 /// One operand's memory, borrowed for the length of a kernel call.
@@ -141,156 +141,170 @@ impl<'a, M: Memory> Operands<'a, M> {
 /// Runs `kernel` on `ops` (which must follow the kernel's signature).
 pub fn run_kernel<K: Kernels + ?Sized>(
     k: &mut K,
-    kernel: &Kernel,
+    kernel: &KernelCall,
     mut ops: Operands<'_, K::Memory>,
     ctx: &StepContext,
 ) -> Result<Flow, Fault> {
     let o = &mut ops;
     match *kernel {
-        Kernel::Linear { dims, bias } => {
+        KernelCall::Linear { dims, bias } => {
             let (x, w, b) = (o.f32()?, o.f32()?, o.f32_if(bias)?);
             k.linear(x, w, b, o.f32_mut()?, dims)
         }
-        Kernel::LinearGradInput(d) => k.linear_grad_input(o.f32()?, o.f32()?, o.f32_mut()?, d),
-        Kernel::LinearGradWeight(d) => k.linear_grad_weight(o.f32()?, o.f32()?, o.f32_mut()?, d),
-        Kernel::BiasGrad(d) => k.bias_grad(o.f32()?, o.f32_mut()?, d),
-        Kernel::Conv2d { geometry, bias } => {
+        KernelCall::LinearGradInput(d) => k.linear_grad_input(o.f32()?, o.f32()?, o.f32_mut()?, d),
+        KernelCall::LinearGradWeight(d) => {
+            k.linear_grad_weight(o.f32()?, o.f32()?, o.f32_mut()?, d)
+        }
+        KernelCall::BiasGrad(d) => k.bias_grad(o.f32()?, o.f32_mut()?, d),
+        KernelCall::Conv2d { geometry, bias } => {
             let (x, w, b) = (o.f32()?, o.f32()?, o.f32_if(bias)?);
             k.conv2d(x, w, b, o.f32_mut()?, &geometry)
         }
-        Kernel::Conv2dGradInput(g) => k.conv2d_grad_input(o.f32()?, o.f32()?, o.f32_mut()?, &g),
-        Kernel::Conv2dGradWeight(g) => k.conv2d_grad_weight(o.f32()?, o.f32()?, o.f32_mut()?, &g),
-        Kernel::Relu(_) => k.relu(o.f32()?, o.f32_mut()?),
-        Kernel::Relu6(_) => k.relu6(o.f32()?, o.f32_mut()?),
-        Kernel::ReluGrad(_) => k.relu_grad(o.f32()?, o.f32()?, o.f32_mut()?),
-        Kernel::Relu6Grad(_) => k.relu6_grad(o.f32()?, o.f32()?, o.f32_mut()?),
-        Kernel::ReluInPlace(_) => k.relu_in_place(o.f32_mut()?),
-        Kernel::Relu6InPlace(_) => k.relu6_in_place(o.f32_mut()?),
-        Kernel::ReluGradInPlace(_) => k.relu_grad_in_place(o.f32()?, o.f32_mut()?),
-        Kernel::Relu6GradInPlace(_) => k.relu6_grad_in_place(o.f32()?, o.f32_mut()?),
-        Kernel::DropoutInPlace(cfg, _) => k.dropout_in_place(o.f32_mut()?, cfg, ctx.micro_batch),
-        Kernel::MaxPool2d(g) => k.max_pool2d(o.f32()?, o.f32_mut()?, &g),
-        Kernel::MaxPool2dGrad(g) => k.max_pool2d_grad(o.f32()?, o.f32()?, o.f32_mut()?, &g),
-        Kernel::AvgPool2d(g) => k.avg_pool2d(o.f32()?, o.f32_mut()?, &g),
-        Kernel::AvgPool2dGrad(g) => k.avg_pool2d_grad(o.f32()?, o.f32_mut()?, &g),
-        Kernel::GlobalAvgPool(d) => k.global_avg_pool(o.f32()?, o.f32_mut()?, d),
-        Kernel::GlobalAvgPoolGrad(d) => k.global_avg_pool_grad(o.f32()?, o.f32_mut()?, d),
-        Kernel::Add(_) => k.add(o.f32()?, o.f32()?, o.f32_mut()?),
-        Kernel::Copy(_) => k.copy(o.f32()?, o.f32_mut()?),
-        Kernel::BatchNormTrain(d, cfg) => {
+        KernelCall::Conv2dGradInput(g) => k.conv2d_grad_input(o.f32()?, o.f32()?, o.f32_mut()?, &g),
+        KernelCall::Conv2dGradWeight(g) => {
+            k.conv2d_grad_weight(o.f32()?, o.f32()?, o.f32_mut()?, &g)
+        }
+        KernelCall::Relu(_) => k.relu(o.f32()?, o.f32_mut()?),
+        KernelCall::Relu6(_) => k.relu6(o.f32()?, o.f32_mut()?),
+        KernelCall::ReluGrad(_) => k.relu_grad(o.f32()?, o.f32()?, o.f32_mut()?),
+        KernelCall::Relu6Grad(_) => k.relu6_grad(o.f32()?, o.f32()?, o.f32_mut()?),
+        KernelCall::ReluInPlace(_) => k.relu_in_place(o.f32_mut()?),
+        KernelCall::Relu6InPlace(_) => k.relu6_in_place(o.f32_mut()?),
+        KernelCall::ReluGradInPlace(_) => k.relu_grad_in_place(o.f32()?, o.f32_mut()?),
+        KernelCall::Relu6GradInPlace(_) => k.relu6_grad_in_place(o.f32()?, o.f32_mut()?),
+        KernelCall::DropoutInPlace(cfg, _) => {
+            k.dropout_in_place(o.f32_mut()?, cfg, ctx.micro_batch)
+        }
+        KernelCall::MaxPool2d(g) => k.max_pool2d(o.f32()?, o.f32_mut()?, &g),
+        KernelCall::MaxPool2dGrad(g) => k.max_pool2d_grad(o.f32()?, o.f32()?, o.f32_mut()?, &g),
+        KernelCall::AvgPool2d(g) => k.avg_pool2d(o.f32()?, o.f32_mut()?, &g),
+        KernelCall::AvgPool2dGrad(g) => k.avg_pool2d_grad(o.f32()?, o.f32_mut()?, &g),
+        KernelCall::GlobalAvgPool(d) => k.global_avg_pool(o.f32()?, o.f32_mut()?, d),
+        KernelCall::GlobalAvgPoolGrad(d) => k.global_avg_pool_grad(o.f32()?, o.f32_mut()?, d),
+        KernelCall::Add(_) => k.add(o.f32()?, o.f32()?, o.f32_mut()?),
+        KernelCall::Copy(_) => k.copy(o.f32()?, o.f32_mut()?),
+        KernelCall::BatchNormTrain(d, cfg) => {
             let (x, p) = (o.f32()?, Affine { gamma: o.f32()?, beta: o.f32()? });
             let (running_mean, running_var, y) = (o.f32_mut()?, o.f32_mut()?, o.f32_mut()?);
             let (saved_mean, saved_invstd) = (o.f32_mut()?, o.f32_mut()?);
             let stats = TrainStats { running_mean, running_var, saved_mean, saved_invstd };
             k.batch_norm_train(x, p, stats, y, d, cfg)
         }
-        Kernel::BatchNormEval(d, cfg) => {
+        KernelCall::BatchNormEval(d, cfg) => {
             let (x, p) = (o.f32()?, Affine { gamma: o.f32()?, beta: o.f32()? });
             let running = Running { mean: o.f32()?, var: o.f32()? };
             k.batch_norm_eval(x, p, running, o.f32_mut()?, d, cfg)
         }
-        Kernel::BatchNormTrainInPlace(d, cfg) => {
+        KernelCall::BatchNormTrainInPlace(d, cfg) => {
             let p = Affine { gamma: o.f32()?, beta: o.f32()? };
             let (running_mean, running_var, x) = (o.f32_mut()?, o.f32_mut()?, o.f32_mut()?);
             let (saved_mean, saved_invstd) = (o.f32_mut()?, o.f32_mut()?);
             let stats = TrainStats { running_mean, running_var, saved_mean, saved_invstd };
             k.batch_norm_train_in_place(x, p, stats, d, cfg)
         }
-        Kernel::BatchNormEvalInPlace(d, cfg) => {
+        KernelCall::BatchNormEvalInPlace(d, cfg) => {
             let p = Affine { gamma: o.f32()?, beta: o.f32()? };
             let running = Running { mean: o.f32()?, var: o.f32()? };
             k.batch_norm_eval_in_place(o.f32_mut()?, p, running, d, cfg)
         }
-        Kernel::BatchNormApply(d) => {
+        KernelCall::BatchNormApply(d) => {
             let (x, p) = (o.f32()?, Affine { gamma: o.f32()?, beta: o.f32()? });
             let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
             k.batch_norm_apply(x, p, saved, o.f32_mut()?, d)
         }
-        Kernel::BatchNormGradInput(d) => {
+        KernelCall::BatchNormGradInput(d) => {
             let (dy, x, gamma) = (o.f32()?, o.f32()?, o.f32()?);
             let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
             k.batch_norm_grad_input(dy, x, gamma, saved, o.f32_mut()?, d)
         }
-        Kernel::BatchNormGradParams(d) => {
+        KernelCall::BatchNormGradParams(d) => {
             let (dy, x) = (o.f32()?, o.f32()?);
             let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
             k.batch_norm_grad_params(dy, x, saved, o.f32_mut()?, o.f32_mut()?, d)
         }
-        Kernel::Dropout(cfg, _) => k.dropout(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch),
-        Kernel::DropoutGrad(cfg, _) => k.dropout_grad(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch),
-        Kernel::Softmax(d) => k.softmax(o.f32()?, o.f32_mut()?, d),
-        Kernel::SoftmaxGrad(d) => k.softmax_grad(o.f32()?, o.f32()?, o.f32_mut()?, d),
-        Kernel::CrossEntropy(d) => k.cross_entropy(o.f32()?, o.read()?, o.f32_mut()?, d)?,
-        Kernel::CrossEntropyGrad(d) => {
+        KernelCall::Dropout(cfg, _) => k.dropout(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch),
+        KernelCall::DropoutGrad(cfg, _) => {
+            k.dropout_grad(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch)
+        }
+        KernelCall::Softmax(d) => k.softmax(o.f32()?, o.f32_mut()?, d),
+        KernelCall::SoftmaxGrad(d) => k.softmax_grad(o.f32()?, o.f32()?, o.f32_mut()?, d),
+        KernelCall::CrossEntropy(d) => k.cross_entropy(o.f32()?, o.read()?, o.f32_mut()?, d)?,
+        KernelCall::CrossEntropyGrad(d) => {
             let (logits, labels, dloss) = (o.f32()?, o.read()?, o.f32()?);
             k.cross_entropy_grad(logits, labels, dloss, o.f32_mut()?, d)?
         }
-        Kernel::Mse(_) => k.mse(o.f32()?, o.f32()?, o.f32_mut()?),
-        Kernel::MseGrad(_) => k.mse_grad(o.f32()?, o.f32()?, o.f32()?, o.f32_mut()?),
-        Kernel::Fill(value, _) => k.fill(o.f32_mut()?, value),
-        Kernel::Accumulate(scale, _) => {
+        KernelCall::Mse(_) => k.mse(o.f32()?, o.f32()?, o.f32_mut()?),
+        KernelCall::MseGrad(_) => k.mse_grad(o.f32()?, o.f32()?, o.f32()?, o.f32_mut()?),
+        KernelCall::Fill(value, _) => k.fill(o.f32_mut()?, value),
+        KernelCall::Accumulate(scale, _) => {
             let g = o.f32()?;
             k.accumulate(o.f32_mut()?, g, scale)
         }
-        Kernel::SumSquares(_) => {
+        KernelCall::SumSquares(_) => {
             let g = o.f32()?;
             k.sum_squares(g, o.f32_mut()?)
         }
-        Kernel::ClipCoefficient(max_norm) => {
+        KernelCall::ClipCoefficient(max_norm) => {
             let sum = o.scalar()?;
             k.clip_coefficient(sum, o.f32_mut()?, max_norm)
         }
-        Kernel::SgdUpdate { cfg, clipped, momentum, .. } => {
+        KernelCall::SgdUpdate { cfg, clipped, momentum, .. } => {
             let u = param_update(o, clipped, ctx)?;
             let buf = if momentum { Some(o.f32_mut()?) } else { None };
             k.sgd_update(u, buf, cfg)
         }
-        Kernel::AdamWUpdate { cfg, clipped, .. } => {
+        KernelCall::AdamWUpdate { cfg, clipped, .. } => {
             let u = param_update(o, clipped, ctx)?;
             let (m, v) = (o.f32_mut()?, o.f32_mut()?);
             k.adamw_update(u, m, v, ctx.update.saturating_add(1), cfg)
         }
-        Kernel::Zero(_) => k.fill(o.f32_mut()?, 0.0),
-        Kernel::Quantize(p, _) => k.quantize(o.f32()?, o.write()?, p),
-        Kernel::Dequantize(p, _) => k.dequantize(o.read()?, o.f32_mut()?, p),
-        Kernel::QConv2d { geometry, input_zero_point, output_zero_point, act } => {
+        KernelCall::Zero(_) => k.fill(o.f32_mut()?, 0.0),
+        KernelCall::Quantize(p, _) => k.quantize(o.f32()?, o.write()?, p),
+        KernelCall::Dequantize(p, _) => k.dequantize(o.read()?, o.f32_mut()?, p),
+        KernelCall::QConv2d { geometry, input_zero_point, output_zero_point, act } => {
             let a = int8_layer(o, input_zero_point, output_zero_point, act, geometry)?;
             k.conv2d_s8(&a, o.write()?)
         }
-        Kernel::QLinear { dims, input_zero_point, output_zero_point, act } => {
+        KernelCall::QLinear { dims, input_zero_point, output_zero_point, act } => {
             let a = int8_layer(o, input_zero_point, output_zero_point, act, dims)?;
             k.linear_s8(&a, o.write()?)
         }
-        Kernel::QAdd(rescale, act, _) => k.add_s8(o.read()?, o.read()?, o.write()?, &rescale, act),
-        Kernel::QMaxPool2d(g) => k.max_pool2d_s8(o.read()?, o.write()?, &g),
-        Kernel::QAvgPool2d(g, zp) => k.avg_pool2d_s8(o.read()?, zp, o.write()?, &g),
-        Kernel::QGlobalAvgPool(d) => k.global_avg_pool_s8(o.read()?, o.write()?, d),
-        Kernel::CopyI8(_) => k.copy_i8(o.read()?, o.write()?),
-        Kernel::RoundWeights(_) => {
+        KernelCall::QAdd(rescale, act, _) => {
+            k.add_s8(o.read()?, o.read()?, o.write()?, &rescale, act)
+        }
+        KernelCall::QMaxPool2d(g) => k.max_pool2d_s8(o.read()?, o.write()?, &g),
+        KernelCall::QAvgPool2d(g, zp) => k.avg_pool2d_s8(o.read()?, zp, o.write()?, &g),
+        KernelCall::QGlobalAvgPool(d) => k.global_avg_pool_s8(o.read()?, o.write()?, d),
+        KernelCall::CopyI8(_) => k.copy_i8(o.read()?, o.write()?),
+        KernelCall::RoundWeights(_) => {
             let (w_bar, _scale) = (o.f32()?, o.f32()?);
             k.round_weights(w_bar, o.write()?)
         }
-        Kernel::RoundBias(_) => {
+        KernelCall::RoundBias(_) => {
             let (b_bar, _scale) = (o.f32()?, o.f32()?);
             k.round_bias(b_bar, o.write()?)
         }
-        Kernel::QClampGrad(act, _) => k.clamp_grad(o.read()?, o.f32()?, o.f32_mut()?, act),
-        Kernel::DequantizeWeights(d) => k.dequantize_weights(o.read()?, o.f32()?, o.f32_mut()?, d),
-        Kernel::ChannelScale { dims, unit, power } => {
+        KernelCall::QClampGrad(act, _) => k.clamp_grad(o.read()?, o.f32()?, o.f32_mut()?, act),
+        KernelCall::DequantizeWeights(d) => {
+            k.dequantize_weights(o.read()?, o.f32()?, o.f32_mut()?, d)
+        }
+        KernelCall::ChannelScale { dims, unit, power } => {
             k.channel_scale(o.f32()?, o.f32()?, o.f32_mut()?, unit, power, dims)
         }
-        Kernel::Activation(f, _) => k.activation(f, o.f32()?, o.f32_mut()?),
-        Kernel::ActivationGrad(f, _) => k.activation_grad(f, o.f32()?, o.f32()?, o.f32_mut()?),
-        Kernel::Mul { dims, broadcast } => k.mul(o.f32()?, o.f32()?, o.f32_mut()?, dims, broadcast),
-        Kernel::MulGradFactor(d) => k.mul_grad_factor(o.f32()?, o.f32()?, o.f32_mut()?, d),
-        Kernel::CastF32ToF16(_) => k.cast_f32_to_f16(o.f32()?, o.write()?),
-        Kernel::CastF16ToF32(_) => k.cast_f16_to_f32(o.read()?, o.f32_mut()?),
-        Kernel::UnscaleGradient(_) => {
+        KernelCall::Activation(f, _) => k.activation(f, o.f32()?, o.f32_mut()?),
+        KernelCall::ActivationGrad(f, _) => k.activation_grad(f, o.f32()?, o.f32()?, o.f32_mut()?),
+        KernelCall::Mul { dims, broadcast } => {
+            k.mul(o.f32()?, o.f32()?, o.f32_mut()?, dims, broadcast)
+        }
+        KernelCall::MulGradFactor(d) => k.mul_grad_factor(o.f32()?, o.f32()?, o.f32_mut()?, d),
+        KernelCall::CastF32ToF16(_) => k.cast_f32_to_f16(o.f32()?, o.write()?),
+        KernelCall::CastF16ToF32(_) => k.cast_f16_to_f32(o.read()?, o.f32_mut()?),
+        KernelCall::UnscaleGradient(_) => {
             let (g, scale) = (o.f32()?, o.scalar()?);
             let found_inf = o.f32_mut()?;
             k.unscale_gradient(g, scale, o.f32_mut()?, found_inf)
         }
-        Kernel::UpdateLossScale(cfg) => {
+        KernelCall::UpdateLossScale(cfg) => {
             let found_inf = o.scalar()?;
             let (scale, good_steps) = (o.scalar_mut()?, o.scalar_mut()?);
             if k.update_loss_scale(found_inf, scale, good_steps, cfg) {

@@ -3,7 +3,7 @@
 
 use crate::backend::{Host, Kernels, Memory};
 use crate::dispatch::{run_kernel, Fault, Flow, Operands, StepContext, View};
-use crate::kernel::{Access, Kernel, MAX_OPERANDS};
+use crate::kernel::{Access, KernelCall, MAX_OPERANDS};
 use crate::plan::{ExecError, Operand, PlanView, Region, Step};
 use crate::reference::check_labels;
 use crate::tensor::{DType, Element};
@@ -165,7 +165,8 @@ impl<'p, K: Kernels> Executor<'p, K> {
     fn check_inputs(&self, regions: &RegionsIn<'_, K::Memory>) -> Result<(), ExecError> {
         self.check_regions(regions)?;
         for (index, step) in self.plan.steps.iter().enumerate() {
-            if let (Kernel::CrossEntropy(d), Some(labels)) = (step.kernel, step.operands.get(1)) {
+            if let (KernelCall::CrossEntropy(d), Some(labels)) = (step.kernel, step.operands.get(1))
+            {
                 let Some(region) = <K::Memory as Memory>::host(regions.bytes(labels.region)) else {
                     continue;
                 };
@@ -332,14 +333,14 @@ fn split_region<'a, M: Memory>(
 mod tests {
     use super::*;
     use crate::backend::Reference;
-    use crate::kernel::Kernel;
+    use crate::kernel::KernelCall;
     use crate::plan::{PlanView, RegionSizes};
 
     fn arena_operand(offset: usize, len: usize) -> Operand {
         Operand { region: Region::Arena, offset, len, dtype: DType::F32 }
     }
 
-    fn step(kernel: Kernel, operands: &[Operand]) -> Step {
+    fn step(kernel: KernelCall, operands: &[Operand]) -> Step {
         Step { kernel, operands: operands.iter().copied().collect(), node: 0 }
     }
 
@@ -357,8 +358,10 @@ mod tests {
     fn one_tensor_may_be_read_twice() {
         let mut arena = [0u32; 8];
         arena[0] = 3.0f32.to_bits();
-        let s =
-            step(Kernel::Add(1), &[arena_operand(0, 1), arena_operand(0, 1), arena_operand(16, 1)]);
+        let s = step(
+            KernelCall::Add(1),
+            &[arena_operand(0, 1), arena_operand(0, 1), arena_operand(16, 1)],
+        );
         run_one(s, &mut arena).unwrap();
         assert_eq!(f32::from_bits(arena[4]), 6.0);
     }
@@ -428,7 +431,7 @@ mod tests {
     #[test]
     fn operands_are_carved_out_of_a_device_arena_without_host_bytes() {
         let state = Operand { region: Region::State, offset: 8, len: 2, dtype: DType::F32 };
-        let s = step(Kernel::Add(2), &[state, arena_operand(0, 2), arena_operand(32, 2)]);
+        let s = step(KernelCall::Add(2), &[state, arena_operand(0, 2), arena_operand(32, 2)]);
         let mut regions = RegionsIn::<Addresses> {
             frozen: span(0x100, 0),
             state: SpanMut(span(0x200, 16)),
@@ -443,7 +446,7 @@ mod tests {
             })
             .collect();
         assert_eq!(got, [(false, 0x208, 8), (false, 0x1000, 8), (true, 0x1020, 8)]);
-        let s = step(Kernel::Relu(4), &[arena_operand(0, 4), arena_operand(8, 4)]);
+        let s = step(KernelCall::Relu(4), &[arena_operand(0, 4), arena_operand(8, 4)]);
         assert_eq!(
             split_operands(0, &s, &mut regions).err(),
             Some(ExecError::Overlap { step: 0, kernel: "relu" })
@@ -453,16 +456,16 @@ mod tests {
     #[test]
     fn a_write_overlapping_a_read_is_refused() {
         let mut arena = [0u32; 8];
-        let s = step(Kernel::Relu(8), &[arena_operand(0, 8), arena_operand(16, 4)]);
+        let s = step(KernelCall::Relu(8), &[arena_operand(0, 8), arena_operand(16, 4)]);
         assert!(matches!(run_one(s, &mut arena), Err(ExecError::MalformedStep { .. })));
-        let s = step(Kernel::Relu(4), &[arena_operand(0, 4), arena_operand(0, 4)]);
+        let s = step(KernelCall::Relu(4), &[arena_operand(0, 4), arena_operand(0, 4)]);
         assert_eq!(run_one(s, &mut arena), Err(ExecError::Overlap { step: 0, kernel: "relu" }));
     }
 
     #[test]
     fn writing_into_frozen_weights_is_refused_before_running() {
         let frozen = Operand { region: Region::Frozen, offset: 0, len: 4, dtype: DType::F32 };
-        let s = step(Kernel::Relu(4), &[arena_operand(0, 4), frozen]);
+        let s = step(KernelCall::Relu(4), &[arena_operand(0, 4), frozen]);
         let mut arena = [0u32; 4];
         assert!(matches!(
             run_one(s, &mut arena),
@@ -472,7 +475,7 @@ mod tests {
 
     #[test]
     fn an_operand_past_the_region_is_refused_before_running() {
-        let s = step(Kernel::Relu(4), &[arena_operand(0, 4), arena_operand(16, 4)]);
+        let s = step(KernelCall::Relu(4), &[arena_operand(0, 4), arena_operand(16, 4)]);
         let mut arena = [0u32; 6];
         let err = run_one(s, &mut arena).unwrap_err();
         let expected = ExecError::OutOfBounds {
@@ -487,7 +490,7 @@ mod tests {
 
     #[test]
     fn a_short_arena_says_how_many_bytes_the_plan_needs() {
-        let steps = [step(Kernel::Relu(4), &[arena_operand(0, 4), arena_operand(16, 4)])];
+        let steps = [step(KernelCall::Relu(4), &[arena_operand(0, 4), arena_operand(16, 4)])];
         let sizes = RegionSizes { frozen: 0, state: 0, arena: 32 };
         let view = PlanView { steps: &steps, update_steps: &[], accumulation: 1, sizes };
         let mut exec = Executor::new(view, Reference).unwrap();

@@ -1,5 +1,6 @@
-//! Plan-level kernels: each recorded op resolved to a concrete kernel with its geometry and
-//! mode (training or evaluation), and the signature that fixes its operands.
+//! Plan-level kernel calls ([`KernelCall`]): each recorded op resolved to a concrete kernel
+//! with its geometry and mode (training or evaluation), and the signature that fixes its
+//! operands. The backend traits that run them are [`crate::Kernels`].
 
 use crate::geometry::{
     ChannelDims, Conv2dGeometry, GeometryError, LinearDims, Pool2dGeometry, RowDims,
@@ -12,7 +13,7 @@ use crate::tensor::DType;
 /// The most operands one kernel takes (training batch-norm: 3 in, 2 in place, 3 out).
 pub const MAX_OPERANDS: usize = 8;
 
-/// Declares [`Kernel`] with an explicit wire tag per variant, and its tag, names and serde
+/// Declares [`KernelCall`] with an explicit wire tag per variant, and its tag, names and serde
 /// impls from that one list. Every variant's fields are named, so the serde impls can write
 /// them in order (postcard: tag varint, then the fields, the shape `derive` gave before).
 macro_rules! kernels {
@@ -113,12 +114,13 @@ impl core::fmt::Display for UnknownKernelTag {
 impl core::error::Error for UnknownKernelTag {}
 
 kernels! {
-    /// One kernel call. Element-wise kernels carry their element count so every operand's
+    /// One kernel call of a plan step (not to be confused with [`crate::Kernels`], the
+    /// backend trait that runs it). Element-wise kernels carry their element count so every operand's
     /// length is known from the kernel alone. Each variant's number is its wire tag in plans
     /// and device bundles (postcard: the tag as a varint, then the payload), independent of
     /// where it is declared: a new kernel takes the next free number, and no number is reused.
     #[derive(Clone, Copy, Debug, PartialEq)]
-    pub enum Kernel {
+    pub enum KernelCall {
         0 => Linear { dims: LinearDims, bias: bool },
         1 => LinearGradInput(dims: LinearDims),
         2 => LinearGradWeight(dims: LinearDims),
@@ -288,92 +290,93 @@ impl Signature {
     }
 }
 
-impl Kernel {
+impl KernelCall {
     /// The kernel's operands; the executor checks every step against it before running.
     pub fn signature(&self) -> Signature {
         let s = Signature::default();
         match *self {
-            Kernel::Linear { dims: d, bias } => {
+            KernelCall::Linear { dims: d, bias } => {
                 s.read(d.n * d.k).read(d.m * d.k).read_if(bias, d.m).write(d.n * d.m)
             }
-            Kernel::LinearGradInput(d) => s.read(d.n * d.m).read(d.m * d.k).write(d.n * d.k),
-            Kernel::LinearGradWeight(d) => s.read(d.n * d.m).read(d.n * d.k).write(d.m * d.k),
-            Kernel::BiasGrad(d) => s.read(d.len()).write(d.channels),
-            Kernel::Conv2d { geometry: g, bias } => s
+            KernelCall::LinearGradInput(d) => s.read(d.n * d.m).read(d.m * d.k).write(d.n * d.k),
+            KernelCall::LinearGradWeight(d) => s.read(d.n * d.m).read(d.n * d.k).write(d.m * d.k),
+            KernelCall::BiasGrad(d) => s.read(d.len()).write(d.channels),
+            KernelCall::Conv2d { geometry: g, bias } => s
                 .read(g.input_len())
                 .read(g.weight_len())
                 .read_if(bias, g.c_out)
                 .write(g.output_len()),
-            Kernel::Conv2dGradInput(g) => {
+            KernelCall::Conv2dGradInput(g) => {
                 s.read(g.output_len()).read(g.weight_len()).write(g.input_len())
             }
-            Kernel::Conv2dGradWeight(g) => {
+            KernelCall::Conv2dGradWeight(g) => {
                 s.read(g.output_len()).read(g.input_len()).write(g.weight_len())
             }
-            Kernel::Relu(n) | Kernel::Relu6(n) | Kernel::Copy(n) | Kernel::Dropout(_, n) => {
-                s.read(n).write(n)
-            }
-            Kernel::DropoutGrad(_, n) => s.read(n).write(n),
-            Kernel::ReluInPlace(n) | Kernel::Relu6InPlace(n) | Kernel::DropoutInPlace(_, n) => {
-                s.update(n)
-            }
-            Kernel::ReluGradInPlace(n) | Kernel::Relu6GradInPlace(n) => s.read(n).update(n),
-            Kernel::ReluGrad(n) | Kernel::Relu6Grad(n) | Kernel::Add(n) => {
+            KernelCall::Relu(n)
+            | KernelCall::Relu6(n)
+            | KernelCall::Copy(n)
+            | KernelCall::Dropout(_, n) => s.read(n).write(n),
+            KernelCall::DropoutGrad(_, n) => s.read(n).write(n),
+            KernelCall::ReluInPlace(n)
+            | KernelCall::Relu6InPlace(n)
+            | KernelCall::DropoutInPlace(_, n) => s.update(n),
+            KernelCall::ReluGradInPlace(n) | KernelCall::Relu6GradInPlace(n) => s.read(n).update(n),
+            KernelCall::ReluGrad(n) | KernelCall::Relu6Grad(n) | KernelCall::Add(n) => {
                 s.read(n).read(n).write(n)
             }
-            Kernel::MaxPool2d(p) | Kernel::AvgPool2d(p) => {
+            KernelCall::MaxPool2d(p) | KernelCall::AvgPool2d(p) => {
                 s.read(p.input_len()).write(p.output_len())
             }
-            Kernel::MaxPool2dGrad(p) => {
+            KernelCall::MaxPool2dGrad(p) => {
                 s.read(p.input_len()).read(p.output_len()).write(p.input_len())
             }
-            Kernel::AvgPool2dGrad(p) => s.read(p.output_len()).write(p.input_len()),
-            Kernel::GlobalAvgPool(d) => s.read(d.len()).write(d.outer * d.channels),
-            Kernel::GlobalAvgPoolGrad(d) => s.read(d.outer * d.channels).write(d.len()),
-            Kernel::BatchNormTrain(d, _) => {
+            KernelCall::AvgPool2dGrad(p) => s.read(p.output_len()).write(p.input_len()),
+            KernelCall::GlobalAvgPool(d) => s.read(d.len()).write(d.outer * d.channels),
+            KernelCall::GlobalAvgPoolGrad(d) => s.read(d.outer * d.channels).write(d.len()),
+            KernelCall::BatchNormTrain(d, _) => {
                 let c = d.channels;
                 s.read(d.len()).read(c).read(c).update(c).update(c).write(d.len()).write(c).write(c)
             }
-            Kernel::BatchNormEval(d, _) => {
+            KernelCall::BatchNormEval(d, _) => {
                 let c = d.channels;
                 s.read(d.len()).read(c).read(c).read(c).read(c).write(d.len())
             }
-            Kernel::BatchNormGradInput(d) => {
+            KernelCall::BatchNormGradInput(d) => {
                 let c = d.channels;
                 s.read(d.len()).read(d.len()).read(c).read(c).read(c).write(d.len())
             }
-            Kernel::BatchNormApply(d) => {
+            KernelCall::BatchNormApply(d) => {
                 let c = d.channels;
                 s.read(d.len()).read(c).read(c).read(c).read(c).write(d.len())
             }
-            Kernel::BatchNormTrainInPlace(d, _) => {
+            KernelCall::BatchNormTrainInPlace(d, _) => {
                 let c = d.channels;
                 s.read(c).read(c).update(c).update(c).update(d.len()).write(c).write(c)
             }
-            Kernel::BatchNormEvalInPlace(d, _) => {
+            KernelCall::BatchNormEvalInPlace(d, _) => {
                 let c = d.channels;
                 s.read(c).read(c).read(c).read(c).update(d.len())
             }
-            Kernel::BatchNormGradParams(d) => {
+            KernelCall::BatchNormGradParams(d) => {
                 let c = d.channels;
                 s.read(d.len()).read(d.len()).read(c).read(c).write(c).write(c)
             }
-            Kernel::Softmax(r) => s.read(r.rows * r.cols).write(r.rows * r.cols),
-            Kernel::SoftmaxGrad(r) => {
+            KernelCall::Softmax(r) => s.read(r.rows * r.cols).write(r.rows * r.cols),
+            KernelCall::SoftmaxGrad(r) => {
                 let n = r.rows * r.cols;
                 s.read(n).read(n).write(n)
             }
-            Kernel::CrossEntropy(r) => s.read(r.rows * r.cols).labels(r.rows).write(1),
-            Kernel::CrossEntropyGrad(r) => {
+            KernelCall::CrossEntropy(r) => s.read(r.rows * r.cols).labels(r.rows).write(1),
+            KernelCall::CrossEntropyGrad(r) => {
                 s.read(r.rows * r.cols).labels(r.rows).read(1).write(r.rows * r.cols)
             }
-            Kernel::Mse(n) => s.read(n).read(n).write(1),
-            Kernel::MseGrad(n) => s.read(n).read(n).read(1).write(n),
-            Kernel::Fill(_, n) => s.write(n),
-            Kernel::Accumulate(_, n) => s.read(n).update(n),
-            Kernel::SumSquares(n) => s.read(n).update(1),
-            Kernel::ClipCoefficient(_) => s.read(1).write(1),
-            Kernel::SgdUpdate { len, clipped, momentum, .. } => {
+            KernelCall::Mse(n) => s.read(n).read(n).write(1),
+            KernelCall::MseGrad(n) => s.read(n).read(n).read(1).write(n),
+            KernelCall::Fill(_, n) => s.write(n),
+            KernelCall::Accumulate(_, n) => s.read(n).update(n),
+            KernelCall::SumSquares(n) => s.read(n).update(1),
+            KernelCall::ClipCoefficient(_) => s.read(1).write(1),
+            KernelCall::SgdUpdate { len, clipped, momentum, .. } => {
                 let s = s.read(len).read_if(clipped, 1).update(len);
                 if momentum {
                     s.update(len)
@@ -381,50 +384,54 @@ impl Kernel {
                     s
                 }
             }
-            Kernel::AdamWUpdate { len, clipped, .. } => {
+            KernelCall::AdamWUpdate { len, clipped, .. } => {
                 s.read(len).read_if(clipped, 1).update(len).update(len).update(len)
             }
-            Kernel::Zero(n) => s.update(n),
-            Kernel::Quantize(_, n) => s.read(n).write_as(DType::I8, n),
-            Kernel::Dequantize(_, n) => s.read_as(DType::I8, n).write(n),
-            Kernel::QConv2d { geometry: g, .. } => s
+            KernelCall::Zero(n) => s.update(n),
+            KernelCall::Quantize(_, n) => s.read(n).write_as(DType::I8, n),
+            KernelCall::Dequantize(_, n) => s.read_as(DType::I8, n).write(n),
+            KernelCall::QConv2d { geometry: g, .. } => s
                 .read_as(DType::I8, g.input_len())
                 .int8_weights(g.weight_len(), g.c_out)
                 .write_as(DType::I8, g.output_len()),
-            Kernel::QLinear { dims: d, .. } => s
+            KernelCall::QLinear { dims: d, .. } => s
                 .read_as(DType::I8, d.n * d.k)
                 .int8_weights(d.m * d.k, d.m)
                 .write_as(DType::I8, d.n * d.m),
-            Kernel::QAdd(_, _, n) => {
+            KernelCall::QAdd(_, _, n) => {
                 s.read_as(DType::I8, n).read_as(DType::I8, n).write_as(DType::I8, n)
             }
-            Kernel::QMaxPool2d(p) | Kernel::QAvgPool2d(p, _) => {
+            KernelCall::QMaxPool2d(p) | KernelCall::QAvgPool2d(p, _) => {
                 s.read_as(DType::I8, p.input_len()).write_as(DType::I8, p.output_len())
             }
-            Kernel::QGlobalAvgPool(d) => {
+            KernelCall::QGlobalAvgPool(d) => {
                 s.read_as(DType::I8, d.len()).write_as(DType::I8, d.outer * d.channels)
             }
-            Kernel::CopyI8(n) => s.read_as(DType::I8, n).write_as(DType::I8, n),
-            Kernel::RoundWeights(d) => {
+            KernelCall::CopyI8(n) => s.read_as(DType::I8, n).write_as(DType::I8, n),
+            KernelCall::RoundWeights(d) => {
                 s.read(d.len()).read(d.channels).write_as(DType::I8, d.len())
             }
-            Kernel::RoundBias(n) => s.read(n).read(n).write_as(DType::I32, n),
-            Kernel::QClampGrad(_, n) => s.read_as(DType::I8, n).read(n).write(n),
-            Kernel::DequantizeWeights(d) => {
+            KernelCall::RoundBias(n) => s.read(n).read(n).write_as(DType::I32, n),
+            KernelCall::QClampGrad(_, n) => s.read_as(DType::I8, n).read(n).write(n),
+            KernelCall::DequantizeWeights(d) => {
                 s.read_as(DType::I8, d.len()).read(d.channels).write(d.len())
             }
-            Kernel::ChannelScale { dims: d, .. } => s.read(d.len()).read(d.channels).write(d.len()),
-            Kernel::CastF32ToF16(n) => s.read(n).slot(Access::Write, DType::F16, n),
-            Kernel::CastF16ToF32(n) => s.slot(Access::Read, DType::F16, n).write(n),
-            Kernel::UnscaleGradient(n) => s.read(n).read(1).update(1).write(n),
-            Kernel::UpdateLossScale(_) => s.read(1).update(1).update(1),
-            Kernel::Activation(_, n) => s.read(n).write(n),
-            Kernel::ActivationGrad(_, n) => s.read(n).read(n).write(n),
-            Kernel::Mul { dims: d, broadcast } => {
+            KernelCall::ChannelScale { dims: d, .. } => {
+                s.read(d.len()).read(d.channels).write(d.len())
+            }
+            KernelCall::CastF32ToF16(n) => s.read(n).slot(Access::Write, DType::F16, n),
+            KernelCall::CastF16ToF32(n) => s.slot(Access::Read, DType::F16, n).write(n),
+            KernelCall::UnscaleGradient(n) => s.read(n).read(1).update(1).write(n),
+            KernelCall::UpdateLossScale(_) => s.read(1).update(1).update(1),
+            KernelCall::Activation(_, n) => s.read(n).write(n),
+            KernelCall::ActivationGrad(_, n) => s.read(n).read(n).write(n),
+            KernelCall::Mul { dims: d, broadcast } => {
                 let factor = if broadcast { d.outer * d.channels } else { d.len() };
                 s.read(d.len()).read(factor).write(d.len())
             }
-            Kernel::MulGradFactor(d) => s.read(d.len()).read(d.len()).write(d.outer * d.channels),
+            KernelCall::MulGradFactor(d) => {
+                s.read(d.len()).read(d.len()).write(d.outer * d.channels)
+            }
         }
     }
 
@@ -432,74 +439,74 @@ impl Kernel {
     /// stay in range. Element-wise kernels have nothing to check beyond their length.
     pub fn check(&self) -> Result<(), GeometryError> {
         match self {
-            Kernel::Linear { dims, .. }
-            | Kernel::LinearGradInput(dims)
-            | Kernel::LinearGradWeight(dims) => dims.check(),
-            Kernel::Conv2d { geometry, .. }
-            | Kernel::Conv2dGradInput(geometry)
-            | Kernel::Conv2dGradWeight(geometry)
-            | Kernel::QConv2d { geometry, .. } => geometry.check(),
-            Kernel::QLinear { dims, .. } => dims.check(),
-            Kernel::MaxPool2d(p)
-            | Kernel::MaxPool2dGrad(p)
-            | Kernel::AvgPool2d(p)
-            | Kernel::AvgPool2dGrad(p)
-            | Kernel::QMaxPool2d(p)
-            | Kernel::QAvgPool2d(p, _) => p.check(),
-            Kernel::QGlobalAvgPool(d)
-            | Kernel::RoundWeights(d)
-            | Kernel::DequantizeWeights(d)
-            | Kernel::ChannelScale { dims: d, .. }
-            | Kernel::Mul { dims: d, .. }
-            | Kernel::MulGradFactor(d) => d.check(),
-            Kernel::BiasGrad(d)
-            | Kernel::GlobalAvgPool(d)
-            | Kernel::GlobalAvgPoolGrad(d)
-            | Kernel::BatchNormTrain(d, _)
-            | Kernel::BatchNormEval(d, _)
-            | Kernel::BatchNormApply(d)
-            | Kernel::BatchNormTrainInPlace(d, _)
-            | Kernel::BatchNormEvalInPlace(d, _)
-            | Kernel::BatchNormGradInput(d)
-            | Kernel::BatchNormGradParams(d) => d.check(),
-            Kernel::Softmax(r)
-            | Kernel::SoftmaxGrad(r)
-            | Kernel::CrossEntropy(r)
-            | Kernel::CrossEntropyGrad(r) => r.check(),
-            Kernel::Relu(_)
-            | Kernel::Relu6(_)
-            | Kernel::ReluGrad(_)
-            | Kernel::Relu6Grad(_)
-            | Kernel::ReluInPlace(_)
-            | Kernel::Relu6InPlace(_)
-            | Kernel::ReluGradInPlace(_)
-            | Kernel::Relu6GradInPlace(_)
-            | Kernel::DropoutInPlace(..)
-            | Kernel::Add(_)
-            | Kernel::Copy(_)
-            | Kernel::Dropout(..)
-            | Kernel::DropoutGrad(..)
-            | Kernel::Mse(_)
-            | Kernel::MseGrad(_)
-            | Kernel::Fill(..)
-            | Kernel::Accumulate(..)
-            | Kernel::SumSquares(_)
-            | Kernel::ClipCoefficient(_)
-            | Kernel::SgdUpdate { .. }
-            | Kernel::AdamWUpdate { .. }
-            | Kernel::Zero(_)
-            | Kernel::CastF32ToF16(_)
-            | Kernel::CastF16ToF32(_)
-            | Kernel::UnscaleGradient(_)
-            | Kernel::UpdateLossScale(_)
-            | Kernel::Quantize(..)
-            | Kernel::Dequantize(..)
-            | Kernel::QAdd(..)
-            | Kernel::CopyI8(_)
-            | Kernel::RoundBias(_)
-            | Kernel::QClampGrad(..)
-            | Kernel::Activation(..)
-            | Kernel::ActivationGrad(..) => Ok(()),
+            KernelCall::Linear { dims, .. }
+            | KernelCall::LinearGradInput(dims)
+            | KernelCall::LinearGradWeight(dims) => dims.check(),
+            KernelCall::Conv2d { geometry, .. }
+            | KernelCall::Conv2dGradInput(geometry)
+            | KernelCall::Conv2dGradWeight(geometry)
+            | KernelCall::QConv2d { geometry, .. } => geometry.check(),
+            KernelCall::QLinear { dims, .. } => dims.check(),
+            KernelCall::MaxPool2d(p)
+            | KernelCall::MaxPool2dGrad(p)
+            | KernelCall::AvgPool2d(p)
+            | KernelCall::AvgPool2dGrad(p)
+            | KernelCall::QMaxPool2d(p)
+            | KernelCall::QAvgPool2d(p, _) => p.check(),
+            KernelCall::QGlobalAvgPool(d)
+            | KernelCall::RoundWeights(d)
+            | KernelCall::DequantizeWeights(d)
+            | KernelCall::ChannelScale { dims: d, .. }
+            | KernelCall::Mul { dims: d, .. }
+            | KernelCall::MulGradFactor(d) => d.check(),
+            KernelCall::BiasGrad(d)
+            | KernelCall::GlobalAvgPool(d)
+            | KernelCall::GlobalAvgPoolGrad(d)
+            | KernelCall::BatchNormTrain(d, _)
+            | KernelCall::BatchNormEval(d, _)
+            | KernelCall::BatchNormApply(d)
+            | KernelCall::BatchNormTrainInPlace(d, _)
+            | KernelCall::BatchNormEvalInPlace(d, _)
+            | KernelCall::BatchNormGradInput(d)
+            | KernelCall::BatchNormGradParams(d) => d.check(),
+            KernelCall::Softmax(r)
+            | KernelCall::SoftmaxGrad(r)
+            | KernelCall::CrossEntropy(r)
+            | KernelCall::CrossEntropyGrad(r) => r.check(),
+            KernelCall::Relu(_)
+            | KernelCall::Relu6(_)
+            | KernelCall::ReluGrad(_)
+            | KernelCall::Relu6Grad(_)
+            | KernelCall::ReluInPlace(_)
+            | KernelCall::Relu6InPlace(_)
+            | KernelCall::ReluGradInPlace(_)
+            | KernelCall::Relu6GradInPlace(_)
+            | KernelCall::DropoutInPlace(..)
+            | KernelCall::Add(_)
+            | KernelCall::Copy(_)
+            | KernelCall::Dropout(..)
+            | KernelCall::DropoutGrad(..)
+            | KernelCall::Mse(_)
+            | KernelCall::MseGrad(_)
+            | KernelCall::Fill(..)
+            | KernelCall::Accumulate(..)
+            | KernelCall::SumSquares(_)
+            | KernelCall::ClipCoefficient(_)
+            | KernelCall::SgdUpdate { .. }
+            | KernelCall::AdamWUpdate { .. }
+            | KernelCall::Zero(_)
+            | KernelCall::CastF32ToF16(_)
+            | KernelCall::CastF16ToF32(_)
+            | KernelCall::UnscaleGradient(_)
+            | KernelCall::UpdateLossScale(_)
+            | KernelCall::Quantize(..)
+            | KernelCall::Dequantize(..)
+            | KernelCall::QAdd(..)
+            | KernelCall::CopyI8(_)
+            | KernelCall::RoundBias(_)
+            | KernelCall::QClampGrad(..)
+            | KernelCall::Activation(..)
+            | KernelCall::ActivationGrad(..) => Ok(()),
         }
     }
 
@@ -507,68 +514,77 @@ impl Kernel {
     /// documented estimate for element-wise and normalisation kernels.
     pub fn flops(&self) -> u64 {
         let flops = match *self {
-            Kernel::Linear { dims: d, .. }
-            | Kernel::LinearGradInput(d)
-            | Kernel::LinearGradWeight(d) => 2 * d.n * d.k * d.m,
-            Kernel::Conv2d { geometry: g, .. }
-            | Kernel::Conv2dGradInput(g)
-            | Kernel::Conv2dGradWeight(g) => 2 * g.macs(),
-            Kernel::MaxPool2d(p)
-            | Kernel::MaxPool2dGrad(p)
-            | Kernel::AvgPool2d(p)
-            | Kernel::AvgPool2dGrad(p) => p.output_len() * p.kh * p.kw,
-            Kernel::BiasGrad(d) | Kernel::GlobalAvgPool(d) | Kernel::GlobalAvgPoolGrad(d) => {
-                d.len()
-            }
+            KernelCall::Linear { dims: d, .. }
+            | KernelCall::LinearGradInput(d)
+            | KernelCall::LinearGradWeight(d) => 2 * d.n * d.k * d.m,
+            KernelCall::Conv2d { geometry: g, .. }
+            | KernelCall::Conv2dGradInput(g)
+            | KernelCall::Conv2dGradWeight(g) => 2 * g.macs(),
+            KernelCall::MaxPool2d(p)
+            | KernelCall::MaxPool2dGrad(p)
+            | KernelCall::AvgPool2d(p)
+            | KernelCall::AvgPool2dGrad(p) => p.output_len() * p.kh * p.kw,
+            KernelCall::BiasGrad(d)
+            | KernelCall::GlobalAvgPool(d)
+            | KernelCall::GlobalAvgPoolGrad(d) => d.len(),
             // Mean, variance, normalise (~6 per element); the gradient needs two reductions.
-            Kernel::BatchNormTrain(d, _) | Kernel::BatchNormTrainInPlace(d, _) => 6 * d.len(),
-            Kernel::BatchNormEval(d, _)
-            | Kernel::BatchNormEvalInPlace(d, _)
-            | Kernel::BatchNormApply(d) => 4 * d.len(),
-            Kernel::BatchNormGradInput(d) => 8 * d.len(),
-            Kernel::BatchNormGradParams(d) => 4 * d.len(),
-            Kernel::Softmax(r) | Kernel::SoftmaxGrad(r) | Kernel::CrossEntropy(r) => {
+            KernelCall::BatchNormTrain(d, _) | KernelCall::BatchNormTrainInPlace(d, _) => {
+                6 * d.len()
+            }
+            KernelCall::BatchNormEval(d, _)
+            | KernelCall::BatchNormEvalInPlace(d, _)
+            | KernelCall::BatchNormApply(d) => 4 * d.len(),
+            KernelCall::BatchNormGradInput(d) => 8 * d.len(),
+            KernelCall::BatchNormGradParams(d) => 4 * d.len(),
+            KernelCall::Softmax(r) | KernelCall::SoftmaxGrad(r) | KernelCall::CrossEntropy(r) => {
                 4 * r.rows * r.cols
             }
-            Kernel::CrossEntropyGrad(r) => 5 * r.rows * r.cols,
-            Kernel::Relu(n)
-            | Kernel::Relu6(n)
-            | Kernel::ReluGrad(n)
-            | Kernel::Relu6Grad(n)
-            | Kernel::ReluInPlace(n)
-            | Kernel::Relu6InPlace(n)
-            | Kernel::ReluGradInPlace(n)
-            | Kernel::Relu6GradInPlace(n)
-            | Kernel::Add(n)
-            | Kernel::Dropout(_, n)
-            | Kernel::DropoutGrad(_, n)
-            | Kernel::DropoutInPlace(_, n) => n,
-            Kernel::Mse(n) | Kernel::MseGrad(n) => 3 * n,
-            Kernel::Accumulate(_, n) | Kernel::SumSquares(n) => 2 * n,
-            Kernel::SgdUpdate { len, .. } => 4 * len,
-            Kernel::AdamWUpdate { len, .. } => 12 * len,
-            Kernel::Copy(_) | Kernel::Fill(..) | Kernel::Zero(_) | Kernel::ClipCoefficient(_) => 0,
+            KernelCall::CrossEntropyGrad(r) => 5 * r.rows * r.cols,
+            KernelCall::Relu(n)
+            | KernelCall::Relu6(n)
+            | KernelCall::ReluGrad(n)
+            | KernelCall::Relu6Grad(n)
+            | KernelCall::ReluInPlace(n)
+            | KernelCall::Relu6InPlace(n)
+            | KernelCall::ReluGradInPlace(n)
+            | KernelCall::Relu6GradInPlace(n)
+            | KernelCall::Add(n)
+            | KernelCall::Dropout(_, n)
+            | KernelCall::DropoutGrad(_, n)
+            | KernelCall::DropoutInPlace(_, n) => n,
+            KernelCall::Mse(n) | KernelCall::MseGrad(n) => 3 * n,
+            KernelCall::Accumulate(_, n) | KernelCall::SumSquares(n) => 2 * n,
+            KernelCall::SgdUpdate { len, .. } => 4 * len,
+            KernelCall::AdamWUpdate { len, .. } => 12 * len,
+            KernelCall::Copy(_)
+            | KernelCall::Fill(..)
+            | KernelCall::Zero(_)
+            | KernelCall::ClipCoefficient(_) => 0,
             // Integer multiply-accumulates, counted like float ones so reports compare.
-            Kernel::QConv2d { geometry: g, .. } => 2 * g.macs(),
-            Kernel::QLinear { dims: d, .. } => 2 * d.n * d.k * d.m,
-            Kernel::QMaxPool2d(p) | Kernel::QAvgPool2d(p, _) => p.output_len() * p.kh * p.kw,
-            Kernel::QGlobalAvgPool(d) => d.len(),
-            Kernel::Quantize(_, n)
-            | Kernel::Dequantize(_, n)
-            | Kernel::QAdd(_, _, n)
-            | Kernel::RoundBias(n)
-            | Kernel::QClampGrad(_, n) => n,
-            Kernel::RoundWeights(d)
-            | Kernel::DequantizeWeights(d)
-            | Kernel::ChannelScale { dims: d, .. } => d.len(),
-            Kernel::CopyI8(_) => 0,
-            Kernel::CastF32ToF16(n) | Kernel::CastF16ToF32(n) | Kernel::UnscaleGradient(n) => n,
-            Kernel::UpdateLossScale(_) => 0,
-            Kernel::Activation(f, n) => f.flops_per_element() * n,
+            KernelCall::QConv2d { geometry: g, .. } => 2 * g.macs(),
+            KernelCall::QLinear { dims: d, .. } => 2 * d.n * d.k * d.m,
+            KernelCall::QMaxPool2d(p) | KernelCall::QAvgPool2d(p, _) => {
+                p.output_len() * p.kh * p.kw
+            }
+            KernelCall::QGlobalAvgPool(d) => d.len(),
+            KernelCall::Quantize(_, n)
+            | KernelCall::Dequantize(_, n)
+            | KernelCall::QAdd(_, _, n)
+            | KernelCall::RoundBias(n)
+            | KernelCall::QClampGrad(_, n) => n,
+            KernelCall::RoundWeights(d)
+            | KernelCall::DequantizeWeights(d)
+            | KernelCall::ChannelScale { dims: d, .. } => d.len(),
+            KernelCall::CopyI8(_) => 0,
+            KernelCall::CastF32ToF16(n)
+            | KernelCall::CastF16ToF32(n)
+            | KernelCall::UnscaleGradient(n) => n,
+            KernelCall::UpdateLossScale(_) => 0,
+            KernelCall::Activation(f, n) => f.flops_per_element() * n,
             // The slope (a few operations) times the upstream gradient.
-            Kernel::ActivationGrad(_, n) => 3 * n,
-            Kernel::Mul { dims: d, .. } => d.len(),
-            Kernel::MulGradFactor(d) => 2 * d.len(),
+            KernelCall::ActivationGrad(_, n) => 3 * n,
+            KernelCall::Mul { dims: d, .. } => d.len(),
+            KernelCall::MulGradFactor(d) => 2 * d.len(),
         };
         flops as u64
     }
@@ -576,80 +592,80 @@ impl Kernel {
     /// Whether the kernel changes parameters and their optimizer state: the steps a loss
     /// scaler skips after an overflow.
     pub fn updates_parameters(&self) -> bool {
-        matches!(self, Kernel::SgdUpdate { .. } | Kernel::AdamWUpdate { .. })
+        matches!(self, KernelCall::SgdUpdate { .. } | KernelCall::AdamWUpdate { .. })
     }
 
     /// A short name for errors and reports.
     pub fn name(&self) -> &'static str {
         match self {
-            Kernel::Linear { .. } => "linear",
-            Kernel::LinearGradInput(_) => "linear_grad_input",
-            Kernel::LinearGradWeight(_) => "linear_grad_weight",
-            Kernel::BiasGrad(_) => "bias_grad",
-            Kernel::Conv2d { .. } => "conv2d",
-            Kernel::Conv2dGradInput(_) => "conv2d_grad_input",
-            Kernel::Conv2dGradWeight(_) => "conv2d_grad_weight",
-            Kernel::Relu(_) => "relu",
-            Kernel::Relu6(_) => "relu6",
-            Kernel::ReluGrad(_) => "relu_grad",
-            Kernel::Relu6Grad(_) => "relu6_grad",
-            Kernel::ReluInPlace(_) => "relu_in_place",
-            Kernel::Relu6InPlace(_) => "relu6_in_place",
-            Kernel::ReluGradInPlace(_) => "relu_grad_in_place",
-            Kernel::Relu6GradInPlace(_) => "relu6_grad_in_place",
-            Kernel::DropoutInPlace(..) => "dropout_in_place",
-            Kernel::MaxPool2d(_) => "max_pool2d",
-            Kernel::MaxPool2dGrad(_) => "max_pool2d_grad",
-            Kernel::AvgPool2d(_) => "avg_pool2d",
-            Kernel::AvgPool2dGrad(_) => "avg_pool2d_grad",
-            Kernel::GlobalAvgPool(_) => "global_avg_pool",
-            Kernel::GlobalAvgPoolGrad(_) => "global_avg_pool_grad",
-            Kernel::Add(_) => "add",
-            Kernel::Copy(_) => "copy",
-            Kernel::BatchNormTrain(..) => "batch_norm_train",
-            Kernel::BatchNormEval(..) => "batch_norm_eval",
-            Kernel::BatchNormApply(_) => "batch_norm_apply",
-            Kernel::BatchNormTrainInPlace(..) => "batch_norm_train_in_place",
-            Kernel::BatchNormEvalInPlace(..) => "batch_norm_eval_in_place",
-            Kernel::BatchNormGradInput(_) => "batch_norm_grad_input",
-            Kernel::BatchNormGradParams(_) => "batch_norm_grad_params",
-            Kernel::Dropout(..) => "dropout",
-            Kernel::DropoutGrad(..) => "dropout_grad",
-            Kernel::Softmax(_) => "softmax",
-            Kernel::SoftmaxGrad(_) => "softmax_grad",
-            Kernel::CrossEntropy(_) => "cross_entropy",
-            Kernel::CrossEntropyGrad(_) => "cross_entropy_grad",
-            Kernel::Mse(_) => "mse",
-            Kernel::MseGrad(_) => "mse_grad",
-            Kernel::Fill(..) => "fill",
-            Kernel::Accumulate(..) => "accumulate",
-            Kernel::SumSquares(_) => "sum_squares",
-            Kernel::ClipCoefficient(_) => "clip_coefficient",
-            Kernel::SgdUpdate { .. } => "sgd_update",
-            Kernel::AdamWUpdate { .. } => "adamw_update",
-            Kernel::Zero(_) => "zero",
-            Kernel::Quantize(..) => "quantize",
-            Kernel::Dequantize(..) => "dequantize",
-            Kernel::QConv2d { .. } => "qconv2d",
-            Kernel::QLinear { .. } => "qlinear",
-            Kernel::QAdd(..) => "qadd",
-            Kernel::QMaxPool2d(_) => "qmax_pool2d",
-            Kernel::QAvgPool2d(..) => "qavg_pool2d",
-            Kernel::QGlobalAvgPool(_) => "qglobal_avg_pool",
-            Kernel::CopyI8(_) => "copy_i8",
-            Kernel::RoundWeights(_) => "round_weights",
-            Kernel::RoundBias(_) => "round_bias",
-            Kernel::QClampGrad(..) => "qclamp_grad",
-            Kernel::DequantizeWeights(_) => "dequantize_weights",
-            Kernel::ChannelScale { .. } => "channel_scale",
-            Kernel::CastF32ToF16(_) => "cast_f32_to_f16",
-            Kernel::CastF16ToF32(_) => "cast_f16_to_f32",
-            Kernel::UnscaleGradient(_) => "unscale_gradient",
-            Kernel::UpdateLossScale(_) => "update_loss_scale",
-            Kernel::Activation(..) => "activation",
-            Kernel::ActivationGrad(..) => "activation_grad",
-            Kernel::Mul { .. } => "mul",
-            Kernel::MulGradFactor(_) => "mul_grad_factor",
+            KernelCall::Linear { .. } => "linear",
+            KernelCall::LinearGradInput(_) => "linear_grad_input",
+            KernelCall::LinearGradWeight(_) => "linear_grad_weight",
+            KernelCall::BiasGrad(_) => "bias_grad",
+            KernelCall::Conv2d { .. } => "conv2d",
+            KernelCall::Conv2dGradInput(_) => "conv2d_grad_input",
+            KernelCall::Conv2dGradWeight(_) => "conv2d_grad_weight",
+            KernelCall::Relu(_) => "relu",
+            KernelCall::Relu6(_) => "relu6",
+            KernelCall::ReluGrad(_) => "relu_grad",
+            KernelCall::Relu6Grad(_) => "relu6_grad",
+            KernelCall::ReluInPlace(_) => "relu_in_place",
+            KernelCall::Relu6InPlace(_) => "relu6_in_place",
+            KernelCall::ReluGradInPlace(_) => "relu_grad_in_place",
+            KernelCall::Relu6GradInPlace(_) => "relu6_grad_in_place",
+            KernelCall::DropoutInPlace(..) => "dropout_in_place",
+            KernelCall::MaxPool2d(_) => "max_pool2d",
+            KernelCall::MaxPool2dGrad(_) => "max_pool2d_grad",
+            KernelCall::AvgPool2d(_) => "avg_pool2d",
+            KernelCall::AvgPool2dGrad(_) => "avg_pool2d_grad",
+            KernelCall::GlobalAvgPool(_) => "global_avg_pool",
+            KernelCall::GlobalAvgPoolGrad(_) => "global_avg_pool_grad",
+            KernelCall::Add(_) => "add",
+            KernelCall::Copy(_) => "copy",
+            KernelCall::BatchNormTrain(..) => "batch_norm_train",
+            KernelCall::BatchNormEval(..) => "batch_norm_eval",
+            KernelCall::BatchNormApply(_) => "batch_norm_apply",
+            KernelCall::BatchNormTrainInPlace(..) => "batch_norm_train_in_place",
+            KernelCall::BatchNormEvalInPlace(..) => "batch_norm_eval_in_place",
+            KernelCall::BatchNormGradInput(_) => "batch_norm_grad_input",
+            KernelCall::BatchNormGradParams(_) => "batch_norm_grad_params",
+            KernelCall::Dropout(..) => "dropout",
+            KernelCall::DropoutGrad(..) => "dropout_grad",
+            KernelCall::Softmax(_) => "softmax",
+            KernelCall::SoftmaxGrad(_) => "softmax_grad",
+            KernelCall::CrossEntropy(_) => "cross_entropy",
+            KernelCall::CrossEntropyGrad(_) => "cross_entropy_grad",
+            KernelCall::Mse(_) => "mse",
+            KernelCall::MseGrad(_) => "mse_grad",
+            KernelCall::Fill(..) => "fill",
+            KernelCall::Accumulate(..) => "accumulate",
+            KernelCall::SumSquares(_) => "sum_squares",
+            KernelCall::ClipCoefficient(_) => "clip_coefficient",
+            KernelCall::SgdUpdate { .. } => "sgd_update",
+            KernelCall::AdamWUpdate { .. } => "adamw_update",
+            KernelCall::Zero(_) => "zero",
+            KernelCall::Quantize(..) => "quantize",
+            KernelCall::Dequantize(..) => "dequantize",
+            KernelCall::QConv2d { .. } => "qconv2d",
+            KernelCall::QLinear { .. } => "qlinear",
+            KernelCall::QAdd(..) => "qadd",
+            KernelCall::QMaxPool2d(_) => "qmax_pool2d",
+            KernelCall::QAvgPool2d(..) => "qavg_pool2d",
+            KernelCall::QGlobalAvgPool(_) => "qglobal_avg_pool",
+            KernelCall::CopyI8(_) => "copy_i8",
+            KernelCall::RoundWeights(_) => "round_weights",
+            KernelCall::RoundBias(_) => "round_bias",
+            KernelCall::QClampGrad(..) => "qclamp_grad",
+            KernelCall::DequantizeWeights(_) => "dequantize_weights",
+            KernelCall::ChannelScale { .. } => "channel_scale",
+            KernelCall::CastF32ToF16(_) => "cast_f32_to_f16",
+            KernelCall::CastF16ToF32(_) => "cast_f16_to_f32",
+            KernelCall::UnscaleGradient(_) => "unscale_gradient",
+            KernelCall::UpdateLossScale(_) => "update_loss_scale",
+            KernelCall::Activation(..) => "activation",
+            KernelCall::ActivationGrad(..) => "activation_grad",
+            KernelCall::Mul { .. } => "mul",
+            KernelCall::MulGradFactor(_) => "mul_grad_factor",
         }
     }
 }
@@ -661,14 +677,14 @@ mod tests {
 
     #[test]
     fn a_kernel_is_its_tag_as_a_varint_then_its_fields() {
-        let bytes = |k: &Kernel| postcard::to_allocvec(k).unwrap();
+        let bytes = |k: &KernelCall| postcard::to_allocvec(k).unwrap();
         assert_eq!(
-            bytes(&Kernel::Linear { dims: LinearDims { n: 1, k: 2, m: 3 }, bias: true }),
+            bytes(&KernelCall::Linear { dims: LinearDims { n: 1, k: 2, m: 3 }, bias: true }),
             [0, 1, 2, 3, 1]
         );
-        assert_eq!(bytes(&Kernel::Relu(300)), [7, 0xac, 0x02]);
-        assert_eq!(bytes(&Kernel::CopyI8(5)), [58, 5]);
-        let last = Kernel::ChannelScale {
+        assert_eq!(bytes(&KernelCall::Relu(300)), [7, 0xac, 0x02]);
+        assert_eq!(bytes(&KernelCall::CopyI8(5)), [58, 5]);
+        let last = KernelCall::ChannelScale {
             dims: ChannelDims { outer: 1, channels: 2, inner: 3 },
             unit: 0.5,
             power: -1,
@@ -680,9 +696,9 @@ mod tests {
     #[test]
     fn kernels_survive_a_round_trip_and_unknown_tags_are_refused_by_number() {
         let kernels = [
-            Kernel::Dropout(DropoutConfig { p: 0.25, seed: 9 }, 12),
-            Kernel::UpdateLossScale(LossScaleConfig::default()),
-            Kernel::QAvgPool2d(
+            KernelCall::Dropout(DropoutConfig { p: 0.25, seed: 9 }, 12),
+            KernelCall::UpdateLossScale(LossScaleConfig::default()),
+            KernelCall::QAvgPool2d(
                 Pool2dGeometry {
                     n: 1,
                     c: 2,
@@ -700,10 +716,11 @@ mod tests {
             ),
         ];
         for k in kernels {
-            let back: Kernel = postcard::from_bytes(&postcard::to_allocvec(&k).unwrap()).unwrap();
+            let back: KernelCall =
+                postcard::from_bytes(&postcard::to_allocvec(&k).unwrap()).unwrap();
             assert_eq!(back, k);
         }
-        let err = postcard::from_bytes::<Kernel>(&[120, 1]).unwrap_err();
+        let err = postcard::from_bytes::<KernelCall>(&[120, 1]).unwrap_err();
         assert_eq!(err, postcard::Error::SerdeDeCustom);
         extern crate std;
         assert_eq!(

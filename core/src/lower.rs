@@ -4,7 +4,7 @@
 
 use crate::geometry::{ChannelDims, RowDims};
 use crate::graph::{Graph, Node};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
 use alloc::vec::Vec;
@@ -17,7 +17,7 @@ pub enum Mode {
 }
 
 /// A kernel and its operands in signature order.
-pub(crate) type Lowered = (Kernel, Vec<TensorId>);
+pub(crate) type Lowered = (KernelCall, Vec<TensorId>);
 
 /// The kernel for `node` and its operands in signature order.
 pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> Lowered {
@@ -58,7 +58,7 @@ impl Lowering<'_> {
     }
 
     /// `kernel` over every operand of the node: inputs, state, then outputs.
-    pub fn all(&self, kernel: Kernel) -> Lowered {
+    pub fn all(&self, kernel: KernelCall) -> Lowered {
         let node = self.node;
         (kernel, node.inputs.iter().chain(&node.state).chain(&node.outputs).copied().collect())
     }

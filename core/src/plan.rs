@@ -1,7 +1,7 @@
 //! A compiled plan: ordered kernel calls whose operands are offsets into three memory
 //! regions. Plain data, checked once before it runs, so the executor never allocates.
 
-use crate::kernel::{Access, Kernel, MAX_OPERANDS};
+use crate::kernel::{Access, KernelCall, MAX_OPERANDS};
 use crate::tensor::DType;
 use core::fmt;
 
@@ -76,7 +76,7 @@ impl Operand {
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Step {
-    pub kernel: Kernel,
+    pub kernel: KernelCall,
     pub operands: heapless::Vec<Operand, MAX_OPERANDS>,
     pub node: u32,
 }

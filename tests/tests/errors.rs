@@ -622,12 +622,12 @@ fn operand_offsets_near_the_end_of_the_address_space_are_out_of_bounds() {
 
 #[test]
 fn conv_geometry_with_impossible_groups_is_malformed() {
-    use sprout_core::kernel::Kernel;
+    use sprout_core::kernel::KernelCall;
     let (plan, mut memory) = trained_cnn(1);
     let conv = plan.steps.iter().position(|s| s.kernel.name() == "conv2d").unwrap();
     let set_groups = |groups: usize| {
         corrupted(&plan, |p| {
-            if let Kernel::Conv2d { geometry, .. } = &mut p.steps[conv].kernel {
+            if let KernelCall::Conv2d { geometry, .. } = &mut p.steps[conv].kernel {
                 geometry.groups = groups;
                 // Keep the weight operand consistent with the corrupted signature.
                 p.steps[conv].operands[1].len =

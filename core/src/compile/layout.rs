@@ -4,7 +4,7 @@
 use super::host_plan::{Binding, Plan, PlanStats};
 use super::{Lowered, PlacementOptions};
 use crate::graph::{Graph, GraphError, Stage};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::plan::{Operand, Region, RegionSizes, Step, ALIGN};
 use crate::tensor::{Role, TensorId};
 use alloc::format;
@@ -205,105 +205,105 @@ struct InPlace {
     inputs: &'static [usize],
     /// The kernel that runs over the taken-over memory and its operands, or `None` when the
     /// step only moves the values (a copy) and vanishes.
-    form: Option<(Kernel, InPlaceOperands)>,
+    form: Option<(KernelCall, InPlaceOperands)>,
 }
 
 /// For kernels that can work in place: where the output is, which inputs it may replace
 /// and the kernel that then runs.
-fn in_place(kernel: Kernel) -> Option<InPlace> {
-    let unary = |form: Kernel| {
+fn in_place(kernel: KernelCall) -> Option<InPlace> {
+    let unary = |form: KernelCall| {
         let only_input: InPlaceOperands = |_, x| vec![x];
         Some(InPlace { output: 1, inputs: &[0], form: Some((form, only_input)) })
     };
-    let grad = |form: Kernel| {
+    let grad = |form: KernelCall| {
         let y_then_input: InPlaceOperands = |o, x| vec![o[0], x];
         Some(InPlace { output: 2, inputs: &[1], form: Some((form, y_then_input)) })
     };
     match kernel {
-        Kernel::Relu(n) => unary(Kernel::ReluInPlace(n)),
-        Kernel::Relu6(n) => unary(Kernel::Relu6InPlace(n)),
-        Kernel::Dropout(cfg, n) | Kernel::DropoutGrad(cfg, n) => {
-            unary(Kernel::DropoutInPlace(cfg, n))
+        KernelCall::Relu(n) => unary(KernelCall::ReluInPlace(n)),
+        KernelCall::Relu6(n) => unary(KernelCall::Relu6InPlace(n)),
+        KernelCall::Dropout(cfg, n) | KernelCall::DropoutGrad(cfg, n) => {
+            unary(KernelCall::DropoutInPlace(cfg, n))
         }
-        Kernel::Copy(_) => Some(InPlace { output: 1, inputs: &[0], form: None }),
-        Kernel::ReluGrad(n) => grad(Kernel::ReluGradInPlace(n)),
-        Kernel::Relu6Grad(n) => grad(Kernel::Relu6GradInPlace(n)),
-        Kernel::Add(n) => {
+        KernelCall::Copy(_) => Some(InPlace { output: 1, inputs: &[0], form: None }),
+        KernelCall::ReluGrad(n) => grad(KernelCall::ReluGradInPlace(n)),
+        KernelCall::Relu6Grad(n) => grad(KernelCall::Relu6GradInPlace(n)),
+        KernelCall::Add(n) => {
             let other_then_input: InPlaceOperands =
                 |o, x| vec![if o[0] == x { o[1] } else { o[0] }, x];
-            let form = Some((Kernel::Accumulate(1.0, n), other_then_input));
+            let form = Some((KernelCall::Accumulate(1.0, n), other_then_input));
             Some(InPlace { output: 2, inputs: &[0, 1], form })
         }
         // x, gamma, beta, running_mean, running_var, y, saved_mean, saved_invstd
-        Kernel::BatchNormTrain(d, cfg) => {
+        KernelCall::BatchNormTrain(d, cfg) => {
             let ops: InPlaceOperands = |o, x| vec![o[1], o[2], o[3], o[4], x, o[6], o[7]];
-            let form = Some((Kernel::BatchNormTrainInPlace(d, cfg), ops));
+            let form = Some((KernelCall::BatchNormTrainInPlace(d, cfg), ops));
             Some(InPlace { output: 5, inputs: &[0], form })
         }
-        Kernel::BatchNormEval(d, cfg) => {
+        KernelCall::BatchNormEval(d, cfg) => {
             let ops: InPlaceOperands = |o, x| vec![o[1], o[2], o[3], o[4], x];
-            let form = Some((Kernel::BatchNormEvalInPlace(d, cfg), ops));
+            let form = Some((KernelCall::BatchNormEvalInPlace(d, cfg), ops));
             Some(InPlace { output: 5, inputs: &[0], form })
         }
         // Already in place, or no output of an input's size and lifetime to take over.
-        Kernel::Linear { .. }
-        | Kernel::LinearGradInput(_)
-        | Kernel::LinearGradWeight(_)
-        | Kernel::BiasGrad(_)
-        | Kernel::Conv2d { .. }
-        | Kernel::Conv2dGradInput(_)
-        | Kernel::Conv2dGradWeight(_)
-        | Kernel::ReluInPlace(_)
-        | Kernel::Relu6InPlace(_)
-        | Kernel::ReluGradInPlace(_)
-        | Kernel::Relu6GradInPlace(_)
-        | Kernel::DropoutInPlace(..)
-        | Kernel::MaxPool2d(_)
-        | Kernel::MaxPool2dGrad(_)
-        | Kernel::AvgPool2d(_)
-        | Kernel::AvgPool2dGrad(_)
-        | Kernel::GlobalAvgPool(_)
-        | Kernel::GlobalAvgPoolGrad(_)
-        | Kernel::BatchNormApply(_)
-        | Kernel::BatchNormTrainInPlace(..)
-        | Kernel::BatchNormEvalInPlace(..)
-        | Kernel::BatchNormGradInput(_)
-        | Kernel::BatchNormGradParams(_)
-        | Kernel::Softmax(_)
-        | Kernel::SoftmaxGrad(_)
-        | Kernel::CrossEntropy(_)
-        | Kernel::CrossEntropyGrad(_)
-        | Kernel::Mse(_)
-        | Kernel::MseGrad(_)
-        | Kernel::Fill(..)
-        | Kernel::Accumulate(..)
-        | Kernel::SumSquares(_)
-        | Kernel::ClipCoefficient(_)
-        | Kernel::SgdUpdate { .. }
-        | Kernel::AdamWUpdate { .. }
-        | Kernel::Zero(_)
-        | Kernel::CastF32ToF16(_)
-        | Kernel::CastF16ToF32(_)
-        | Kernel::UnscaleGradient(_)
-        | Kernel::UpdateLossScale(_)
-        | Kernel::Quantize(..)
-        | Kernel::Dequantize(..)
-        | Kernel::QConv2d { .. }
-        | Kernel::QLinear { .. }
-        | Kernel::QAdd(..)
-        | Kernel::QMaxPool2d(_)
-        | Kernel::QAvgPool2d(..)
-        | Kernel::QGlobalAvgPool(_)
-        | Kernel::CopyI8(_)
-        | Kernel::RoundWeights(_)
-        | Kernel::RoundBias(_)
-        | Kernel::QClampGrad(..)
-        | Kernel::Activation(..)
-        | Kernel::ActivationGrad(..)
-        | Kernel::Mul { .. }
-        | Kernel::MulGradFactor(_)
-        | Kernel::DequantizeWeights(_)
-        | Kernel::ChannelScale { .. } => None,
+        KernelCall::Linear { .. }
+        | KernelCall::LinearGradInput(_)
+        | KernelCall::LinearGradWeight(_)
+        | KernelCall::BiasGrad(_)
+        | KernelCall::Conv2d { .. }
+        | KernelCall::Conv2dGradInput(_)
+        | KernelCall::Conv2dGradWeight(_)
+        | KernelCall::ReluInPlace(_)
+        | KernelCall::Relu6InPlace(_)
+        | KernelCall::ReluGradInPlace(_)
+        | KernelCall::Relu6GradInPlace(_)
+        | KernelCall::DropoutInPlace(..)
+        | KernelCall::MaxPool2d(_)
+        | KernelCall::MaxPool2dGrad(_)
+        | KernelCall::AvgPool2d(_)
+        | KernelCall::AvgPool2dGrad(_)
+        | KernelCall::GlobalAvgPool(_)
+        | KernelCall::GlobalAvgPoolGrad(_)
+        | KernelCall::BatchNormApply(_)
+        | KernelCall::BatchNormTrainInPlace(..)
+        | KernelCall::BatchNormEvalInPlace(..)
+        | KernelCall::BatchNormGradInput(_)
+        | KernelCall::BatchNormGradParams(_)
+        | KernelCall::Softmax(_)
+        | KernelCall::SoftmaxGrad(_)
+        | KernelCall::CrossEntropy(_)
+        | KernelCall::CrossEntropyGrad(_)
+        | KernelCall::Mse(_)
+        | KernelCall::MseGrad(_)
+        | KernelCall::Fill(..)
+        | KernelCall::Accumulate(..)
+        | KernelCall::SumSquares(_)
+        | KernelCall::ClipCoefficient(_)
+        | KernelCall::SgdUpdate { .. }
+        | KernelCall::AdamWUpdate { .. }
+        | KernelCall::Zero(_)
+        | KernelCall::CastF32ToF16(_)
+        | KernelCall::CastF16ToF32(_)
+        | KernelCall::UnscaleGradient(_)
+        | KernelCall::UpdateLossScale(_)
+        | KernelCall::Quantize(..)
+        | KernelCall::Dequantize(..)
+        | KernelCall::QConv2d { .. }
+        | KernelCall::QLinear { .. }
+        | KernelCall::QAdd(..)
+        | KernelCall::QMaxPool2d(_)
+        | KernelCall::QAvgPool2d(..)
+        | KernelCall::QGlobalAvgPool(_)
+        | KernelCall::CopyI8(_)
+        | KernelCall::RoundWeights(_)
+        | KernelCall::RoundBias(_)
+        | KernelCall::QClampGrad(..)
+        | KernelCall::Activation(..)
+        | KernelCall::ActivationGrad(..)
+        | KernelCall::Mul { .. }
+        | KernelCall::MulGradFactor(_)
+        | KernelCall::DequantizeWeights(_)
+        | KernelCall::ChannelScale { .. } => None,
     }
 }
 

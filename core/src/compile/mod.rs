@@ -97,7 +97,7 @@ fn ancestors(graph: &Graph, roots: &[TensorId]) -> Vec<bool> {
 /// One node lowered to a kernel, with its operands in signature order.
 pub(crate) struct Lowered {
     pub node: usize,
-    pub kernel: crate::kernel::Kernel,
+    pub kernel: crate::kernel::KernelCall,
     pub operands: Vec<TensorId>,
     /// Runs in the update program (after `accumulation` micro-batches).
     pub per_update: bool,

@@ -6,7 +6,7 @@ use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::autograd::Vjp;
 use crate::builder::invalid;
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{Lowered, Lowering};
 use crate::reference::pointwise::GradientReads;
 use crate::reference::Activation;
@@ -30,7 +30,7 @@ impl OpRules for ActivationGrad {
     }
 
     fn lower(f: Activation, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::ActivationGrad(f, cx.numel()))
+        cx.all(KernelCall::ActivationGrad(f, cx.numel()))
     }
 }
 
@@ -46,7 +46,7 @@ pub(super) fn vjp(f: Activation, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
 
 /// The kernel activation `f` lowers to.
 pub(super) fn lower(f: Activation, cx: &Lowering<'_>) -> Lowered {
-    cx.all(Kernel::Activation(f, cx.numel()))
+    cx.all(KernelCall::Activation(f, cx.numel()))
 }
 
 impl Graph {

@@ -3,7 +3,7 @@
 use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{Lowered, Lowering};
 use crate::tensor::TensorId;
 use alloc::vec;
@@ -29,7 +29,7 @@ impl OpRules for Add {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Add(cx.numel()))
+        cx.all(KernelCall::Add(cx.numel()))
     }
 }
 

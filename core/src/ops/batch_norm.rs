@@ -5,7 +5,7 @@ use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::{invalid, OutputSpec};
 use crate::graph::{Graph, GraphError, Phase};
 use crate::hyperparams::BatchNormConfig;
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{channel_dims, Lowered, Lowering, Mode};
 use crate::shape::Shape;
 use crate::tensor::{Role, TensorId};
@@ -54,10 +54,10 @@ impl OpRules for BatchNorm2d {
     fn lower(cfg: BatchNormConfig, cx: &Lowering<'_>) -> Lowered {
         let dims = channel_dims(cx.input(0));
         match cx.mode {
-            Mode::Train => cx.all(Kernel::BatchNormTrain(dims, cfg)),
+            Mode::Train => cx.all(KernelCall::BatchNormTrain(dims, cfg)),
             Mode::Eval => {
                 // Evaluation reads the running statistics and saves nothing for a backward pass.
-                let (kernel, mut operands) = cx.all(Kernel::BatchNormEval(dims, cfg));
+                let (kernel, mut operands) = cx.all(KernelCall::BatchNormEval(dims, cfg));
                 operands.truncate(operands.len() - 2);
                 (kernel, operands)
             }
@@ -80,7 +80,7 @@ impl OpRules for BatchNormApply {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::BatchNormApply(channel_dims(cx.input(0))))
+        cx.all(KernelCall::BatchNormApply(channel_dims(cx.input(0))))
     }
 }
 
@@ -98,7 +98,7 @@ impl OpRules for BatchNormGradInput {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::BatchNormGradInput(channel_dims(cx.input(0))))
+        cx.all(KernelCall::BatchNormGradInput(channel_dims(cx.input(0))))
     }
 }
 
@@ -116,7 +116,7 @@ impl OpRules for BatchNormGradParams {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::BatchNormGradParams(channel_dims(cx.input(0))))
+        cx.all(KernelCall::BatchNormGradParams(channel_dims(cx.input(0))))
     }
 }
 

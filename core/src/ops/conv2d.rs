@@ -5,7 +5,7 @@ use super::{Gradient, Int8Form, Int8Layer, Op, OpRules, OperandCounts, Recompute
 use crate::builder::{invalid, mismatch};
 use crate::geometry::Conv2dGeometry;
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{dim, Lowered, Lowering};
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
@@ -37,7 +37,7 @@ impl OpRules for Conv2d {
 
     fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
         let geometry = conv_geometry(cx.input(0), cx.input(1), cx.output(0), p);
-        cx.all(Kernel::Conv2d { geometry, bias: cx.node.inputs.len() == 3 })
+        cx.all(KernelCall::Conv2d { geometry, bias: cx.node.inputs.len() == 3 })
     }
 }
 
@@ -55,7 +55,12 @@ impl OpRules for Conv2dGradInput {
     }
 
     fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Conv2dGradInput(conv_geometry(cx.output(0), cx.input(1), cx.input(0), p)))
+        cx.all(KernelCall::Conv2dGradInput(conv_geometry(
+            cx.output(0),
+            cx.input(1),
+            cx.input(0),
+            p,
+        )))
     }
 }
 
@@ -73,7 +78,12 @@ impl OpRules for Conv2dGradWeight {
     }
 
     fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Conv2dGradWeight(conv_geometry(cx.input(1), cx.output(0), cx.input(0), p)))
+        cx.all(KernelCall::Conv2dGradWeight(conv_geometry(
+            cx.input(1),
+            cx.output(0),
+            cx.input(0),
+            p,
+        )))
     }
 }
 

@@ -4,7 +4,7 @@ use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::invalid;
 use crate::graph::{Graph, GraphError};
 use crate::hyperparams::DropoutConfig;
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{Lowered, Lowering, Mode};
 use crate::tensor::TensorId;
 use alloc::{format, vec};
@@ -27,8 +27,8 @@ impl OpRules for Dropout {
 
     fn lower(cfg: DropoutConfig, cx: &Lowering<'_>) -> Lowered {
         cx.all(match cx.mode {
-            Mode::Train => Kernel::Dropout(cfg, cx.numel()),
-            Mode::Eval => Kernel::Copy(cx.numel()),
+            Mode::Train => KernelCall::Dropout(cfg, cx.numel()),
+            Mode::Eval => KernelCall::Copy(cx.numel()),
         })
     }
 }
@@ -47,7 +47,7 @@ impl OpRules for DropoutGrad {
     }
 
     fn lower(cfg: DropoutConfig, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::DropoutGrad(cfg, cx.numel()))
+        cx.all(KernelCall::DropoutGrad(cfg, cx.numel()))
     }
 }
 

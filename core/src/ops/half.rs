@@ -5,7 +5,7 @@ use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::{invalid, OutputSpec};
 use crate::graph::{Graph, GraphError, Phase};
 use crate::hyperparams::LossScaleConfig;
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{Lowered, Lowering};
 use crate::tensor::{DType, Role, TensorId};
 use alloc::string::ToString;
@@ -35,8 +35,8 @@ impl OpRules for Cast {
         // The input's type picks the direction; a cast to the same type matches neither
         // kernel's signature and is refused by the checks.
         cx.all(match cx.input_dtype(0) {
-            DType::F16 => Kernel::CastF16ToF32(cx.numel()),
-            _ => Kernel::CastF32ToF16(cx.numel()),
+            DType::F16 => KernelCall::CastF16ToF32(cx.numel()),
+            _ => KernelCall::CastF32ToF16(cx.numel()),
         })
     }
 }
@@ -55,7 +55,7 @@ impl OpRules for UnscaleGradient {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::UnscaleGradient(cx.numel()))
+        cx.all(KernelCall::UnscaleGradient(cx.numel()))
     }
 }
 
@@ -73,7 +73,7 @@ impl OpRules for UpdateLossScale {
     }
 
     fn lower(cfg: LossScaleConfig, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::UpdateLossScale(cfg))
+        cx.all(KernelCall::UpdateLossScale(cfg))
     }
 }
 

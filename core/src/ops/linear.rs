@@ -6,7 +6,7 @@ use crate::autograd::Vjp;
 use crate::builder::mismatch;
 use crate::geometry::LinearDims;
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{channel_dims, dim, Lowered, Lowering};
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
@@ -30,7 +30,7 @@ impl OpRules for Linear {
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         let dims = linear_dims(cx.input(0), cx.input(1));
-        cx.all(Kernel::Linear { dims, bias: cx.node.inputs.len() == 3 })
+        cx.all(KernelCall::Linear { dims, bias: cx.node.inputs.len() == 3 })
     }
 }
 
@@ -49,7 +49,11 @@ impl OpRules for LinearGradInput {
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         let (dy, w) = (cx.input(0), cx.input(1));
-        cx.all(Kernel::LinearGradInput(LinearDims { n: dim(dy, 0), k: dim(w, 1), m: dim(w, 0) }))
+        cx.all(KernelCall::LinearGradInput(LinearDims {
+            n: dim(dy, 0),
+            k: dim(w, 1),
+            m: dim(w, 0),
+        }))
     }
 }
 
@@ -67,7 +71,7 @@ impl OpRules for LinearGradWeight {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::LinearGradWeight(linear_dims(cx.input(1), cx.output(0))))
+        cx.all(KernelCall::LinearGradWeight(linear_dims(cx.input(1), cx.output(0))))
     }
 }
 
@@ -85,7 +89,7 @@ impl OpRules for BiasGrad {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::BiasGrad(channel_dims(cx.input(0))))
+        cx.all(KernelCall::BiasGrad(channel_dims(cx.input(0))))
     }
 }
 

@@ -4,7 +4,7 @@
 use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{row_dims, Lowered, Lowering};
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
@@ -28,7 +28,7 @@ impl OpRules for CrossEntropy {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::CrossEntropy(row_dims(cx.input(0))))
+        cx.all(KernelCall::CrossEntropy(row_dims(cx.input(0))))
     }
 }
 
@@ -49,7 +49,7 @@ impl OpRules for Mse {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Mse(cx.input(0).numel()))
+        cx.all(KernelCall::Mse(cx.input(0).numel()))
     }
 }
 
@@ -67,7 +67,7 @@ impl OpRules for CrossEntropyGrad {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::CrossEntropyGrad(row_dims(cx.input(0))))
+        cx.all(KernelCall::CrossEntropyGrad(row_dims(cx.input(0))))
     }
 }
 
@@ -85,7 +85,7 @@ impl OpRules for MseGrad {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::MseGrad(cx.numel()))
+        cx.all(KernelCall::MseGrad(cx.numel()))
     }
 }
 

@@ -6,7 +6,7 @@ use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::geometry::ChannelDims;
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{channel_dims, Lowered, Lowering};
 use crate::shape::Shape;
 use crate::tensor::TensorId;
@@ -49,7 +49,7 @@ impl OpRules for Mul {
             true => channel_dims(cx.output(0)),
             false => ChannelDims { outer: 1, channels: 1, inner: len },
         };
-        cx.all(Kernel::Mul { dims, broadcast })
+        cx.all(KernelCall::Mul { dims, broadcast })
     }
 }
 
@@ -68,7 +68,7 @@ impl OpRules for MulGradFactor {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::MulGradFactor(channel_dims(cx.input(0))))
+        cx.all(KernelCall::MulGradFactor(channel_dims(cx.input(0))))
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::{Gradient, Int8Form, OpRules, OperandCounts, Recompute};
 use crate::hyperparams::{AdamWConfig, SgdConfig};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{Lowered, Lowering};
 
 pub(crate) struct Fill;
@@ -21,7 +21,7 @@ impl OpRules for Fill {
     }
 
     fn lower(value: f32, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Fill(value, cx.numel()))
+        cx.all(KernelCall::Fill(value, cx.numel()))
     }
 }
 
@@ -39,7 +39,7 @@ impl OpRules for Accumulate {
     }
 
     fn lower(scale: f32, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Accumulate(scale, cx.input(0).numel()))
+        cx.all(KernelCall::Accumulate(scale, cx.input(0).numel()))
     }
 }
 
@@ -57,7 +57,7 @@ impl OpRules for SumSquares {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::SumSquares(cx.input(0).numel()))
+        cx.all(KernelCall::SumSquares(cx.input(0).numel()))
     }
 }
 
@@ -75,7 +75,7 @@ impl OpRules for ClipCoefficient {
     }
 
     fn lower(max_norm: f32, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::ClipCoefficient(max_norm))
+        cx.all(KernelCall::ClipCoefficient(max_norm))
     }
 }
 
@@ -93,7 +93,7 @@ impl OpRules for SgdUpdate {
     }
 
     fn lower(cfg: SgdConfig, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::SgdUpdate {
+        cx.all(KernelCall::SgdUpdate {
             cfg,
             len: cx.input(0).numel(),
             clipped: cx.node.inputs.len() == 2,
@@ -117,7 +117,7 @@ impl OpRules for AdamWUpdate {
 
     fn lower(cfg: AdamWConfig, cx: &Lowering<'_>) -> Lowered {
         let clipped = cx.node.inputs.len() == 2;
-        cx.all(Kernel::AdamWUpdate { cfg, len: cx.input(0).numel(), clipped })
+        cx.all(KernelCall::AdamWUpdate { cfg, len: cx.input(0).numel(), clipped })
     }
 }
 
@@ -135,6 +135,6 @@ impl OpRules for Zero {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Zero(cx.state(0).numel()))
+        cx.all(KernelCall::Zero(cx.state(0).numel()))
     }
 }

@@ -4,7 +4,7 @@ use super::{Gradient, Int8Form, Int8Same, Op, OpRules, OperandCounts, Recompute}
 use crate::builder::invalid;
 use crate::geometry::Pool2dGeometry;
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{channel_dims, dim, Lowered, Lowering};
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
@@ -36,7 +36,7 @@ impl OpRules for MaxPool2d {
     }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::MaxPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
+        cx.all(KernelCall::MaxPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
     }
 }
 
@@ -57,7 +57,7 @@ impl OpRules for AvgPool2d {
     }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::AvgPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
+        cx.all(KernelCall::AvgPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
     }
 }
 
@@ -78,7 +78,7 @@ impl OpRules for GlobalAvgPool {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::GlobalAvgPool(channel_dims(cx.input(0))))
+        cx.all(KernelCall::GlobalAvgPool(channel_dims(cx.input(0))))
     }
 }
 
@@ -96,7 +96,7 @@ impl OpRules for MaxPool2dGrad {
     }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::MaxPool2dGrad(pool_geometry(cx.input(0), cx.input(1), p)))
+        cx.all(KernelCall::MaxPool2dGrad(pool_geometry(cx.input(0), cx.input(1), p)))
     }
 }
 
@@ -114,7 +114,7 @@ impl OpRules for AvgPool2dGrad {
     }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::AvgPool2dGrad(pool_geometry(cx.output(0), cx.input(0), p)))
+        cx.all(KernelCall::AvgPool2dGrad(pool_geometry(cx.output(0), cx.input(0), p)))
     }
 }
 
@@ -132,7 +132,7 @@ impl OpRules for GlobalAvgPoolGrad {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::GlobalAvgPoolGrad(channel_dims(cx.output(0))))
+        cx.all(KernelCall::GlobalAvgPoolGrad(channel_dims(cx.output(0))))
     }
 }
 

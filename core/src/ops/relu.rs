@@ -3,7 +3,7 @@
 
 use super::{Gradient, Int8Clamp, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{Lowered, Lowering};
 use crate::tensor::TensorId;
 use alloc::vec;
@@ -25,7 +25,7 @@ impl OpRules for Relu {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Relu(cx.numel()))
+        cx.all(KernelCall::Relu(cx.numel()))
     }
 }
 
@@ -46,7 +46,7 @@ impl OpRules for Relu6 {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Relu6(cx.numel()))
+        cx.all(KernelCall::Relu6(cx.numel()))
     }
 }
 
@@ -64,7 +64,7 @@ impl OpRules for ReluGrad {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::ReluGrad(cx.numel()))
+        cx.all(KernelCall::ReluGrad(cx.numel()))
     }
 }
 
@@ -82,7 +82,7 @@ impl OpRules for Relu6Grad {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Relu6Grad(cx.numel()))
+        cx.all(KernelCall::Relu6Grad(cx.numel()))
     }
 }
 

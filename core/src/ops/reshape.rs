@@ -4,7 +4,7 @@
 use super::{Gradient, Int8Form, Int8Same, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{Lowered, Lowering};
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
@@ -56,8 +56,8 @@ impl OpRules for Detach {
 /// A copy of the input, in its element type.
 fn copy(cx: &Lowering<'_>) -> Lowered {
     cx.all(match cx.input_dtype(0) {
-        DType::I8 => Kernel::CopyI8(cx.numel()),
-        _ => Kernel::Copy(cx.numel()),
+        DType::I8 => KernelCall::CopyI8(cx.numel()),
+        _ => KernelCall::Copy(cx.numel()),
     })
 }
 

@@ -2,7 +2,7 @@
 
 use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{row_dims, Lowered, Lowering};
 use crate::tensor::TensorId;
 use alloc::vec;
@@ -24,7 +24,7 @@ impl OpRules for Softmax {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Softmax(row_dims(cx.input(0))))
+        cx.all(KernelCall::Softmax(row_dims(cx.input(0))))
     }
 }
 
@@ -42,7 +42,7 @@ impl OpRules for SoftmaxGrad {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::SoftmaxGrad(row_dims(cx.input(0))))
+        cx.all(KernelCall::SoftmaxGrad(row_dims(cx.input(0))))
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{Lowered, Lowering};
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::{AddRescale, QuantParams};
@@ -41,7 +41,7 @@ impl OpRules for QAdd {
     }
 
     fn lower(q: QAddParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::QAdd(q.rescale, q.act, cx.numel()))
+        cx.all(KernelCall::QAdd(q.rescale, q.act, cx.numel()))
     }
 }
 
@@ -59,7 +59,7 @@ impl OpRules for QClampGrad {
     }
 
     fn lower(act: (i8, i8), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::QClampGrad(act, cx.numel()))
+        cx.all(KernelCall::QClampGrad(act, cx.numel()))
     }
 }
 

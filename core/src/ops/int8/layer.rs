@@ -4,7 +4,7 @@
 use crate::autograd::Vjp;
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{Lowered, Lowering};
 use crate::ops::conv2d::{conv_geometry, ConvParams};
 use crate::ops::linear::linear_dims;
@@ -66,7 +66,7 @@ impl OpRules for QConv2d {
     }
 
     fn lower(q: QConvParams, cx: &Lowering<'_>) -> Lowered {
-        let kernel = Kernel::QConv2d {
+        let kernel = KernelCall::QConv2d {
             geometry: conv_geometry(cx.input(0), cx.input(1), cx.output(0), q.conv),
             input_zero_point: q.input.zero_point,
             output_zero_point: q.output.zero_point,
@@ -95,7 +95,7 @@ impl OpRules for QLinear {
     }
 
     fn lower(q: QLinearParams, cx: &Lowering<'_>) -> Lowered {
-        let kernel = Kernel::QLinear {
+        let kernel = KernelCall::QLinear {
             dims: linear_dims(cx.input(0), cx.input(1)),
             input_zero_point: q.input.zero_point,
             output_zero_point: q.output.zero_point,

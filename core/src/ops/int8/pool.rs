@@ -2,7 +2,7 @@
 //! and the gradient runs through the float pooling gradients.
 
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{channel_dims, Lowered, Lowering};
 use crate::ops::pool::{pool_geometry, PoolParams};
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
@@ -46,7 +46,7 @@ impl OpRules for QMaxPool2d {
     }
 
     fn lower(p: PoolParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::QMaxPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
+        cx.all(KernelCall::QMaxPool2d(pool_geometry(cx.input(0), cx.output(0), p)))
     }
 }
 
@@ -68,7 +68,7 @@ impl OpRules for QAvgPool2d {
 
     fn lower(p: QAvgPoolParams, cx: &Lowering<'_>) -> Lowered {
         let geometry = pool_geometry(cx.input(0), cx.output(0), p.pool);
-        cx.all(Kernel::QAvgPool2d(geometry, p.zero_point))
+        cx.all(KernelCall::QAvgPool2d(geometry, p.zero_point))
     }
 }
 
@@ -89,7 +89,7 @@ impl OpRules for QGlobalAvgPool {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::QGlobalAvgPool(channel_dims(cx.input(0))))
+        cx.all(KernelCall::QGlobalAvgPool(channel_dims(cx.input(0))))
     }
 }
 

@@ -2,7 +2,7 @@
 //! passes straight through both.
 
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{leading_channel_dims, Lowered, Lowering};
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
@@ -32,7 +32,7 @@ impl OpRules for Quantize {
     }
 
     fn lower(p: QuantParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Quantize(p, cx.numel()))
+        cx.all(KernelCall::Quantize(p, cx.numel()))
     }
 }
 
@@ -50,7 +50,7 @@ impl OpRules for Dequantize {
     }
 
     fn lower(p: QuantParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::Dequantize(p, cx.numel()))
+        cx.all(KernelCall::Dequantize(p, cx.numel()))
     }
 }
 
@@ -68,7 +68,7 @@ impl OpRules for DequantizeWeights {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::DequantizeWeights(leading_channel_dims(cx.input(0))))
+        cx.all(KernelCall::DequantizeWeights(leading_channel_dims(cx.input(0))))
     }
 }
 

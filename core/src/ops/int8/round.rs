@@ -4,7 +4,7 @@
 
 use crate::autograd::Vjp;
 use crate::graph::{Graph, GraphError};
-use crate::kernel::Kernel;
+use crate::kernel::KernelCall;
 use crate::lower::{leading_channel_dims, Lowered, Lowering};
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::tensor::{DType, TensorId};
@@ -46,7 +46,7 @@ impl OpRules for RoundWeights {
     }
 
     fn lower(_: RoundWeightsParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::RoundWeights(leading_channel_dims(cx.input(0))))
+        cx.all(KernelCall::RoundWeights(leading_channel_dims(cx.input(0))))
     }
 }
 
@@ -65,7 +65,7 @@ impl OpRules for RoundBias {
     }
 
     fn lower(_: RoundBiasParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(Kernel::RoundBias(cx.numel()))
+        cx.all(KernelCall::RoundBias(cx.numel()))
     }
 }
 
@@ -84,7 +84,7 @@ impl OpRules for ChannelScale {
 
     fn lower(p: ChannelScaleParams, cx: &Lowering<'_>) -> Lowered {
         let dims = leading_channel_dims(cx.input(0));
-        cx.all(Kernel::ChannelScale { dims, unit: p.unit, power: p.power })
+        cx.all(KernelCall::ChannelScale { dims, unit: p.unit, power: p.power })
     }
 }
 
