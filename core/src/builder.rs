@@ -4,7 +4,7 @@
 
 use crate::geometry::window_output;
 use crate::graph::{Graph, GraphError, Init, Node, Phase, TensorInfo};
-use crate::ops::Op;
+use crate::op::Op;
 use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};
 use alloc::string::{String, ToString};

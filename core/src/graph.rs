@@ -1,7 +1,7 @@
 //! The recorded graph: tensors (shape, dtype, role, initial value) and the nodes that
 //! produce them, in recording order. Model code builds it through [`crate::builder`].
 
-use crate::ops::Op;
+use crate::op::Op;
 use crate::rng::SplitMix;
 use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};

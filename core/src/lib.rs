@@ -85,10 +85,9 @@ pub mod lower;
 #[cfg(feature = "alloc")]
 pub mod nn;
 #[cfg(feature = "alloc")]
-pub mod ops;
-/// The op layer under its former name, for code written against it.
+pub mod op;
 #[cfg(feature = "alloc")]
-pub use ops as op;
+pub mod ops;
 #[cfg(feature = "alloc")]
 pub mod optim;
 #[cfg(feature = "alloc")]

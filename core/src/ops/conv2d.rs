@@ -7,17 +7,10 @@ use crate::geometry::Conv2dGeometry;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
 use crate::lower::{dim, Lowered, Lowering};
+use crate::op::ConvParams;
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
 use alloc::{format, vec};
-
-/// Stride, padding and grouping of a convolution.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ConvParams {
-    pub stride: (usize, usize),
-    pub padding: (usize, usize),
-    pub groups: usize,
-}
 
 pub(crate) struct Conv2d;
 

@@ -6,18 +6,10 @@ use crate::geometry::Pool2dGeometry;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
 use crate::lower::{channel_dims, dim, Lowered, Lowering};
+use crate::op::PoolParams;
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
 use alloc::{format, vec};
-
-/// A pooling window.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PoolParams {
-    pub kernel: (usize, usize),
-    pub stride: (usize, usize),
-    pub padding: (usize, usize),
-    pub count_include_pad: bool,
-}
 
 pub(crate) struct MaxPool2d;
 

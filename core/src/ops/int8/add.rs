@@ -5,19 +5,10 @@ use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
 use crate::lower::{Lowered, Lowering};
+use crate::op::QAddParams;
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
-use crate::quant::{AddRescale, QuantParams};
 use crate::tensor::{DType, TensorId};
 use alloc::vec;
-
-/// An int8 residual add: TFLite's precomputed rescaling and the fused clamp.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct QAddParams {
-    pub rescale: AddRescale,
-    /// The output's quantization (the rescale folds it in; the backward pass reads it).
-    pub output: QuantParams,
-    pub act: (i8, i8),
-}
 
 pub(crate) struct QAdd;
 

@@ -6,7 +6,8 @@ use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
 use crate::lower::{Lowered, Lowering};
-use crate::ops::conv2d::{conv_geometry, ConvParams};
+use crate::op::{ChannelScaleParams, QConvParams, QLinearParams};
+use crate::ops::conv2d::conv_geometry;
 use crate::ops::linear::linear_dims;
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
@@ -14,24 +15,6 @@ use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
 use alloc::vec;
 use alloc::vec::Vec;
-
-/// An int8 convolution: its geometry settings, the quantization of its input and output,
-/// and the fused activation's clamp bounds (in output units).
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct QConvParams {
-    pub conv: ConvParams,
-    pub input: QuantParams,
-    pub output: QuantParams,
-    pub act: (i8, i8),
-}
-
-/// An int8 dense layer: the quantization of its input and output and the fused clamp.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct QLinearParams {
-    pub input: QuantParams,
-    pub output: QuantParams,
-    pub act: (i8, i8),
-}
 
 /// The tensors of one int8 convolution or dense layer besides its input.
 #[derive(Clone, Copy, Debug)]
@@ -132,13 +115,13 @@ fn int8_layer_vjp(
     if cx.want(1).is_some() {
         let x_real = cx.scratch("input_real", Op::Dequantize(input), vec![x], x)?;
         let real = cx.backward("grad_weight_real", grads.1, vec![dy, x_real], w)?;
-        let op = Op::ChannelScale(super::ChannelScaleParams { unit: 1.0, power: 1 });
+        let op = Op::ChannelScale(ChannelScaleParams { unit: 1.0, power: 1 });
         let grad = cx.backward("grad_weight", op, vec![real, w_scale], w)?;
         cx.contribute(w, grad);
     }
     if cx.want(2).is_some() {
         let real = cx.backward("grad_bias_real", Op::BiasGrad, vec![dy], bias)?;
-        let op = Op::ChannelScale(super::ChannelScaleParams { unit: input.scale, power: 1 });
+        let op = Op::ChannelScale(ChannelScaleParams { unit: input.scale, power: 1 });
         let grad = cx.backward("grad_bias", op, vec![real, w_scale], bias)?;
         cx.contribute(bias, grad);
     }

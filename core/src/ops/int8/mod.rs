@@ -8,10 +8,7 @@ pub(super) mod pool;
 pub(super) mod quantize;
 pub(super) mod round;
 
-pub use add::QAddParams;
-pub use layer::{Int8Weights, QConvParams, QLinearParams};
-pub use pool::QAvgPoolParams;
-pub use round::{ChannelScaleParams, RoundBiasParams, RoundWeightsParams};
+pub use layer::Int8Weights;
 
 use crate::builder::invalid;
 use crate::graph::{Graph, GraphError};

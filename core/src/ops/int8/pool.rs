@@ -4,19 +4,14 @@
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
 use crate::lower::{channel_dims, Lowered, Lowering};
-use crate::ops::pool::{pool_geometry, PoolParams};
+use crate::op::PoolParams;
+use crate::op::QAvgPoolParams;
+use crate::ops::pool::pool_geometry;
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
 use alloc::vec;
-
-/// An int8 average pooling window and the zero point of its input (and output).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct QAvgPoolParams {
-    pub pool: PoolParams,
-    pub zero_point: i32,
-}
 
 /// Parameters that read int8 codes as their integer values.
 const UNIT: QuantParams = QuantParams { scale: 1.0, zero_point: 0 };

@@ -6,30 +6,10 @@ use crate::autograd::Vjp;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
 use crate::lower::{leading_channel_dims, Lowered, Lowering};
+use crate::op::{ChannelScaleParams, RoundBiasParams, RoundWeightsParams};
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::tensor::{DType, TensorId};
 use alloc::vec;
-
-/// Rounding a trainable int8 weight: `qas` scales its gradient by `w_scale⁻²`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RoundWeightsParams {
-    pub qas: bool,
-}
-
-/// Rounding a trainable int32 bias in units of `input_scale · w_scale`: `qas` scales its
-/// gradient by `(input_scale · w_scale)⁻²`.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct RoundBiasParams {
-    pub input_scale: f32,
-    pub qas: bool,
-}
-
-/// `g'[o, ..] = g[o, ..] · (unit · w_scale[o])^power`.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ChannelScaleParams {
-    pub unit: f32,
-    pub power: i8,
-}
 
 pub(crate) struct RoundWeights;
 
