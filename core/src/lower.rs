@@ -1,88 +1,12 @@
-//! Lowering: one graph node to one plan kernel. Each op's rule (see [`crate::ops`]) reads
-//! its geometry off the operand shapes through a `Lowering`, which also carries the mode
-//! (batch statistics or running ones, dropout on or off).
+//! Lowering: one graph node to one plan kernel. The driver here hands each node to its op's
+//! lowering rule (see [`crate::ops`]) through a [`Lowering`] context.
 
-use crate::geometry::{ChannelDims, RowDims};
 use crate::graph::{Graph, Node};
-use crate::kernel::KernelCall;
-use crate::shape::Shape;
-use crate::tensor::{DType, TensorId};
-use alloc::vec::Vec;
+use crate::ops::{Lowered, Lowering};
 
-/// Whether a plan trains (batch statistics, dropout on) or evaluates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Train,
-    Eval,
-}
-
-/// A kernel and its operands in signature order.
-pub(crate) type Lowered = (KernelCall, Vec<TensorId>);
+pub use crate::ops::Mode;
 
 /// The kernel for `node` and its operands in signature order.
 pub(crate) fn lower(graph: &Graph, node: &Node, mode: Mode) -> Lowered {
-    node.op.lower(&Lowering { graph, node, mode })
-}
-
-/// One node as its lowering rule sees it.
-pub(crate) struct Lowering<'a> {
-    graph: &'a Graph,
-    pub node: &'a Node,
-    pub mode: Mode,
-}
-
-impl Lowering<'_> {
-    /// The shape of input `i`.
-    pub fn input(&self, i: usize) -> Shape {
-        self.graph.shape(self.node.inputs[i])
-    }
-
-    /// The element type of input `i`.
-    pub fn input_dtype(&self, i: usize) -> DType {
-        self.graph.tensor(self.node.inputs[i]).dtype
-    }
-
-    /// The shape of state tensor `i`.
-    pub fn state(&self, i: usize) -> Shape {
-        self.graph.shape(self.node.state[i])
-    }
-
-    /// The shape of output `i`.
-    pub fn output(&self, i: usize) -> Shape {
-        self.graph.shape(self.node.outputs[i])
-    }
-
-    /// The number of elements of the first output.
-    pub fn numel(&self) -> usize {
-        self.output(0).numel()
-    }
-
-    /// `kernel` over every operand of the node: inputs, state, then outputs.
-    pub fn all(&self, kernel: KernelCall) -> Lowered {
-        let node = self.node;
-        (kernel, node.inputs.iter().chain(&node.state).chain(&node.outputs).copied().collect())
-    }
-}
-
-/// Dimension `axis` of `s`, or 0 when `s` has fewer axes: a node decoded from a file is
-/// lowered before its kernel's checks reject such a shape, and lowering must not panic.
-pub(crate) fn dim(s: Shape, axis: usize) -> usize {
-    s.dim(axis).unwrap_or(0)
-}
-
-/// `[N, C, rest...]` seen as outer N, channels C, inner the product of the rest.
-pub(crate) fn channel_dims(s: Shape) -> ChannelDims {
-    let inner = s.dims().get(2..).map_or(0, |rest| rest.iter().product());
-    ChannelDims { outer: dim(s, 0), channels: dim(s, 1), inner }
-}
-
-/// `[O, rest...]` seen as O channels of the product of the rest (a weight's output
-/// channels).
-pub(crate) fn leading_channel_dims(s: Shape) -> ChannelDims {
-    let inner = s.dims().get(1..).map_or(0, |rest| rest.iter().product());
-    ChannelDims { outer: 1, channels: dim(s, 0), inner }
-}
-
-pub(crate) fn row_dims(s: Shape) -> RowDims {
-    RowDims { rows: dim(s, 0), cols: dim(s, 1) }
+    node.op.lower(&Lowering::new(graph, node, mode))
 }

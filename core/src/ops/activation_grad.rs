@@ -3,11 +3,11 @@
 //! rule and settings check each of them uses.
 
 use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
 use crate::builder::invalid;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{Lowered, Lowering};
+use crate::ops::lowering::{Lowered, Lowering};
+use crate::ops::Vjp;
 use crate::reference::pointwise::GradientReads;
 use crate::reference::Activation;
 use crate::tensor::TensorId;

@@ -6,7 +6,7 @@ use crate::builder::{invalid, OutputSpec};
 use crate::graph::{Graph, GraphError, Phase};
 use crate::hyperparams::BatchNormConfig;
 use crate::kernel::KernelCall;
-use crate::lower::{channel_dims, Lowered, Lowering, Mode};
+use crate::ops::lowering::{channel_dims, Lowered, Lowering, Mode};
 use crate::shape::Shape;
 use crate::tensor::{Role, TensorId};
 use alloc::string::ToString;

@@ -5,7 +5,7 @@ use crate::builder::invalid;
 use crate::graph::{Graph, GraphError};
 use crate::hyperparams::DropoutConfig;
 use crate::kernel::KernelCall;
-use crate::lower::{Lowered, Lowering, Mode};
+use crate::ops::lowering::{Lowered, Lowering, Mode};
 use crate::tensor::TensorId;
 use alloc::{format, vec};
 

@@ -6,7 +6,7 @@ use crate::builder::{invalid, OutputSpec};
 use crate::graph::{Graph, GraphError, Phase};
 use crate::hyperparams::LossScaleConfig;
 use crate::kernel::KernelCall;
-use crate::lower::{Lowered, Lowering};
+use crate::ops::lowering::{Lowered, Lowering};
 use crate::tensor::{DType, Role, TensorId};
 use alloc::string::ToString;
 use alloc::vec::Vec;

@@ -2,7 +2,7 @@
 
 use super::{activation_grad, Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
-use crate::lower::{Lowered, Lowering};
+use crate::ops::lowering::{Lowered, Lowering};
 use crate::reference::Activation;
 use crate::tensor::TensorId;
 

@@ -2,12 +2,12 @@
 //! bias gradient that convolutions share.
 
 use super::{Gradient, Int8Form, Int8Layer, Op, OpRules, OperandCounts, Recompute};
-use crate::autograd::Vjp;
 use crate::builder::mismatch;
 use crate::geometry::LinearDims;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{channel_dims, dim, Lowered, Lowering};
+use crate::ops::lowering::{channel_dims, dim, Lowered, Lowering};
+use crate::ops::Vjp;
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
 use alloc::vec;

@@ -5,7 +5,7 @@ use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{row_dims, Lowered, Lowering};
+use crate::ops::lowering::{row_dims, Lowered, Lowering};
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
 use alloc::string::ToString;

@@ -1,6 +1,7 @@
 //! The rules of each op, one file per op or tight op family (the forward op with its
 //! backward ops): its recording method on [`crate::Graph`], name, operand counts, gradient
-//! rule, recompute eligibility, int8 form and the kernel it lowers to.
+//! rule, recompute eligibility, int8 form and the kernel it lowers to; and the contexts
+//! those rules see ([`Vjp`] for gradients, [`Lowering`] for kernels).
 //!
 //! The [`Op`] enum and its wire encoding live below the graph in [`crate::op`]; every
 //! dispatch over it here is generated from the same op table (`op_table!` there), which
@@ -21,6 +22,7 @@ mod int8;
 mod leaky_relu;
 mod linear;
 mod loss;
+pub(crate) mod lowering;
 mod mul;
 mod optimizer;
 mod pool;
@@ -28,17 +30,19 @@ mod relu;
 mod reshape;
 mod sigmoid;
 mod softmax;
+mod vjp;
 
 pub use crate::op::{
     ChannelScaleParams, ConvParams, Op, PoolParams, QAddParams, QAvgPoolParams, QConvParams,
     QLinearParams, RoundBiasParams, RoundWeightsParams, UnknownOpTag,
 };
 pub use int8::Int8Weights;
+pub use lowering::Mode;
+pub(crate) use lowering::{Lowered, Lowering};
+pub(crate) use vjp::{grad_spec, Vjp};
 
-use crate::autograd::Vjp;
 use crate::graph::GraphError;
 use crate::hyperparams::BatchNormConfig;
-use crate::lower::{Lowered, Lowering};
 use crate::op::{bind, op_table, payload};
 use core::fmt;
 use core::ops::RangeInclusive;

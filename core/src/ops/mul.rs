@@ -7,7 +7,7 @@ use crate::builder::mismatch;
 use crate::geometry::ChannelDims;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{channel_dims, Lowered, Lowering};
+use crate::ops::lowering::{channel_dims, Lowered, Lowering};
 use crate::shape::Shape;
 use crate::tensor::TensorId;
 use alloc::vec;

@@ -5,7 +5,7 @@
 use super::{Gradient, Int8Form, OpRules, OperandCounts, Recompute};
 use crate::hyperparams::{AdamWConfig, SgdConfig};
 use crate::kernel::KernelCall;
-use crate::lower::{Lowered, Lowering};
+use crate::ops::lowering::{Lowered, Lowering};
 
 pub(crate) struct Fill;
 

@@ -4,7 +4,7 @@
 use super::{Gradient, Int8Clamp, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{Lowered, Lowering};
+use crate::ops::lowering::{Lowered, Lowering};
 use crate::tensor::TensorId;
 use alloc::vec;
 

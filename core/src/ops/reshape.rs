@@ -5,7 +5,7 @@ use super::{Gradient, Int8Form, Int8Same, Op, OpRules, OperandCounts, Recompute}
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{Lowered, Lowering};
+use crate::ops::lowering::{Lowered, Lowering};
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
 use alloc::vec;

@@ -3,7 +3,7 @@
 use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{row_dims, Lowered, Lowering};
+use crate::ops::lowering::{row_dims, Lowered, Lowering};
 use crate::tensor::TensorId;
 use alloc::vec;
 

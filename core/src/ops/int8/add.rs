@@ -4,8 +4,8 @@
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{Lowered, Lowering};
 use crate::op::QAddParams;
+use crate::ops::lowering::{Lowered, Lowering};
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::tensor::{DType, TensorId};
 use alloc::vec;

@@ -1,14 +1,14 @@
 //! The int8 convolution and dense layer: requantized output with a fused clamp, and a
 //! backward pass that runs the float backward kernels on dequantized operands.
 
-use crate::autograd::Vjp;
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{Lowered, Lowering};
 use crate::op::{ChannelScaleParams, QConvParams, QLinearParams};
 use crate::ops::conv2d::conv_geometry;
 use crate::ops::linear::linear_dims;
+use crate::ops::lowering::{Lowered, Lowering};
+use crate::ops::Vjp;
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
 use crate::shape::Shape;

@@ -3,9 +3,9 @@
 
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{channel_dims, Lowered, Lowering};
 use crate::op::PoolParams;
 use crate::op::QAvgPoolParams;
+use crate::ops::lowering::{channel_dims, Lowered, Lowering};
 use crate::ops::pool::pool_geometry;
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;

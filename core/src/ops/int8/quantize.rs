@@ -3,7 +3,7 @@
 
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{leading_channel_dims, Lowered, Lowering};
+use crate::ops::lowering::{leading_channel_dims, Lowered, Lowering};
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::quant::QuantParams;
 use crate::tensor::{DType, TensorId};

@@ -2,11 +2,11 @@
 //! forward pass, and the per-channel gradient scaling (quantization-aware scaling) of
 //! their straight-through gradients.
 
-use crate::autograd::Vjp;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::lower::{leading_channel_dims, Lowered, Lowering};
 use crate::op::{ChannelScaleParams, RoundBiasParams, RoundWeightsParams};
+use crate::ops::lowering::{leading_channel_dims, Lowered, Lowering};
+use crate::ops::Vjp;
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
 use crate::tensor::{DType, TensorId};
 use alloc::vec;
