@@ -270,16 +270,7 @@ fn leaky_relu() {
 
 #[test]
 fn mul_same_shape() {
-    for seed in SEEDS {
-        let mut r = Rand::new(seed);
-        let shape = nchw(&mut r, 3, 1, 4);
-        let mut g = Graph::new(seed);
-        let a = random_param(&mut g, &mut r, "a", shape);
-        let b = random_param(&mut g, &mut r, "b", shape);
-        let y = g.mul("mul", a, b).unwrap();
-        let loss = mse_to_random_target(&mut g, &mut r, y);
-        pass(check_gradients(&format!("mul {shape}"), &g, loss, &[a, b]));
-    }
+    check_same_shape_pair("mul", Graph::mul);
 }
 
 #[test]
@@ -410,18 +401,26 @@ fn global_avg_pool() {
 
 // ---- add (and fan-out) ----
 
-#[test]
-fn add_two_operands() {
+/// `loss = mse(op(a, b), target)` for two parameters of one random shape.
+fn check_same_shape_pair(
+    name: &str,
+    op: fn(&mut Graph, &str, TensorId, TensorId) -> Result<TensorId, GraphError>,
+) {
     for seed in SEEDS {
         let mut r = Rand::new(seed);
         let shape = nchw(&mut r, 3, 1, 4);
         let mut g = Graph::new(seed);
         let a = random_param(&mut g, &mut r, "a", shape);
         let b = random_param(&mut g, &mut r, "b", shape);
-        let y = g.add("add", a, b).unwrap();
+        let y = op(&mut g, name, a, b).unwrap();
         let loss = mse_to_random_target(&mut g, &mut r, y);
-        pass(check_gradients(&format!("add {shape}"), &g, loss, &[a, b]));
+        pass(check_gradients(&format!("{name} {shape}"), &g, loss, &[a, b]));
     }
+}
+
+#[test]
+fn add_two_operands() {
+    check_same_shape_pair("add", Graph::add);
 }
 
 #[test]
