@@ -4,9 +4,9 @@
 //! reference's: its loop already vectorizes and streams memory at the same speed.)
 //!
 //! The reference evaluates one out-of-line `Activation::apply` per element (small code on
-//! a microcontroller); here each activation is its own loop, with the reference's formula
-//! and order of operations, so the piecewise-linear activations and every gradient match
-//! it bit for bit. Sigmoid replaces libm's `expf` with [`exp_neg`], a range-reduced
+//! a microcontroller); here each activation is its own loop with the reference's own
+//! formula inlined, so the piecewise-linear activations and every gradient match it bit
+//! for bit. Sigmoid replaces libm's `expf` with [`exp_neg`], a range-reduced
 //! polynomial that vectorizes; it stays within a few ulp of the reference (the conformance
 //! suite's `SIGMOID` tolerance gives the error analysis).
 //!
@@ -17,49 +17,30 @@
 use sprout_core::geometry::ChannelDims;
 use sprout_core::reference::Activation;
 
-/// `y = f(x)` element-wise.
+/// `y = f(x)` element-wise: the reference's formula ([`Activation::apply`], inlined) in
+/// one loop per kind, except sigmoid's `expf`.
 pub fn activation(f: Activation, x: &[f32], y: &mut [f32]) {
     debug_assert_eq!(x.len(), y.len());
     match f {
         Activation::Sigmoid => map(x, y, sigmoid),
-        Activation::HardSigmoid(p) => {
-            map(x, y, move |x| (p.alpha * x + p.beta).clamp(0.0, 1.0));
-        }
-        // PyTorch's order of operations, as in the reference: `x · relu6(x + 3) / 6`.
-        Activation::HardSwish => map(x, y, |x| x * (x + 3.0).clamp(0.0, 6.0) / 6.0),
-        Activation::LeakyRelu(p) => map(x, y, move |x| if x > 0.0 { x } else { p.alpha * x }),
+        Activation::HardSigmoid(p) => map(x, y, move |x| Activation::HardSigmoid(p).apply(x)),
+        Activation::HardSwish => map(x, y, |x| Activation::HardSwish.apply(x)),
+        Activation::LeakyRelu(p) => map(x, y, move |x| Activation::LeakyRelu(p).apply(x)),
     }
 }
 
 /// `dx = f'(…) · dy` element-wise, `saved` being the input or output as
-/// `Activation::gradient_reads` says. Selects instead of branches; the values selected are
-/// the reference's, so the result is bit-identical.
+/// `Activation::gradient_reads` says: the reference's [`Activation::gradient`], inlined
+/// into one loop per kind, so the result is bit-identical.
 pub fn activation_grad(f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
     debug_assert_eq!(saved.len(), dx.len());
     debug_assert_eq!(dy.len(), dx.len());
+    let grad = |g: Activation| move |s, dy| g.gradient(s, dy);
     match f {
-        Activation::Sigmoid => zip_map(saved, dy, dx, |s, dy| dy * s * (1.0 - s)),
-        Activation::HardSigmoid(p) => zip_map(saved, dy, dx, move |s, dy| {
-            let z = p.alpha * s + p.beta;
-            let inside = z > 0.0 && z < 1.0;
-            if inside {
-                dy * p.alpha
-            } else {
-                0.0
-            }
-        }),
-        Activation::HardSwish => zip_map(saved, dy, dx, |s, dy| {
-            let ramp = dy * (s / 3.0 + 0.5);
-            let upper = if s <= 3.0 { ramp } else { dy };
-            if s < -3.0 {
-                0.0
-            } else {
-                upper
-            }
-        }),
-        Activation::LeakyRelu(p) => {
-            zip_map(saved, dy, dx, move |s, dy| if s > 0.0 { dy } else { dy * p.alpha })
-        }
+        Activation::Sigmoid => zip_map(saved, dy, dx, grad(Activation::Sigmoid)),
+        Activation::HardSigmoid(p) => zip_map(saved, dy, dx, grad(Activation::HardSigmoid(p))),
+        Activation::HardSwish => zip_map(saved, dy, dx, grad(Activation::HardSwish)),
+        Activation::LeakyRelu(p) => zip_map(saved, dy, dx, grad(Activation::LeakyRelu(p))),
     }
 }
 
