@@ -22,6 +22,7 @@ mod leaves;
 mod noise;
 mod pixels;
 mod rng;
+mod split;
 mod transform;
 
 pub use batch::{Batch, Batcher, Epoch};
