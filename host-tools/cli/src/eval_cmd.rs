@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use sprout_bundle::apply_device_checkpoint;
-use sprout_train::{open_data, Inference, Model};
+use sprout_train::{open_eval_data, Inference, Model};
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
@@ -42,7 +42,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             100.0 * info.accuracy
         );
     }
-    let (_, mut data) = open_data(&mut model, &args.data, None, false, false, 0)?;
+    let mut data = open_eval_data(&mut model, &args.data)?;
     let mut inference = Inference::new(&model)?;
     let metrics = inference.evaluate(&mut data)?;
     let names = &model.metadata.class_names;

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sprout_core::{load_model, save_model, to_f16_storage, F16Storage, Graph, ModelFile, Role};
-use sprout_train::{open_data, quantize, write_atomic, Model, QuantizeSettings, RangeMethod};
+use sprout_train::{
+    open_data, quantize, write_atomic, DataOptions, Model, QuantizeSettings, RangeMethod,
+};
 
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
@@ -111,7 +113,8 @@ fn to_int8(args: &QuantizeArgs) -> Result<ModelFile> {
         bail!("int8 quantization needs calibration data: give --calib DIR|FILE");
     };
     let mut model = Model::open(&args.model)?;
-    let (mut data, _) = open_data(&mut model, calib, None, false, false, 0)?;
+    let options = DataOptions { augment: false, shuffle: false, ..DataOptions::default() };
+    let mut data = open_data(&mut model, calib, &options)?.train;
     let method = match args.calibration {
         Calibration::Minmax => RangeMethod::MinMax,
         Calibration::Percentile => RangeMethod::Percentile(args.percentile),

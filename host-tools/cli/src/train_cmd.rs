@@ -1,16 +1,17 @@
 //! `sprout train`: trains a zoo model or a `.sprout` file on an image folder or a tensor
-//! file, with a progress line, checkpoints, `best.sprout` and `curve.png` in the run folder.
+//! file, with a progress line; a fresh run folder holds `args.json`, `metrics.csv`, the
+//! checkpoints, `best.sprout` and `curve.png`/`curve.svg`.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sprout_core::save_model;
 use sprout_train::{
-    folder_classes, open_data, train, write_atomic, Model, OptimizerChoice, ScheduleChoice,
-    TrainEvent, TrainOptions,
+    check_output, folder_classes, open_data, run_folder, train, write_atomic, DataOptions, Model,
+    OptimizerChoice, RunRecord, ScheduleChoice, SplitKind, TrainEvent, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -30,13 +31,18 @@ pub struct TrainArgs {
     /// has them (--trainable syntax; `head` gives a new head for the same classes).
     #[arg(long, value_name = "CHOICE", requires = "init_from")]
     fresh: Option<String>,
-    /// Training data: a folder per class (DIR/train and DIR/val when present) or a .npz /
-    /// .safetensors file with x (float32 [N, C, H, W]) and y (int64 [N]).
+    /// Training data: a folder per class (DIR/train and DIR/val used as given; else DIR, or
+    /// DIR/train, split by --val-fraction) or a .npz / .safetensors file with x (float32
+    /// [N, C, H, W]) and y (int64 [N]).
     #[arg(long, value_name = "DIR|FILE")]
     data: PathBuf,
-    /// Validation tensor file (default: the training file itself).
+    /// Validation tensor file, for a tensor-file --data (default: the training file itself).
     #[arg(long, value_name = "FILE")]
     val: Option<PathBuf>,
+    /// The share of each class of a folder without val/ that validates (default 0.2),
+    /// chosen by --seed.
+    #[arg(long, value_name = "F", value_parser = parse_fraction)]
+    val_fraction: Option<f32>,
     /// What to train: all, head, bias, or comma-separated name patterns with `*`.
     #[arg(long, value_name = "CHOICE", default_value = "all")]
     trainable: String,
@@ -74,10 +80,15 @@ pub struct TrainArgs {
     /// (overflowing steps are skipped; PyTorch GradScaler's defaults).
     #[arg(long)]
     mixed_precision: bool,
-    /// Continue from a checkpoint-epoch-NNN.ckpt (same model, data, options and --seed).
+    /// Stop after N epochs without a better validation accuracy (best.sprout keeps the best).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    patience: Option<u32>,
+    /// Continue from a checkpoint-epoch-NNN.ckpt in its run folder; its args.json must match
+    /// these options and data (only --epochs may grow).
     #[arg(long, value_name = "CKPT")]
     resume: Option<PathBuf>,
-    /// Where checkpoints, best.sprout and curve.png go (default runs/<name>).
+    /// The run folder, new or empty (default runs/<name>, or runs/<name>-2, -3, ... when
+    /// taken): args.json, metrics.csv, checkpoints, best.sprout, curve.png and curve.svg.
     #[arg(long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
     /// The trained model.
@@ -104,6 +115,18 @@ fn parse_architecture(name: &str) -> Result<Architecture, String> {
         let known: Vec<&str> = Architecture::ALL.iter().map(|a| a.name()).collect();
         format!("unknown zoo model '{name}' (known: {})", known.join(", "))
     })
+}
+
+fn parse_fraction(text: &str) -> Result<f32, String> {
+    match text.parse::<f32>() {
+        Ok(f) if f > 0.0 && f < 1.0 => Ok(f),
+        _ => Err(format!("'{text}' is not a fraction between 0 and 1 (exclusive), e.g. 0.2")),
+    }
+}
+
+/// `path` made absolute, so a resumed run started from another folder compares equal.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 pub fn run(args: &TrainArgs) -> Result<()> {
@@ -134,14 +157,16 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         }
         (None, None) => bail!("give --zoo NAME or --model FILE.sprout"),
     };
-    let (mut data, mut val) = open_data(
-        &mut model,
-        &args.data,
-        args.val.as_deref(),
-        !args.no_augment,
-        !args.no_shuffle,
-        args.seed,
-    )?;
+    let data_options = DataOptions {
+        val: args.val.clone(),
+        val_fraction: args.val_fraction,
+        augment: !args.no_augment,
+        shuffle: !args.no_shuffle,
+        seed: args.seed,
+    };
+    let opened = open_data(&mut model, &args.data, &data_options)?;
+    let (mut data, mut val) = (opened.train, opened.val);
+    eprintln!("split {}: {}", args.data.display(), opened.split);
     let optimizer = match args.optimizer {
         OptimizerArg::Sgd => OptimizerChoice::Sgd {
             momentum: args.momentum,
@@ -156,7 +181,36 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         ScheduleArg::Cosine => ScheduleChoice::Cosine,
         ScheduleArg::Plateau => ScheduleChoice::Plateau,
     };
-    let out_dir = args.out_dir.clone().unwrap_or_else(|| PathBuf::from("runs").join(&name));
+    let inputs = [
+        ("--data", Some(&args.data)),
+        ("--val", args.val.as_ref()),
+        ("--model", args.model.as_ref()),
+        ("--init-from", args.init_from.as_ref()),
+        ("--resume", args.resume.as_ref()),
+    ];
+    let inputs: Vec<(&str, &Path)> =
+        inputs.iter().filter_map(|(flag, p)| p.map(|p| (*flag, p.as_path()))).collect();
+    check_output(&args.output, &inputs)?;
+    let base = PathBuf::from("runs").join(&name);
+    let out_dir = run_folder(&base, args.out_dir.as_deref(), args.resume.as_deref())?;
+    let mut record = RunRecord::new(std::env::args().collect());
+    record.set("--zoo", args.zoo.map(|a| a.name()));
+    record.set("--model", args.model.as_deref().map(absolute));
+    record.set("--init-from", args.init_from.as_deref().map(absolute));
+    record.set("--fresh", &args.fresh);
+    record.set("--data", absolute(&args.data));
+    record.set("--val", args.val.as_deref().map(absolute));
+    match opened.split.kind {
+        SplitKind::Stratified { fraction, .. } => record.set_f32("--val-fraction", fraction),
+        _ => record.set("--val-fraction", None::<f32>),
+    }
+    record.set("--batch-size", model.batch());
+    record.set("--no-augment", args.no_augment);
+    record.set("--no-shuffle", args.no_shuffle);
+    record.set("--resume", args.resume.as_deref().map(absolute));
+    record.set("--out-dir", absolute(&out_dir));
+    record.set("--output", absolute(&args.output));
+    record.data = Some(opened.split);
     let options = TrainOptions {
         trainable: args.trainable.clone(),
         optimizer,
@@ -166,6 +220,8 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         seed: args.seed,
         out_dir: Some(out_dir.clone()),
         resume: args.resume.clone(),
+        patience: args.patience,
+        record: Some(record),
         mixed_precision: args.mixed_precision,
     };
     let mut stderr = std::io::stderr();
@@ -207,6 +263,10 @@ pub fn run(args: &TrainArgs) -> Result<()> {
                 " ".repeat(20)
             );
         }
+        TrainEvent::EarlyStop { epoch, best_epoch, patience } => eprintln!(
+            "stopping after epoch {epoch}: no better validation accuracy for {patience} epochs \
+             (best: epoch {best_epoch}, kept as best.sprout)"
+        ),
     })?;
     let bytes = save_model(&outcome.model).context("cannot encode the trained model")?;
     write_atomic(&args.output, &bytes)?;
@@ -225,7 +285,8 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         );
     }
     println!(
-        "wrote {} (run folder {}: checkpoints, best.sprout, curve.png) in {:.1} s",
+        "wrote {} (run folder {}: args.json, metrics.csv, checkpoints, best.sprout, curve.png) \
+         in {:.1} s",
         args.output.display(),
         out_dir.display(),
         started.elapsed().as_secs_f64()

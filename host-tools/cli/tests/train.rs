@@ -162,3 +162,148 @@ fn mixed_precision_training_then_f16_and_int8_quantization_and_bad_inputs() {
     fails(&["quantize", s(&truncated), "--dtype", "f16", "-o", s(&never)], "truncated.sprout");
     assert!(!never.exists());
 }
+
+/// Runs `sprout ARGS` in `dir`; returns (success, stdout, stderr).
+fn sprout_in(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sprout"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.success(), common::text(&out.stdout), common::text(&out.stderr))
+}
+
+#[test]
+fn one_folder_is_split_each_run_gets_a_folder_and_resume_refuses_changes() {
+    let scratch = Scratch::new("runs");
+    let dir = &scratch.0;
+    let leaves = dir.join("leaves");
+    ok(&["data", "leaves", "--out", s(&leaves), "--per-class", "10", "--size", "16"]);
+    let tiny = dir.join("tiny.sprout");
+    tiny_model(&tiny);
+    // One folder of classes (no val/): split 80/20 per class, printed.
+    let photos = leaves.join("train");
+    // --lr 0.01 --epochs 2 --batch-size 4 unless `extra` gives them.
+    let train = |extra: &[&str]| {
+        let mut args = vec!["train", "--model", "tiny.sprout", "--data", "leaves/train"];
+        for pair in [["--lr", "0.01"], ["--epochs", "2"], ["--batch-size", "4"]] {
+            if !extra.contains(&pair[0]) {
+                args.extend(pair);
+            }
+        }
+        sprout_in(dir, &[&args[..], extra].concat())
+    };
+    let (success, _, stderr) = train(&["-o", "a.sprout"]);
+    assert!(success, "{stderr}");
+    assert!(
+        stderr.contains(
+            "split leaves/train: 18 train / 6 validation images (stratified, 20%, seed 0)"
+        ),
+        "{stderr}"
+    );
+    // The default run folder, then a fresh one for the second run.
+    let (success, stdout, stderr) = train(&["-o", "b.sprout"]);
+    assert!(success, "{stderr}");
+    assert!(stdout.contains("runs/tiny-2"), "{stdout}");
+    let (first, second) = (dir.join("runs/tiny"), dir.join("runs/tiny-2"));
+    for file in ["args.json", "metrics.csv", "best.sprout", "curve.png", "curve.svg"] {
+        assert!(first.join(file).is_file() && second.join(file).is_file(), "{file} missing");
+    }
+    assert!(second.join("checkpoint-epoch-002.ckpt").is_file());
+
+    let args: serde_json::Value =
+        serde_json::from_slice(&fs::read(first.join("args.json")).unwrap()).unwrap();
+    assert_eq!(args["options"]["--lr"], serde_json::json!(0.01));
+    assert_eq!(args["options"]["--val-fraction"], serde_json::json!(0.2));
+    assert_eq!(args["options"]["--batch-size"], serde_json::json!(4));
+    assert_eq!(args["data"]["kind"], "stratified");
+    assert_eq!((args["data"]["train"].as_u64(), args["data"]["val"].as_u64()), (Some(18), Some(6)));
+    assert!(args["sprout"].as_str().unwrap().starts_with(env!("CARGO_PKG_VERSION")));
+    assert!(args["command_line"].as_array().unwrap().iter().any(|a| a == "leaves/train"));
+    let metrics = fs::read_to_string(first.join("metrics.csv")).unwrap();
+    let lines: Vec<&str> = metrics.lines().collect();
+    assert_eq!(
+        lines[0],
+        "epoch,train_loss,val_loss,val_accuracy,learning_rate,images_per_second,seconds"
+    );
+    assert_eq!(lines.len(), 3);
+    assert!(lines[2].starts_with("2,") && lines[2].split(',').count() == 7, "{metrics}");
+    assert_eq!(image::image_dimensions(first.join("curve.png")).unwrap(), (800, 600));
+
+    // Resume refuses another learning rate and another data set; --epochs may grow.
+    let ckpt = "runs/tiny/checkpoint-epoch-002.ckpt";
+    let (success, _, stderr) = train(&["--resume", ckpt, "--lr", "0.1", "-o", "c.sprout"]);
+    assert!(!success && stderr.contains("--resume: --lr was 0.01, now 0.1"), "{stderr}");
+    let extra = photos.join("rust").join("extra.png");
+    fs::copy(
+        photos.join("healthy").join(
+            fs::read_dir(photos.join("healthy")).unwrap().next().unwrap().unwrap().file_name(),
+        ),
+        &extra,
+    )
+    .unwrap();
+    let (success, _, stderr) = train(&["--resume", ckpt, "--epochs", "3", "-o", "c.sprout"]);
+    assert!(!success && stderr.contains("the data changed: class 'rust'"), "{stderr}");
+    fs::remove_file(&extra).unwrap();
+    let (success, _, stderr) = train(&["--resume", ckpt, "--epochs", "3", "-o", "c.sprout"]);
+    assert!(success && stderr.contains("resuming after epoch 2 of 3"), "{stderr}");
+    assert_eq!(fs::read_to_string(first.join("metrics.csv")).unwrap().lines().count(), 4);
+
+    // An exact --out-dir that is taken, an output that is an input, --val with a folder,
+    // and a class folder the model does not know are refused before training.
+    let (success, _, stderr) = train(&["--out-dir", "runs/tiny", "-o", "d.sprout"]);
+    assert!(!success && stderr.contains("not empty"), "{stderr}");
+    let (success, _, stderr) = train(&["-o", "tiny.sprout"]);
+    assert!(!success && stderr.contains("is the --model input"), "{stderr}");
+    let (success, _, stderr) = train(&["--val", "x.npz", "-o", "d.sprout"]);
+    assert!(!success && stderr.contains("--val x.npz: is for tensor files"), "{stderr}");
+    let (success, _, stderr) = train(&["-o", "missing/d.sprout"]);
+    assert!(!success && stderr.contains("the folder missing does not exist"), "{stderr}");
+    fs::create_dir_all(photos.join("mystery")).unwrap();
+    fs::copy(
+        photos.join("healthy").join(
+            fs::read_dir(photos.join("healthy")).unwrap().next().unwrap().unwrap().file_name(),
+        ),
+        photos.join("mystery/a.png"),
+    )
+    .unwrap();
+    let (success, _, stderr) = train(&["-o", "d.sprout"]);
+    assert!(
+        !success && stderr.contains("class folders the model does not have: mystery"),
+        "{stderr}"
+    );
+    fails(&["eval", s(&dir.join("a.sprout")), "--data", s(&photos)], "does not have: mystery");
+    assert!(!dir.join("d.sprout").exists());
+    let runs: Vec<_> = fs::read_dir(dir.join("runs")).unwrap().collect();
+    assert_eq!(runs.len(), 2, "refused runs leave no run folder");
+}
+
+#[test]
+fn patience_stops_when_validation_accuracy_stalls() {
+    let scratch = Scratch::new("patience");
+    let dir = &scratch.0;
+    // A learning rate of 0: epoch 1 stays the best, so patience 2 stops after epoch 3.
+    let leaves = dir.join("leaves");
+    ok(&["data", "leaves", "--out", s(&leaves), "--per-class", "10", "--size", "16"]);
+    let tiny = dir.join("tiny.sprout");
+    tiny_model(&tiny);
+    let run_dir = dir.join("run");
+    let args = ["train", "--model", s(&tiny), "--data", s(&leaves), "--batch-size", "4"];
+    let out = common::sprout(
+        &[
+            &args[..],
+            &["--lr", "0", "--epochs", "10", "--patience", "2", "--out-dir", s(&run_dir)],
+            &["-o", s(&dir.join("t.sprout"))],
+        ]
+        .concat(),
+    );
+    let stderr = common::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "stopping after epoch 3: no better validation accuracy for 2 epochs (best: epoch 1"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(fs::read_to_string(run_dir.join("metrics.csv")).unwrap().lines().count(), 4);
+}

@@ -36,6 +36,9 @@ pub enum TrainError {
     /// Running a plan failed.
     #[error("running the model failed: {0}")]
     Exec(ExecError),
+    /// The training curve could not be drawn.
+    #[error("{}: cannot draw the curve: {detail}", path.display())]
+    Plot { path: PathBuf, detail: String },
     /// The data does not fit the model (class count, sample shape), or a setting is invalid.
     #[error("{0}")]
     Mismatch(String),

@@ -1,42 +1,53 @@
 //! sprout-train: training on the desktop. Data sources (folder-per-class image trees and
 //! `.npz` / `.safetensors` tensor files), the training loop over the CPU backend with
-//! validation, atomic checkpoints that resume bit-identically, and the training curve.
+//! honest train/validation splits, validation, atomic checkpoints that resume
+//! bit-identically, and run folders (`args.json`, `metrics.csv`, the curve, early stopping).
 //!
 //! ```no_run
-//! use sprout_train::{open_data, train, Model, TrainOptions};
+//! use sprout_train::{open_data, train, DataOptions, Model, TrainOptions};
 //! use sprout_zoo::Architecture;
 //! # fn main() -> Result<(), sprout_train::TrainError> {
 //! let mut model = Model::from_zoo(Architecture::LeafNet, 16, 0)?;
-//! let (mut data, mut val) =
-//!     open_data(&mut model, std::path::Path::new("leaves"), None, true, true, 0)?;
+//! let mut data = open_data(&mut model, "leaves".as_ref(), &DataOptions::default())?;
+//! println!("{}", data.split); // 240 train / 60 validation images (stratified, 20%, seed 0)
 //! let options = TrainOptions { epochs: 5, out_dir: Some("runs/leafnet".into()), ..Default::default() };
-//! let outcome = train(&model, &mut data, &mut val, &options, &mut |_| {})?;
+//! let outcome = train(&model, &mut data.train, &mut data.val, &options, &mut |_| {})?;
 //! println!("validation accuracy {:.1} %", 100.0 * outcome.metrics.accuracy());
 //! # Ok(())
 //! # }
 //! ```
 
 mod checkpoint;
-mod curve;
 mod error;
 mod files;
 mod metrics;
+mod metrics_csv;
 mod model;
+mod plot;
 mod quantize;
+mod run_folder;
+mod run_record;
 mod source;
+mod split;
 mod trainer;
 
 pub use checkpoint::{
     checkpoint_name, read_checkpoint, write_checkpoint, Checkpoint, EpochRecord, KEEP, MAGIC,
 };
-pub use curve::{render_curve, write_curve};
 pub use error::{CheckpointError, TrainError};
 pub use files::write_atomic;
 pub use metrics::{argmax, softmax, Metrics};
+pub use metrics_csv::{
+    read_metrics, render_metrics, write_metrics, MetricsRow, HEADER, METRICS_FILE,
+};
 pub use model::{Inference, Model};
+pub use plot::{render_png, render_svg, write_curves, CURVE_SIZE};
 pub use quantize::{calibrate, quantize, QuantizeSettings, RangeMethod};
+pub use run_folder::{check_output, run_folder};
+pub use run_record::{sprout_version, RunRecord, RECORD_FILE};
 pub use source::{encode_npy, read_npy, read_tensor_file, DataSource, TensorSet};
+pub use split::{ClassCount, DataSplit, SplitKind, DEFAULT_VAL_FRACTION};
 pub use trainer::{
-    folder_classes, open_data, train, LossScaleReport, OptimizerChoice, Outcome, ScheduleChoice,
-    TrainEvent, TrainOptions,
+    folder_classes, open_data, open_eval_data, train, DataOptions, LossScaleReport,
+    OptimizerChoice, Outcome, ScheduleChoice, TrainData, TrainEvent, TrainOptions,
 };

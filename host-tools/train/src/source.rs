@@ -229,21 +229,16 @@ pub enum DataSource {
 }
 
 impl DataSource {
-    /// A folder-per-class tree; with `classes`, those classes in that (label) order.
+    /// The images of `dataset`, decoded (and cached) on demand.
     pub fn folder(
-        root: &Path,
-        classes: Option<&[String]>,
+        dataset: Dataset,
         transform: Transform,
         batch: usize,
         seed: u64,
         shuffle: bool,
-    ) -> Result<Self, TrainError> {
-        let dataset = match classes {
-            Some(classes) => Dataset::open_with_classes(root, classes)?,
-            None => Dataset::open(root)?,
-        };
+    ) -> Self {
         let batcher = Batcher::new(dataset, transform, batch, seed).cached();
-        Ok(DataSource::Folder(if shuffle { batcher } else { batcher.no_shuffle() }))
+        DataSource::Folder(if shuffle { batcher } else { batcher.no_shuffle() })
     }
 
     /// Samples of a tensor file.

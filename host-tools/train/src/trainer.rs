@@ -1,9 +1,11 @@
 //! The training loop: compile the step, run shuffled full batches through the executor
 //! (the last partial batch of an epoch is dropped: a compiled plan has a fixed batch),
-//! validate through the inference plan, checkpoint, keep the best model, draw the curve.
+//! validate through the inference plan, checkpoint, keep the best model, record the run
+//! (`args.json`, `metrics.csv`, the curve), stop early when asked.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use sprout_core::hyperparams::{AdamWConfig, LossScaleConfig, SgdConfig};
 use sprout_core::optim::LOSS_SCALE;
@@ -15,12 +17,18 @@ use sprout_core::{
 use sprout_data::{Normalize, Transform};
 
 use crate::checkpoint::{read_checkpoint, write_checkpoint, Checkpoint, EpochRecord};
-use crate::curve::write_curve;
 use crate::error::CheckpointError;
 use crate::files::write_atomic;
 use crate::metrics::Metrics;
+use crate::metrics_csv::{read_metrics, write_metrics, MetricsRow, METRICS_FILE};
 use crate::model::{Inference, Model};
-use crate::source::{read_tensor_file, DataSource};
+use crate::plot::write_curves;
+use crate::run_record::RunRecord;
+use crate::source::{read_tensor_file, DataSource, TensorSet};
+use crate::split::{
+    class_counts, evaluation_root, open_classes, split_folder, training_root, DataSplit, Fnv,
+    SplitKind,
+};
 use crate::TrainError;
 use sprout_cpu::Cpu;
 
@@ -53,10 +61,16 @@ pub struct TrainOptions {
     pub epochs: u32,
     /// Data order and augmentation.
     pub seed: u64,
-    /// Where checkpoints, `best.sprout` and `curve.png` go (nothing is written without one).
+    /// Where checkpoints, `best.sprout`, `args.json`, `metrics.csv` and the curve go
+    /// (nothing is written without one).
     pub out_dir: Option<PathBuf>,
     /// A checkpoint to continue from.
     pub resume: Option<PathBuf>,
+    /// Stop after this many epochs without a better validation accuracy.
+    pub patience: Option<u32>,
+    /// The options and data of the run, completed with these options and written to
+    /// `args.json`; resuming, the checkpoint folder's `args.json` must match it.
+    pub record: Option<RunRecord>,
     /// Mixed precision: f16 copies of weights and activations in the forward pass, f32
     /// master weights, dynamic loss scaling with `GradScaler`'s defaults.
     pub mixed_precision: bool,
@@ -73,8 +87,41 @@ impl Default for TrainOptions {
             seed: 0,
             out_dir: None,
             resume: None,
+            patience: None,
+            record: None,
             mixed_precision: false,
         }
+    }
+}
+
+impl TrainOptions {
+    /// Records these options into `record` under their `sprout train` flags.
+    fn note(&self, record: &mut RunRecord) {
+        record.set("--trainable", &self.trainable);
+        match self.optimizer {
+            OptimizerChoice::Sgd { momentum, weight_decay, nesterov } => {
+                record.set("--optimizer", "sgd");
+                record.set_f32("--momentum", momentum);
+                record.set_f32("--weight-decay", weight_decay);
+                record.set("--nesterov", nesterov);
+            }
+            OptimizerChoice::AdamW { weight_decay } => {
+                record.set("--optimizer", "adamw");
+                record.set_f32("--weight-decay", weight_decay);
+            }
+        }
+        let schedule = match self.schedule {
+            ScheduleChoice::Constant => "constant",
+            ScheduleChoice::Step => "step",
+            ScheduleChoice::Cosine => "cosine",
+            ScheduleChoice::Plateau => "plateau",
+        };
+        record.set_f32("--lr", self.learning_rate);
+        record.set("--schedule", schedule);
+        record.set("--epochs", self.epochs);
+        record.set("--seed", self.seed);
+        record.set("--mixed-precision", self.mixed_precision);
+        record.set("--patience", self.patience);
     }
 }
 
@@ -87,6 +134,8 @@ pub enum TrainEvent<'a> {
     Batch { epoch: u32, batch: usize, loss: f32 },
     /// After each epoch's validation.
     Epoch { record: &'a EpochRecord, metrics: &'a Metrics },
+    /// Training stops after `epoch`: `patience` epochs passed without beating `best_epoch`.
+    EarlyStop { epoch: u32, best_epoch: u32, patience: u32 },
 }
 
 /// The result of a run.
@@ -97,6 +146,10 @@ pub struct Outcome {
     /// Validation metrics after the last epoch.
     pub metrics: Metrics,
     pub best_accuracy: Option<f32>,
+    /// The (1-based) epoch of the best accuracy, whose model is `best.sprout`.
+    pub best_epoch: Option<u32>,
+    /// The epoch after which `--patience` stopped the run.
+    pub stopped_early: Option<u32>,
     /// With mixed precision: the loss scale at the end, and how many optimizer steps this
     /// run skipped because gradients overflowed.
     pub loss_scale: Option<LossScaleReport>,
@@ -109,87 +162,161 @@ pub struct LossScaleReport {
     pub skipped_steps: u32,
 }
 
-/// The training and validation folders of a class-folder data set: `DATA/train` and
-/// `DATA/val` when present, else `DATA` for both.
-fn split_roots(data: &Path) -> (PathBuf, PathBuf) {
-    match (data.join("train").is_dir(), data.join("val").is_dir()) {
-        (true, true) => (data.join("train"), data.join("val")),
-        (true, false) => (data.join("train"), data.join("train")),
-        _ => (data.to_path_buf(), data.to_path_buf()),
-    }
-}
-
-/// The class names of a class-folder data set, or `None` for a tensor file.
+/// The class names of a class-folder data set (`DATA/train` when present, else `DATA`),
+/// or `None` for a tensor file.
 pub fn folder_classes(data: &Path) -> Result<Option<Vec<String>>, TrainError> {
     if !data.is_dir() {
         return Ok(None);
     }
-    let (train_root, _) = split_roots(data);
-    Ok(Some(sprout_data::Dataset::open(&train_root)?.classes))
+    Ok(Some(sprout_data::Dataset::open(&training_root(data))?.classes))
 }
 
-/// Opens training and validation data at `data` for `model`: a folder (`DATA/train` and
-/// `DATA/val` when present, else `DATA` for both) or a tensor file (validation: `val`, else
-/// the training file). Folder class names are given to the model (see
-/// [`Model::adopt_classes`]); samples must have the model's input shape.
+/// How [`open_data`] chooses and feeds the data.
+#[derive(Clone, Debug)]
+pub struct DataOptions {
+    /// A validation tensor file, for a tensor-file data set (an error with a folder).
+    pub val: Option<PathBuf>,
+    /// The share of a single image folder that validates, as given (`None`:
+    /// [`DEFAULT_VAL_FRACTION`](crate::DEFAULT_VAL_FRACTION)); an error with `DATA/val` or a tensor file.
+    pub val_fraction: Option<f32>,
+    /// Train on the augmenting transform (else on the evaluation transform).
+    pub augment: bool,
+    pub shuffle: bool,
+    /// The data order, the augmentation and the split.
+    pub seed: u64,
+}
+
+impl Default for DataOptions {
+    fn default() -> Self {
+        Self { val: None, val_fraction: None, augment: true, shuffle: true, seed: 0 }
+    }
+}
+
+/// The training and validation data of a run, and how they were chosen.
+pub struct TrainData {
+    pub train: DataSource,
+    pub val: DataSource,
+    pub split: DataSplit,
+}
+
+/// The model's evaluation and training transforms for image folders.
+fn transforms(model: &Model, data: &Path) -> Result<(Transform, Transform), TrainError> {
+    let size = model.image_size().ok_or_else(|| {
+        TrainError::Mismatch(format!(
+            "{}: image folders need a model with [N, 3, S, S] input; this one takes {:?}",
+            data.display(),
+            model.sample_dims()
+        ))
+    })?;
+    let prep = &model.metadata.preprocessing;
+    let normalize = match (&prep.mean[..], &prep.std[..]) {
+        (&[m0, m1, m2], &[s0, s1, s2]) => Normalize { mean: [m0, m1, m2], std: [s0, s1, s2] },
+        _ => Normalize::IMAGENET,
+    };
+    Ok((
+        Transform { normalize, ..Transform::eval(size) },
+        Transform { normalize, ..Transform::train(size) },
+    ))
+}
+
+/// The class names a folder must have for `model`: its own when fixed (a `.sprout` file).
+fn known_classes(model: &Model) -> Option<Vec<String>> {
+    model.names_fixed.then(|| model.metadata.class_names.clone())
+}
+
+/// Reads a tensor file whose samples must have the model's input shape.
+fn open_tensors(model: &Model, path: &Path) -> Result<TensorSet, TrainError> {
+    let set = read_tensor_file(path, model.classes())?;
+    if set.sample_dims != model.sample_dims() {
+        return Err(TrainError::Tensor {
+            path: path.to_path_buf(),
+            tensor: "x".into(),
+            expected: format!("shape [N, {}]", dims(&model.sample_dims())),
+            actual: format!("[{}, {}]", set.len(), dims(&set.sample_dims)),
+        });
+    }
+    Ok(set)
+}
+
+/// Opens the training and validation data at `data` for `model`. A folder: `DATA/train`
+/// and `DATA/val` as given, else `DATA/train` or `DATA` split per class (see
+/// [`DataOptions::val_fraction`]); its class names are given to the model (see
+/// [`Model::adopt_classes`]), and a model with fixed names must have exactly the data's
+/// classes. A tensor file: validated on `val`, else on itself.
 pub fn open_data(
     model: &mut Model,
     data: &Path,
-    val: Option<&Path>,
-    augment: bool,
-    shuffle: bool,
-    seed: u64,
-) -> Result<(DataSource, DataSource), TrainError> {
+    options: &DataOptions,
+) -> Result<TrainData, TrainError> {
+    let batch = model.batch();
+    let DataOptions { augment, shuffle, seed, .. } = *options;
+    if data.is_dir() {
+        if let Some(val) = &options.val {
+            return Err(TrainError::Mismatch(format!(
+                "--val {}: is for tensor files; the folder {} validates on its val/ folder or \
+                 on a split of it (--val-fraction)",
+                val.display(),
+                data.display()
+            )));
+        }
+        let (eval, augmenting) = transforms(model, data)?;
+        let known = known_classes(model);
+        let (train_set, val_set, split) =
+            split_folder(data, known.as_deref(), options.val_fraction, seed)?;
+        model.adopt_classes(&train_set.classes, &train_set.root)?;
+        let transform = if augment { augmenting } else { eval };
+        let train = DataSource::folder(train_set, transform, batch, seed, shuffle);
+        let val = DataSource::folder(val_set, eval, batch, seed, false);
+        return Ok(TrainData { train, val, split });
+    }
+    if let Some(fraction) = options.val_fraction {
+        return Err(TrainError::Mismatch(format!(
+            "--val-fraction {fraction}: {} is a tensor file; give its validation data with --val",
+            data.display()
+        )));
+    }
+    let train_set = open_tensors(model, data)?;
+    let (val_set, kind) = match &options.val {
+        Some(v) => (open_tensors(model, v)?, SplitKind::TensorFiles { val: v.clone() }),
+        None => (train_set.clone(), SplitKind::TrainingFile),
+    };
+    let mut hash = Fnv::new();
+    for set in [&train_set, &val_set] {
+        for v in &set.x {
+            hash.write(&v.to_le_bytes());
+        }
+        for l in &set.y {
+            hash.write(&l.to_le_bytes());
+        }
+    }
+    let labels = |s: &TensorSet| s.y.iter().map(|&l| l as usize).collect::<Vec<_>>().into_iter();
+    let split = DataSplit {
+        kind,
+        train: train_set.len(),
+        val: val_set.len(),
+        classes: class_counts(&model.metadata.class_names, labels(&train_set), labels(&val_set)),
+        hash: hash.hex(),
+    };
+    Ok(TrainData {
+        train: DataSource::tensors(train_set, batch, seed, shuffle),
+        val: DataSource::tensors(val_set, batch, seed, false),
+        split,
+    })
+}
+
+/// Opens the data `sprout eval` measures: of a folder, `DATA/val` (else `DATA/train`, else
+/// `DATA`) whole, whose class folders must be the model's classes when its names are fixed;
+/// or a tensor file.
+pub fn open_eval_data(model: &mut Model, data: &Path) -> Result<DataSource, TrainError> {
     let batch = model.batch();
     if data.is_dir() {
-        let size = model.image_size().ok_or_else(|| {
-            TrainError::Mismatch(format!(
-                "{}: image folders need a model with [N, 3, S, S] input; this one takes {:?}",
-                data.display(),
-                model.sample_dims()
-            ))
-        })?;
-        let (train_root, val_root) = split_roots(data);
-        let prep = &model.metadata.preprocessing;
-        let normalize = match (&prep.mean[..], &prep.std[..]) {
-            (&[m0, m1, m2], &[s0, s1, s2]) => Normalize { mean: [m0, m1, m2], std: [s0, s1, s2] },
-            _ => Normalize::IMAGENET,
-        };
-        let eval = Transform { normalize, ..Transform::eval(size) };
-        let transform =
-            if augment { Transform { normalize, ..Transform::train(size) } } else { eval };
-        let fixed = model.names_fixed.then(|| model.metadata.class_names.clone());
-        let train =
-            DataSource::folder(&train_root, fixed.as_deref(), transform, batch, seed, shuffle)?;
-        let names = train.class_names().unwrap_or_default();
-        model.adopt_classes(&names, &train_root)?;
-        let val_source = DataSource::folder(&val_root, Some(&names), eval, batch, seed, false)?;
-        return Ok((train, val_source));
+        let (eval, _) = transforms(model, data)?;
+        let set =
+            open_classes(&evaluation_root(data), known_classes(model).as_deref(), "the model")?;
+        model.adopt_classes(&set.classes, &set.root)?;
+        return Ok(DataSource::folder(set, eval, batch, 0, false));
     }
-    let open = |path: &Path| -> Result<DataSource, TrainError> {
-        let set = read_tensor_file(path, model.classes())?;
-        if set.sample_dims != model.sample_dims() {
-            return Err(TrainError::Tensor {
-                path: path.to_path_buf(),
-                tensor: "x".into(),
-                expected: format!("shape [N, {}]", dims(&model.sample_dims())),
-                actual: format!("[{}, {}]", set.len(), dims(&set.sample_dims)),
-            });
-        }
-        Ok(DataSource::tensors(set, batch, seed, shuffle))
-    };
-    let train = open(data)?;
-    let val_source = match val {
-        Some(v) => open(v)?,
-        None => open(data)?,
-    };
-    let val_source = match val_source {
-        DataSource::Tensors { set, batch, seed, .. } => {
-            DataSource::tensors(set, batch, seed, false)
-        }
-        other => other,
-    };
-    Ok((train, val_source))
+    Ok(DataSource::tensors(open_tensors(model, data)?, batch, 0, false))
 }
 
 fn dims(d: &[usize]) -> String {
@@ -283,6 +410,13 @@ pub fn train(
     let total = u32::try_from(per_epoch).unwrap_or(u32::MAX).saturating_mul(options.epochs);
     let mut rate = Rate::new(options.schedule, options.learning_rate, total);
     let hash = model.graph_hash();
+    if options.patience == Some(0) {
+        return Err(TrainError::Mismatch("--patience 0: give at least 1 epoch".into()));
+    }
+    let record = options.record.clone().map(|mut r| {
+        options.note(&mut r);
+        r
+    });
 
     let mut history = Vec::new();
     let mut best: Option<f32> = None;
@@ -290,6 +424,11 @@ pub fn train(
     if let Some(path) = &options.resume {
         let ckpt = read_checkpoint(path)?;
         let refuse = |source| TrainError::Checkpoint { path: path.clone(), source };
+        // Options first: they name what changed, where the checks below see only effects.
+        if let Some(record) = &record {
+            let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+            record.refuse_changes(&RunRecord::read(folder.unwrap_or(Path::new(".")))?)?;
+        }
         if ckpt.graph_hash != hash {
             return Err(refuse(CheckpointError::ModelHash {
                 expected: hash,
@@ -331,14 +470,46 @@ pub fn train(
         best = ckpt.best_accuracy;
         history = ckpt.history;
     }
-    progress(TrainEvent::Start { first, epochs: options.epochs, batches: per_epoch });
+    let mut best_epoch = None;
+    let mut replayed = None;
+    for r in &history {
+        if replayed.is_none_or(|b| r.val_accuracy > b) {
+            (replayed, best_epoch) = (Some(r.val_accuracy), Some(r.epoch));
+        }
+    }
+    let mut rows: Vec<MetricsRow> = history
+        .iter()
+        .map(|r| MetricsRow { record: r.clone(), images_per_second: None, seconds: None })
+        .collect();
     if let Some(dir) = &options.out_dir {
         fs::create_dir_all(dir).map_err(TrainError::io(dir))?;
+        if let Some(record) = &record {
+            record.write(dir)?;
+        }
+        let csv = dir.join(METRICS_FILE);
+        if options.resume.is_some() && csv.is_file() {
+            for old in read_metrics(&csv)? {
+                if let Some(row) = rows.iter_mut().find(|r| r.record.epoch == old.record.epoch) {
+                    (row.images_per_second, row.seconds) = (old.images_per_second, old.seconds);
+                }
+            }
+        }
     }
+    progress(TrainEvent::Start { first, epochs: options.epochs, batches: per_epoch });
 
     let mut metrics = None;
     let mut skipped_steps = 0;
+    let mut stopped_early = None;
     for epoch in first..options.epochs {
+        if let Some(patience) = options.patience {
+            let best_epoch = best_epoch.unwrap_or(0);
+            if epoch - best_epoch >= patience {
+                progress(TrainEvent::EarlyStop { epoch, best_epoch, patience });
+                stopped_early = Some(epoch);
+                break;
+            }
+        }
+        let started = Instant::now();
         let (mut loss_sum, mut steps, mut lr) = (0.0f64, 0usize, options.learning_rate);
         for (index, b) in train.epoch(u64::from(epoch)).enumerate() {
             let b = b?;
@@ -357,6 +528,7 @@ pub fn train(
             steps += 1;
             progress(TrainEvent::Batch { epoch, batch: index, loss: value });
         }
+        let training_seconds = started.elapsed().as_secs_f64();
         plan.copy_weights(&memory, &inference.plan, &mut inference.memory);
         let m = inference.evaluate(val)?;
         let accuracy = m.accuracy() as f32;
@@ -371,8 +543,13 @@ pub fn train(
         history.push(record.clone());
         let improved = best.is_none_or(|b| accuracy > b);
         if improved {
-            best = Some(accuracy);
+            (best, best_epoch) = (Some(accuracy), Some(epoch + 1));
         }
+        rows.push(MetricsRow {
+            record: record.clone(),
+            images_per_second: Some((steps * batch) as f64 / training_seconds.max(1e-9)),
+            seconds: Some(started.elapsed().as_secs_f64()),
+        });
         if let Some(dir) = &options.out_dir {
             let file = model.file_with(plan, &memory);
             let model_bytes = save_model(&file)
@@ -396,7 +573,8 @@ pub fn train(
                 model: model_bytes,
             };
             write_checkpoint(dir, &ckpt)?;
-            write_curve(&dir.join("curve.png"), &history)?;
+            write_metrics(&dir.join(METRICS_FILE), &rows)?;
+            write_curves(dir, &history)?;
         }
         progress(TrainEvent::Epoch { record: &record, metrics: &m });
         metrics = Some(m);
@@ -420,6 +598,8 @@ pub fn train(
         history,
         metrics,
         best_accuracy: best,
+        best_epoch,
+        stopped_early,
         loss_scale,
     })
 }
