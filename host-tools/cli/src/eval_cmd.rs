@@ -14,7 +14,8 @@ pub struct EvalArgs {
     /// The model to evaluate.
     #[arg(value_name = "MODEL.sprout")]
     model: PathBuf,
-    /// A folder per class (DIR/val is used when present) or a .npz / .safetensors file.
+    /// A folder per class (DIR/val, else DIR/train, else DIR; its class folders must be the
+    /// model's classes) or a .npz / .safetensors file.
     #[arg(long, value_name = "DIR|FILE")]
     data: PathBuf,
     /// Evaluate with the head a device trained: a checkpoint from `sprout device pull`

@@ -1,5 +1,6 @@
 //! `sprout-data`: the data sets sprout trains on: a synthetic plant-leaf generator, a loader for
-//! folder-per-class image trees (PlantVillage layout), image transforms and a seeded batcher.
+//! folder-per-class image trees (PlantVillage layout) with a stratified train/validation split,
+//! image transforms and a seeded batcher.
 //!
 //! ```no_run
 //! use sprout_data::{generate, Batcher, Dataset, LeafConfig, Transform};

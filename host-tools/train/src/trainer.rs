@@ -23,7 +23,7 @@ use crate::metrics::Metrics;
 use crate::metrics_csv::{read_metrics, write_metrics, MetricsRow, METRICS_FILE};
 use crate::model::{Inference, Model};
 use crate::plot::write_curves;
-use crate::run_record::RunRecord;
+use crate::run_record::{RunRecord, RECORD_FILE};
 use crate::source::{read_tensor_file, DataSource, TensorSet};
 use crate::split::{
     class_counts, evaluation_root, open_classes, split_folder, training_root, DataSplit, Fnv,
@@ -427,7 +427,15 @@ pub fn train(
         // Options first: they name what changed, where the checks below see only effects.
         if let Some(record) = &record {
             let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
-            record.refuse_changes(&RunRecord::read(folder.unwrap_or(Path::new(".")))?)?;
+            let folder = folder.unwrap_or(Path::new("."));
+            if !folder.join(RECORD_FILE).is_file() {
+                return Err(TrainError::Mismatch(format!(
+                    "--resume {}: its folder has no {RECORD_FILE} (a run of an older sprout?), \
+                     so unchanged data and options cannot be checked",
+                    path.display()
+                )));
+            }
+            record.refuse_changes(&RunRecord::read(folder)?)?;
         }
         if ckpt.graph_hash != hash {
             return Err(refuse(CheckpointError::ModelHash {

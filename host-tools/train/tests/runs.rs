@@ -278,6 +278,11 @@ fn the_run_record_and_metrics_are_written_and_resume_refuses_changes() {
     assert_eq!(grown.history.len(), 3);
     assert_eq!(read_metrics(&out.join("metrics.csv")).unwrap().len(), 3);
     assert_eq!(RunRecord::read(&out).unwrap().options["--epochs"], serde_json::json!(3));
+    fs::remove_file(out.join(RECORD_FILE)).unwrap();
+    let checkpoint = out.join("checkpoint-epoch-003.ckpt");
+    let again = TrainOptions { resume: Some(checkpoint), epochs: 4, ..TrainOptions::default() };
+    let err = run(&data, &out, TrainOptions { seed: 4, ..again }).err().unwrap();
+    assert!(err.contains("its folder has no args.json"), "{err}");
     let _ = fs::remove_dir_all(&dir);
 }
 
