@@ -13,6 +13,7 @@ use anyhow::{Context, Result};
 
 use crate::cmd::Cmd;
 use crate::format_duration;
+use crate::on_device::fresh_run_folder;
 
 /// Where the demo keeps its data, backbone and classifier (reused between runs).
 const WORK_DIR: &str = "target/sprout-demo";
@@ -93,7 +94,8 @@ pub fn run(root: &Path) -> Result<()> {
         Cmd::new(sprout, root)
             .args(["train", "--zoo", "leafnet", "--data", &path(SOURCE.folder)])
             .args(flags(PRETRAIN))
-            .args(["--out-dir", &path("pretrain-run"), "-o", &path("backbone.sprout")])
+            .args(["--out-dir", &fresh_run_folder(&work.join("pretrain-run"))?])
+            .args(["-o", &path("backbone.sprout")])
             .run()?;
     }
 
@@ -102,7 +104,8 @@ pub fn run(root: &Path) -> Result<()> {
         .args(["train", "--zoo", "leafnet", "--init-from", &path("backbone.sprout")])
         .args(["--data", &path(TARGET.folder)])
         .args(flags(FINE_TUNE))
-        .args(["--out-dir", &path("fine-tune-run"), "-o", &path("leaf-classifier.sprout")])
+        .args(["--out-dir", &fresh_run_folder(&work.join("fine-tune-run"))?])
+        .args(["-o", &path("leaf-classifier.sprout")])
         .run()?;
 
     println!("\n==> [4/5] validation on held-out target photos");

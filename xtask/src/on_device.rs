@@ -122,10 +122,20 @@ pub fn prepare_ci(root: &Path) -> Result<Leaf> {
         Cmd::new(&sprout, root)
             .args(["train", "--zoo", "leafnet", "--data", &path(CI_SOURCE.folder)])
             .args(CI_PRETRAIN.iter().copied())
-            .args(["--out-dir", &path("pretrain-run"), "-o", &path("backbone.sprout")])
+            .args(["--out-dir", &fresh_run_folder(&work.join("pretrain-run"))?])
+            .args(["-o", &path("backbone.sprout")])
             .run()?;
     }
     bundle_for_device(root, &sprout, &backbone, &work)
+}
+
+/// `dir` emptied for a new training run (`sprout train --out-dir` takes only a new or empty
+/// folder, so a rerun must not find the last run's checkpoints there), as a string.
+pub fn fresh_run_folder(dir: &Path) -> Result<String> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    Ok(dir.to_str().context("the run folder's path is not UTF-8")?.to_owned())
 }
 
 /// CI's bundle, made when missing.
@@ -160,7 +170,8 @@ pub fn bundle_for_device(root: &Path, sprout: &str, backbone: &Path, work: &Path
         .args(["train", "--zoo", "leafnet", "--init-from", &backbone.to_string_lossy()])
         .args(["--fresh", "head", "--data", &data, "--trainable", "head"])
         .args(["--epochs", "0", "--seed", "2"])
-        .args(["--out-dir", &path("fresh-head-run"), "-o", &path("fresh-head.sprout")])
+        .args(["--out-dir", &fresh_run_folder(&work.join("fresh-head-run"))?])
+        .args(["-o", &path("fresh-head.sprout")])
         .run()?;
     let model = leaf.model.to_string_lossy().into_owned();
     Cmd::new(sprout, root)
