@@ -20,11 +20,13 @@ mod checkpoint;
 mod curve;
 mod error;
 mod files;
+mod kind;
 mod metrics;
 mod model;
 mod quantize;
 mod source;
 mod trainer;
+mod version;
 
 pub use checkpoint::{
     checkpoint_name, read_checkpoint, write_checkpoint, Checkpoint, EpochRecord, KEEP, MAGIC,
@@ -32,6 +34,7 @@ pub use checkpoint::{
 pub use curve::{render_curve, write_curve};
 pub use error::{CheckpointError, TrainError};
 pub use files::write_atomic;
+pub use kind::{expect_kind, read_kind, FileKind};
 pub use metrics::{argmax, softmax, Metrics};
 pub use model::{Inference, Model};
 pub use quantize::{calibrate, quantize, QuantizeSettings, RangeMethod};
@@ -40,3 +43,4 @@ pub use trainer::{
     folder_classes, open_data, train, LossScaleReport, OptimizerChoice, Outcome, ScheduleChoice,
     TrainEvent, TrainOptions,
 };
+pub use version::{version_string, GIT_COMMIT, VERSION};
