@@ -20,8 +20,8 @@ pub struct BundleArgs {
     #[arg(long, value_name = "CHOICE", default_value = "head")]
     trainable: String,
     /// Samples per head training and evaluation batch on the device.
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
-    batch: u64,
+    #[arg(long, value_name = "N", alias = "batch", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    batch_size: u64,
     /// Learning rate of the device's SGD.
     #[arg(long, value_name = "LR", default_value_t = 0.05)]
     lr: f32,
@@ -40,7 +40,7 @@ pub fn run(args: &BundleArgs) -> Result<()> {
     let model = Model::open(&args.model)?;
     let options = BundleOptions {
         trainable: args.trainable.clone(),
-        batch: args.batch as usize,
+        batch: args.batch_size as usize,
         config: TrainConfig::sgd(args.momentum),
         learning_rate: args.lr,
     };

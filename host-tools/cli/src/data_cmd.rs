@@ -27,8 +27,8 @@ enum DataCommand {
 #[derive(Args, Debug)]
 struct LeavesArgs {
     /// Folder to write into; it must be empty or absent unless --force is given.
-    #[arg(long, value_name = "DIR")]
-    out: PathBuf,
+    #[arg(short, long, value_name = "DIR", alias = "out")]
+    output: PathBuf,
     /// Comma-separated class names. Both domains know healthy, leaf_spot and rust; the
     /// source domain also powdery_mildew, blight, mosaic and scorch.
     #[arg(
@@ -75,12 +75,12 @@ fn run_leaves(args: &LeavesArgs) -> Result<()> {
         domain: args.domain,
         val_fraction: args.val_fraction,
     };
-    prepare(&args.out, args.force)?;
+    prepare(&args.output, args.force)?;
     let started = Instant::now();
     let mut stderr = std::io::stderr();
     // A counter rewritten in place only makes sense on a terminal.
     let show = stderr.is_terminal();
-    let summary = generate(&config, &args.out, |done, total| {
+    let summary = generate(&config, &args.output, |done, total| {
         if show {
             // Progress is best effort: a closed stderr must not stop the generation.
             let _ = write!(stderr, "\rgenerating {done}/{total}");
@@ -89,7 +89,7 @@ fn run_leaves(args: &LeavesArgs) -> Result<()> {
             }
         }
     })
-    .with_context(|| format!("cannot generate the leaf data set in {}", args.out.display()))?;
+    .with_context(|| format!("cannot generate the leaf data set in {}", args.output.display()))?;
     let seconds = started.elapsed().as_secs_f64();
 
     println!(
@@ -98,7 +98,7 @@ fn run_leaves(args: &LeavesArgs) -> Result<()> {
         args.size,
         args.size,
         args.seed,
-        args.out.display()
+        args.output.display()
     );
     println!("{:<16} {:>7} {:>7}", "class", "train", "val");
     for class in &summary.classes {
@@ -124,7 +124,7 @@ fn prepare(out: &Path, force: bool) -> Result<()> {
         return Ok(());
     }
     if !force {
-        bail!("{} exists and is not empty; pick another --out or pass --force to replace its train/ and val/ folders", out.display());
+        bail!("{} exists and is not empty; pick another --output or pass --force to replace its train/ and val/ folders", out.display());
     }
     for split in ["train", "val"] {
         let folder = out.join(split);

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use sprout_core::link::{LinkStats, RetryPolicy, Split, TrainingConfig};
@@ -30,14 +30,17 @@ enum DeviceCommand {
     Push(PushArgs),
 }
 
+/// Baud rate of a serial port without --baud.
+const DEFAULT_BAUD: u32 = 115_200;
+
 #[derive(Args, Debug)]
 struct PortArgs {
     /// A serial device (/dev/ttyACM0, COM3) or tcp:HOST:PORT (QEMU's serial socket).
     #[arg(long, value_name = "PORT")]
     port: String,
-    /// Baud rate of a serial port.
-    #[arg(long, value_name = "BAUD", default_value_t = 115_200)]
-    baud: u32,
+    /// Baud rate of a serial port [default: 115200].
+    #[arg(long, value_name = "BAUD")]
+    baud: Option<u32>,
     /// Milliseconds to wait for an answer before asking again.
     #[arg(long, value_name = "MS", default_value_t = RetryPolicy::default().timeout_ms)]
     timeout_ms: u32,
@@ -62,8 +65,8 @@ struct TrainArgs {
     epochs: u16,
     /// Learning rate of the first epoch (it decays along a half cosine over the epochs);
     /// the device's own when absent.
-    #[arg(long, value_name = "LR")]
-    learning_rate: Option<f32>,
+    #[arg(long, value_name = "LR", alias = "learning-rate")]
+    lr: Option<f32>,
     /// Add to the samples already on the device instead of replacing them.
     #[arg(long)]
     keep_samples: bool,
@@ -74,8 +77,8 @@ struct PullArgs {
     #[command(flatten)]
     port: PortArgs,
     /// Where to write the checkpoint (sealed with a CRC-32; written whole or not at all).
-    #[arg(short, long, value_name = "CKPT")]
-    out: PathBuf,
+    #[arg(short, long, value_name = "CKPT", alias = "out")]
+    output: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -102,7 +105,11 @@ fn connect(port: &PortArgs) -> Result<Device> {
         attempts: port.attempts,
     };
     let options = ConnectOptions { policy, ..ConnectOptions::default() };
-    let device = Device::connect(PortSpec::parse(&port.port, port.baud), options)?;
+    let spec = PortSpec::parse(&port.port, port.baud.unwrap_or(DEFAULT_BAUD));
+    if let (PortSpec::Tcp(_), Some(_)) = (&spec, port.baud) {
+        bail!("--baud applies to serial ports, not to {}", port.port);
+    }
+    let device = Device::connect(spec, options)?;
     let info = device.info();
     eprintln!(
         "{}: model {:#018x}, {} classes, {}x{} samples, {} stored",
@@ -137,7 +144,7 @@ fn train(args: &TrainArgs) -> Result<()> {
     }
     bar.finish_and_clear();
 
-    let config = TrainingConfig { epochs: args.epochs, learning_rate: args.learning_rate };
+    let config = TrainingConfig { epochs: args.epochs, learning_rate: args.lr };
     let bar = progress_bar(u64::from(args.epochs), "epochs");
     let last = device.train(config, Duration::from_millis(500), |progress| {
         bar.set_position(u64::from(progress.epoch));
@@ -165,13 +172,13 @@ fn pull(args: &PullArgs) -> Result<()> {
         bar.set_position(u64::from(received));
     })?;
     bar.finish_and_clear();
-    sprout_device::write_checkpoint_file(&args.out, &bytes)?;
+    sprout_device::write_checkpoint_file(&args.output, &bytes)?;
     println!(
         "pulled {} ({} bytes, CRC-32 {:#010x}) to {}",
         format_size(bytes.len()),
         bytes.len(),
         checkpoint.crc,
-        args.out.display()
+        args.output.display()
     );
     report_link(device.stats());
     Ok(())

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use sprout_bundle::apply_device_checkpoint;
-use sprout_train::{open_eval_data, Inference, Model};
+use sprout_train::{open_eval_data, read_kind, FileKind, Inference, Model};
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
@@ -30,8 +30,7 @@ pub struct EvalArgs {
 pub fn run(args: &EvalArgs) -> Result<()> {
     let mut model = Model::open(&args.model)?;
     if let (Some(checkpoint), Some(bundle)) = (&args.device_checkpoint, &args.bundle) {
-        let bundle =
-            std::fs::read(bundle).with_context(|| format!("reading {}", bundle.display()))?;
+        let bundle = read_kind(bundle, FileKind::Bundle, "a device bundle")?;
         let checkpoint_bytes = sprout_device::read_checkpoint_file(checkpoint)?;
         let info = apply_device_checkpoint(&mut model, &bundle, &checkpoint_bytes)
             .with_context(|| format!("applying the device checkpoint {}", checkpoint.display()))?;

@@ -8,6 +8,7 @@ use clap::Args;
 use probe_rs::flashing::{download_file, ElfLoader, ElfOptions};
 use probe_rs::probe::list::Lister;
 use probe_rs::Permissions;
+use sprout_train::{read_kind, FileKind};
 
 #[derive(Args, Debug)]
 pub struct FlashArgs {
@@ -64,11 +65,9 @@ fn board(name: &str) -> Result<&'static Board> {
 
 /// Refuses files that are not 32-bit little-endian ARM ELF images before any probe work.
 fn check_elf(path: &Path) -> Result<()> {
-    let bytes = std::fs::read(path)
-        .with_context(|| format!("cannot read the firmware image {}", path.display()))?;
-    let header = bytes.get(..20).filter(|h| h.starts_with(b"\x7fELF"));
-    let Some(header) = header else {
-        bail!("{} is not an ELF file (it does not start with the ELF magic)", path.display());
+    let bytes = read_kind(path, FileKind::Elf, "an ELF firmware image")?;
+    let Some(header) = bytes.get(..20) else {
+        bail!("{} is a truncated ELF file ({} bytes)", path.display(), bytes.len());
     };
     let machine = u16::from_le_bytes([header[18], header[19]]);
     // EI_CLASS 1: 32-bit; EI_DATA 1: little-endian.

@@ -18,13 +18,20 @@ mod size;
 mod text;
 mod train_cmd;
 
+use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use anyhow::Context;
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Train neural networks on the device that uses them.
+///
+/// sprout trains, evaluates and quantizes models on the desktop, plans where a training
+/// step's memory goes, imports and exports ONNX, and trains on boards running sprout's
+/// firmware. A typical path: `data leaves` (or your own class folders) -> `train` -> `eval`
+/// / `predict` -> `quantize` -> `bundle` -> `flash` -> `device train`.
 #[derive(Parser, Debug)]
-#[command(name = "sprout", version, about)]
+#[command(name = "sprout", version = sprout_train::VERSION, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -32,36 +39,105 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Compile a zoo model's training step and show its memory plan: arena against the lower
-    /// bound, FLOPs, the largest buffers and a picture of the arena over time.
+    /// Show where a training step's memory goes, for a .sprout file or a zoo model.
+    ///
+    /// Compiles the training step and reports the arena against its lower bound, the state
+    /// and frozen-weight regions, FLOPs, the largest buffers and a picture of the arena over
+    /// time (--svg, --json); --budget recomputes activations until the step fits; --dtypes
+    /// compares f32, f16 and int8 storage.
     Plan(plan_cmd::PlanArgs),
-    /// Make data sets: `sprout data leaves` writes synthetic plant-leaf photos in train/val
-    /// folders per class.
+    /// Make data sets (`sprout data leaves`: synthetic plant-leaf photos).
+    ///
+    /// `sprout data leaves -o DIR` writes PNG photos in DIR/train/CLASS and DIR/val/CLASS,
+    /// the same bytes for the same arguments.
     Data(data_cmd::DataArgs),
-    /// Train a zoo model or a .sprout file on an image folder or a tensor file, with
-    /// checkpoints, the best model and a training curve in a run folder.
+    /// Train a zoo model or a .sprout file on an image folder or a tensor file.
+    ///
+    /// Writes the trained model (-o), and checkpoints, the best model and a training curve in
+    /// a run folder; --resume continues from a checkpoint, --init-from starts a zoo model
+    /// from a pretrained file's weights.
     Train(train_cmd::TrainArgs),
-    /// Accuracy, per-class accuracy and confusion matrix of a .sprout model on a data set.
+    /// Measure a .sprout model's accuracy on a data set.
+    ///
+    /// Prints accuracy, loss, per-class accuracy and the confusion matrix on an image folder
+    /// (DIR/val when present) or a tensor file, optionally with the head a device trained.
     Eval(eval_cmd::EvalArgs),
-    /// Class and probabilities of images, preprocessed as the model's metadata says.
+    /// Classify images with a .sprout model.
+    ///
+    /// Prints each image's class and the probabilities of all classes, preprocessed as the
+    /// model's metadata says (resize, per-channel mean and standard deviation).
     Predict(predict_cmd::PredictArgs),
     /// Run a .sprout model on a float32 .npy tensor and write its logits as .npy.
     Run(run_cmd::RunArgs),
-    /// Store a .sprout model's frozen weights as f16 (--dtype f16) or int8 (--dtype int8
-    /// with --calib DATA).
+    /// Store a .sprout model's frozen weights as int8 or f16.
+    ///
+    /// int8 (--dtype int8, the default) needs calibration data (--calib) for the activation
+    /// ranges and can keep layers in float (--keep-float head) or trainable in int8; f16
+    /// (--dtype f16) halves the frozen weights and keeps f32 compute.
     Quantize(quantize_cmd::QuantizeArgs),
-    /// Import an ONNX model into a `.sprout` file.
+    /// Import an ONNX model into a .sprout file.
     Convert(onnx_cmd::ConvertArgs),
-    /// Export a `.sprout` model's inference graph to ONNX, or its weights to safetensors.
+    /// Export a .sprout model's inference graph to ONNX, or its weights to safetensors.
     Export(onnx_cmd::ExportArgs),
-    /// Talk to a device running sprout's firmware (a serial port or tcp:HOST:PORT): train
-    /// on it from a data folder, pull its checkpoint, push one to it.
+    /// Train on a device running sprout's firmware, pull or push its checkpoint.
+    ///
+    /// The device is a serial port or tcp:HOST:PORT (QEMU): `device train` sends a data
+    /// folder and trains there, `device pull` saves its checkpoint, `device push` sends one.
     Device(device_cmd::DeviceArgs),
-    /// Write a .sprout model as a device bundle: backbone, head training and head evaluation
-    /// plans with their weights, for the firmware to embed.
+    /// Write a .sprout model as a device bundle for the firmware.
+    ///
+    /// The bundle holds the backbone inference, head training and head evaluation plans with
+    /// their weights; the command prints where its bytes and the device's memory go.
     Bundle(bundle_cmd::BundleArgs),
     /// Flash a firmware ELF to a board through its debug probe.
     Flash(flash_cmd::FlashArgs),
+    /// Print a shell completion script (bash, zsh or fish) to standard output.
+    ///
+    /// bash: `sprout completions bash > ~/.local/share/bash-completion/completions/sprout`;
+    /// zsh: into a folder on $fpath as `_sprout`; fish: `~/.config/fish/completions/sprout.fish`.
+    Completions(CompletionsArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct CompletionsArgs {
+    /// The shell: bash, zsh or fish.
+    #[arg(value_enum)]
+    shell: Shell,
+}
+
+/// The shells `sprout completions` writes scripts for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// Writes the completion script of `shell` to stdout.
+fn completions(args: &CompletionsArgs) -> anyhow::Result<()> {
+    use clap_complete::Shell as Target;
+    let shell = match args.shell {
+        Shell::Bash => Target::Bash,
+        Shell::Zsh => Target::Zsh,
+        Shell::Fish => Target::Fish,
+    };
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "sprout", &mut script);
+    std::io::stdout().write_all(&script).context("could not write to stdout")
+}
+
+/// The lines of an error's chain to print: each cause whose text the line before already
+/// holds (a wrapper that prints its source) is left out, so nothing is said twice.
+fn error_lines(error: &anyhow::Error) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if lines.last().is_some_and(|previous| previous.contains(&text)) {
+            continue;
+        }
+        lines.push(text);
+    }
+    lines
 }
 
 fn main() -> ExitCode {
@@ -79,14 +155,16 @@ fn main() -> ExitCode {
         Command::Device(args) => device_cmd::run(args),
         Command::Bundle(args) => bundle_cmd::run(args),
         Command::Flash(args) => flash_cmd::run(args),
+        Command::Completions(args) => completions(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // The chain by hand rather than `{error:?}`, which adds a backtrace when
             // RUST_BACKTRACE is set.
-            eprintln!("error: {error}");
-            for cause in error.chain().skip(1) {
+            let lines = error_lines(&error);
+            eprintln!("error: {}", lines[0]);
+            for cause in &lines[1..] {
                 eprintln!("  caused by: {cause}");
             }
             ExitCode::FAILURE
@@ -96,11 +174,21 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::Cli;
+    use super::{error_lines, Cli};
+    use anyhow::anyhow;
     use clap::CommandFactory;
 
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_cause_already_said_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file (os error 2)");
+        let wrapped = anyhow::Error::new(io).context("x.sprout: no such file (os error 2)");
+        assert_eq!(error_lines(&wrapped), ["x.sprout: no such file (os error 2)"]);
+        let distinct = anyhow!("bad header").context("cannot bundle m.sprout");
+        assert_eq!(error_lines(&distinct), ["cannot bundle m.sprout", "bad header"]);
     }
 }

@@ -9,7 +9,7 @@ use sprout_core::{load_model, save_model};
 use sprout_onnx::{
     export_onnx, export_safetensors, graph_weights, import_with, state_dict, ImportOptions,
 };
-use sprout_train::write_atomic;
+use sprout_train::{read_kind, write_atomic, FileKind};
 
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
@@ -17,12 +17,12 @@ pub struct ConvertArgs {
     #[arg(value_name = "MODEL.onnx")]
     model: PathBuf,
     /// The `.sprout` file to write.
-    #[arg(short, long, value_name = "MODEL.sprout")]
-    out: PathBuf,
+    #[arg(short, long, value_name = "MODEL.sprout", alias = "out")]
+    output: PathBuf,
     /// Samples per batch to record the graph for (default: the model's fixed batch size,
     /// or 1 for a dynamic batch axis).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    batch: Option<u32>,
+    #[arg(long, value_name = "N", alias = "batch", value_parser = clap::value_parser!(u32).range(1..))]
+    batch_size: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -42,18 +42,17 @@ pub struct ExportArgs {
     #[arg(long, value_enum)]
     format: ExportFormat,
     /// The file to write.
-    #[arg(short, long, value_name = "FILE")]
-    out: PathBuf,
+    #[arg(short, long, value_name = "FILE", alias = "out")]
+    output: PathBuf,
 }
 
 pub fn convert(args: &ConvertArgs) -> Result<()> {
-    let bytes = std::fs::read(&args.model)
-        .with_context(|| format!("could not read '{}'", args.model.display()))?;
-    let options = ImportOptions { batch: args.batch.map(|b| b as usize) };
+    let bytes = read_kind(&args.model, FileKind::Onnx, "an ONNX model")?;
+    let options = ImportOptions { batch: args.batch_size.map(|b| b as usize) };
     let imported = import_with(&bytes, &options)
         .with_context(|| format!("could not import '{}'", args.model.display()))?;
     let file = save_model(&imported.model_file()).context("could not encode the .sprout model")?;
-    write_atomic(&args.out, &file)?;
+    write_atomic(&args.output, &file)?;
     let g = &imported.graph;
     let outputs: Vec<_> = imported.outputs.iter().map(|&o| g.tensor(o).name.as_str()).collect();
     let params: usize = g.parameters().map(|p| g.shape(p).numel()).sum();
@@ -61,7 +60,7 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
         "converted '{}' (opset {}) to '{}': {} ops, {params} parameters, input '{}' {}, outputs {outputs:?}",
         args.model.display(),
         imported.opset,
-        args.out.display(),
+        args.output.display(),
         g.nodes().len(),
         g.tensor(imported.input).name,
         g.shape(imported.input),
@@ -70,8 +69,7 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
 }
 
 pub fn export(args: &ExportArgs) -> Result<()> {
-    let bytes = std::fs::read(&args.model)
-        .with_context(|| format!("could not read '{}'", args.model.display()))?;
+    let bytes = read_kind(&args.model, FileKind::Model, "a .sprout model")?;
     let model =
         load_model(&bytes).with_context(|| format!("could not load '{}'", args.model.display()))?;
     let graph = model.to_graph().context("could not rebuild the graph")?;
@@ -83,11 +81,11 @@ pub fn export(args: &ExportArgs) -> Result<()> {
         }
     }
     .with_context(|| format!("could not export '{}'", args.model.display()))?;
-    write_atomic(&args.out, &file)?;
+    write_atomic(&args.output, &file)?;
     println!(
         "exported '{}' to '{}' ({} bytes)",
         args.model.display(),
-        args.out.display(),
+        args.output.display(),
         file.len()
     );
     Ok(())

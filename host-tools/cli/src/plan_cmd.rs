@@ -1,37 +1,46 @@
-//! `sprout plan`: compiles a zoo model's training step with the chosen memory options and
-//! reports where its memory goes (text, JSON, and an optional SVG picture of the arena).
+//! `sprout plan`: compiles the training step of a zoo model or a `.sprout` file with the
+//! chosen memory options and reports where its memory goes (text, JSON, and an optional SVG
+//! picture of the arena).
 
 use std::io::{ErrorKind, Write};
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
-use clap::{Args, ValueEnum};
+use clap::{ArgGroup, Args, ValueEnum};
 use sprout_core::{
-    compile_training_step_with, GraphError, MemoryOptions, PlacementOptions, Strategy, TrainConfig,
+    compile_training_step_with, DType, GraphError, MemoryOptions, PlacementOptions, Role, Strategy,
+    TrainConfig,
 };
-use sprout_train::write_atomic;
-use sprout_zoo::{build, select_trainable, Architecture};
+use sprout_train::{write_atomic, Model};
+use sprout_zoo::{select_trainable, Architecture};
 
 use crate::picture;
 use crate::report::{Report, Request};
 use crate::size::{format_size, parse_size};
 use crate::text;
+use crate::train_cmd::check_batch_size;
 
 /// Seed of the model's initial weights; a plan does not depend on weight values.
 const SEED: u64 = 42;
 
 #[derive(Args, Debug)]
+#[command(group(ArgGroup::new("source").required(true).args(["model", "zoo"])))]
 pub struct PlanArgs {
-    /// The zoo model to plan: mlp, resnet or leafnet.
-    #[arg(long, value_name = "MODEL", value_parser = parse_architecture)]
-    zoo: Architecture,
+    /// A .sprout model to plan (converted, quantized or trained), at the batch size it was
+    /// recorded for.
+    #[arg(value_name = "MODEL.sprout")]
+    model: Option<PathBuf>,
+    /// A zoo model to plan instead: mlp, resnet or leafnet.
+    #[arg(long, value_name = "NAME", value_parser = parse_architecture)]
+    zoo: Option<Architecture>,
     /// What the step trains: all, head, bias, or comma-separated parameter-name patterns
-    /// with `*` wildcards (`features.6.*,classifier.*`).
+    /// with `*` wildcards (`features.6.*,classifier.*`), as for `sprout train`.
     #[arg(long, value_name = "CHOICE", default_value = "all")]
     trainable: String,
-    /// Samples per training step.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
-    batch: u64,
+    /// Samples per training step of a zoo model [default: 1] (a .sprout file keeps the
+    /// batch size it was recorded for).
+    #[arg(long, value_name = "N", alias = "batch", value_parser = clap::value_parser!(u64).range(1..))]
+    batch_size: Option<u64>,
     /// Arena bytes the step must fit in (300000, 256KiB, 1.5MiB, 64kB); activations are
     /// recomputed (gradient checkpointing) until it does.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -57,7 +66,7 @@ pub struct PlanArgs {
     #[arg(long, conflicts_with_all = ["json", "svg", "budget"])]
     dtypes: bool,
     /// How many of the largest arena buffers to list and letter in the picture.
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    #[arg(long, value_name = "N", default_value_t = 8, conflicts_with_all = ["json", "dtypes"])]
     top: usize,
 }
 
@@ -90,14 +99,54 @@ fn parse_architecture(name: &str) -> Result<Architecture, String> {
     })
 }
 
+/// The model to plan and its name in the report: a zoo model recorded for `--batch-size`,
+/// or a `.sprout` file.
+fn open_model(args: &PlanArgs) -> Result<(Model, String)> {
+    match (&args.model, args.zoo) {
+        (Some(path), _) => {
+            let model = Model::open(path)?;
+            check_batch_size(&model, path, args.batch_size)?;
+            Ok((model, path.display().to_string()))
+        }
+        (None, Some(arch)) => {
+            let batch = args.batch_size.unwrap_or(1);
+            let batch = usize::try_from(batch).context("--batch-size is too large")?;
+            let model = Model::from_zoo(arch, batch, SEED)
+                .with_context(|| format!("could not record {arch} for batch {batch}"))?;
+            Ok((model, arch.name().to_string()))
+        }
+        (None, None) => bail!("give a MODEL.sprout file or --zoo NAME"),
+    }
+}
+
+/// The storage types other than f32 among the model's parameters (a quantized model's).
+fn quantized_storage(model: &Model) -> Vec<&'static str> {
+    let graph = &model.zoo.graph;
+    let params = graph.tensors().iter().filter(|t| {
+        matches!(t.role, Role::FrozenParam | Role::TrainableParam) && t.dtype != DType::F32
+    });
+    let mut kinds: Vec<&'static str> =
+        params.map(|t| if t.dtype == DType::F16 { "f16" } else { "int8" }).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds
+}
+
 pub fn run(args: &PlanArgs) -> Result<()> {
-    let arch = args.zoo;
-    let batch = usize::try_from(args.batch).context("--batch is too large")?;
-    let model = build(arch, batch, SEED)
-        .with_context(|| format!("could not record {arch} for batch {batch}"))?;
-    let trainable = select_trainable(&model, &args.trainable).map_err(|e| anyhow!("{e}"))?;
+    let (model, name) = open_model(args)?;
+    let batch = model.batch();
+    let stored = quantized_storage(&model);
+    if args.dtypes && !stored.is_empty() {
+        bail!(
+            "--dtypes compares f32 storage with f16 and int8, but {name} already stores \
+             weights as {}: plan the float model it was quantized from",
+            stored.join(" and ")
+        );
+    }
+    let zoo = &model.zoo;
+    let trainable = select_trainable(zoo, &args.trainable).map_err(|e| anyhow!("{e}"))?;
     let request = Request {
-        model: arch.name().to_string(),
+        model: name.clone(),
         batch,
         trainable: args.trainable.clone(),
         strategy: args.strategy.strategy(),
@@ -116,25 +165,25 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         f16_storage: None,
     };
     if args.dtypes {
-        return print(&crate::plan_dtypes::compare(arch, batch, SEED, &args.trainable, &memory)?);
+        return print(&crate::plan_dtypes::compare(&model, &name, &args.trainable, &memory)?);
     }
     let sgd = TrainConfig::sgd(0.9);
-    let training =
-        match compile_training_step_with(&model.graph, model.loss, &trainable, &sgd, &memory) {
-            Ok(training) => training,
-            Err(GraphError::BudgetUnreachable { budget, smallest }) => bail!(
-                "{arch} (batch {batch}, trainable {}) does not fit in {budget} bytes ({}): the \
+    let training = match compile_training_step_with(&zoo.graph, zoo.loss, &trainable, &sgd, &memory)
+    {
+        Ok(training) => training,
+        Err(GraphError::BudgetUnreachable { budget, smallest }) => bail!(
+            "{name} (batch {batch}, trainable {}) does not fit in {budget} bytes ({}): the \
              smallest arena reachable with gradient checkpointing is {smallest} bytes ({})",
-                args.trainable,
-                format_size(budget),
-                format_size(smallest),
-            ),
-            Err(error) => {
-                return Err(anyhow!("{error}"))
-                    .with_context(|| format!("could not compile the training step of {arch}"))
-            }
-        };
-    let report = Report::new(&request, &model, &trainable, &training);
+            args.trainable,
+            format_size(budget),
+            format_size(smallest),
+        ),
+        Err(error) => {
+            return Err(anyhow!("{error}"))
+                .with_context(|| format!("could not compile the training step of {name}"))
+        }
+    };
+    let report = Report::new(&request, zoo, &trainable, &training);
 
     if let Some(path) = &args.svg {
         write_atomic(path, picture::svg(&report).as_bytes())?;

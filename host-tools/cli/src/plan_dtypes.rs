@@ -9,7 +9,6 @@ use sprout_core::{
     TrainConfig,
 };
 use sprout_train::{quantize, DataSource, Model, QuantizeSettings, TensorSet};
-use sprout_zoo::Architecture;
 
 use crate::size::format_size;
 
@@ -48,15 +47,15 @@ fn int8_graph(model: &Model, trainable: &str) -> Result<Graph> {
     Ok(file.to_graph()?)
 }
 
-/// The comparison table for `arch` at `batch`, training `trainable` with `memory`'s options.
+/// The comparison table for the float `model` (called `name`), training `trainable` with
+/// `memory`'s options.
 pub fn compare(
-    arch: Architecture,
-    batch: usize,
-    seed: u64,
+    model: &Model,
+    name: &str,
     trainable: &str,
     memory: &MemoryOptions,
 ) -> Result<String> {
-    let model = Model::from_zoo(arch, batch, seed)?;
+    let batch = model.batch();
     let zoo = &model.zoo;
     let ids = sprout_zoo::select_trainable(zoo, trainable).map_err(|e| anyhow!("{e}"))?;
     let names: Vec<String> = ids.iter().map(|&id| zoo.graph.tensor(id).name.clone()).collect();
@@ -68,7 +67,7 @@ pub fn compare(
         }),
         ..*memory
     };
-    let int8 = int8_graph(&model, trainable).context("quantizing the model to int8")?;
+    let int8 = int8_graph(model, trainable).context("quantizing the model to int8")?;
     let int8_loss = int8.find("loss").ok_or_else(|| anyhow!("the int8 model has no loss"))?;
     let rows = [
         ("f32", step_sizes(&zoo.graph, zoo.loss, &names, memory)?),
@@ -76,7 +75,7 @@ pub fn compare(
         ("int8", step_sizes(&int8, int8_loss, &names, memory)?),
     ];
     let mut out = format!(
-        "{arch}, batch {batch}, trainable {trainable}: one training step by storage type\n\
+        "{name}, batch {batch}, trainable {trainable}: one training step by storage type\n\
          (f16: frozen weights and activations in f16, f32 compute; int8: every layer but the \
          trained ones in int8)\n\n  {:<6} {:>22} {:>22} {:>22} {:>22}\n",
         "", "arena", "state", "frozen weights", "RAM (arena + state)"

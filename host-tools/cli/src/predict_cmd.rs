@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use sprout_data::{Image, Normalize, Rng, Transform};
-use sprout_train::{argmax, softmax, Inference, Model};
+use sprout_train::{argmax, expect_kind, softmax, FileKind, Inference, Model};
 
 #[derive(Args, Debug)]
 pub struct PredictArgs {
@@ -43,6 +43,7 @@ pub fn run(args: &PredictArgs) -> Result<()> {
     let transform = Transform { normalize, ..Transform::eval(size) };
     let mut x = Vec::new();
     for path in &args.images {
+        expect_kind(path, &[FileKind::Png, FileKind::Jpeg], "a PNG or JPEG image")?;
         let bytes =
             std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         let decoded = image::load_from_memory(&bytes)

@@ -7,7 +7,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sprout_core::{load_model, save_model, to_f16_storage, F16Storage, Graph, ModelFile, Role};
 use sprout_train::{
-    open_data, quantize, write_atomic, DataOptions, Model, QuantizeSettings, RangeMethod,
+    open_data, quantize, read_kind, write_atomic, DataOptions, FileKind, Model, QuantizeSettings,
+    RangeMethod,
 };
 
 #[derive(Args, Debug)]
@@ -22,13 +23,13 @@ pub struct QuantizeArgs {
     /// .safetensors file with x (float32 [N, C, H, W]).
     #[arg(long, value_name = "DIR|FILE")]
     calib: Option<PathBuf>,
-    /// How int8 activation ranges are taken from the calibration data.
-    #[arg(long, value_enum, default_value_t = Calibration::Minmax)]
-    calibration: Calibration,
+    /// How int8 activation ranges are taken from the calibration data [default: minmax].
+    #[arg(long, value_enum)]
+    calibration: Option<Calibration>,
     /// With --calibration percentile: a tensor's range runs from its (100 − P)th to its Pth
-    /// percentile, ignoring rarer outliers.
-    #[arg(long, value_name = "P", default_value_t = 99.99, value_parser = parse_percentile)]
-    percentile: f64,
+    /// percentile, ignoring rarer outliers [default: 99.99].
+    #[arg(long, value_name = "P", value_parser = parse_percentile)]
+    percentile: Option<f64>,
     /// int8: layers to keep in float, chosen like `sprout train --trainable` (e.g. `head`,
     /// to fine-tune a float head on an int8 backbone).
     #[arg(long, value_name = "CHOICE")]
@@ -38,7 +39,7 @@ pub struct QuantizeArgs {
     #[arg(long, value_name = "CHOICE")]
     trainable_int8: Option<String>,
     /// int8: train those layers without quantization-aware scaling of their gradients.
-    #[arg(long)]
+    #[arg(long, requires = "trainable_int8")]
     no_qas: bool,
     /// The quantized model (written atomically).
     #[arg(short = 'o', long = "output", value_name = "OUT.sprout")]
@@ -72,9 +73,33 @@ fn parse_percentile(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The percentile of --calibration percentile without --percentile.
+const DEFAULT_PERCENTILE: f64 = 99.99;
+
+/// Refuses options that would do nothing with the others given.
+fn check(args: &QuantizeArgs) -> Result<()> {
+    if args.dtype == StorageType::F16 {
+        let int8_only = [
+            ("--calib", args.calib.is_some()),
+            ("--calibration", args.calibration.is_some()),
+            ("--percentile", args.percentile.is_some()),
+            ("--keep-float", args.keep_float.is_some()),
+            ("--trainable-int8", args.trainable_int8.is_some()),
+            ("--no-qas", args.no_qas),
+        ];
+        if let Some((flag, _)) = int8_only.iter().find(|(_, given)| *given) {
+            bail!("{flag} applies to --dtype int8, not f16");
+        }
+    }
+    if args.percentile.is_some() && args.calibration != Some(Calibration::Percentile) {
+        bail!("--percentile applies only with --calibration percentile");
+    }
+    Ok(())
+}
+
 pub fn run(args: &QuantizeArgs) -> Result<()> {
-    let bytes =
-        std::fs::read(&args.model).with_context(|| format!("reading {}", args.model.display()))?;
+    check(args)?;
+    let bytes = read_kind(&args.model, FileKind::Model, "a .sprout model")?;
     let file = load_model(&bytes).with_context(|| format!("loading {}", args.model.display()))?;
     let quantized = match args.dtype {
         StorageType::F16 => to_f16(&file, &args.model)?,
@@ -115,9 +140,11 @@ fn to_int8(args: &QuantizeArgs) -> Result<ModelFile> {
     let mut model = Model::open(&args.model)?;
     let options = DataOptions { augment: false, shuffle: false, ..DataOptions::default() };
     let mut data = open_data(&mut model, calib, &options)?.train;
-    let method = match args.calibration {
+    let method = match args.calibration.unwrap_or(Calibration::Minmax) {
         Calibration::Minmax => RangeMethod::MinMax,
-        Calibration::Percentile => RangeMethod::Percentile(args.percentile),
+        Calibration::Percentile => {
+            RangeMethod::Percentile(args.percentile.unwrap_or(DEFAULT_PERCENTILE))
+        }
     };
     println!("calibrating on {} samples of {}", data.len(), data.origin().display());
     let settings = QuantizeSettings {

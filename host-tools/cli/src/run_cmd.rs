@@ -16,7 +16,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "x.npy")]
     input: PathBuf,
     /// Where the logits [M, classes] go (float32 .npy).
-    #[arg(long, value_name = "y.npy")]
+    #[arg(short, long, value_name = "y.npy")]
     output: PathBuf,
 }
 

@@ -25,7 +25,7 @@ pub struct TrainArgs {
     model: Option<PathBuf>,
     /// With --zoo: start from this .sprout file's weights wherever names and sizes match (a
     /// pretrained backbone under a new head sized for the data's classes).
-    #[arg(long, value_name = "FILE", requires = "zoo")]
+    #[arg(long, value_name = "FILE", requires = "zoo", conflicts_with = "model")]
     init_from: Option<PathBuf>,
     /// With --init-from: parameters left at their fresh initial values although the file
     /// has them (--trainable syntax; `head` gives a new head for the same classes).
@@ -51,9 +51,9 @@ pub struct TrainArgs {
     /// Learning rate.
     #[arg(long, value_name = "LR", default_value_t = 0.05)]
     lr: f32,
-    /// SGD momentum.
-    #[arg(long, default_value_t = 0.9)]
-    momentum: f32,
+    /// SGD momentum [default: 0.9].
+    #[arg(long)]
+    momentum: Option<f32>,
     #[arg(long, default_value_t = 0.0)]
     weight_decay: f32,
     /// Nesterov momentum (SGD).
@@ -61,9 +61,10 @@ pub struct TrainArgs {
     nesterov: bool,
     #[arg(long, value_enum, default_value_t = ScheduleArg::Constant)]
     schedule: ScheduleArg,
-    /// Samples per step (a zoo model is recorded for it; a .sprout file keeps its own).
-    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
-    batch_size: u64,
+    /// Samples per step of a zoo model, which is recorded for it [default: 16] (a .sprout
+    /// file keeps the batch size it was recorded for).
+    #[arg(long, value_name = "N", alias = "batch", value_parser = clap::value_parser!(u64).range(1..))]
+    batch_size: Option<u64>,
     #[arg(long, value_name = "N", default_value_t = 10)]
     epochs: u32,
     /// Keep the data order (class by class / file order).
@@ -129,13 +130,46 @@ fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
+/// Samples per step of a zoo model without --batch-size.
+const DEFAULT_BATCH_SIZE: u64 = 16;
+
+/// SGD momentum without --momentum.
+const DEFAULT_MOMENTUM: f32 = 0.9;
+
+/// Refuses options that would do nothing with the others given.
+fn check(args: &TrainArgs) -> Result<()> {
+    if args.optimizer == OptimizerArg::Adamw {
+        if args.momentum.is_some() {
+            bail!("--momentum applies to --optimizer sgd, not adamw");
+        }
+        if args.nesterov {
+            bail!("--nesterov applies to --optimizer sgd, not adamw");
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a `--batch-size` other than the one the `.sprout` file at `path` was recorded
+/// for: its graph is fixed, so the option would do nothing.
+pub fn check_batch_size(model: &Model, path: &Path, asked: Option<u64>) -> Result<()> {
+    match asked {
+        Some(asked) if asked != model.batch() as u64 => bail!(
+            "--batch-size {asked} does not apply to {}, which is recorded for batches of {}",
+            path.display(),
+            model.batch()
+        ),
+        _ => Ok(()),
+    }
+}
+
 pub fn run(args: &TrainArgs) -> Result<()> {
+    check(args)?;
     let started = Instant::now();
     let (mut model, name) = match (&args.zoo, &args.model) {
         (Some(arch), _) => {
             // A class folder tree decides how many classes the head has.
             let classes = folder_classes(&args.data)?.map_or(arch.classes(), |c| c.len());
-            let batch = args.batch_size as usize;
+            let batch = args.batch_size.unwrap_or(DEFAULT_BATCH_SIZE) as usize;
             let mut model = Model::from_zoo_for(*arch, batch, classes, args.seed)?;
             if let Some(path) = &args.init_from {
                 let taken = model.init_from(path, args.fresh.as_deref())?;
@@ -145,13 +179,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         }
         (None, Some(path)) => {
             let model = Model::open(path)?;
-            if model.batch() != args.batch_size as usize {
-                eprintln!(
-                    "note: {} is recorded for batches of {}; training uses that batch size",
-                    path.display(),
-                    model.batch()
-                );
-            }
+            check_batch_size(&model, path, args.batch_size)?;
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
             (model, stem.unwrap_or_else(|| "model".into()))
         }
@@ -169,7 +197,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     eprintln!("split {}: {}", args.data.display(), opened.split);
     let optimizer = match args.optimizer {
         OptimizerArg::Sgd => OptimizerChoice::Sgd {
-            momentum: args.momentum,
+            momentum: args.momentum.unwrap_or(DEFAULT_MOMENTUM),
             weight_decay: args.weight_decay,
             nesterov: args.nesterov,
         },

@@ -94,6 +94,27 @@ fn convert_writes_a_sprout_model_that_runs() {
 }
 
 #[test]
+fn plan_reports_a_converted_model() {
+    let scratch = Scratch::new("convert-plan");
+    let (onnx, model) = (scratch.path("m.onnx"), scratch.path("m.sprout"));
+    std::fs::write(&onnx, small_onnx(&values(1, 24), &values(2, 8))).unwrap();
+    let output = sprout(&["convert", s(&onnx), "-o", s(&model), "--batch-size", "2"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let output = sprout(&["plan", s(&model), "--json"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    // fc1: 6·4 + 4, fc2: 4·2 (no bias), all trained.
+    assert_eq!(
+        (report["batch"].as_u64(), report["trainable_params"].as_u64()),
+        (Some(2), Some(36))
+    );
+    assert!(report["arena_bytes"].as_u64() >= report["lower_bound_bytes"].as_u64());
+    let head = sprout(&["plan", s(&model), "--trainable", "head", "--json"]);
+    let head: serde_json::Value = serde_json::from_slice(&head.stdout).unwrap();
+    assert_eq!(head["trainable_params"].as_u64(), Some(8), "the last linear layer: fc2");
+}
+
+#[test]
 fn export_round_trips_a_zoo_model_through_onnx_and_safetensors() {
     let scratch = Scratch::new("export");
     let zoo = build(Architecture::LeafNet, 1, 7).unwrap();

@@ -22,8 +22,8 @@ pub fn write_checkpoint_file(path: &Path, bytes: &[u8]) -> Result<(), LinkError>
 /// The device checkpoint bytes a file written by [`write_checkpoint_file`] holds, its
 /// framing and CRC-32 checked.
 pub fn read_checkpoint_file(path: &Path) -> Result<Vec<u8>, LinkError> {
-    let file =
-        std::fs::read(path).map_err(|source| LinkError::Io { path: path.to_path_buf(), source })?;
+    let what = "a device checkpoint (from `sprout device pull`)";
+    let file = sprout_train::read_kind(path, sprout_train::FileKind::DeviceCheckpoint, what)?;
     checkpoint::open_file(&file)
         .map(<[u8]>::to_vec)
         .map_err(|source| LinkError::CheckpointFile { path: path.to_path_buf(), source })

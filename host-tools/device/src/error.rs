@@ -43,10 +43,8 @@ pub enum LinkError {
     /// Training ended in failure on the device.
     #[error("training failed on the device after {epoch} epochs")]
     TrainingFailed { epoch: u16 },
-    /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
-    /// Writing an output file failed (nothing partial is left behind).
+    /// An input file is missing or of the wrong kind, or writing an output failed (nothing
+    /// partial is left behind).
     #[error(transparent)]
     Write(#[from] sprout_train::TrainError),
 }

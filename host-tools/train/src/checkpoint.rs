@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 pub use sprout_core::format::host_checkpoint::{Checkpoint, EpochRecord, MAGIC};
 
 use crate::files::write_atomic;
+use crate::kind::{read_kind, FileKind};
 use crate::TrainError;
 
 /// How many `checkpoint-epoch-NNN.ckpt` files a run keeps.
@@ -14,7 +15,7 @@ pub const KEEP: usize = 3;
 
 /// Reads a checkpoint file.
 pub fn read_checkpoint(path: &Path) -> Result<Checkpoint, TrainError> {
-    let bytes = fs::read(path).map_err(TrainError::io(path))?;
+    let bytes = read_kind(path, FileKind::HostCheckpoint, "a training checkpoint (.ckpt)")?;
     Checkpoint::decode(&bytes)
         .map_err(|source| TrainError::Checkpoint { path: path.to_path_buf(), source })
 }

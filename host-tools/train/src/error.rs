@@ -9,6 +9,12 @@ use sprout_core::{ExecError, FormatError, GraphError};
 /// A training, evaluation or inference failure.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
+    /// A file or folder to read does not exist.
+    #[error("not found: {}", path.display())]
+    NotFound { path: PathBuf },
+    /// A file of another kind than the one expected (a PNG given as a model).
+    #[error("{} is {found}, not {expected}", path.display())]
+    WrongKind { path: PathBuf, found: &'static str, expected: String },
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },

@@ -20,6 +20,7 @@
 mod checkpoint;
 mod error;
 mod files;
+mod kind;
 mod metrics;
 mod metrics_csv;
 mod model;
@@ -30,12 +31,14 @@ mod run_record;
 mod source;
 mod split;
 mod trainer;
+mod version;
 
 pub use checkpoint::{
     checkpoint_name, read_checkpoint, write_checkpoint, Checkpoint, EpochRecord, KEEP, MAGIC,
 };
 pub use error::{CheckpointError, TrainError};
 pub use files::write_atomic;
+pub use kind::{expect_kind, read_kind, FileKind};
 pub use metrics::{argmax, softmax, Metrics};
 pub use metrics_csv::{
     read_metrics, render_metrics, write_metrics, MetricsRow, HEADER, METRICS_FILE,
@@ -44,10 +47,11 @@ pub use model::{Inference, Model};
 pub use plot::{render_png, render_svg, write_curves, CURVE_SIZE};
 pub use quantize::{calibrate, quantize, QuantizeSettings, RangeMethod};
 pub use run_folder::{check_output, run_folder};
-pub use run_record::{sprout_version, RunRecord, RECORD_FILE};
+pub use run_record::{RunRecord, RECORD_FILE};
 pub use source::{encode_npy, read_npy, read_tensor_file, DataSource, TensorSet};
 pub use split::{ClassCount, DataSplit, SplitKind, DEFAULT_VAL_FRACTION};
 pub use trainer::{
     folder_classes, open_data, open_eval_data, train, DataOptions, LossScaleReport,
     OptimizerChoice, Outcome, ScheduleChoice, TrainData, TrainEvent, TrainOptions,
 };
+pub use version::{version_string, GIT_COMMIT, VERSION};

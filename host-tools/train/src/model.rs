@@ -12,10 +12,14 @@ use sprout_core::{
 use sprout_data::Normalize;
 use sprout_zoo::{Architecture, ZooModel};
 
+use crate::kind::{read_kind, FileKind};
 use crate::metrics::Metrics;
 use crate::source::DataSource;
 use crate::TrainError;
 use sprout_cpu::Cpu;
+
+/// What a model file is called in messages.
+const MODEL: &str = "a .sprout model";
 
 /// A model ready to train or run.
 #[derive(Clone)]
@@ -127,7 +131,7 @@ impl Model {
 
     /// Reads a `.sprout` file.
     pub fn open(path: &Path) -> Result<Self, TrainError> {
-        let bytes = std::fs::read(path).map_err(TrainError::io(path))?;
+        let bytes = read_kind(path, FileKind::Model, MODEL)?;
         Self::from_bytes(&bytes, path)
     }
 
@@ -175,7 +179,7 @@ impl Model {
     /// the `fresh` choice selects (`--trainable` syntax, e.g. `head`), which keep their
     /// fresh initial values; returns how many tensors were taken from the file.
     pub fn init_from(&mut self, path: &Path, fresh: Option<&str>) -> Result<usize, TrainError> {
-        let bytes = std::fs::read(path).map_err(TrainError::io(path))?;
+        let bytes = read_kind(path, FileKind::Model, MODEL)?;
         let model_error = |source| TrainError::Model { path: path.to_path_buf(), source };
         let file = sprout_core::load_model(&bytes).map_err(model_error)?;
         let fresh = match fresh {

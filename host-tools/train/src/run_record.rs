@@ -35,19 +35,10 @@ pub struct RunRecord {
     pub data: Option<DataSplit>,
 }
 
-/// `0.1.0 (commit abc1234)`, or the version alone when the build did not record a commit.
-pub fn sprout_version() -> String {
-    let version = env!("CARGO_PKG_VERSION");
-    match option_env!("SPROUT_GIT_COMMIT") {
-        Some(commit) => format!("{version} (commit {commit})"),
-        None => version.to_string(),
-    }
-}
-
 impl RunRecord {
     /// A record of `command_line` with no options yet.
     pub fn new(command_line: Vec<String>) -> Self {
-        Self { sprout: sprout_version(), command_line, options: BTreeMap::new(), data: None }
+        Self { sprout: crate::version_string(), command_line, options: BTreeMap::new(), data: None }
     }
 
     /// Records option `flag` (`--lr`) with its resolved value.

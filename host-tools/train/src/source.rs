@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use sprout_data::{Batch, Batcher, Dataset, Rng, Transform};
 
+use crate::kind::{expect_kind, read_kind, FileKind};
 use crate::TrainError;
 
 /// Samples held in memory: `x` is `len` samples of `sample_dims` back to back.
@@ -140,16 +141,11 @@ fn shape_text(shape: &[usize]) -> String {
 /// `[N, ...]` (`[N, C, H, W]` for images) and `y`: int64 `[N]` class indices below
 /// `classes`.
 pub fn read_tensor_file(path: &Path, classes: usize) -> Result<TensorSet, TrainError> {
-    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_lowercase();
-    let arrays = match extension.as_str() {
-        "npz" => read_npz(path, &["x", "y"])?,
-        "safetensors" => read_safetensors(path, &["x", "y"])?,
-        _ => {
-            return Err(file_error(
-                path,
-                "unknown tensor file type: expected a .npz or .safetensors file, or a folder",
-            ))
-        }
+    let expected = [FileKind::Npz, FileKind::Zip, FileKind::Safetensors];
+    let what = "a class folder or a .npz / .safetensors tensor file";
+    let arrays = match expect_kind(path, &expected, what)? {
+        FileKind::Safetensors => read_safetensors(path, &["x", "y"])?,
+        _ => read_npz(path, &["x", "y"])?,
     };
     let mut arrays = arrays.into_iter();
     let (x, y) = (arrays.next().expect("two arrays"), arrays.next().expect("two arrays"));
@@ -194,7 +190,7 @@ pub fn read_tensor_file(path: &Path, classes: usize) -> Result<TensorSet, TrainE
 
 /// Reads a float32 `.npy` file: its shape and values.
 pub fn read_npy(path: &Path) -> Result<(Vec<usize>, Vec<f32>), TrainError> {
-    let bytes = fs::read(path).map_err(TrainError::io(path))?;
+    let bytes = read_kind(path, FileKind::Npy, "a numpy .npy array")?;
     match parse_npy(path, "x", &bytes)? {
         Array::F32(shape, values) if !shape.is_empty() => Ok((shape, values)),
         Array::F32(shape, _) => {
