@@ -34,7 +34,10 @@ pub use error::{CheckpointError, TrainError};
 pub use files::write_atomic;
 pub use metrics::{argmax, softmax, Metrics};
 pub use model::{Inference, Model};
-pub use quantize::{calibrate, quantize, QuantizeSettings, RangeMethod};
+pub use quantize::{
+    calibrate, calibrate_with_progress, quantize, quantize_with_progress, QuantizeSettings,
+    RangeMethod,
+};
 pub use source::{encode_npy, read_npy, read_tensor_file, DataSource, TensorSet};
 pub use trainer::{
     folder_classes, open_data, train, LossScaleReport, OptimizerChoice, Outcome, ScheduleChoice,

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use sprout_core::format::WeightValues;
 use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
 use sprout_train::{
-    encode_npy, open_data, train, CheckpointError, Model, OptimizerChoice, Outcome, TrainError,
-    TrainOptions,
+    calibrate_with_progress, encode_npy, open_data, train, CheckpointError, Inference, Model,
+    OptimizerChoice, Outcome, RangeMethod, TrainError, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -334,5 +334,28 @@ fn init_from_keeps_the_fresh_choice_at_its_new_initial_values() {
     let mut model = Model::from_zoo(Architecture::Mlp, 4, 2).unwrap();
     let error = model.init_from(&path, Some("nothing.*")).unwrap_err().to_string();
     assert!(error.contains("nothing.*"), "{error}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn evaluation_and_calibration_report_their_progress_in_samples() {
+    let dir = temp_dir("progress");
+    let data = dir.join("data.npz");
+    write_set(&data, 20, 64, 10, 3); // batches of 8, 8 and 4
+    let mut model = Model::from_zoo(Architecture::Mlp, 8, 5).unwrap();
+    let (_, mut val) = open_data(&mut model, &data, None, false, false, 0).unwrap();
+    let mut seen = Vec::new();
+    let metrics = Inference::new(&model)
+        .unwrap()
+        .evaluate_with_progress(&mut val, &mut |done, total| seen.push((done, total)))
+        .unwrap();
+    assert_eq!(metrics.samples(), 20);
+    assert_eq!(seen, [(8, 20), (16, 20), (20, 20)]);
+
+    // A percentile calibration reads every sample twice.
+    seen.clear();
+    let method = RangeMethod::Percentile(99.0);
+    calibrate_with_progress(&model, &mut val, method, &mut |d, t| seen.push((d, t))).unwrap();
+    assert_eq!(seen, [(8, 40), (16, 40), (20, 40), (28, 40), (36, 40), (40, 40)]);
     let _ = fs::remove_dir_all(&dir);
 }
