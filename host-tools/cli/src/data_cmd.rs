@@ -1,8 +1,7 @@
 //! `sprout data`: makes data sets; `sprout data leaves` writes the synthetic plant-leaf set
-//! (PNG train/val folders per class) with a progress counter and a summary.
+//! (PNG train/val folders per class) with a progress bar and a summary.
 
 use std::fs;
-use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -10,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use sprout_data::{generate, Domain, LeafConfig};
 
+use crate::progress::{self, Unit};
 use crate::size::format_size;
 
 #[derive(Args, Debug)]
@@ -77,19 +77,13 @@ fn run_leaves(args: &LeavesArgs) -> Result<()> {
     };
     prepare(&args.output, args.force)?;
     let started = Instant::now();
-    let mut stderr = std::io::stderr();
-    // A counter rewritten in place only makes sense on a terminal.
-    let show = stderr.is_terminal();
+    let bar = progress::bar("generate", (args.classes.len() * args.per_class) as u64, Unit::Images);
     let summary = generate(&config, &args.output, |done, total| {
-        if show {
-            // Progress is best effort: a closed stderr must not stop the generation.
-            let _ = write!(stderr, "\rgenerating {done}/{total}");
-            if done == total {
-                let _ = writeln!(stderr);
-            }
-        }
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
     })
     .with_context(|| format!("cannot generate the leaf data set in {}", args.output.display()))?;
+    bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
 
     println!(

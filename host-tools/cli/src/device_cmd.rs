@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use sprout_core::link::{LinkStats, RetryPolicy, Split, TrainingConfig};
 use sprout_device::{checkpoint_for, ConnectOptions, Device, PortSpec, SampleSet};
 
+use crate::progress::{self, decimal, Unit};
 use crate::size::format_size;
 
 #[derive(Args, Debug)]
@@ -136,7 +136,7 @@ fn train(args: &TrainArgs) -> Result<()> {
     if !args.keep_samples {
         device.clear_samples()?;
     }
-    let bar = progress_bar(samples.len() as u64, "samples");
+    let bar = progress::bar("send", samples.len() as u64, Unit::Images);
     for index in 0..samples.len() {
         let pixels = samples.pixels(index)?;
         device.push_sample(index as u32, samples.label(index), samples.split(index), &pixels)?;
@@ -145,10 +145,13 @@ fn train(args: &TrainArgs) -> Result<()> {
     bar.finish_and_clear();
 
     let config = TrainingConfig { epochs: args.epochs, learning_rate: args.lr };
-    let bar = progress_bar(u64::from(args.epochs), "epochs");
+    let bar = progress::bar("train", u64::from(args.epochs), Unit::Epochs);
     let last = device.train(config, Duration::from_millis(500), |progress| {
         bar.set_position(u64::from(progress.epoch));
-        bar.set_message(format!("loss {:.4}{}", progress.loss, accuracy(progress.accuracy)));
+        bar.set_message(match progress.accuracy {
+            Some(a) => format!("acc {:.1}%", 100.0 * a),
+            None => format!("loss {}", decimal(f64::from(progress.loss))),
+        });
     })?;
     bar.finish_and_clear();
     println!(
@@ -166,7 +169,8 @@ fn train(args: &TrainArgs) -> Result<()> {
 
 fn pull(args: &PullArgs) -> Result<()> {
     let mut device = connect(&args.port)?;
-    let bar = progress_bar(device.info().checkpoint.map_or(0, |c| u64::from(c.len)), "bytes");
+    let length = device.info().checkpoint.map_or(0, |c| u64::from(c.len));
+    let bar = progress::bar("pull", length, Unit::Bytes);
     let (bytes, checkpoint) = device.pull_checkpoint(|received, total| {
         bar.set_length(u64::from(total));
         bar.set_position(u64::from(received));
@@ -187,19 +191,12 @@ fn pull(args: &PullArgs) -> Result<()> {
 fn push(args: &PushArgs) -> Result<()> {
     let mut device = connect(&args.port)?;
     let bytes = checkpoint_for(&args.checkpoint, device.info())?;
-    let bar = progress_bar(bytes.len() as u64, "bytes");
+    let bar = progress::bar("push", bytes.len() as u64, Unit::Bytes);
     device.push_checkpoint(&bytes, |sent| bar.set_position(u64::from(sent)))?;
     bar.finish_and_clear();
     println!("pushed {} ({} bytes) to the device", args.checkpoint.display(), bytes.len());
     report_link(device.stats());
     Ok(())
-}
-
-/// A bar on standard error (hidden when that is not a terminal).
-fn progress_bar(len: u64, unit: &'static str) -> ProgressBar {
-    let style = ProgressStyle::with_template("{bar:40} {pos}/{len} {prefix} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-    ProgressBar::new(len).with_style(style).with_prefix(unit)
 }
 
 fn accuracy(accuracy: Option<f32>) -> String {

@@ -9,6 +9,9 @@ use clap::Args;
 use sprout_bundle::apply_device_checkpoint;
 use sprout_train::{open_eval_data, read_kind, FileKind, Inference, Model};
 
+use crate::progress::{self, Unit};
+use crate::summary::{print_json, ClassSummary, DeviceCheckpointSummary, EvalSummary};
+
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// The model to evaluate.
@@ -25,52 +28,98 @@ pub struct EvalArgs {
     /// The device bundle the checkpoint's weights are placed by.
     #[arg(long, value_name = "BUNDLE", requires = "device_checkpoint")]
     bundle: Option<PathBuf>,
+    /// Print the result as one JSON object on standard output instead of the tables:
+    /// accuracy, loss (mean cross-entropy), samples, classes (per class: name, accuracy,
+    /// samples), confusion (rows: true class, columns: predicted) and device_checkpoint
+    /// (path, epoch, updates, device_accuracy; null without --device-checkpoint).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(args: &EvalArgs) -> Result<()> {
     let mut model = Model::open(&args.model)?;
+    let mut device_checkpoint = None;
     if let (Some(checkpoint), Some(bundle)) = (&args.device_checkpoint, &args.bundle) {
         let bundle = read_kind(bundle, FileKind::Bundle, "a device bundle")?;
         let checkpoint_bytes = sprout_device::read_checkpoint_file(checkpoint)?;
         let info = apply_device_checkpoint(&mut model, &bundle, &checkpoint_bytes)
             .with_context(|| format!("applying the device checkpoint {}", checkpoint.display()))?;
-        println!(
-            "device checkpoint {}: epoch {}, {} updates, device held-out accuracy {:.1}%",
-            checkpoint.display(),
-            info.epoch,
-            info.progress.updates,
-            100.0 * info.accuracy
-        );
+        device_checkpoint = Some(DeviceCheckpointSummary {
+            path: checkpoint.display().to_string(),
+            epoch: info.epoch,
+            updates: info.progress.updates,
+            device_accuracy: info.accuracy,
+        });
     }
     let mut data = open_eval_data(&mut model, &args.data)?;
     let mut inference = Inference::new(&model)?;
-    let metrics = inference.evaluate(&mut data)?;
+    let bar = progress::bar("eval", data.len() as u64, Unit::Images);
+    let metrics = inference.evaluate_with_progress(&mut data, &mut |done, _| {
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
     let names = &model.metadata.class_names;
+    let classes = metrics
+        .per_class()
+        .iter()
+        .enumerate()
+        .map(|(c, &accuracy)| ClassSummary {
+            name: names[c].clone(),
+            accuracy,
+            samples: metrics.confusion[c].iter().sum(),
+        })
+        .collect();
+    let summary = EvalSummary {
+        accuracy: metrics.accuracy(),
+        loss: metrics.loss(),
+        samples: metrics.samples(),
+        classes,
+        confusion: metrics.confusion.clone(),
+        device_checkpoint,
+    };
+    if args.json {
+        print_json(&summary)
+    } else {
+        print_text(&summary);
+        Ok(())
+    }
+}
+
+/// The summary as the device checkpoint line, the accuracy line, a per-class table and the
+/// confusion matrix.
+fn print_text(summary: &EvalSummary) {
+    if let Some(d) = &summary.device_checkpoint {
+        println!(
+            "device checkpoint {}: epoch {}, {} updates, device held-out accuracy {:.1}%",
+            d.path,
+            d.epoch,
+            d.updates,
+            100.0 * d.device_accuracy
+        );
+    }
     println!(
         "accuracy {:.1}% ({} samples), loss {:.4}",
-        100.0 * metrics.accuracy(),
-        metrics.samples(),
-        metrics.loss()
+        100.0 * summary.accuracy,
+        summary.samples,
+        summary.loss
     );
-    let width = names.iter().map(String::len).max().unwrap_or(5).max(5);
+    let width = summary.classes.iter().map(|c| c.name.len()).max().unwrap_or(5).max(5);
     println!("{:<width$} {:>8} {:>7}", "class", "accuracy", "samples");
-    for (c, accuracy) in metrics.per_class().iter().enumerate() {
-        let samples: u64 = metrics.confusion[c].iter().sum();
-        let accuracy = accuracy.map_or("-".into(), |a| format!("{:.1}%", 100.0 * a));
-        println!("{:<width$} {accuracy:>8} {samples:>7}", names[c]);
+    for class in &summary.classes {
+        let accuracy = class.accuracy.map_or("-".into(), |a| format!("{:.1}%", 100.0 * a));
+        println!("{:<width$} {accuracy:>8} {:>7}", class.name, class.samples);
     }
     println!("confusion matrix (rows: true class, columns: predicted)");
     print!("{:<width$}", "");
-    for c in 0..names.len() {
+    for c in 0..summary.classes.len() {
         print!(" {c:>6}");
     }
     println!();
-    for (c, row) in metrics.confusion.iter().enumerate() {
-        print!("{:<width$}", names[c]);
+    for (class, row) in summary.classes.iter().zip(&summary.confusion) {
+        print!("{:<width$}", class.name);
         for v in row {
             print!(" {v:>6}");
         }
         println!();
     }
-    Ok(())
 }

@@ -11,10 +11,12 @@ mod picture;
 mod plan_cmd;
 mod plan_dtypes;
 mod predict_cmd;
+mod progress;
 mod quantize_cmd;
 mod report;
 mod run_cmd;
 mod size;
+mod summary;
 mod text;
 mod train_cmd;
 

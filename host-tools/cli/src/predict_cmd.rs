@@ -8,6 +8,8 @@ use clap::Args;
 use sprout_data::{Image, Normalize, Rng, Transform};
 use sprout_train::{argmax, expect_kind, softmax, FileKind, Inference, Model};
 
+use crate::summary::{print_json, ClassProbability, PredictSummary, Prediction};
+
 #[derive(Args, Debug)]
 pub struct PredictArgs {
     /// The model.
@@ -16,6 +18,11 @@ pub struct PredictArgs {
     /// PNG or JPEG images.
     #[arg(value_name = "IMAGE", required = true)]
     images: Vec<PathBuf>,
+    /// Print the predictions as one JSON object on standard output: predictions, one per
+    /// image in the order given, each with path, class (the most probable), class_index,
+    /// probability and probabilities (every class with its probability, in class order).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(args: &PredictArgs) -> Result<()> {
@@ -55,16 +62,43 @@ pub fn run(args: &PredictArgs) -> Result<()> {
     let mut inference = Inference::new(&model)?;
     let logits = inference.logits(&x)?;
     let names = &model.metadata.class_names;
-    for (path, row) in args.images.iter().zip(logits.chunks_exact(model.classes())) {
-        let p = softmax(row);
-        let best = argmax(row);
-        let all: Vec<String> =
-            names.iter().zip(&p).map(|(n, p)| format!("{n} {:.1}%", 100.0 * p)).collect();
+    let predictions: Vec<Prediction> = args
+        .images
+        .iter()
+        .zip(logits.chunks_exact(model.classes()))
+        .map(|(path, row)| {
+            let p = softmax(row);
+            let best = argmax(row);
+            Prediction {
+                path: path.display().to_string(),
+                class: names[best].clone(),
+                class_index: best,
+                probability: p[best],
+                probabilities: names
+                    .iter()
+                    .zip(p)
+                    .map(|(class, probability)| ClassProbability {
+                        class: class.clone(),
+                        probability,
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    if args.json {
+        return print_json(&PredictSummary { predictions });
+    }
+    for prediction in &predictions {
+        let all: Vec<String> = prediction
+            .probabilities
+            .iter()
+            .map(|c| format!("{} {:.1}%", c.class, 100.0 * c.probability))
+            .collect();
         println!(
             "{}: {} ({:.1}%)  [{}]",
-            path.display(),
-            names[best],
-            100.0 * p[best],
+            prediction.path,
+            prediction.class,
+            100.0 * prediction.probability,
             all.join(", ")
         );
     }

@@ -7,9 +7,12 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sprout_core::{load_model, save_model, to_f16_storage, F16Storage, Graph, ModelFile, Role};
 use sprout_train::{
-    open_data, quantize, read_kind, write_atomic, DataOptions, FileKind, Model, QuantizeSettings,
-    RangeMethod,
+    open_data, quantize_with_progress, read_kind, write_atomic, DataOptions, FileKind, Model,
+    QuantizeSettings, RangeMethod,
 };
+
+use crate::progress::{self, Unit};
+use crate::summary::{print_json, QuantizeSummary};
 
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
@@ -44,6 +47,11 @@ pub struct QuantizeArgs {
     /// The quantized model (written atomically).
     #[arg(short = 'o', long = "output", value_name = "OUT.sprout")]
     output: PathBuf,
+    /// Print the summary as one JSON object on standard output: output, dtype, bytes (of
+    /// the new file), model_bytes (of the input), frozen_f32_bytes and frozen_f16_bytes
+    /// (f16; else null), calibration_samples and calibration_data (int8; else null).
+    #[arg(long)]
+    json: bool,
 }
 
 /// The storage type `sprout quantize` converts to.
@@ -101,39 +109,54 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
     check(args)?;
     let bytes = read_kind(&args.model, FileKind::Model, "a .sprout model")?;
     let file = load_model(&bytes).with_context(|| format!("loading {}", args.model.display()))?;
+    let mut summary = QuantizeSummary {
+        output: args.output.display().to_string(),
+        dtype: args.dtype.to_possible_value().map_or(String::new(), |v| v.get_name().into()),
+        bytes: 0,
+        model_bytes: bytes.len(),
+        frozen_f32_bytes: None,
+        frozen_f16_bytes: None,
+        calibration_samples: None,
+        calibration_data: None,
+    };
     let quantized = match args.dtype {
-        StorageType::F16 => to_f16(&file, &args.model)?,
-        StorageType::Int8 => to_int8(args)?,
+        StorageType::F16 => to_f16(&file, &args.model, &mut summary)?,
+        StorageType::Int8 => to_int8(args, &mut summary)?,
     };
     let encoded = save_model(&quantized).context("cannot encode the quantized model")?;
     write_atomic(&args.output, &encoded)?;
+    summary.bytes = encoded.len();
+    if args.json {
+        return print_json(&summary);
+    }
+    if let (Some(f32_bytes), Some(f16_bytes)) = (summary.frozen_f32_bytes, summary.frozen_f16_bytes)
+    {
+        println!("frozen weights: {f32_bytes} bytes as f32 -> {f16_bytes} bytes as f16");
+    }
     println!(
         "wrote {} ({} bytes; the model was {} bytes)",
-        args.output.display(),
-        encoded.len(),
-        bytes.len()
+        summary.output, summary.bytes, summary.model_bytes
     );
     Ok(())
 }
 
-/// The model with every frozen f32 weight stored as f16.
-fn to_f16(file: &ModelFile, path: &Path) -> Result<ModelFile> {
+/// The model with every frozen f32 weight stored as f16; notes the frozen bytes before and
+/// after in `summary`.
+fn to_f16(file: &ModelFile, path: &Path, summary: &mut QuantizeSummary) -> Result<ModelFile> {
     let graph = file.to_graph().with_context(|| format!("loading {}", path.display()))?;
     let options = F16Storage { frozen_weights: true, ..F16Storage::default() };
     let half = to_f16_storage(&graph, &[], options)
         .with_context(|| format!("{}: cannot store the weights as f16", path.display()))?;
-    println!(
-        "frozen weights: {} bytes as f32 -> {} bytes as f16",
-        frozen_bytes(&graph),
-        frozen_bytes(&half)
-    );
+    summary.frozen_f32_bytes = Some(frozen_bytes(&graph));
+    summary.frozen_f16_bytes = Some(frozen_bytes(&half));
     let mut metadata = file.metadata.clone();
     metadata.provenance = format!("{} (f16 weights: sprout quantize)", metadata.provenance);
     Ok(ModelFile::from_graph(&half, metadata))
 }
 
-/// The model rewritten in int8 from activation ranges observed on `--calib`.
-fn to_int8(args: &QuantizeArgs) -> Result<ModelFile> {
+/// The model rewritten in int8 from activation ranges observed on `--calib`, with a bar
+/// over the calibration samples; notes the calibration set in `summary`.
+fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFile> {
     let Some(calib) = &args.calib else {
         bail!("int8 quantization needs calibration data: give --calib DIR|FILE");
     };
@@ -146,14 +169,28 @@ fn to_int8(args: &QuantizeArgs) -> Result<ModelFile> {
             RangeMethod::Percentile(args.percentile.unwrap_or(DEFAULT_PERCENTILE))
         }
     };
-    println!("calibrating on {} samples of {}", data.len(), data.origin().display());
+    let origin = data.origin().display().to_string();
+    let note = format!("calibrating on {} samples of {origin}", data.len());
+    // Standard output carries nothing but the JSON object in --json mode.
+    if args.json {
+        eprintln!("{note}");
+    } else {
+        println!("{note}");
+    }
+    (summary.calibration_samples, summary.calibration_data) = (Some(data.len()), Some(origin));
     let settings = QuantizeSettings {
         method,
         keep_float: args.keep_float.clone(),
         trainable: args.trainable_int8.clone(),
         qas: !args.no_qas,
     };
-    Ok(quantize(&model, &mut data, &settings)?)
+    let bar = progress::bar("calibrate", data.len() as u64, Unit::Images);
+    let quantized = quantize_with_progress(&model, &mut data, &settings, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    Ok(quantized)
 }
 
 /// Bytes of the frozen parameters' values.

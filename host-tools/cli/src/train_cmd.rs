@@ -1,19 +1,24 @@
 //! `sprout train`: trains a zoo model or a `.sprout` file on an image folder or a tensor
-//! file, with a progress line; a fresh run folder holds `args.json`, `metrics.csv`, the
-//! checkpoints, `best.sprout` and `curve.png`/`curve.svg`.
+//! file, with a progress bar and a summary line per epoch; a fresh run folder holds
+//! `args.json`, `metrics.csv`, the checkpoints, `best.sprout` and `curve.png`/`curve.svg`; the
+//! summary is printed as text or JSON (`--json`).
 
-use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use indicatif::ProgressBar;
 use sprout_core::save_model;
 use sprout_train::{
-    check_output, folder_classes, open_data, run_folder, train, write_atomic, DataOptions, Model,
-    OptimizerChoice, RunRecord, ScheduleChoice, SplitKind, TrainEvent, TrainOptions,
+    check_output, folder_classes, open_data, run_folder, train, write_atomic, DataOptions,
+    EpochRecord, Model, OptimizerChoice, RunRecord, ScheduleChoice, SplitKind, TrainEvent,
+    TrainOptions,
 };
 use sprout_zoo::Architecture;
+
+use crate::progress::{self, Unit};
+use crate::summary::{print_json, EpochSummary, LossScaleSummary, TrainSummary};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
@@ -95,6 +100,13 @@ pub struct TrainArgs {
     /// The trained model.
     #[arg(short = 'o', long = "output", value_name = "OUT.sprout")]
     output: PathBuf,
+    /// Print the summary as one JSON object on standard output (progress and epoch lines
+    /// stay on standard error): final_accuracy, final_loss, best_accuracy, samples,
+    /// epochs_run, history (per epoch: epoch, train_loss, val_loss, val_accuracy,
+    /// learning_rate, images_per_second), output, run_folder, seconds and loss_scale
+    /// (final_scale, skipped_steps; null without --mixed-precision).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -252,72 +264,162 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         record: Some(record),
         mixed_precision: args.mixed_precision,
     };
-    let mut stderr = std::io::stderr();
-    let terminal = stderr.is_terminal();
-    let (mut batches, mut epochs, mut last_accuracy) = (0usize, 0u32, None::<f32>);
-    let outcome = train(&model, &mut data, &mut val, &options, &mut |p| match p {
-        TrainEvent::Start { first, epochs: total, batches: per_epoch } => {
-            (batches, epochs) = (per_epoch, total);
+    let images_per_batch = model.batch() as u64;
+    let (mut epochs, mut per_epoch, mut images) = (0u32, 0u64, 0u64);
+    let mut bar: Option<ProgressBar> = None;
+    // The epoch's training time: from its start to its last batch (validation excluded).
+    let (mut epoch_started, mut last_batch) = (Instant::now(), Instant::now());
+    let mut rates: Vec<(u32, f64)> = Vec::new();
+    let outcome = train(&model, &mut data, &mut val, &options, &mut |event| match event {
+        TrainEvent::Start { first, epochs: total, batches } => {
+            (epochs, per_epoch) = (total, batches as u64 * images_per_batch);
             if first > 0 {
                 eprintln!("resuming after epoch {first} of {total}");
             }
+            if first < total {
+                bar = Some(epoch_bar(first + 1, total, per_epoch));
+            }
+            epoch_started = Instant::now();
         }
-        TrainEvent::Batch { epoch, batch, loss } if terminal => {
-            let done = (batch + 1).min(batches);
-            let width = 24;
-            let filled = done * width / batches.max(1);
-            let accuracy = last_accuracy.map_or("-".into(), |a| format!("{:.1}%", 100.0 * a));
-            let _ = write!(
-                stderr,
-                "\repoch {}/{epochs} [{}{}] {done}/{batches} loss {loss:.4} val acc {accuracy}  ",
-                epoch + 1,
-                "#".repeat(filled),
-                "-".repeat(width - filled)
-            );
+        TrainEvent::Batch { loss, .. } => {
+            images += images_per_batch;
+            last_batch = Instant::now();
+            if let Some(bar) = &bar {
+                bar.set_position(images);
+                bar.set_message(if images >= per_epoch {
+                    "validating".to_string()
+                } else {
+                    format!("loss {}", progress::decimal(f64::from(loss)))
+                });
+            }
         }
-        TrainEvent::Batch { .. } => {}
         TrainEvent::Epoch { record, .. } => {
-            last_accuracy = Some(record.val_accuracy);
-            if terminal {
-                let _ = write!(stderr, "\r");
+            let seconds = last_batch.saturating_duration_since(epoch_started).as_secs_f64();
+            let rate = images as f64 / seconds.max(1e-9);
+            rates.push((record.epoch, rate));
+            if let Some(bar) = bar.take() {
+                bar.finish_and_clear();
+            }
+            eprintln!("{}", epoch_line(record, epochs, rate));
+            if record.epoch < epochs {
+                bar = Some(epoch_bar(record.epoch + 1, epochs, per_epoch));
+            }
+            (images, epoch_started) = (0, Instant::now());
+        }
+        TrainEvent::EarlyStop { epoch, best_epoch, patience } => {
+            if let Some(bar) = bar.take() {
+                bar.finish_and_clear();
             }
             eprintln!(
-                "epoch {}/{epochs}: train loss {:.4}, val loss {:.4}, val accuracy {:.1}%, lr {:.3e}{}",
-                record.epoch,
-                record.train_loss,
-                record.val_loss,
-                100.0 * record.val_accuracy,
-                record.learning_rate,
-                " ".repeat(20)
+                "stopping after epoch {epoch}: no better validation accuracy for {patience} \
+                 epochs (best: epoch {best_epoch}, kept as best.sprout)"
             );
         }
-        TrainEvent::EarlyStop { epoch, best_epoch, patience } => eprintln!(
-            "stopping after epoch {epoch}: no better validation accuracy for {patience} epochs \
-             (best: epoch {best_epoch}, kept as best.sprout)"
-        ),
+        _ => {}
     })?;
+    // An epoch the loop did not start (it stopped early) leaves its bar behind.
+    if let Some(bar) = bar.take() {
+        bar.finish_and_clear();
+    }
     let bytes = save_model(&outcome.model).context("cannot encode the trained model")?;
     write_atomic(&args.output, &bytes)?;
+    let history = outcome
+        .history
+        .iter()
+        .map(|r| EpochSummary {
+            epoch: r.epoch,
+            train_loss: r.train_loss,
+            val_loss: r.val_loss,
+            val_accuracy: r.val_accuracy,
+            learning_rate: r.learning_rate,
+            images_per_second: rates.iter().find(|(e, _)| *e == r.epoch).map(|&(_, v)| v),
+        })
+        .collect();
+    let summary = TrainSummary {
+        final_accuracy: outcome.metrics.accuracy(),
+        final_loss: outcome.metrics.loss(),
+        best_accuracy: outcome.best_accuracy,
+        samples: outcome.metrics.samples(),
+        epochs_run: rates.len(),
+        history,
+        output: args.output.display().to_string(),
+        run_folder: out_dir.display().to_string(),
+        seconds: started.elapsed().as_secs_f64(),
+        loss_scale: outcome.loss_scale.map(|s| LossScaleSummary {
+            final_scale: s.final_scale,
+            skipped_steps: s.skipped_steps,
+        }),
+    };
+    if args.json {
+        return print_json(&summary);
+    }
     // With no epoch trained there is no best epoch to name.
-    let best = outcome.best_accuracy.map(|b| format!(", best {:.1}%", 100.0 * b));
+    let best = summary.best_accuracy.map(|b| format!(", best {:.1}%", 100.0 * b));
     println!(
         "final validation accuracy {:.1}% ({} samples){}",
-        100.0 * outcome.metrics.accuracy(),
-        outcome.metrics.samples(),
+        100.0 * summary.final_accuracy,
+        summary.samples,
         best.unwrap_or_default()
     );
-    if let Some(scaling) = outcome.loss_scale {
+    if let Some(scaling) = &summary.loss_scale {
         println!(
             "mixed precision: loss scale {} at the end, {} overflowing steps skipped",
             scaling.final_scale, scaling.skipped_steps
         );
     }
+    println!("wrote {} in {:.1} s", summary.output, summary.seconds);
     println!(
-        "wrote {} (run folder {}: args.json, metrics.csv, checkpoints, best.sprout, curve.png) \
-         in {:.1} s",
-        args.output.display(),
-        out_dir.display(),
-        started.elapsed().as_secs_f64()
+        "run folder {}: args.json, metrics.csv, checkpoints, best.sprout, curve.png",
+        summary.run_folder
     );
     Ok(())
+}
+
+/// The bar over epoch `epoch` (1-based) of `epochs`, `images` long.
+fn epoch_bar(epoch: u32, epochs: u32, images: u64) -> ProgressBar {
+    progress::bar(&format!("epoch {epoch}/{epochs}"), images, Unit::Images)
+}
+
+/// One line per epoch that fits an 80-column terminal, e.g.
+/// `epoch 3/10  loss 0.412  val 0.398  acc 91.2%  lr 5.0e-2  212 img/s`.
+fn epoch_line(record: &EpochRecord, epochs: u32, images_per_second: f64) -> String {
+    format!(
+        "epoch {}/{epochs}  loss {}  val {}  acc {:.1}%  lr {:.1e}  {} img/s",
+        record.epoch,
+        progress::decimal(f64::from(record.train_loss)),
+        progress::decimal(f64::from(record.val_loss)),
+        100.0 * record.val_accuracy,
+        record.learning_rate,
+        progress::rate(images_per_second)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{epoch_line, EpochRecord};
+    use crate::progress::COLUMNS;
+
+    #[test]
+    fn epoch_lines_fit_80_columns() {
+        let typical = EpochRecord {
+            epoch: 3,
+            train_loss: 0.41234,
+            val_loss: 0.398,
+            val_accuracy: 0.912,
+            learning_rate: 0.05,
+        };
+        assert_eq!(
+            epoch_line(&typical, 10, 212.3),
+            "epoch 3/10  loss 0.412  val 0.398  acc 91.2%  lr 5.0e-2  212 img/s"
+        );
+        let extreme = EpochRecord {
+            epoch: 9999,
+            train_loss: 1.234e30,
+            val_loss: f32::NAN,
+            val_accuracy: 1.0,
+            learning_rate: 1.5e-10,
+        };
+        let line = epoch_line(&extreme, 9999, 123_456.0);
+        assert!(line.len() <= COLUMNS, "{} columns: {line}", line.len());
+    }
 }

@@ -6,33 +6,7 @@ mod common;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use sprout_core::format::Preprocessing;
-use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
-
-use common::{fails, ok, s, Scratch};
-
-/// A tiny image classifier at 16x16: flatten, linear 768 -> 8, ReLU, linear 8 -> 3.
-fn tiny_model(path: &Path) {
-    let mut g = Graph::new(1);
-    let x = g.input("input", Shape::d4(4, 3, 16, 16)).unwrap();
-    let y = g.labels("labels", 4).unwrap();
-    let flat = g.flatten("flat", x).unwrap();
-    let h = nn::linear(&mut g, "features.0", flat, 8).unwrap();
-    let h = g.relu("features.1", h).unwrap();
-    let logits = nn::linear(&mut g, "classifier", h, 3).unwrap();
-    g.cross_entropy("loss", logits, y).unwrap();
-    let metadata = Metadata {
-        class_names: vec!["healthy".into(), "leaf_spot".into(), "rust".into()],
-        input_shape: Shape::d4(4, 3, 16, 16),
-        preprocessing: Preprocessing {
-            mean: vec![0.485, 0.456, 0.406],
-            std: vec![0.229, 0.224, 0.225],
-            resize: Some((16, 16)),
-        },
-        provenance: "test".into(),
-    };
-    fs::write(path, save_model(&ModelFile::from_graph(&g, metadata)).unwrap()).unwrap();
-}
+use common::{fails, ok, s, tiny_model, Scratch};
 
 /// Draws a 16x16 leaf set in `dir`, trains the tiny model on it for `epochs` with `extra`
 /// options (run folder `dir/run`); returns the set, the trained model and the output.

@@ -45,7 +45,10 @@ pub use metrics_csv::{
 };
 pub use model::{Inference, Model};
 pub use plot::{render_png, render_svg, write_curves, CURVE_SIZE};
-pub use quantize::{calibrate, quantize, QuantizeSettings, RangeMethod};
+pub use quantize::{
+    calibrate, calibrate_with_progress, quantize, quantize_with_progress, QuantizeSettings,
+    RangeMethod,
+};
 pub use run_folder::{check_output, run_folder};
 pub use run_record::{RunRecord, RECORD_FILE};
 pub use source::{encode_npy, read_npy, read_tensor_file, DataSource, TensorSet};

@@ -277,13 +277,24 @@ impl Inference {
 
     /// Loss, accuracy, per-class accuracy and confusion matrix over every sample of `data`.
     pub fn evaluate(&mut self, data: &mut DataSource) -> Result<Metrics, TrainError> {
-        let mut metrics = Metrics::new(self.classes);
+        self.evaluate_with_progress(data, &mut |_, _| {})
+    }
+
+    /// [`Self::evaluate`], calling `progress(samples done, samples in all)` after each batch.
+    pub fn evaluate_with_progress(
+        &mut self,
+        data: &mut DataSource,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Metrics, TrainError> {
+        let (mut metrics, total, mut done) = (Metrics::new(self.classes), data.len(), 0);
         for batch in data.epoch(0) {
             let batch = batch?;
             let logits = self.logits(&batch.x)?;
             for (row, &label) in logits.chunks_exact(self.classes).zip(&batch.y) {
                 metrics.add(row, label as usize);
             }
+            done += batch.len();
+            progress(done, total);
         }
         Ok(metrics)
     }

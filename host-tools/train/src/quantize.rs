@@ -93,6 +93,17 @@ pub fn calibrate(
     data: &mut DataSource,
     method: RangeMethod,
 ) -> Result<Ranges, TrainError> {
+    calibrate_with_progress(model, data, method, &mut |_, _| {})
+}
+
+/// [`calibrate`], calling `progress(samples done, samples in all)` after each batch; a
+/// percentile calibration reads the data twice, so "all" counts both passes.
+pub fn calibrate_with_progress(
+    model: &Model,
+    data: &mut DataSource,
+    method: RangeMethod,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Ranges, TrainError> {
     if data.is_empty() {
         return Err(TrainError::Mismatch(format!(
             "{}: the calibration set is empty; quantization needs samples to observe",
@@ -124,6 +135,7 @@ pub fn calibrate(
     };
     let (batch, per_sample) = (model.batch(), model.sample_dims().iter().product::<usize>());
     let mut exec = Executor::new(plan.view(), Cpu::new())?;
+    let (total, mut done) = (passes * data.len(), 0);
     for pass in 0..passes {
         if pass == 1 {
             for o in &mut observed {
@@ -155,6 +167,8 @@ pub fn calibrate(
                     }
                 }
             }
+            done += count;
+            progress(done, total);
         }
     }
     Ok(observed
@@ -179,6 +193,16 @@ pub fn quantize(
     data: &mut DataSource,
     settings: &QuantizeSettings,
 ) -> Result<ModelFile, TrainError> {
+    quantize_with_progress(model, data, settings, &mut |_, _| {})
+}
+
+/// [`quantize`], reporting the calibration as [`calibrate_with_progress`] does.
+pub fn quantize_with_progress(
+    model: &Model,
+    data: &mut DataSource,
+    settings: &QuantizeSettings,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<ModelFile, TrainError> {
     let names = |choice: &Option<String>| -> Result<BTreeSet<String>, TrainError> {
         let Some(choice) = choice else { return Ok(BTreeSet::new()) };
         let ids = sprout_zoo::select_trainable(&model.zoo, choice)?;
@@ -189,7 +213,7 @@ pub fn quantize(
         trainable: names(&settings.trainable)?,
         qas: settings.qas,
     };
-    let ranges = calibrate(model, data, settings.method)?;
+    let ranges = calibrate_with_progress(model, data, settings.method, progress)?;
     let graph = quantize_graph(&model.zoo.graph, &ranges, &options)
         .map_err(|e| TrainError::Mismatch(format!("cannot quantize the model: {e}")))?;
     let mut metadata = model.metadata.clone();

@@ -125,8 +125,9 @@ impl TrainOptions {
     }
 }
 
-/// What the loop reports as it goes.
+/// What the loop reports as it goes (more kinds of event may come: match with a wildcard).
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum TrainEvent<'a> {
     /// Before the first epoch (`first` > 0 when resuming).
     Start { first: u32, epochs: u32, batches: usize },

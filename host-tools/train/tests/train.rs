@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use sprout_core::format::WeightValues;
 use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
 use sprout_train::{
-    encode_npy, open_data, read_metrics, train, CheckpointError, DataOptions, Model,
-    OptimizerChoice, Outcome, TrainData, TrainError, TrainOptions,
+    calibrate_with_progress, encode_npy, open_data, read_metrics, train, CheckpointError,
+    DataOptions, Inference, Model, OptimizerChoice, Outcome, RangeMethod, TrainData, TrainError,
+    TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -350,5 +351,29 @@ fn init_from_keeps_the_fresh_choice_at_its_new_initial_values() {
     let mut model = Model::from_zoo(Architecture::Mlp, 4, 2).unwrap();
     let error = model.init_from(&path, Some("nothing.*")).unwrap_err().to_string();
     assert!(error.contains("nothing.*"), "{error}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn evaluation_and_calibration_report_their_progress_in_samples() {
+    let dir = temp_dir("progress");
+    let data = dir.join("data.npz");
+    write_set(&data, 20, 64, 10, 3); // batches of 8, 8 and 4
+    let mut model = Model::from_zoo(Architecture::Mlp, 8, 5).unwrap();
+    let fixed = DataOptions { augment: false, shuffle: false, ..DataOptions::default() };
+    let TrainData { mut val, .. } = open_data(&mut model, &data, &fixed).unwrap();
+    let mut seen = Vec::new();
+    let metrics = Inference::new(&model)
+        .unwrap()
+        .evaluate_with_progress(&mut val, &mut |done, total| seen.push((done, total)))
+        .unwrap();
+    assert_eq!(metrics.samples(), 20);
+    assert_eq!(seen, [(8, 20), (16, 20), (20, 20)]);
+
+    // A percentile calibration reads every sample twice.
+    seen.clear();
+    let method = RangeMethod::Percentile(99.0);
+    calibrate_with_progress(&model, &mut val, method, &mut |d, t| seen.push((d, t))).unwrap();
+    assert_eq!(seen, [(8, 40), (16, 40), (20, 40), (28, 40), (36, 40), (40, 40)]);
     let _ = fs::remove_dir_all(&dir);
 }

@@ -1,9 +1,13 @@
-//! What the CLI tests share: running the built `sprout` binary and reading its outcome, and
-//! scratch folders that clean up after themselves. Each test file uses a part of it.
+//! What the CLI tests share: running the built `sprout` binary and reading its outcome, a
+//! tiny image model, and scratch folders that clean up after themselves. Each test file
+//! uses a part of it.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use sprout_core::format::Preprocessing;
+use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
 
 /// Runs the built `sprout` with `args`.
 pub fn sprout(args: &[&str]) -> Output {
@@ -33,6 +37,29 @@ pub fn text(bytes: &[u8]) -> String {
 /// A path as an argument.
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("test paths are UTF-8")
+}
+
+/// A tiny image classifier at 16x16: flatten, linear 768 -> 8, ReLU, linear 8 -> 3.
+pub fn tiny_model(path: &Path) {
+    let mut g = Graph::new(1);
+    let x = g.input("input", Shape::d4(4, 3, 16, 16)).unwrap();
+    let y = g.labels("labels", 4).unwrap();
+    let flat = g.flatten("flat", x).unwrap();
+    let h = nn::linear(&mut g, "features.0", flat, 8).unwrap();
+    let h = g.relu("features.1", h).unwrap();
+    let logits = nn::linear(&mut g, "classifier", h, 3).unwrap();
+    g.cross_entropy("loss", logits, y).unwrap();
+    let metadata = Metadata {
+        class_names: vec!["healthy".into(), "leaf_spot".into(), "rust".into()],
+        input_shape: Shape::d4(4, 3, 16, 16),
+        preprocessing: Preprocessing {
+            mean: vec![0.485, 0.456, 0.406],
+            std: vec![0.229, 0.224, 0.225],
+            resize: Some((16, 16)),
+        },
+        provenance: "test".into(),
+    };
+    std::fs::write(path, save_model(&ModelFile::from_graph(&g, metadata)).unwrap()).unwrap();
 }
 
 /// A fresh scratch folder for one test, removed on drop.
