@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use sprout_train::{
-    open_data, quantize, train, DataSource, Inference, Model, OptimizerChoice, QuantizeSettings,
-    RangeMethod, ScheduleChoice, TrainOptions,
+    open_data, quantize, train, DataSource, Inference, Model, OptimizerChoice, Pipeline,
+    QuantizeSettings, RangeMethod, ScheduleChoice, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -51,14 +51,14 @@ fn fine_tune(trainable: &str) -> TrainOptions {
 
 /// Validation accuracy (percent) and loss of `model` on the target photos.
 fn evaluate(model: &mut Model, target: &Path) -> Result<(f32, f32)> {
-    let (_, mut val) = open_data(model, target, None, false, false, 0)?;
+    let (_, mut val) = open_data(model, target, None, false, false, 0, &Pipeline::default())?;
     let metrics = Inference::new(model)?.evaluate(&mut val)?;
     Ok(percent_and_loss(&metrics))
 }
 
 /// Calibration samples: the target training photos, evaluation transform, in order.
 fn calibration(model: &mut Model, target: &Path) -> Result<DataSource> {
-    Ok(open_data(model, target, None, false, false, 0)?.0)
+    Ok(open_data(model, target, None, false, false, 0, &Pipeline::default())?.0)
 }
 
 fn reload(file: &sprout_core::ModelFile) -> Result<Model> {
@@ -68,7 +68,8 @@ fn reload(file: &sprout_core::ModelFile) -> Result<Model> {
 
 /// Trains `model` with `options` on the target photos; returns accuracy and loss.
 fn run_training(model: &mut Model, target: &Path, options: &TrainOptions) -> Result<(f32, f32)> {
-    let (mut data, mut val) = open_data(model, target, None, true, true, options.seed)?;
+    let (mut data, mut val) =
+        open_data(model, target, None, true, true, options.seed, &Pipeline::default())?;
     let outcome = train(model, &mut data, &mut val, options, &mut |_| {})?;
     Ok(percent_and_loss(&outcome.metrics))
 }

@@ -9,6 +9,8 @@ use clap::Args;
 use sprout_bundle::apply_device_checkpoint;
 use sprout_train::{open_data, Inference, Model};
 
+use crate::image_args::ResizeArgs;
+
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// The model to evaluate.
@@ -24,6 +26,8 @@ pub struct EvalArgs {
     /// The device bundle the checkpoint's weights are placed by.
     #[arg(long, value_name = "BUNDLE", requires = "device_checkpoint")]
     bundle: Option<PathBuf>,
+    #[command(flatten)]
+    resize: ResizeArgs,
 }
 
 pub fn run(args: &EvalArgs) -> Result<()> {
@@ -42,7 +46,8 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             100.0 * info.accuracy
         );
     }
-    let (_, mut data) = open_data(&mut model, &args.data, None, false, false, 0)?;
+    let (_, mut data) =
+        open_data(&mut model, &args.data, None, false, false, 0, &args.resize.pipeline())?;
     let mut inference = Inference::new(&model)?;
     let metrics = inference.evaluate(&mut data)?;
     let names = &model.metadata.class_names;

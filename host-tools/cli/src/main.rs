@@ -6,6 +6,7 @@ mod data_cmd;
 mod device_cmd;
 mod eval_cmd;
 mod flash_cmd;
+mod image_args;
 mod onnx_cmd;
 mod picture;
 mod plan_cmd;

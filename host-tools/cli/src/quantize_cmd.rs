@@ -8,6 +8,8 @@ use clap::{Args, ValueEnum};
 use sprout_core::{load_model, save_model, to_f16_storage, F16Storage, Graph, ModelFile, Role};
 use sprout_train::{open_data, quantize, write_atomic, Model, QuantizeSettings, RangeMethod};
 
+use crate::image_args::ResizeArgs;
+
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
     /// The model to quantize.
@@ -41,6 +43,8 @@ pub struct QuantizeArgs {
     /// The quantized model (written atomically).
     #[arg(short = 'o', long = "output", value_name = "OUT.sprout")]
     output: PathBuf,
+    #[command(flatten)]
+    resize: ResizeArgs,
 }
 
 /// The storage type `sprout quantize` converts to.
@@ -111,7 +115,8 @@ fn to_int8(args: &QuantizeArgs) -> Result<ModelFile> {
         bail!("int8 quantization needs calibration data: give --calib DIR|FILE");
     };
     let mut model = Model::open(&args.model)?;
-    let (mut data, _) = open_data(&mut model, calib, None, false, false, 0)?;
+    let (mut data, _) =
+        open_data(&mut model, calib, None, false, false, 0, &args.resize.pipeline())?;
     let method = match args.calibration {
         Calibration::Minmax => RangeMethod::MinMax,
         Calibration::Percentile => RangeMethod::Percentile(args.percentile),

@@ -14,6 +14,8 @@ use sprout_train::{
 };
 use sprout_zoo::Architecture;
 
+use crate::image_args::PipelineArgs;
+
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     /// A zoo model to train from its initial weights: mlp, resnet or leafnet.
@@ -83,6 +85,8 @@ pub struct TrainArgs {
     /// The trained model.
     #[arg(short = 'o', long = "output", value_name = "OUT.sprout")]
     output: PathBuf,
+    #[command(flatten)]
+    images: PipelineArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -141,6 +145,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         !args.no_augment,
         !args.no_shuffle,
         args.seed,
+        &args.images.pipeline()?,
     )?;
     let optimizer = match args.optimizer {
         OptimizerArg::Sgd => OptimizerChoice::Sgd {

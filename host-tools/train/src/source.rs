@@ -5,7 +5,7 @@ use std::fs;
 use std::io::{Cursor, Read};
 use std::path::{Path, PathBuf};
 
-use sprout_data::{Batch, Batcher, Dataset, Rng, Transform};
+use sprout_data::{Batch, Dataset, Loader, Pipeline, Rng, Transform};
 
 use crate::TrainError;
 
@@ -222,8 +222,8 @@ pub fn encode_npy(shape: &[usize], values: &[f32]) -> Vec<u8> {
 
 /// Where samples come from.
 pub enum DataSource {
-    /// A folder-per-class image tree, decoded (and cached) on demand.
-    Folder(Batcher),
+    /// A folder-per-class image tree, streamed through decoding threads.
+    Folder(Loader),
     /// A tensor file held in memory.
     Tensors { set: TensorSet, batch: usize, seed: u64, shuffle: bool },
 }
@@ -237,13 +237,26 @@ impl DataSource {
         batch: usize,
         seed: u64,
         shuffle: bool,
+        pipeline: &Pipeline,
     ) -> Result<Self, TrainError> {
         let dataset = match classes {
             Some(classes) => Dataset::open_with_classes(root, classes)?,
             None => Dataset::open(root)?,
         };
-        let batcher = Batcher::new(dataset, transform, batch, seed).cached();
-        Ok(DataSource::Folder(if shuffle { batcher } else { batcher.no_shuffle() }))
+        Self::images(dataset, transform, batch, seed, shuffle, pipeline)
+    }
+
+    /// The images of `dataset` (a whole folder, or a split of one: see [`Dataset::subset`]).
+    pub fn images(
+        dataset: Dataset,
+        transform: Transform,
+        batch: usize,
+        seed: u64,
+        shuffle: bool,
+        pipeline: &Pipeline,
+    ) -> Result<Self, TrainError> {
+        let loader = Loader::new(dataset, transform, batch, seed, pipeline)?;
+        Ok(DataSource::Folder(if shuffle { loader } else { loader.no_shuffle() }))
     }
 
     /// Samples of a tensor file.

@@ -12,7 +12,7 @@ use sprout_core::{
     compile_training_step_with, save_model, Executor, MemoryOptions, ModelFile, Optimizer,
     Progress, Region, StepOutcome, TrainConfig,
 };
-use sprout_data::{Normalize, Transform};
+use sprout_data::{Normalize, Pipeline, Transform};
 
 use crate::checkpoint::{read_checkpoint, write_checkpoint, Checkpoint, EpochRecord};
 use crate::curve::write_curve;
@@ -131,7 +131,8 @@ pub fn folder_classes(data: &Path) -> Result<Option<Vec<String>>, TrainError> {
 /// Opens training and validation data at `data` for `model`: a folder (`DATA/train` and
 /// `DATA/val` when present, else `DATA` for both) or a tensor file (validation: `val`, else
 /// the training file). Folder class names are given to the model (see
-/// [`Model::adopt_classes`]); samples must have the model's input shape.
+/// [`Model::adopt_classes`]); folder images are read as `pipeline` says; samples must have
+/// the model's input shape.
 pub fn open_data(
     model: &mut Model,
     data: &Path,
@@ -139,6 +140,7 @@ pub fn open_data(
     augment: bool,
     shuffle: bool,
     seed: u64,
+    pipeline: &Pipeline,
 ) -> Result<(DataSource, DataSource), TrainError> {
     let batch = model.batch();
     if data.is_dir() {
@@ -159,11 +161,19 @@ pub fn open_data(
         let transform =
             if augment { Transform { normalize, ..Transform::train(size) } } else { eval };
         let fixed = model.names_fixed.then(|| model.metadata.class_names.clone());
-        let train =
-            DataSource::folder(&train_root, fixed.as_deref(), transform, batch, seed, shuffle)?;
+        let train = DataSource::folder(
+            &train_root,
+            fixed.as_deref(),
+            transform,
+            batch,
+            seed,
+            shuffle,
+            pipeline,
+        )?;
         let names = train.class_names().unwrap_or_default();
         model.adopt_classes(&names, &train_root)?;
-        let val_source = DataSource::folder(&val_root, Some(&names), eval, batch, seed, false)?;
+        let val_source =
+            DataSource::folder(&val_root, Some(&names), eval, batch, seed, false, pipeline)?;
         return Ok((train, val_source));
     }
     let open = |path: &Path| -> Result<DataSource, TrainError> {

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use sprout_core::format::WeightValues;
 use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
 use sprout_train::{
-    encode_npy, open_data, train, CheckpointError, Model, OptimizerChoice, Outcome, TrainError,
-    TrainOptions,
+    encode_npy, open_data, train, CheckpointError, Model, OptimizerChoice, Outcome, Pipeline,
+    TrainError, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -95,7 +95,8 @@ fn one_sgd_step_matches_an_independent_f64_computation() {
     write_set(&data, n, k, c, 11);
 
     let mut model = Model::open(&model_path).unwrap();
-    let (mut train_set, mut val) = open_data(&mut model, &data, None, false, false, 0).unwrap();
+    let (mut train_set, mut val) =
+        open_data(&mut model, &data, None, false, false, 0, &Pipeline::default()).unwrap();
     let lr = 0.1;
     let options = TrainOptions {
         optimizer: OptimizerChoice::Sgd { momentum: 0.0, weight_decay: 0.0, nesterov: false },
@@ -157,7 +158,8 @@ fn one_sgd_step_matches_an_independent_f64_computation() {
 
 fn run_mlp(data: &Path, epochs: u32, out_dir: &Path, resume: Option<PathBuf>) -> Outcome {
     let mut model = Model::from_zoo(Architecture::Mlp, 8, 5).unwrap();
-    let (mut t, mut v) = open_data(&mut model, data, None, true, true, 9).unwrap();
+    let (mut t, mut v) =
+        open_data(&mut model, data, None, true, true, 9, &Pipeline::default()).unwrap();
     let options = TrainOptions {
         optimizer: OptimizerChoice::AdamW { weight_decay: 0.01 },
         learning_rate: 0.01,
@@ -256,7 +258,8 @@ fn a_damaged_checkpoint_is_a_typed_error() {
     // A checkpoint of another model is refused by its graph hash.
     fs::write(&path, &good).unwrap();
     let mut model = Model::from_zoo(Architecture::Mlp, 4, 5).unwrap();
-    let (mut t, mut v) = open_data(&mut model, &data, None, false, true, 9).unwrap();
+    let (mut t, mut v) =
+        open_data(&mut model, &data, None, false, true, 9, &Pipeline::default()).unwrap();
     let options = TrainOptions { resume: Some(path.clone()), seed: 9, ..Default::default() };
     let err = train(&model, &mut t, &mut v, &options, &mut |_| {}).err().unwrap();
     assert!(
@@ -300,7 +303,8 @@ fn tensor_files_of_the_wrong_shape_or_type_are_named_errors() {
         (&st, "x", "[N, 64]"),
     ] {
         let mut model = Model::from_zoo(Architecture::Mlp, 4, 0).unwrap();
-        let err = open_data(&mut model, path, None, false, false, 0).err().unwrap();
+        let err =
+            open_data(&mut model, path, None, false, false, 0, &Pipeline::default()).err().unwrap();
         let message = err.to_string();
         assert!(matches!(&err, TrainError::Tensor { tensor: t, .. } if t == tensor), "{message}");
         assert!(message.contains(&path.display().to_string()), "{message}");
