@@ -33,13 +33,7 @@ const GOAL_MIB: f64 = 300.0;
 
 /// `cargo xtask bench data [--photos N]`.
 pub fn run(root: &Path, options: &[&str]) -> Result<()> {
-    let photos = match options {
-        [] => DEFAULT_PHOTOS,
-        ["--photos", n] => n.parse().ok().filter(|&n| n >= BATCH).with_context(|| {
-            format!("--photos takes a number of photos, at least a batch of {BATCH}, not `{n}`")
-        })?,
-        _ => bail!("usage: cargo xtask bench data [--photos N] (default {DEFAULT_PHOTOS})"),
-    };
+    let photos = photo_count(options)?;
     let work = root.join("target/bench-data");
     let data = work.join(format!("photos-{photos}-{WIDTH}x{HEIGHT}"));
     make_photos(&work, &data, photos)?;
@@ -70,6 +64,17 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     Ok(())
+}
+
+/// The number of training photos `options` ask for.
+fn photo_count(options: &[&str]) -> Result<usize> {
+    Ok(match options {
+        [] => DEFAULT_PHOTOS,
+        ["--photos", n] => n.parse().ok().filter(|&n| n >= BATCH).with_context(|| {
+            format!("--photos takes a number of photos, at least a batch of {BATCH}, not `{n}`")
+        })?,
+        _ => bail!("usage: cargo xtask bench data [--photos N] (default {DEFAULT_PHOTOS})"),
+    })
 }
 
 /// Writes `photos` training photos (a third per leafnet class) and a few validation photos
@@ -239,4 +244,42 @@ fn wait_measured(child: Child) -> Result<(bool, f64)> {
 #[cfg(not(unix))]
 fn wait_measured(_child: Child) -> Result<(bool, f64)> {
     bail!("the data benchmark measures peak memory with wait4, on Unix only")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_photo_count_is_a_number_of_at_least_one_batch() {
+        assert_eq!(photo_count(&[]).unwrap(), DEFAULT_PHOTOS);
+        assert_eq!(photo_count(&["--photos", "200"]).unwrap(), 200);
+        for bad in [&["--photos", "31"][..], &["--photos", "many"], &["--fast"]] {
+            assert!(photo_count(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_leaf_drawing_becomes_a_big_jpeg_photo() {
+        let dir = std::env::temp_dir().join(format!("sprout-bench-data-{}", std::process::id()));
+        let config =
+            LeafConfig { per_class: 1, size: 32, val_fraction: 0.0, ..LeafConfig::default() };
+        generate(&config, &dir, |_, _| {}).unwrap();
+        let photo = dir.join("photo.jpg");
+        write_photo(&dir.join("train/rust/00000.png"), &photo, 7).unwrap();
+        let decoded = decode_rgb(&photo, 0, &Limits::default()).unwrap();
+        assert_eq!(decoded.dimensions(), (WIDTH, HEIGHT));
+        // Grain and texture make it as heavy as a camera's JPEG: over 300 kB.
+        assert!(fs::metadata(&photo).unwrap().len() > 300_000);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn waiting_reports_the_exit_status_and_the_peak_memory() {
+        let run = |program: &str| wait_measured(Command::new(program).spawn().unwrap()).unwrap();
+        let (success, mib) = run("true");
+        assert!(success && mib > 0.0 && mib < 100.0, "{mib}");
+        assert!(!run("false").0);
+    }
 }
