@@ -38,6 +38,11 @@ pub const SUITES: &[(&str, &str)] = &[
          DSP against scalar, on the QEMU board under -icount shift=0",
     ),
     (
+        "data",
+        "one head-only leafnet epoch through the release CLI on 2,000 generated 2048x1536 JPEG \
+         photos: images/s and peak RSS, decoding and from the cache (`--photos N` for fewer)",
+    ),
+    (
         "kernels",
         "leafnet training-step time with the reference kernels against sprout-cpu (one \
          thread and all), and conv2d forward GFLOP/s",
@@ -49,7 +54,7 @@ pub const RUN_COMMAND: &str = "bench-run";
 
 /// The suite list, as `cargo xtask bench` prints it.
 pub fn suites_help() -> String {
-    let mut help = String::from("Usage: cargo xtask bench <suite>\n\nSuites (release build):\n");
+    let mut help = String::from("Usage: cargo xtask bench <suite>\n\nSuites (release build; `data` times the release CLI):\n");
     for (name, what) in SUITES {
         help.push_str(&format!("  {name:<9} {what}\n"));
     }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use sprout_train::{
     open_data, open_eval_data, quantize, train, DataOptions, DataSource, Inference, Model,
-    OptimizerChoice, QuantizeSettings, RangeMethod, ScheduleChoice, TrainOptions,
+    OptimizerChoice, Pipeline, QuantizeSettings, RangeMethod, ScheduleChoice, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -51,7 +51,7 @@ fn fine_tune(trainable: &str) -> TrainOptions {
 
 /// Validation accuracy (percent) and loss of `model` on the target photos.
 fn evaluate(model: &mut Model, target: &Path) -> Result<(f32, f32)> {
-    let mut val = open_eval_data(model, target)?;
+    let mut val = open_eval_data(model, target, &Pipeline::default())?;
     let metrics = Inference::new(model)?.evaluate(&mut val)?;
     Ok(percent_and_loss(&metrics))
 }

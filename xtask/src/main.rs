@@ -2,6 +2,7 @@
 //! This file parses the command line and dispatches to one module per command.
 
 mod bench;
+mod bench_data;
 mod bench_kernels;
 mod bench_quant;
 mod boards;
@@ -48,6 +49,8 @@ fn main() -> ExitCode {
             print!("{}", bench::suites_help());
             return ExitCode::SUCCESS;
         }
+        // Times the release CLI as a child: xtask's own profile does not matter.
+        ["bench", "data", options @ ..] => bench_data::run(&workspace_root(), options),
         ["bench", suite] if bench::is_suite(suite) => bench::run(&workspace_root(), suite),
         ["bench", suite] => {
             eprintln!("error: unknown bench suite `{suite}`\n\n{}", bench::suites_help());

@@ -12,6 +12,8 @@ use sprout_train::{open_eval_data, read_kind, FileKind, Inference, Model};
 use crate::progress::{self, Unit};
 use crate::summary::{print_json, ClassSummary, DeviceCheckpointSummary, EvalSummary};
 
+use crate::image_args::ResizeArgs;
+
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// The model to evaluate.
@@ -34,6 +36,8 @@ pub struct EvalArgs {
     /// (path, epoch, updates, device_accuracy; null without --device-checkpoint).
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    resize: ResizeArgs,
 }
 
 pub fn run(args: &EvalArgs) -> Result<()> {
@@ -51,7 +55,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             device_accuracy: info.accuracy,
         });
     }
-    let mut data = open_eval_data(&mut model, &args.data)?;
+    let mut data = open_eval_data(&mut model, &args.data, &args.resize.pipeline())?;
     let mut inference = Inference::new(&model)?;
     let bar = progress::bar("eval", data.len() as u64, Unit::Images);
     let metrics = inference.evaluate_with_progress(&mut data, &mut |done, _| {

@@ -6,6 +6,7 @@ mod data_cmd;
 mod device_cmd;
 mod eval_cmd;
 mod flash_cmd;
+mod image_args;
 mod onnx_cmd;
 mod picture;
 mod plan_cmd;
@@ -58,7 +59,7 @@ enum Command {
     /// Writes the trained model (-o), and checkpoints, the best model and a training curve in
     /// a run folder; --resume continues from a checkpoint, --init-from starts a zoo model
     /// from a pretrained file's weights.
-    Train(train_cmd::TrainArgs),
+    Train(Box<train_cmd::TrainArgs>),
     /// Measure a .sprout model's accuracy on a data set.
     ///
     /// Prints accuracy, loss, per-class accuracy and the confusion matrix on an image folder

@@ -1,14 +1,16 @@
-//! `sprout predict`: the class and probabilities of each image, preprocessed as the model's
-//! metadata says (resize, per-channel mean and standard deviation).
+//! `sprout predict`: the class and probabilities of each image, read and resized as training
+//! reads them (`--resize`) and normalised as the model's metadata says.
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
-use sprout_data::{Image, Normalize, Rng, Transform};
+use sprout_data::{load_resized, Normalize, Rng, Transform};
 use sprout_train::{argmax, expect_kind, softmax, FileKind, Inference, Model};
 
 use crate::summary::{print_json, ClassProbability, PredictSummary, Prediction};
+
+use crate::image_args::ResizeArgs;
 
 #[derive(Args, Debug)]
 pub struct PredictArgs {
@@ -23,6 +25,8 @@ pub struct PredictArgs {
     /// probability and probabilities (every class with its probability, in class order).
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    resize: ResizeArgs,
 }
 
 pub fn run(args: &PredictArgs) -> Result<()> {
@@ -49,15 +53,11 @@ pub fn run(args: &PredictArgs) -> Result<()> {
     }
     let transform = Transform { normalize, ..Transform::eval(size) };
     let mut x = Vec::new();
+    let pipeline = args.resize.pipeline();
     for path in &args.images {
         expect_kind(path, &[FileKind::Png, FileKind::Jpeg], "a PNG or JPEG image")?;
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let decoded = image::load_from_memory(&bytes)
-            .with_context(|| format!("cannot decode image {}", path.display()))?
-            .into_rgb8();
-        let image = Image::from_rgb8(decoded.width(), decoded.height(), decoded.as_raw());
-        transform.apply(&image, &mut Rng::new(0), &mut x);
+        let resized = load_resized(path, size, size, pipeline.resize, &pipeline.limits)?;
+        transform.apply(&resized, &mut Rng::new(0), &mut x);
     }
     let mut inference = Inference::new(&model)?;
     let logits = inference.logits(&x)?;

@@ -14,6 +14,8 @@ use sprout_train::{
 use crate::progress::{self, Unit};
 use crate::summary::{print_json, QuantizeSummary};
 
+use crate::image_args::ResizeArgs;
+
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
     /// The model to quantize.
@@ -52,6 +54,8 @@ pub struct QuantizeArgs {
     /// (f16; else null), calibration_samples and calibration_data (int8; else null).
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    resize: ResizeArgs,
 }
 
 /// The storage type `sprout quantize` converts to.
@@ -161,7 +165,12 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
         bail!("int8 quantization needs calibration data: give --calib DIR|FILE");
     };
     let mut model = Model::open(&args.model)?;
-    let options = DataOptions { augment: false, shuffle: false, ..DataOptions::default() };
+    let options = DataOptions {
+        augment: false,
+        shuffle: false,
+        pipeline: args.resize.pipeline(),
+        ..DataOptions::default()
+    };
     let mut data = open_data(&mut model, calib, &options)?.train;
     let method = match args.calibration.unwrap_or(Calibration::Minmax) {
         Calibration::Minmax => RangeMethod::MinMax,

@@ -17,6 +17,7 @@ use sprout_train::{
 };
 use sprout_zoo::Architecture;
 
+use crate::image_args::PipelineArgs;
 use crate::progress::{self, Unit};
 use crate::summary::{print_json, EpochSummary, LossScaleSummary, TrainSummary};
 
@@ -107,6 +108,8 @@ pub struct TrainArgs {
     /// (final_scale, skipped_steps; null without --mixed-precision).
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    images: PipelineArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -203,6 +206,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         augment: !args.no_augment,
         shuffle: !args.no_shuffle,
         seed: args.seed,
+        pipeline: args.images.pipeline()?,
     };
     let opened = open_data(&mut model, &args.data, &data_options)?;
     let (mut data, mut val) = (opened.train, opened.val);

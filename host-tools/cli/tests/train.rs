@@ -190,7 +190,11 @@ fn one_folder_is_split_each_run_gets_a_folder_and_resume_refuses_changes() {
     assert_eq!(args["options"]["--lr"], serde_json::json!(0.01));
     assert_eq!(args["options"]["--val-fraction"], serde_json::json!(0.2));
     assert_eq!(args["options"]["--batch-size"], serde_json::json!(4));
-    assert_eq!(args["data"]["kind"], "stratified");
+    let stratified = &args["data"]["kind"]["stratified"];
+    assert_eq!(
+        (stratified["fraction"].as_f64(), stratified["seed"].as_u64()),
+        (Some(0.2), Some(0))
+    );
     assert_eq!((args["data"]["train"].as_u64(), args["data"]["val"].as_u64()), (Some(18), Some(6)));
     assert!(args["sprout"].as_str().unwrap().starts_with(env!("CARGO_PKG_VERSION")));
     assert!(args["command_line"].as_array().unwrap().iter().any(|a| a == "leaves/train"));
@@ -280,4 +284,48 @@ fn patience_stops_when_validation_accuracy_stalls() {
         "{stderr}"
     );
     assert_eq!(fs::read_to_string(run_dir.join("metrics.csv")).unwrap().lines().count(), 4);
+}
+
+#[test]
+fn image_pipeline_options_reach_train_eval_predict_and_quantize() {
+    let scratch = Scratch::new("pipeline");
+    let dir = &scratch.0;
+    let cache = dir.join("cache");
+    let extra =
+        ["--workers", "2", "--resize", "squash", "--cache", "disk", "--cache-dir", s(&cache)];
+    let (leaves, trained, _) = train_tiny(dir, "1", &extra);
+    // 8 training and 2 validation images per class, each resized once into the cache.
+    let entries: Vec<_> = fs::read_dir(&cache).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(entries.len(), 30, "{entries:?}");
+    assert!(entries.iter().all(|n| n.to_string_lossy().ends_with(".rgb")), "{entries:?}");
+
+    for resize in ["crop", "squash"] {
+        let out = ok(&["eval", s(&trained), "--data", s(&leaves), "--resize", resize]);
+        assert!(out.contains("accuracy"), "{out}");
+    }
+    let image = leaves
+        .join("val/rust")
+        .join(fs::read_dir(leaves.join("val/rust")).unwrap().next().unwrap().unwrap().file_name());
+    let out = ok(&["predict", s(&trained), s(&image), "--resize", "squash"]);
+    assert!(out.contains("rust") && out.contains('%'), "{out}");
+    let quantized = dir.join("q.sprout");
+    let calib = ["--calib", s(&leaves), "--resize", "squash", "-o", s(&quantized)];
+    ok(&[&["quantize", s(&trained)], &calib[..]].concat());
+    assert!(quantized.is_file());
+
+    // A FIFO named like a photo is refused, not waited on.
+    #[cfg(unix)]
+    {
+        let fifo = dir.join("pipe.png");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        fails(&["predict", s(&trained), s(&fifo)], "not a regular file (a FIFO)");
+    }
+    let never = dir.join("never.sprout");
+    let tiny = dir.join("tiny.sprout");
+    let base = ["train", "--model", s(&tiny), "--data", s(&leaves), "-o", s(&never)];
+    fails(&[&base[..], &["--cache-dir", s(&cache)]].concat(), "--cache-dir needs --cache disk");
+    fails(&[&base[..], &["--cache", "disk"]].concat(), "--cache disk needs --cache-dir");
+    fails(&[&base[..], &["--cache", "none", "--cache-mib", "9"]].concat(), "--cache-mib needs");
+    fails(&[&base[..], &["--resize", "stretch"]].concat(), "crop");
+    assert!(!never.exists());
 }

@@ -18,6 +18,15 @@ pub enum DataError {
     /// A file that is not a readable PNG or JPEG image.
     #[error("cannot decode image {}: {reason}", path.display())]
     Decode { path: PathBuf, reason: String },
+    /// A path that is not a regular file (a folder, a FIFO, a device): never read.
+    #[error("{}: not a regular file ({kind}); only PNG and JPEG files are read", path.display())]
+    NotAFile { path: PathBuf, kind: String },
+    /// A file bigger than the reading limit.
+    #[error("{}: {bytes} bytes, over the limit of {limit} bytes for one image file", path.display())]
+    FileTooLarge { path: PathBuf, bytes: u64, limit: u64 },
+    /// An image whose header declares more pixels than the limit: refused before decoding.
+    #[error("{}: {width}x{height} pixels, over the limit of {limit} pixels for one image", path.display())]
+    TooManyPixels { path: PathBuf, width: u64, height: u64, limit: u64 },
     /// Writing an image failed.
     #[error("cannot encode image {}: {reason}", path.display())]
     Encode { path: PathBuf, reason: String },

@@ -4,6 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::decode::{decode_rgb, Limits};
 use crate::error::DataError;
 use crate::pixels::Image;
 
@@ -86,19 +87,17 @@ impl Dataset {
         self.samples.is_empty()
     }
 
-    /// Decodes sample `index` into an RGB image.
+    /// Decodes sample `index` at full size into an RGB image (with the default [`Limits`]).
     pub fn image(&self, index: usize) -> Result<Image, DataError> {
-        decode(&self.samples[index].0)
+        let decoded = decode_rgb(&self.samples[index].0, 0, &Limits::default())?;
+        Ok(Image::from_rgb8(decoded.width(), decoded.height(), decoded.as_raw()))
     }
-}
 
-/// Decodes a PNG or JPEG file into RGB.
-pub(crate) fn decode(path: &Path) -> Result<Image, DataError> {
-    let bytes = fs::read(path).map_err(DataError::io(path))?;
-    let decoded = image::load_from_memory(&bytes)
-        .map_err(|e| DataError::Decode { path: path.to_path_buf(), reason: e.to_string() })?
-        .into_rgb8();
-    Ok(Image::from_rgb8(decoded.width(), decoded.height(), decoded.as_raw()))
+    /// The samples at `indices` (in that order), with the same root and classes: a split.
+    pub fn subset(&self, indices: &[usize]) -> Self {
+        let samples = indices.iter().map(|&i| self.samples[i].clone()).collect();
+        Self { root: self.root.clone(), classes: self.classes.clone(), samples }
+    }
 }
 
 /// The visible sub-folders and the PNG/JPEG files of `folder`, each sorted by name.

@@ -3,16 +3,17 @@
 
 use std::fmt;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 
 use image::codecs::png::PngEncoder;
 use image::{ExtendedColorType, ImageEncoder};
 
 use crate::error::DataError;
+use crate::files::write_atomic;
 use crate::noise::{smoothstep, ValueNoise};
 use crate::pixels::{mix, scale, Image, Rgb};
-use crate::rng::Rng;
+use crate::rng::{fnv1a, Rng};
 
 /// Which look the scenes have. The source domain has more classes (to pretrain a backbone on)
 /// and a broad look (every leaf shape and shade, soil, wood and field backgrounds), as a large
@@ -222,25 +223,13 @@ pub fn generate(
     })
 }
 
-/// FNV-1a, to turn a class name into a seed stream.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(0xCBF2_9CE4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3))
-}
-
 /// Encodes `image` as PNG into `path` through a temporary file; returns the bytes written.
 fn write_png(image: &Image, path: &Path) -> Result<u64, DataError> {
     let mut png = Vec::new();
     PngEncoder::new(&mut png)
         .write_image(&image.to_rgb8(), image.width, image.height, ExtendedColorType::Rgb8)
         .map_err(|e| DataError::Encode { path: path.to_path_buf(), reason: e.to_string() })?;
-    let temporary = PathBuf::from(format!("{}.partial", path.display()));
-    let written = fs::write(&temporary, &png).and_then(|()| fs::rename(&temporary, path));
-    if let Err(source) = written {
-        let _ = fs::remove_file(&temporary);
-        return Err(DataError::Io { path: path.to_path_buf(), source });
-    }
+    write_atomic(path, &png)?;
     Ok(png.len() as u64)
 }
 

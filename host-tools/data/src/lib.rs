@@ -1,35 +1,45 @@
 //! `sprout-data`: the data sets sprout trains on: a synthetic plant-leaf generator, a loader for
 //! folder-per-class image trees (PlantVillage layout) with a stratified train/validation split,
-//! image transforms and a seeded batcher.
+//! a streaming pipeline that decodes, resizes and augments them on a pool of threads, and the
+//! transforms it applies.
 //!
 //! ```no_run
-//! use sprout_data::{generate, Batcher, Dataset, LeafConfig, Transform};
+//! use sprout_data::{generate, Dataset, LeafConfig, Loader, Pipeline, ResizeMode, Transform};
 //! # fn main() -> Result<(), sprout_data::DataError> {
 //! let out = std::path::Path::new("leaves");
 //! generate(&LeafConfig::default(), out, |_, _| {})?;
 //! let train = Dataset::open(&out.join("train"))?;
-//! let mut batcher = Batcher::new(train, Transform::train(64), 32, 7);
-//! for batch in batcher.epoch(0) {
+//! // Centre-cropped to 64x64 on a thread per core, two batches ahead, cached in memory.
+//! let pipeline = Pipeline { resize: ResizeMode::Crop, ..Pipeline::default() };
+//! let mut loader = Loader::new(train, Transform::train(64), 32, 7, &pipeline)?;
+//! for batch in loader.epoch(0) {
 //!     let batch = batch?; // batch.x: [N, 3, 64, 64], batch.y: [N]
 //! }
 //! # Ok(())
 //! # }
 //! ```
 
-mod batch;
+mod cache;
+mod decode;
 mod error;
+mod files;
 mod folder;
 mod leaves;
+mod loader;
 mod noise;
 mod pixels;
+mod resize;
 mod rng;
 mod split;
 mod transform;
 
-pub use batch::{Batch, Batcher, Epoch};
+pub use cache::CacheMode;
+pub use decode::{decode_rgb, load_resized, regular_file, Limits};
 pub use error::DataError;
 pub use folder::Dataset;
 pub use leaves::{generate, Disease, Domain, LeafConfig, Summary};
+pub use loader::{Batch, Epoch, Loader, Pipeline};
 pub use pixels::Image;
+pub use resize::{resize, ResizeMode};
 pub use rng::Rng;
-pub use transform::{resize, Jitter, Normalize, Transform};
+pub use transform::{Jitter, Normalize, Transform};

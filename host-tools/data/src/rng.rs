@@ -58,6 +58,14 @@ impl Rng {
     }
 }
 
+/// FNV-1a: a stable 64-bit hash, to turn a class name into a seed stream or a cache key into
+/// a file name.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(0xCBF2_9CE4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3))
+}
+
 #[cfg(test)]
 mod tests {
     use super::Rng;

@@ -1,5 +1,5 @@
-//! The image-folder loader and the batcher on real files: class discovery, label order, the
-//! errors for corrupt images and bad layouts, and seeded per-epoch shuffling.
+//! The image-folder loader and the batch loader on real files: class discovery, label order,
+//! the errors for corrupt images and bad layouts, and seeded per-epoch shuffling.
 
 mod common;
 
@@ -7,7 +7,7 @@ use std::fs;
 use std::path::Path;
 
 use common::{config, generate_into, Scratch};
-use sprout_data::{Batcher, DataError, Dataset, Domain, Transform};
+use sprout_data::{CacheMode, DataError, Dataset, Domain, Loader, Pipeline, Transform};
 
 #[test]
 fn the_loader_finds_classes_alphabetically_and_every_sample() {
@@ -50,9 +50,9 @@ fn a_corrupt_image_is_a_decode_error_naming_the_file() {
         "{error}"
     );
     assert!(error.to_string().contains("x.png"), "{error}");
-    // The batcher passes it on.
-    let mut batcher = Batcher::new(dataset, Transform::eval(8), 4, 0);
-    assert!(matches!(batcher.epoch(0).next(), Some(Err(DataError::Decode { .. }))));
+    // The loader passes it on.
+    let mut loader = Loader::new(dataset, Transform::eval(8), 4, 0, &Pipeline::default()).unwrap();
+    assert!(matches!(loader.epoch(0).next(), Some(Err(DataError::Decode { .. }))));
 }
 
 fn layout_error(root: &Path) -> (std::path::PathBuf, String) {
@@ -87,16 +87,22 @@ fn bad_layouts_are_layout_errors() {
     assert!(detail.contains("give ROOT/train"), "{detail}");
 }
 
+fn loader(dataset: &Dataset, transform: Transform, batch: usize, seed: u64) -> Loader {
+    let pipeline = Pipeline { cache: CacheMode::None, ..Pipeline::default() };
+    Loader::new(dataset.clone(), transform, batch, seed, &pipeline).unwrap()
+}
+
 #[test]
-fn the_batcher_covers_every_sample_once_per_epoch_in_a_seeded_order() {
+fn the_loader_covers_every_sample_once_per_epoch_in_a_seeded_order() {
     let scratch = Scratch::new("batcher");
     generate_into(&config(&["healthy", "rust"], 12, Domain::Target), &scratch.0);
     let dataset = Dataset::open(&scratch.0.join("train")).unwrap();
     let labels: Vec<i32> = dataset.samples.iter().map(|(_, l)| *l as i32).collect();
-    let mut batcher = Batcher::new(dataset.clone(), Transform::train(16), 7, 5).cached();
-    assert_eq!(batcher.batches(), 3); // 20 samples: 7 + 7 + 6
+    let mut cached =
+        Loader::new(dataset.clone(), Transform::train(16), 7, 5, &Pipeline::default()).unwrap();
+    assert_eq!(cached.batches(), 3); // 20 samples: 7 + 7 + 6
 
-    let (order0, order1) = (batcher.order(0), batcher.order(1));
+    let (order0, order1) = (cached.order(0), cached.order(1));
     for order in [&order0, &order1] {
         let mut sorted = order.clone();
         sorted.sort_unstable();
@@ -104,22 +110,28 @@ fn the_batcher_covers_every_sample_once_per_epoch_in_a_seeded_order() {
     }
     assert_ne!(order0, order1, "the order does not change with the epoch");
     assert_ne!(order0, (0..20).collect::<Vec<_>>());
-    let again = Batcher::new(dataset.clone(), Transform::train(16), 7, 5);
+    let again = loader(&dataset, Transform::train(16), 7, 5);
     assert_eq!(again.order(1), order1, "the order is not reproducible from the seed");
-    assert_ne!(Batcher::new(dataset.clone(), Transform::train(16), 7, 6).order(1), order1);
+    assert_ne!(loader(&dataset, Transform::train(16), 7, 6).order(1), order1);
 
-    let batches: Vec<_> = batcher.epoch(1).map(Result::unwrap).collect();
+    let batches: Vec<_> = cached.epoch(1).map(Result::unwrap).collect();
     assert_eq!(batches.iter().map(|b| b.len()).collect::<Vec<_>>(), [7, 7, 6]);
     assert_eq!(batches[2].x.len(), 6 * 3 * 16 * 16);
     let y: Vec<i32> = batches.iter().flat_map(|b| b.y.clone()).collect();
     assert_eq!(y, order1.iter().map(|&i| labels[i]).collect::<Vec<_>>());
     // Same seed and epoch, same inputs, augmentation included; cached or not.
-    let mut uncached = Batcher::new(dataset.clone(), Transform::train(16), 7, 5);
+    let mut uncached = loader(&dataset, Transform::train(16), 7, 5);
     assert_eq!(uncached.epoch(1).map(Result::unwrap).collect::<Vec<_>>(), batches);
-    assert_eq!(batcher.epoch(1).map(Result::unwrap).collect::<Vec<_>>(), batches);
+    assert_eq!(cached.epoch(1).map(Result::unwrap).collect::<Vec<_>>(), batches);
+    assert_eq!(cached.cached_bytes(), 20 * 3 * 16 * 16);
 
-    let mut plain = Batcher::new(dataset, Transform::eval(16), 8, 5).no_shuffle();
+    let mut plain = loader(&dataset, Transform::eval(16), 8, 5).no_shuffle();
     assert_eq!(plain.order(3), (0..20).collect::<Vec<_>>());
     let y: Vec<i32> = plain.epoch(3).flat_map(|b| b.unwrap().y).collect();
     assert_eq!(y, labels);
+
+    // A subset keeps the classes and takes the samples asked for.
+    let split = dataset.subset(&[19, 0]);
+    assert_eq!(split.classes, dataset.classes);
+    assert_eq!(split.samples, [dataset.samples[19].clone(), dataset.samples[0].clone()]);
 }

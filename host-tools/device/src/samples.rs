@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use sprout_core::link::{SampleShape, Split};
-use sprout_data::{resize, Dataset};
+use sprout_data::{load_resized, Dataset, Limits, ResizeMode};
 
 use crate::error::LinkError;
 
@@ -76,11 +76,12 @@ impl SampleSet {
         self.parts[self.samples[index].0].1
     }
 
-    /// Sample `index` as the device takes it: RGB8, row-major, resized to its shape.
+    /// Sample `index` as the device takes it: RGB8, row-major, squashed to its shape.
     pub fn pixels(&self, index: usize) -> Result<Vec<u8>, LinkError> {
         let (part, i, _) = self.samples[index];
-        let image = self.parts[part].0.image(i)?;
+        let path = &self.parts[part].0.samples[i].0;
         let SampleShape { width, height } = self.shape;
-        Ok(resize(&image, u32::from(width), u32::from(height)).to_rgb8())
+        let (width, height) = (u32::from(width), u32::from(height));
+        Ok(load_resized(path, width, height, ResizeMode::Squash, &Limits::default())?.into_raw())
     }
 }

@@ -70,13 +70,17 @@ impl FileKind {
 
     /// The kind of the file or folder at `path`; a missing path is [`TrainError::NotFound`].
     pub fn of_path(path: &Path) -> Result<FileKind, TrainError> {
-        let mut file = File::open(path).map_err(|e| match e.kind() {
-            ErrorKind::NotFound => TrainError::NotFound { path: path.to_path_buf() },
-            _ => TrainError::io(path)(e),
-        })?;
-        if file.metadata().map_err(TrainError::io(path))?.is_dir() {
+        if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
             return Ok(FileKind::Folder);
         }
+        // A FIFO or a device is refused before it is opened: opening a FIFO waits for a writer.
+        sprout_data::regular_file(path).map_err(|e| match e {
+            sprout_data::DataError::Io { source, .. } if source.kind() == ErrorKind::NotFound => {
+                TrainError::NotFound { path: path.to_path_buf() }
+            }
+            other => TrainError::from(other),
+        })?;
+        let mut file = File::open(path).map_err(TrainError::io(path))?;
         let mut head = Vec::with_capacity(HEAD_BYTES);
         file.by_ref()
             .take(HEAD_BYTES as u64)

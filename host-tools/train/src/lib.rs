@@ -53,6 +53,8 @@ pub use run_folder::{check_output, run_folder};
 pub use run_record::{RunRecord, RECORD_FILE};
 pub use source::{encode_npy, read_npy, read_tensor_file, DataSource, TensorSet};
 pub use split::{ClassCount, DataSplit, SplitKind, DEFAULT_VAL_FRACTION};
+/// How image folders are read (re-exported for [`DataOptions`]).
+pub use sprout_data::Pipeline;
 pub use trainer::{
     folder_classes, open_data, open_eval_data, train, DataOptions, LossScaleReport,
     OptimizerChoice, Outcome, ScheduleChoice, TrainData, TrainEvent, TrainOptions,

@@ -5,7 +5,7 @@ use std::fs;
 use std::io::{Cursor, Read};
 use std::path::{Path, PathBuf};
 
-use sprout_data::{Batch, Batcher, Dataset, Rng, Transform};
+use sprout_data::{Batch, Dataset, Loader, Pipeline, Rng, Transform};
 
 use crate::kind::{expect_kind, read_kind, FileKind};
 use crate::TrainError;
@@ -218,23 +218,25 @@ pub fn encode_npy(shape: &[usize], values: &[f32]) -> Vec<u8> {
 
 /// Where samples come from.
 pub enum DataSource {
-    /// A folder-per-class image tree, decoded (and cached) on demand.
-    Folder(Batcher),
+    /// A folder-per-class image tree, streamed through decoding threads.
+    Folder(Loader),
     /// A tensor file held in memory.
     Tensors { set: TensorSet, batch: usize, seed: u64, shuffle: bool },
 }
 
 impl DataSource {
-    /// The images of `dataset`, decoded (and cached) on demand.
+    /// The images of `dataset` (a whole folder, or a split of one), streamed through
+    /// `pipeline`'s decoding threads.
     pub fn folder(
         dataset: Dataset,
         transform: Transform,
         batch: usize,
         seed: u64,
         shuffle: bool,
-    ) -> Self {
-        let batcher = Batcher::new(dataset, transform, batch, seed).cached();
-        DataSource::Folder(if shuffle { batcher } else { batcher.no_shuffle() })
+        pipeline: &Pipeline,
+    ) -> Result<Self, TrainError> {
+        let loader = Loader::new(dataset, transform, batch, seed, pipeline)?;
+        Ok(DataSource::Folder(if shuffle { loader } else { loader.no_shuffle() }))
     }
 
     /// Samples of a tensor file.

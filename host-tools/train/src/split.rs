@@ -13,9 +13,11 @@ use crate::TrainError;
 /// The share of a single image folder that validates when `--val-fraction` is not given.
 pub const DEFAULT_VAL_FRACTION: f32 = 0.2;
 
-/// How the validation data was chosen.
+/// How the validation data was chosen. Externally tagged in JSON (`"stratified": {...}` or
+/// `"folders"`): an internally tagged or flattened enum is buffered by serde, which cannot
+/// read numbers back when serde_json's `arbitrary_precision` is on in the build.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum SplitKind {
     /// `DATA/train` and `DATA/val`, as given.
     Folders,
@@ -39,7 +41,6 @@ pub struct ClassCount {
 /// sample list (paths and labels, or tensor values), so a changed data set is noticed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DataSplit {
-    #[serde(flatten)]
     pub kind: SplitKind,
     pub train: usize,
     pub val: usize,

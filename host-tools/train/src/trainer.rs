@@ -14,7 +14,7 @@ use sprout_core::{
     compile_training_step_with, save_model, Executor, MemoryOptions, ModelFile, Optimizer,
     Progress, Region, StepOutcome, TrainConfig,
 };
-use sprout_data::{Normalize, Transform};
+use sprout_data::{Normalize, Pipeline, Transform};
 
 use crate::checkpoint::{read_checkpoint, write_checkpoint, Checkpoint, EpochRecord};
 use crate::error::CheckpointError;
@@ -185,11 +185,20 @@ pub struct DataOptions {
     pub shuffle: bool,
     /// The data order, the augmentation and the split.
     pub seed: u64,
+    /// How image folders are read: resizing, decoding threads, cache.
+    pub pipeline: Pipeline,
 }
 
 impl Default for DataOptions {
     fn default() -> Self {
-        Self { val: None, val_fraction: None, augment: true, shuffle: true, seed: 0 }
+        Self {
+            val: None,
+            val_fraction: None,
+            augment: true,
+            shuffle: true,
+            seed: 0,
+            pipeline: Pipeline::default(),
+        }
     }
 }
 
@@ -266,8 +275,9 @@ pub fn open_data(
             split_folder(data, known.as_deref(), options.val_fraction, seed)?;
         model.adopt_classes(&train_set.classes, &train_set.root)?;
         let transform = if augment { augmenting } else { eval };
-        let train = DataSource::folder(train_set, transform, batch, seed, shuffle);
-        let val = DataSource::folder(val_set, eval, batch, seed, false);
+        let pipeline = &options.pipeline;
+        let train = DataSource::folder(train_set, transform, batch, seed, shuffle, pipeline)?;
+        let val = DataSource::folder(val_set, eval, batch, seed, false, pipeline)?;
         return Ok(TrainData { train, val, split });
     }
     if let Some(fraction) = options.val_fraction {
@@ -308,14 +318,18 @@ pub fn open_data(
 /// Opens the data `sprout eval` measures: of a folder, `DATA/val` (else `DATA/train`, else
 /// `DATA`) whole, whose class folders must be the model's classes when its names are fixed;
 /// or a tensor file.
-pub fn open_eval_data(model: &mut Model, data: &Path) -> Result<DataSource, TrainError> {
+pub fn open_eval_data(
+    model: &mut Model,
+    data: &Path,
+    pipeline: &Pipeline,
+) -> Result<DataSource, TrainError> {
     let batch = model.batch();
     if data.is_dir() {
         let (eval, _) = transforms(model, data)?;
         let set =
             open_classes(&evaluation_root(data), known_classes(model).as_deref(), "the model")?;
         model.adopt_classes(&set.classes, &set.root)?;
-        return Ok(DataSource::folder(set, eval, batch, 0, false));
+        return DataSource::folder(set, eval, batch, 0, false, pipeline);
     }
     Ok(DataSource::tensors(open_tensors(model, data)?, batch, 0, false))
 }
