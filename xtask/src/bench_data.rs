@@ -5,6 +5,7 @@
 //! then again from the disk cache of resized images.
 
 use std::fs;
+use std::io::IsTerminal;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -139,13 +140,17 @@ fn make_photos(work: &Path, data: &Path, photos: usize) -> Result<()> {
     Ok(())
 }
 
-/// Progress on one line of stderr.
+/// Progress on stderr: one line rewritten in place on a terminal, else a line per tenth.
 fn progress(what: &str, done: usize, total: usize) {
-    if done == total || done.is_multiple_of(50) {
-        eprint!("\r{what}: {done}/{total}");
-        if done == total {
-            eprintln!();
+    if std::io::stderr().is_terminal() {
+        if done == total || done.is_multiple_of(50) {
+            eprint!("\r{what}: {done}/{total}");
+            if done == total {
+                eprintln!();
+            }
         }
+    } else if done == total || done.is_multiple_of(total.div_ceil(10).max(1)) {
+        eprintln!("{what}: {done}/{total}");
     }
 }
 
