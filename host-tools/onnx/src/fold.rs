@@ -14,7 +14,16 @@ const MAX_FOLDED: usize = 1 << 24;
 pub(crate) fn folds(op_type: &str) -> bool {
     matches!(
         op_type,
-        "Gather" | "Concat" | "Cast" | "ConstantOfShape" | "Add" | "Sub" | "Mul" | "Div" | "Slice"
+        "Gather"
+            | "Concat"
+            | "Cast"
+            | "ConstantOfShape"
+            | "Add"
+            | "Sub"
+            | "Mul"
+            | "Div"
+            | "Slice"
+            | "Transpose"
     )
 }
 
@@ -23,6 +32,7 @@ pub(crate) struct FoldNode<'a> {
     pub op_type: &'a str,
     pub out: &'a str,
     pub int: &'a dyn Fn(&str) -> Option<i64>,
+    pub ints: Option<&'a [i64]>,
     pub tensor: Option<&'a crate::proto::TensorProto>,
 }
 
@@ -65,6 +75,7 @@ pub(crate) fn eval(node: &FoldNode, inputs: &[Option<Rc<Const>>]) -> Result<Cons
                 opt(4).transpose()?,
             )?
         }
+        "Transpose" => transpose(arg(0)?, node.ints)?,
         other => return Err(format!("{other} cannot be constant-folded")),
     };
     Ok(Const { name: out, ..c })
@@ -248,6 +259,42 @@ fn concat(parts: &[&Const], axis_attr: i64) -> Result<Const, String> {
     Ok(Const { name: String::new(), dims, data })
 }
 
+/// A `Transpose`'s `perm` (default: the axes reversed) as axis indices.
+pub(crate) fn permutation(perm: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, String> {
+    let perm: Vec<usize> = match perm {
+        None => (0..rank).rev().collect(),
+        Some(p) => p.iter().map(|&a| axis(a, rank)).collect::<Result<_, _>>()?,
+    };
+    let mut sorted = perm.clone();
+    sorted.sort_unstable();
+    if sorted != (0..rank).collect::<Vec<_>>() {
+        return Err(format!("perm {perm:?} is not a permutation of rank {rank}"));
+    }
+    Ok(perm)
+}
+
+/// `perm` (default: reversed axes) applied to a constant, moving its data.
+fn transpose(c: &Const, perm: Option<&[i64]>) -> Result<Const, String> {
+    let rank = c.dims.len();
+    let perm = permutation(perm, rank)?;
+    let dims: Vec<usize> = perm.iter().map(|&a| c.dims[a]).collect();
+    // Row-major strides of the source, read in the output's axis order.
+    let mut strides = vec![1; rank];
+    for k in (0..rank.saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1] * c.dims[k + 1];
+    }
+    let pick = |i: usize| {
+        let (mut rem, mut at) = (i, 0);
+        for k in (0..rank).rev() {
+            at += rem % dims[k] * strides[perm[k]];
+            rem /= dims[k];
+        }
+        at
+    };
+    let data = select(&c.data, c.numel(), pick);
+    Ok(Const { name: String::new(), dims, data })
+}
+
 fn cast(c: &Const, to: i64) -> Result<Const, String> {
     use crate::proto::{BOOL, DOUBLE, FLOAT, INT32, INT64};
     let data = match (&c.data, to as i32) {
@@ -373,4 +420,86 @@ fn slice(
     };
     let data = select(&data.data, n, pick);
     Ok(Const { name: String::new(), dims, data })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32s(dims: &[usize], v: Vec<f32>) -> Const {
+        Const { name: "t".into(), dims: dims.to_vec(), data: ConstData::F32(v) }
+    }
+
+    fn i64s(dims: &[usize], v: Vec<i64>) -> Const {
+        Const { name: "i".into(), dims: dims.to_vec(), data: ConstData::I64(v) }
+    }
+
+    /// `[2, 3, 4]` holding `100 a + 10 b + c` at `(a, b, c)`.
+    fn cube() -> Const {
+        let v = (0..24).map(|i| (100 * (i / 12) + 10 * (i / 4 % 3) + i % 4) as f32).collect();
+        f32s(&[2, 3, 4], v)
+    }
+
+    #[test]
+    fn gather_on_a_middle_axis_with_a_negative_index() {
+        let g = gather(&cube(), &i64s(&[2], vec![2, -3]), 1).unwrap();
+        assert_eq!(g.dims, [2, 2, 4]);
+        let mut expected = Vec::new();
+        for a in 0..2 {
+            for b in [2, 0] {
+                expected.extend((0..4).map(|c| (100 * a + 10 * b + c) as f32));
+            }
+        }
+        assert_eq!(g.f32().unwrap(), expected);
+        assert!(gather(&cube(), &i64s(&[], vec![3]), 1).unwrap_err().contains("index 3"));
+    }
+
+    #[test]
+    fn transpose_moves_data_and_concat_joins_on_an_inner_axis() {
+        let t = transpose(&cube(), Some(&[2, 0, 1])).unwrap();
+        assert_eq!(t.dims, [4, 2, 3]);
+        let v = t.f32().unwrap();
+        for c in 0..4 {
+            for a in 0..2 {
+                for b in 0..3 {
+                    assert_eq!(v[(c * 2 + a) * 3 + b], (100 * a + 10 * b + c) as f32);
+                }
+            }
+        }
+        let j = concat(&[&cube(), &f32s(&[2, 1, 4], vec![-1.0; 8])], 1).unwrap();
+        assert_eq!(j.dims, [2, 4, 4]);
+        let v = j.f32().unwrap();
+        for a in 0..2 {
+            for b in 0..4 {
+                for c in 0..4 {
+                    let e = if b == 3 { -1.0 } else { (100 * a + 10 * b + c) as f32 };
+                    assert_eq!(v[(a * 4 + b) * 4 + c], e);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn slice_and_broadcasting_arithmetic() {
+        let s = slice(&cube(), &[1, -1], &[3, i64::MAX], Some(&[1, 2]), None).unwrap();
+        assert_eq!(s.dims, [2, 2, 1]);
+        assert_eq!(s.f32().unwrap(), [13.0, 23.0, 113.0, 123.0]);
+        let sum = binary("Sub", &cube(), &f32s(&[3, 1], vec![1.0, 2.0, 3.0])).unwrap();
+        let base = cube();
+        for (i, (&v, &b)) in sum.f32().unwrap().iter().zip(base.f32().unwrap()).enumerate() {
+            assert_eq!(v, b - (1 + i / 4 % 3) as f32);
+        }
+        let q = binary("Div", &i64s(&[2], vec![7, -7]), &i64s(&[], vec![2])).unwrap();
+        assert_eq!(q.i64().unwrap(), [3, -3]);
+        assert!(binary("Add", &cube(), &f32s(&[2], vec![0.0; 2])).is_err());
+    }
+
+    #[test]
+    fn reshape_squeeze_and_unsqueeze_dims() {
+        assert_eq!(reshape_dims(&[0, -1], &[2, 3, 4], false).unwrap(), [2, 12]);
+        assert!(reshape_dims(&[5, -1], &[2, 3, 4], false).is_err());
+        assert_eq!(squeeze_dims(&[2, 1, 3, 1], Some(&[-1])).unwrap(), [2, 1, 3]);
+        assert!(squeeze_dims(&[2, 1], Some(&[0])).is_err());
+        assert_eq!(unsqueeze_dims(&[2, 3], &[0, -1]).unwrap(), [1, 2, 3, 1]);
+    }
 }

@@ -1359,21 +1359,7 @@ impl<'m> Importer<'m> {
     /// `Transpose` that moves only size-1 axes (the non-1 axes keep their order): a reshape.
     fn transpose(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
         let dims = self.dims(ctx)?;
-        let perm: Vec<usize> = match ctx.ints("perm") {
-            None => (0..dims.len()).rev().collect(),
-            Some(p) => p
-                .iter()
-                .map(|&a| fold::axis(a, dims.len()))
-                .collect::<Result<_, _>>()
-                .map_err(|e| ctx.err(e))?,
-        };
-        let mut sorted = perm.clone();
-        sorted.sort_unstable();
-        if sorted != (0..dims.len()).collect::<Vec<_>>() {
-            return Err(
-                ctx.err(format!("perm {perm:?} is not a permutation of rank {}", dims.len()))
-            );
-        }
+        let perm = fold::permutation(ctx.ints("perm"), dims.len()).map_err(|e| ctx.err(e))?;
         let moved: Vec<usize> = perm.iter().copied().filter(|&a| dims[a] != 1).collect();
         if moved.windows(2).any(|w| w[0] > w[1]) {
             return Err(ctx.err(format!(
@@ -1438,6 +1424,7 @@ impl<'m> Importer<'m> {
             op_type: ctx.op_type,
             out,
             int: &int,
+            ints: ctx.ints("perm"),
             tensor: ctx.attr("value").and_then(|a| a.t.as_ref()),
         };
         let c = fold::eval(&node, &inputs).map_err(|e| ctx.err(e))?;

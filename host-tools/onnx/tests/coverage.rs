@@ -323,3 +323,25 @@ fn a_pooled_feature_map_output_keeps_its_onnx_name_and_shape() {
         1e-6,
     );
 }
+
+/// `MatMul(x, Transpose(w))` with `w` an `[M, K]` initializer (PyTorch's Linear layout):
+/// the Transpose folds, moving the data, and the MatMul reads the `[K, M]` constant.
+#[test]
+fn a_transposed_initializer_folds_into_a_matmul_weight() {
+    let w = values(60, 3 * 5, -1.0, 1.0);
+    let graph = GraphProto {
+        node: vec![
+            NodeProto::new("Transpose", "wt", &["fc.weight"], &["fc.weight.t"])
+                .with(A::ints("perm", &[1, 0])),
+            NodeProto::new("MatMul", "fc", &["x", "fc.weight.t"], &["y"]),
+        ],
+        initializer: vec![TensorProto::f32("fc.weight", &[3, 5], &w)],
+        input: vec![ValueInfoProto::f32("x", &[Dim::Fixed(2), Dim::Fixed(5)])],
+        output: vec![ValueInfoProto::f32("y", &[])],
+        ..Default::default()
+    };
+    let imported = import(&ModelProto::new(graph, 17).encode_to_vec()).expect("imports");
+    let x = values(61, 10, -1.0, 1.0);
+    let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
+    assert_close(&y, &linear(&f64s(&x), 2, 5, &f64s(&w), 3, None), 1e-5);
+}
