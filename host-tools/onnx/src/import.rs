@@ -1205,39 +1205,25 @@ impl<'m> Importer<'m> {
     /// by a per-channel factor), or of a tensor and a per-channel or scalar constant (an
     /// affine map).
     fn arithmetic(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let names = [ctx.input(0).unwrap_or(""), ctx.input(1).unwrap_or("")];
-        let consts = [self.value(ctx, names[0])?, self.value(ctx, names[1])?].map(|v| {
-            if let Value::Const(c) = v {
-                Some(c.clone())
-            } else {
-                None
-            }
-        });
-        let out = ctx.output()?;
-        let op = ctx.op_type;
-        let (x, dims) = match consts {
-            [None, None] => return self.tensor_arithmetic(ctx),
-            [Some(_), None] => self.act(ctx, 1)?,
-            [None, Some(_)] | [Some(_), Some(_)] => self.act(ctx, 0)?,
+        let constant = |i: usize| match self.value(ctx, ctx.input(i).unwrap_or("")) {
+            Ok(Value::Const(c)) => Some(c.clone()),
+            _ => None,
         };
-        let (c, first) = match &consts {
-            [Some(c), None] => (c, true),
-            [_, Some(c)] => (c, false),
-            [None, None] => unreachable!("handled above"),
+        // Both constant: folded before this; neither: a product or sum of tensors.
+        let (c, tensor) = match (constant(0), constant(1)) {
+            (None, Some(c)) => (c, 0),
+            (Some(c), None) => (c, 1),
+            _ => return self.tensor_arithmetic(ctx),
         };
-        let v = self.channel_values(ctx, c, &dims)?;
-        let neg: Vec<f32> = v.iter().map(|x| -x).collect();
-        let (scale, shift): (&[f32], &[f32]) = match (op, first) {
-            ("Add", _) => (&[1.0], &v),
-            ("Sub", false) => (&[1.0], &neg),
-            ("Sub", true) => (&[-1.0], &v),
-            ("Mul", _) => (&v, &[0.0]),
-            ("Div", false) => {
-                let inv: Vec<f32> = v.iter().map(|x| 1.0 / x).collect();
-                let y = self.affine(ctx, out, x, &dims, &inv, &[0.0])?;
-                self.define(out, y, dims);
-                return Ok(());
-            }
+        let (x, dims) = self.act(ctx, tensor)?;
+        let v = self.channel_values(ctx, &c, &dims)?;
+        let map = |f: fn(f32) -> f32| v.iter().map(|&x| f(x)).collect::<Vec<f32>>();
+        let (scale, shift) = match (ctx.op_type, tensor) {
+            ("Add", _) => (vec![1.0], v.clone()),
+            ("Sub", 0) => (vec![1.0], map(|c| -c)),
+            ("Sub", _) => (vec![-1.0], v.clone()),
+            ("Mul", _) => (v.clone(), vec![0.0]),
+            ("Div", 0) => (map(|c| 1.0 / c), vec![0.0]),
             _ => {
                 return Err(ctx.err(format!(
                     "divides the constant '{}' by a computed tensor: sprout has no reciprocal op",
@@ -1245,7 +1231,8 @@ impl<'m> Importer<'m> {
                 )))
             }
         };
-        let y = self.affine(ctx, out, x, &dims, scale, shift)?;
+        let out = ctx.output()?;
+        let y = self.affine(ctx, out, x, &dims, &scale, &shift)?;
         self.define(out, y, dims);
         Ok(())
     }

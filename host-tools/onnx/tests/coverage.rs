@@ -345,3 +345,31 @@ fn a_transposed_initializer_folds_into_a_matmul_weight() {
     let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
     assert_close(&y, &linear(&f64s(&x), 2, 5, &f64s(&w), 3, None), 1e-5);
 }
+
+/// Training reaches every imported weight through the affine constants, the folded Pad and
+/// the rescaled Clip, and never the constants themselves.
+#[test]
+fn the_coverage_model_differentiates_with_respect_to_its_weights_only() {
+    let imported =
+        import_with(&coverage_model(&weights(), 13), &ImportOptions { batch: Some(N) }).unwrap();
+    let mut g = imported.graph;
+    let logits = g.find("logits").unwrap();
+    let labels = g.labels("labels", N).unwrap();
+    let loss = g.cross_entropy("loss", logits, labels).unwrap();
+    let params: Vec<_> = g.parameters().collect();
+    let names: Vec<_> = params.iter().map(|&p| g.tensor(p).name.clone()).collect();
+    assert_eq!(
+        names,
+        [
+            "conv1.weight",
+            "conv1.bias",
+            "conv2.weight",
+            "bn.weight",
+            "bn.bias",
+            "fc.weight",
+            "fc.bias"
+        ]
+    );
+    let d = sprout_core::differentiate(&g, loss, &params).expect("differentiates");
+    assert_eq!(d.gradients.len(), params.len());
+}
