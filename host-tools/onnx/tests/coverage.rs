@@ -203,7 +203,8 @@ fn the_cnn_operator_set_matches_loops_at_opsets_11_13_and_18_and_survives_export
 /// `x.view(x.size(0), -1)`, with the feature count computed as `(C · H · W · 2) / 2` from
 /// gathered dims, a `ConstantOfShape`, a `Cast` and a `Slice`, then a `Gemm` whose weight is
 /// itself folded (`Mul` of an initializer by a `Constant`).
-fn shape_subgraph_model(fc_w: &[f32]) -> Vec<u8> {
+/// Unsqueeze's axes are an attribute before opset 13, an input from then on.
+fn shape_subgraph_model(fc_w: &[f32], opset: i64) -> Vec<u8> {
     let scalar = |name: &str, v: i64| {
         NodeProto::new("Constant", name, &[], &[name])
             .with(A::tensor("value", TensorProto::i64("", &[], &[v])))
@@ -212,7 +213,11 @@ fn shape_subgraph_model(fc_w: &[f32]) -> Vec<u8> {
         NodeProto::new("Shape", "shape", &["x"], &["shape"]),
         scalar("zero", 0),
         NodeProto::new("Gather", "batch", &["shape", "zero"], &["n"]).with(A::int("axis", 0)),
-        NodeProto::new("Unsqueeze", "n1", &["n", "axes0"], &["n_1"]),
+        if opset < 13 {
+            NodeProto::new("Unsqueeze", "n1", &["n"], &["n_1"]).with(A::ints("axes", &[0]))
+        } else {
+            NodeProto::new("Unsqueeze", "n1", &["n", "axes0"], &["n_1"])
+        },
         NodeProto::new("Slice", "chw", &["shape", "one", "four"], &["chw"]),
         NodeProto::new("Gather", "c", &["chw", "zero"], &["c"]),
         NodeProto::new("Gather", "h", &["chw", "one_s"], &["h"]),
@@ -252,15 +257,15 @@ fn shape_subgraph_model(fc_w: &[f32]) -> Vec<u8> {
         output: vec![ValueInfoProto::f32("y", &[])],
         ..Default::default()
     };
-    ModelProto::new(graph, 13).encode_to_vec()
+    ModelProto::new(graph, opset).encode_to_vec()
 }
 
 #[test]
 fn a_shape_subgraph_folds_to_a_constant_reshape_at_any_batch() {
     let fc_w = values(40, 32, -1.0, 1.0);
-    let bytes = shape_subgraph_model(&fc_w);
     let tripled: Vec<f64> = fc_w.iter().map(|&v| 3.0 * v as f64).collect();
-    for batch in [1, 3] {
+    for (opset, batch) in [(11, 1), (11, 3), (13, 1), (13, 3), (18, 2)] {
+        let bytes = shape_subgraph_model(&fc_w, opset);
         let imported = import_with(&bytes, &ImportOptions { batch: Some(batch) }).expect("imports");
         let g = &imported.graph;
         assert_eq!(g.shape(g.find("flat").unwrap()), sprout_core::Shape::d2(batch, 16));
@@ -372,4 +377,29 @@ fn the_coverage_model_differentiates_with_respect_to_its_weights_only() {
     );
     let d = sprout_core::differentiate(&g, loss, &params).expect("differentiates");
     assert_eq!(d.gradients.len(), params.len());
+}
+
+/// Softmax of a 4-D tensor: over the last axis (opset 13 on), or over everything from
+/// `axis` on, flattened (before opset 13); the output keeps its ONNX name and shape.
+#[test]
+fn softmax_of_a_4d_tensor_follows_each_opsets_axis_rule() {
+    let x = values(70, 24, -3.0, 3.0);
+    for (opset, axis, cols) in [(13, -1, 2), (18, 3, 2), (11, 1, 12), (12, 2, 4)] {
+        let graph = GraphProto {
+            node: vec![NodeProto::new("Softmax", "sm", &["x"], &["y"]).with(A::int("axis", axis))],
+            input: vec![ValueInfoProto::f32(
+                "x",
+                &[Dim::Fixed(2), Dim::Fixed(3), Dim::Fixed(2), Dim::Fixed(2)],
+            )],
+            output: vec![ValueInfoProto::f32("y", &[])],
+            ..Default::default()
+        };
+        let imported = import(&ModelProto::new(graph, opset).encode_to_vec()).expect("imports");
+        let out = imported.graph.tensor(imported.outputs[0]);
+        assert_eq!((out.name.as_str(), out.shape), ("y", sprout_core::Shape::d4(2, 3, 2, 2)));
+        let mut expected = f64s(&x);
+        softmax_rows(&mut expected, cols);
+        let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
+        assert_close(&y, &expected, 1e-6);
+    }
 }
