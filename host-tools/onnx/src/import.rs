@@ -795,7 +795,7 @@ impl<'m> Importer<'m> {
                 .map_err(|_| ctx.err(format!("group {groups} must be positive")))?,
         };
         let out = ctx.output()?;
-        let x = self.view(ctx, x, &self.unpadded(&dims, pre), out)?;
+        let x = self.view(ctx, x, &unpadded(&dims, pre), out)?;
         let wt = self.weight(&w, Shape::d4(o, cg, kh, kw), w.f32()?.to_vec(), false)?;
         let b = match self.constant(ctx, 2)? {
             Some(b) => Some(self.vector(ctx, &b, o, false)?),
@@ -804,11 +804,6 @@ impl<'m> Importer<'m> {
         let y = self.g.conv2d(out, x, wt, b, params).map_err(ctx.graph())?;
         self.define_sprout(out, y);
         Ok(())
-    }
-
-    /// The NCHW dims before `pads` were added.
-    fn unpadded(&self, dims: &[usize], pads: [usize; 4]) -> Vec<usize> {
-        vec![dims[0], dims[1], dims[2] - pads[0] - pads[2], dims[3] - pads[1] - pads[3]]
     }
 
     /// `Pad` with zeros (mode `constant`, value 0) of the two spatial axes of an NCHW
@@ -1510,4 +1505,9 @@ fn check_vector(ctx: &Ctx, c: &Const, len: usize) -> Result<(), OnnxError> {
         [n] | [1, n] if *n == len => Ok(()),
         _ => Err(ctx.err(format!("'{}' must have shape [{len}], it has {:?}", c.name, c.dims))),
     }
+}
+
+/// The NCHW dims before `pads` `[top, left, bottom, right]` were added.
+fn unpadded(dims: &[usize], pads: [usize; 4]) -> Vec<usize> {
+    vec![dims[0], dims[1], dims[2] - pads[0] - pads[2], dims[3] - pads[1] - pads[3]]
 }
