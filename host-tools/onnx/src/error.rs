@@ -12,6 +12,9 @@ pub enum OnnxError {
     /// The model lacks something every model must have.
     #[error("invalid ONNX model: {detail}")]
     Malformed { detail: String },
+    /// The model's default-domain operator set is outside the range sprout reads.
+    #[error("opset {found} is not supported: sprout imports opsets {min} to {max} (export with opset_version between them)")]
+    Opset { found: i64, min: i64, max: i64 },
     /// An operator sprout has no mapping for.
     #[error("unsupported ONNX operator '{op_type}' (node '{node_name}')")]
     UnsupportedOp { op_type: String, node_name: String },

@@ -2,6 +2,7 @@
 //! ONNX node at a time, keeping initializer names as sprout weight names.
 
 use crate::error::{malformed, tensor_error, OnnxError};
+use crate::fold;
 use crate::proto::{self, tensor_shape_proto::dimension, type_proto, AttributeProto, NodeProto};
 use prost::Message;
 use sprout_core::format::{Metadata, ModelFile, Preprocessing};
@@ -10,6 +11,12 @@ use sprout_core::op::{ConvParams, PoolParams};
 use sprout_core::{Graph, GraphError, Init, Shape, TensorId};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
+
+/// The oldest default-domain operator set imported (PyTorch's exporters default to newer).
+pub const MIN_OPSET: i64 = 11;
+/// The newest default-domain operator set imported: the operators mapped here keep their
+/// meaning up to it.
+pub const MAX_OPSET: i64 = 24;
 
 /// The most elements one initializer or constant may announce (1 Gi values, 4 GiB as f32).
 const MAX_ELEMENTS: usize = 1 << 30;
@@ -59,6 +66,9 @@ pub fn import_with(bytes: &[u8], options: &ImportOptions) -> Result<Imported, On
         .find(|o| matches!(o.domain.as_deref(), None | Some("") | Some("ai.onnx")))
         .and_then(|o| o.version)
         .ok_or_else(|| malformed("the model imports no default-domain (ai.onnx) operator set"))?;
+    if !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
+        return Err(OnnxError::Opset { found: opset, min: MIN_OPSET, max: MAX_OPSET });
+    }
     let graph = model.graph.as_ref().ok_or_else(|| malformed("the model has no graph"))?;
     let mut importer = Importer::new(graph, opset);
     let input = importer.input(graph, options)?;
@@ -88,34 +98,34 @@ pub fn import_with(bytes: &[u8], options: &ImportOptions) -> Result<Imported, On
 
 /// A decoded initializer or constant.
 #[derive(Debug)]
-struct Const {
-    name: String,
-    dims: Vec<usize>,
-    data: ConstData,
+pub(crate) struct Const {
+    pub(crate) name: String,
+    pub(crate) dims: Vec<usize>,
+    pub(crate) data: ConstData,
 }
 
 #[derive(Debug)]
-enum ConstData {
+pub(crate) enum ConstData {
     F32(Vec<f32>),
     I64(Vec<i64>),
 }
 
 impl Const {
-    fn f32(&self) -> Result<&[f32], OnnxError> {
+    pub(crate) fn f32(&self) -> Result<&[f32], OnnxError> {
         match &self.data {
             ConstData::F32(v) => Ok(v),
             ConstData::I64(_) => Err(tensor_error(&self.name, "must be float, it is an integer")),
         }
     }
 
-    fn i64(&self) -> Result<&[i64], OnnxError> {
+    pub(crate) fn i64(&self) -> Result<&[i64], OnnxError> {
         match &self.data {
             ConstData::I64(v) => Ok(v),
             ConstData::F32(_) => Err(tensor_error(&self.name, "must be an integer, it is float")),
         }
     }
 
-    fn numel(&self) -> usize {
+    pub(crate) fn numel(&self) -> usize {
         self.dims.iter().product()
     }
 }
@@ -128,11 +138,17 @@ enum Value {
     Tensor { id: TensorId, dims: Vec<usize> },
     /// A constant not (yet) in the graph: an initializer or a `Constant` node's value.
     Const(Rc<Const>),
+    /// A zero `Pad` of the NCHW tensor `id`, waiting to be folded into the `Conv` that
+    /// reads it: `dims` is the padded ONNX shape, `pads` `[top, left, bottom, right]`.
+    Padded { id: TensorId, dims: Vec<usize>, pads: [usize; 4] },
 }
 
 /// Decodes a tensor's dims and data (float, double, int32, int64 or bool), refusing data
 /// whose length differs from what the dims announce.
-fn parse_tensor(t: &proto::TensorProto, fallback_name: &str) -> Result<Const, OnnxError> {
+pub(crate) fn parse_tensor(
+    t: &proto::TensorProto,
+    fallback_name: &str,
+) -> Result<Const, OnnxError> {
     let name = t.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| fallback_name.into());
     let err = |detail: String| tensor_error(&name, detail);
     if t.data_location == Some(1) {
@@ -315,26 +331,73 @@ impl Ctx<'_> {
         }
     }
 
-    /// Symmetric `pads` `[top, left, bottom, right]` as `(h, w)`, honouring `auto_pad`.
-    fn pads(&self) -> Result<(usize, usize), OnnxError> {
-        match self.string("auto_pad").as_deref() {
-            None | Some("") | Some("NOTSET") => {}
-            Some("VALID") => return Ok((0, 0)),
+    /// Explicit `[top, left, bottom, right]` padding for a `kernel` moved by `stride` over
+    /// an input of `input` (h, w): `pads`, or what `auto_pad` (VALID, SAME_UPPER,
+    /// SAME_LOWER) computes. `ceil_mode = 1` is accepted where it rounds nothing up.
+    fn pads(
+        &self,
+        input: (usize, usize),
+        kernel: (usize, usize),
+        stride: (usize, usize),
+    ) -> Result<[usize; 4], OnnxError> {
+        let p = match self.string("auto_pad").as_deref() {
+            None | Some("") | Some("NOTSET") => match self.ints("pads") {
+                None => [0; 4],
+                Some(&[t, l, b, r]) if t >= 0 && l >= 0 && b >= 0 && r >= 0 => {
+                    [t as usize, l as usize, b as usize, r as usize]
+                }
+                Some(p) => {
+                    return Err(self.err(format!(
+                        "pads must hold 4 non-negative values (2-D), it holds {p:?}"
+                    )))
+                }
+            },
+            Some("VALID") => [0; 4],
+            Some(mode @ ("SAME_UPPER" | "SAME_LOWER")) => {
+                let total = |i: usize, k: usize, s: usize| {
+                    (i.div_ceil(s.max(1)).saturating_sub(1) * s + k).saturating_sub(i)
+                };
+                let split = |t: usize| match mode {
+                    "SAME_LOWER" => (t.div_ceil(2), t / 2),
+                    _ => (t / 2, t.div_ceil(2)),
+                };
+                let (t, b) = split(total(input.0, kernel.0, stride.0));
+                let (l, r) = split(total(input.1, kernel.1, stride.1));
+                [t, l, b, r]
+            }
             Some(other) => {
                 return Err(self.err(format!(
-                    "auto_pad '{other}' is not supported (NOTSET with explicit pads, or VALID)"
+                    "auto_pad '{other}' is not supported (NOTSET, VALID, SAME_UPPER and SAME_LOWER are)"
                 )))
             }
-        }
-        match self.ints("pads") {
-            None => Ok((0, 0)),
-            Some([t, l, b, r]) if t == b && l == r && *t >= 0 && *l >= 0 => {
-                Ok((*t as usize, *l as usize))
+        };
+        if self.int("ceil_mode", 0)? != 0 {
+            // The rounded-up output count, whose last window must start inside the input
+            // or the leading padding (ONNX's and PyTorch's rule).
+            let rounds_up = |i: usize, lead: usize, trail: usize, k: usize, s: usize| {
+                let span = (i + lead + trail).saturating_sub(k);
+                let ceil = span.div_ceil(s) + 1;
+                let ceil = if (ceil - 1) * s >= i + lead { ceil - 1 } else { ceil };
+                ceil > span / s + 1
+            };
+            if rounds_up(input.0, p[0], p[2], kernel.0, stride.0.max(1))
+                || rounds_up(input.1, p[1], p[3], kernel.1, stride.1.max(1))
+            {
+                return Err(self.err(format!(
+                    "ceil_mode = 1 rounds the output of input {input:?} (kernel {kernel:?}, stride {stride:?}, pads {p:?}) up, which needs an extra trailing pad: sprout pads each side equally"
+                )));
             }
-            Some(p @ [_, _, _, _]) => Err(self.err(format!(
-                "pads {p:?} are asymmetric: only [top, left, bottom, right] with top = bottom and left = right is supported"
+        }
+        Ok(p)
+    }
+
+    /// `[top, left, bottom, right]` pads as sprout's symmetric `(h, w)`.
+    fn symmetric(&self, p: [usize; 4]) -> Result<(usize, usize), OnnxError> {
+        match p {
+            [t, l, b, r] if t == b && l == r => Ok((t, l)),
+            _ => Err(self.err(format!(
+                "pads {p:?} ([top, left, bottom, right], after auto_pad) are asymmetric: sprout pads top and bottom, left and right equally"
             ))),
-            Some(p) => Err(self.err(format!("pads must hold 4 values (2-D), it holds {p:?}"))),
         }
     }
 
@@ -359,6 +422,9 @@ struct Importer<'m> {
     uses: HashMap<&'m str, usize>,
     /// Nodes folded into an earlier one (an `Add` bias into its `MatMul`).
     fused: HashSet<usize>,
+    /// The graph outputs' names: a tensor sprout stores under another shape than ONNX's
+    /// takes a staging name when it is one, so that the output keeps the ONNX name.
+    graph_outputs: HashSet<&'m str>,
 }
 
 impl<'m> Importer<'m> {
@@ -375,6 +441,7 @@ impl<'m> Importer<'m> {
             weights: HashMap::new(),
             uses,
             fused: HashSet::new(),
+            graph_outputs: graph.output.iter().filter_map(|o| o.name.as_deref()).collect(),
         }
     }
 
@@ -465,6 +532,12 @@ impl<'m> Importer<'m> {
                         name,
                         "a graph output must be computed from the input, this one is a constant",
                     )),
+                    Some(Value::Padded { .. }) => {
+                        return Err(tensor_error(
+                            name,
+                            "a graph output must not be a Pad: sprout folds Pad only into a Conv",
+                        ))
+                    }
                     None => return Err(tensor_error(name, "a graph output no node produces")),
                 };
             let shape = Shape::new(&dims).map_err(|e| tensor_error(name, e.to_string()))?;
@@ -497,6 +570,9 @@ impl<'m> Importer<'m> {
             Value::Const(_) => Err(ctx.err(format!(
                 "input {i} '{name}' is a constant: sprout needs a tensor computed from the graph input here"
             ))),
+            Value::Padded { .. } => Err(ctx.err(format!(
+                "input {i} '{name}' is the output of a Pad: sprout folds a zero Pad only into the Conv that reads it"
+            ))),
         }
     }
 
@@ -505,7 +581,7 @@ impl<'m> Importer<'m> {
         let Some(name) = ctx.input(i) else { return Ok(None) };
         match self.value(ctx, name)? {
             Value::Const(c) => Ok(Some(c.clone())),
-            Value::Tensor { .. } => Err(ctx.err(format!(
+            Value::Tensor { .. } | Value::Padded { .. } => Err(ctx.err(format!(
                 "input {i} '{name}' must be an initializer or constant, it is computed"
             ))),
         }
@@ -565,15 +641,8 @@ impl<'m> Importer<'m> {
         len: usize,
         buffer: bool,
     ) -> Result<TensorId, OnnxError> {
-        let values = c.f32()?.to_vec();
-        let ok = matches!(c.dims.as_slice(), [n] if *n == len)
-            || matches!(c.dims.as_slice(), [1, n] if *n == len);
-        if !ok {
-            return Err(
-                ctx.err(format!("'{}' must have shape [{len}], it has {:?}", c.name, c.dims))
-            );
-        }
-        self.weight(c, Shape::d1(len), values, buffer)
+        check_vector(ctx, c, len)?;
+        self.weight(c, Shape::d1(len), c.f32()?.to_vec(), buffer)
     }
 
     /// `id` stored under exactly `dims` (a reshape named `{base}.view` when it is not).
@@ -622,6 +691,12 @@ impl<'m> Importer<'m> {
                 node_name: ctx.name.clone(),
             });
         }
+        if op_type == "Shape" {
+            return self.shape(&ctx);
+        }
+        if fold::folds(op_type) && self.all_constant(&ctx)? {
+            return self.fold(&ctx);
+        }
         match op_type {
             "Conv" => self.conv(&ctx),
             "Gemm" => self.gemm(&ctx),
@@ -637,15 +712,25 @@ impl<'m> Importer<'m> {
                 let alpha = ctx.float("alpha", 0.01)?;
                 self.unary(&ctx, |g, name, x| g.leaky_relu(name, x, alpha))
             }
-            "Mul" => self.mul(&ctx),
+            "Add" | "Sub" | "Mul" | "Div" => self.arithmetic(&ctx),
             "Clip" => self.clip(&ctx),
             "MaxPool" | "AveragePool" => self.pool(&ctx),
             "GlobalAveragePool" => self.global_pool(&ctx),
+            "ReduceMean" => self.reduce_mean(&ctx),
             "BatchNormalization" => self.batch_norm(&ctx),
-            "Add" => self.add(&ctx),
             "Flatten" => self.flatten(&ctx),
             "Reshape" => self.reshape(&ctx),
+            "Squeeze" | "Unsqueeze" => self.squeeze(&ctx),
+            "Transpose" => self.transpose(&ctx),
+            "Pad" => self.pad(&ctx),
             "Softmax" => self.softmax(&ctx),
+            "LogSoftmax" => Err(ctx.err(
+                "sprout has no log-softmax op: export the model without it (Softmax is supported)",
+            )),
+            "Concat" => Err(ctx.err(
+                "concatenating computed tensors is not supported: sprout has no concatenation op",
+            )),
+            "Cast" => self.cast(&ctx),
             "Dropout" => self.dropout(&ctx),
             "Identity" => {
                 let v = self.value(&ctx, ctx.input(0).unwrap_or(""))?.clone();
@@ -673,10 +758,18 @@ impl<'m> Importer<'m> {
     }
 
     fn conv(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let (x, dims) = self.act(ctx, 0)?;
-        if dims.len() != 4 {
+        let name = ctx.input(0).ok_or_else(|| ctx.err("input 0 is missing"))?;
+        // A zero Pad right before the convolution adds to its padding.
+        let (x, dims, pre) = match self.value(ctx, name)? {
+            Value::Padded { id, dims, pads } => (*id, dims.clone(), *pads),
+            _ => {
+                let (x, dims) = self.act(ctx, 0)?;
+                (x, dims, [0; 4])
+            }
+        };
+        let [_, _, h, w_in] = dims[..] else {
             return Err(ctx.err(format!("input must be NCHW (4-D), it has shape {dims:?}")));
-        }
+        };
         let w = self.required_constant(ctx, 1)?;
         let [o, cg, kh, kw] = w.dims[..] else {
             return Err(ctx.err(format!(
@@ -693,14 +786,16 @@ impl<'m> Importer<'m> {
             }
         }
         let groups = ctx.int("group", 1)?;
+        let stride = ctx.pair("strides", Some((1, 1)))?;
+        let own = ctx.pads((h, w_in), (kh, kw), stride)?;
         let params = ConvParams {
-            stride: ctx.pair("strides", Some((1, 1)))?,
-            padding: ctx.pads()?,
+            stride,
+            padding: ctx.symmetric(std::array::from_fn(|i| own[i] + pre[i]))?,
             groups: usize::try_from(groups)
                 .map_err(|_| ctx.err(format!("group {groups} must be positive")))?,
         };
         let out = ctx.output()?;
-        let x = self.view(ctx, x, &dims, out)?;
+        let x = self.view(ctx, x, &unpadded(&dims, pre), out)?;
         let wt = self.weight(&w, Shape::d4(o, cg, kh, kw), w.f32()?.to_vec(), false)?;
         let b = match self.constant(ctx, 2)? {
             Some(b) => Some(self.vector(ctx, &b, o, false)?),
@@ -711,40 +806,76 @@ impl<'m> Importer<'m> {
         Ok(())
     }
 
-    /// A `[K, M]` constant as a `[M, K]` weight (PyTorch's `nn.Linear` layout).
-    fn transposed(&mut self, ctx: &Ctx, w: &Const) -> Result<TensorId, OnnxError> {
+    /// `Pad` with zeros (mode `constant`, value 0) of the two spatial axes of an NCHW
+    /// tensor: kept aside for the `Conv` that reads it.
+    fn pad(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, dims) = self.act(ctx, 0)?;
+        if dims.len() != 4 {
+            return Err(ctx.err(format!("input must be NCHW (4-D), it has shape {dims:?}")));
+        }
+        let mode = ctx.string("mode").unwrap_or_else(|| "constant".into());
+        if mode != "constant" {
+            return Err(ctx.err(format!("mode '{mode}' is not supported (constant zeros is)")));
+        }
+        if let Some(v) = self.scalar(ctx, 2)?.filter(|&v| v != 0.0) {
+            return Err(ctx.err(format!("constant_value {v} is not supported: expected 0")));
+        }
+        if ctx.input(3).is_some() {
+            return Err(ctx.err("the axes input is not supported: give pads for all 4 axes"));
+        }
+        let spec = self.required_constant(ctx, 1)?;
+        let p = spec.i64()?;
+        let &[n0, c0, t, l, n1, c1, b, r] = p else {
+            return Err(ctx.err(format!("pads must hold 8 values (NCHW), it holds {p:?}")));
+        };
+        if [n0, c0, n1, c1] != [0; 4] || [t, l, b, r].iter().any(|&v| v < 0) {
+            return Err(ctx.err(format!(
+                "pads {p:?} are not supported: only non-negative padding of the two spatial axes is"
+            )));
+        }
+        let pads = [t as usize, l as usize, b as usize, r as usize];
+        let out = ctx.output()?;
+        let id = self.view(ctx, x, &dims, out)?;
+        let padded =
+            vec![dims[0], dims[1], dims[2] + pads[0] + pads[2], dims[3] + pads[1] + pads[3]];
+        self.values.insert(out.into(), Value::Padded { id, dims: padded, pads });
+        Ok(())
+    }
+
+    /// A `[K, M]` constant times `alpha` as a `[M, K]` weight (PyTorch's `nn.Linear` layout).
+    fn transposed(&mut self, ctx: &Ctx, w: &Const, alpha: f32) -> Result<TensorId, OnnxError> {
         let [k, m] = w.dims[..] else {
             return Err(
                 ctx.err(format!("weight '{}' must be 2-D, it has shape {:?}", w.name, w.dims))
             );
         };
         let v = w.f32()?;
-        let t = (0..m * k).map(|i| v[(i % k) * m + i / k]).collect();
+        let t = (0..m * k).map(|i| alpha * v[(i % k) * m + i / k]).collect();
         self.weight(w, Shape::d2(m, k), t, false)
     }
 
-    fn linear_input(&self, ctx: &Ctx) -> Result<(TensorId, usize), OnnxError> {
+    /// Input 0 as `[batch, features]` (viewed so when sprout stores it otherwise) and K.
+    fn linear_input(&mut self, ctx: &Ctx) -> Result<(TensorId, usize), OnnxError> {
         let (x, dims) = self.act(ctx, 0)?;
-        match dims[..] {
-            [_, k] if self.g.shape(x).rank() == 2 => Ok((x, k)),
-            _ => Err(ctx.err(format!(
+        let [_, k] = dims[..] else {
+            return Err(ctx.err(format!(
                 "input must be 2-D [batch, features] (add a Flatten first), it has shape {dims:?}"
-            ))),
-        }
+            )));
+        };
+        Ok((self.view(ctx, x, &dims, ctx.output()?)?, k))
     }
 
+    /// `Gemm`: `alpha` folds into the weight, `beta` into the bias.
     fn gemm(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
         let (x, k) = self.linear_input(ctx)?;
         let (alpha, beta) = (ctx.float("alpha", 1.0)?, ctx.float("beta", 1.0)?);
-        if alpha != 1.0 || beta != 1.0 {
-            return Err(ctx.err(format!("alpha {alpha} and beta {beta} must both be 1")));
-        }
         if ctx.int("transA", 0)? != 0 {
-            return Err(ctx.err("transA = 1 is not supported: the input must be [batch, features]"));
+            return Err(ctx.err(
+                "transA = 1 is not supported: sprout has no transpose op, the input must be [batch, features]",
+            ));
         }
         let w = self.required_constant(ctx, 1)?;
-        let trans_b = ctx.int("transB", 0)? != 0;
-        let wt = if trans_b {
+        let wt = if ctx.int("transB", 0)? != 0 {
             let [m, kw] = w.dims[..] else {
                 return Err(
                     ctx.err(format!("weight '{}' must be 2-D, it has shape {:?}", w.name, w.dims))
@@ -756,7 +887,8 @@ impl<'m> Importer<'m> {
                     w.name, w.dims
                 )));
             }
-            self.weight(&w, Shape::d2(m, k), w.f32()?.to_vec(), false)?
+            let values = w.f32()?.iter().map(|&v| alpha * v).collect();
+            self.weight(&w, Shape::d2(m, k), values, false)?
         } else {
             if w.dims.first() != Some(&k) {
                 return Err(ctx.err(format!(
@@ -764,11 +896,15 @@ impl<'m> Importer<'m> {
                     w.name, w.dims
                 )));
             }
-            self.transposed(ctx, &w)?
+            self.transposed(ctx, &w, alpha)?
         };
         let m = self.g.shape(wt).dims()[0];
         let b = match self.constant(ctx, 2)? {
-            Some(c) => Some(self.vector(ctx, &c, m, false)?),
+            Some(c) => {
+                check_vector(ctx, &c, m)?;
+                let values = c.f32()?.iter().map(|&b| beta * b).collect();
+                Some(self.weight(&c, Shape::d1(m), values, false)?)
+            }
             None => None,
         };
         let out = ctx.output()?;
@@ -792,7 +928,7 @@ impl<'m> Importer<'m> {
                 ctx.err(format!("weight '{}' has shape {:?}: expected [{k}, N]", w.name, w.dims))
             );
         }
-        let wt = self.transposed(ctx, &w)?;
+        let wt = self.transposed(ctx, &w, 1.0)?;
         let m = w.dims[1];
         let out = ctx.output()?;
         // Fuse `Add(out, bias)` when it is the product's only reader.
@@ -835,46 +971,63 @@ impl<'m> Importer<'m> {
         Ok(())
     }
 
+    /// `Clip(min, max)`: ReLU6 or ReLU where the bounds are theirs; otherwise a hard
+    /// sigmoid onto `[0, 1]` rescaled to `[min, max]`, or a ReLU between two affine maps
+    /// for one bound.
     fn clip(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let (min, max) = if self.opset < 11 {
-            let min = ctx.attr("min").map(|_| ctx.float("min", 0.0)).transpose()?;
-            let max = ctx.attr("max").map(|_| ctx.float("max", 0.0)).transpose()?;
-            (min, max)
-        } else {
-            (self.scalar(ctx, 1)?, self.scalar(ctx, 2)?)
-        };
-        let op = match (min, max) {
-            (Some(lo), Some(hi)) if lo == 0.0 && hi == 6.0 => Graph::relu6,
-            (Some(0.0), None) => Graph::relu,
-            (Some(lo), Some(hi)) if lo == 0.0 && hi == f32::INFINITY => Graph::relu,
-            _ => {
-                return Err(ctx.err(format!(
-                    "only Clip(min 0, max 6) (ReLU6) and Clip(min 0) (ReLU) are supported, found min {min:?} and max {max:?}"
-                )))
+        let (x, dims) = self.act(ctx, 0)?;
+        let (min, max) = (self.scalar(ctx, 1)?, self.scalar(ctx, 2)?);
+        let out = ctx.output()?;
+        let min = min.filter(|&v| v != f32::NEG_INFINITY);
+        let max = max.filter(|&v| v != f32::INFINITY);
+        let y = match (min, max) {
+            (None, None) => x,
+            (Some(lo), Some(hi)) if lo == 0.0 && hi == 6.0 => {
+                self.g.relu6(out, x).map_err(ctx.graph())?
+            }
+            (Some(0.0), None) => self.g.relu(out, x).map_err(ctx.graph())?,
+            (Some(lo), Some(hi)) if lo < hi => {
+                let range = hi - lo;
+                let unit = self
+                    .g
+                    .hard_sigmoid(&format!("{out}.unit"), x, 1.0 / range, -lo / range)
+                    .map_err(ctx.graph())?;
+                self.affine(ctx, out, unit, &dims, &[range], &[lo])?
+            }
+            // min(x, hi) = hi - relu(hi - x); max(x, lo) = lo + relu(x - lo).
+            (Some(bound), None) | (None, Some(bound)) => {
+                let sign = if max.is_some() { -1.0 } else { 1.0 };
+                let shifted =
+                    self.affine(ctx, &format!("{out}.in"), x, &dims, &[sign], &[-sign * bound])?;
+                let r = self.g.relu(&format!("{out}.relu"), shifted).map_err(ctx.graph())?;
+                self.affine(ctx, out, r, &dims, &[sign], &[bound])?
+            }
+            (Some(lo), Some(hi)) => {
+                return Err(ctx.err(format!("min {lo} must be below max {hi}")));
             }
         };
-        self.unary(ctx, op)
+        self.define(out, y, dims);
+        Ok(())
     }
 
     fn pool(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
         let (x, dims) = self.act(ctx, 0)?;
-        if dims.len() != 4 {
+        let [_, _, h, w] = dims[..] else {
             return Err(ctx.err(format!("input must be NCHW (4-D), it has shape {dims:?}")));
-        }
+        };
         if ctx.node.output.get(1).is_some_and(|o| !o.is_empty()) {
             return Err(ctx.err("the Indices output is not supported"));
-        }
-        if ctx.int("ceil_mode", 0)? != 0 {
-            return Err(ctx.err("ceil_mode = 1 is not supported"));
         }
         if ctx.int("storage_order", 0)? != 0 {
             return Err(ctx.err("storage_order = 1 is not supported"));
         }
         ctx.no_dilation()?;
+        let kernel = ctx.pair("kernel_shape", None)?;
+        let stride = ctx.pair("strides", Some((1, 1)))?;
         let params = PoolParams {
-            kernel: ctx.pair("kernel_shape", None)?,
-            stride: ctx.pair("strides", Some((1, 1)))?,
-            padding: ctx.pads()?,
+            kernel,
+            stride,
+            padding: ctx.symmetric(ctx.pads((h, w), kernel, stride)?)?,
             count_include_pad: ctx.int("count_include_pad", 0)? != 0,
         };
         let out = ctx.output()?;
@@ -891,24 +1044,61 @@ impl<'m> Importer<'m> {
 
     fn global_pool(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
         let (x, dims) = self.act(ctx, 0)?;
+        self.mean_hw(ctx, x, dims, true)
+    }
+
+    /// `ReduceMean` over the two spatial axes of an NCHW tensor: a global average pool.
+    fn reduce_mean(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, dims) = self.act(ctx, 0)?;
+        let axes = self.axes(ctx, 18)?.unwrap_or_default();
+        let mut at: Vec<_> = axes
+            .iter()
+            .map(|&a| fold::axis(a, dims.len()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ctx.err(e))?;
+        at.sort_unstable();
+        if dims.len() != 4 || at != [2, 3] {
+            return Err(ctx.err(format!(
+                "only the mean over the spatial axes [2, 3] of an NCHW tensor is supported, found axes {axes:?} on shape {dims:?}"
+            )));
+        }
+        let keep = ctx.int("keepdims", 1)? != 0;
+        self.mean_hw(ctx, x, dims, keep)
+    }
+
+    /// The mean over H and W of an NCHW tensor, as `[N, C, 1, 1]` (`keep`) or `[N, C]`.
+    fn mean_hw(
+        &mut self,
+        ctx: &Ctx,
+        x: TensorId,
+        dims: Vec<usize>,
+        keep: bool,
+    ) -> Result<(), OnnxError> {
         let [n, c, _, _] = dims[..] else {
             return Err(ctx.err(format!("input must be NCHW (4-D), it has shape {dims:?}")));
         };
         let out = ctx.output()?;
         let x = self.view(ctx, x, &dims, out)?;
-        let y = self.g.global_avg_pool(out, x).map_err(ctx.graph())?;
-        // sprout stores [N, C]; ONNX says [N, C, 1, 1].
-        self.define(out, y, vec![n, c, 1, 1]);
+        // sprout stores [N, C].
+        let name = self.staging(out, keep);
+        let y = self.g.global_avg_pool(&name, x).map_err(ctx.graph())?;
+        self.define(out, y, if keep { vec![n, c, 1, 1] } else { vec![n, c] });
         Ok(())
     }
 
+    /// `out`, or a staging name for it when sprout stores it under another shape than
+    /// ONNX's (`differs`) and it is a graph output, which must bear the ONNX name.
+    fn staging(&self, out: &str, differs: bool) -> String {
+        match differs && self.graph_outputs.contains(out) {
+            true => format!("{out}.staged"),
+            false => out.into(),
+        }
+    }
+
+    /// `BatchNormalization` (inference form) of `[N, C, ...]`: 4-D directly, 2-D and 3-D
+    /// through an `[N, C, L, 1]` view.
     fn batch_norm(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
         let (x, dims) = self.act(ctx, 0)?;
-        let [_, c, _, _] = dims[..] else {
-            return Err(ctx.err(format!(
-                "only 4-D (NCHW, BatchNorm2d) input is supported, it has shape {dims:?}"
-            )));
-        };
         if ctx.int("training_mode", 0)? != 0 {
             return Err(
                 ctx.err("training_mode = 1 is not supported: export the model in eval mode")
@@ -920,7 +1110,7 @@ impl<'m> Importer<'m> {
         let eps = ctx.float("epsilon", 1e-5)?;
         let momentum = ctx.float("momentum", 0.9)?;
         let out = ctx.output()?;
-        let x = self.view(ctx, x, &dims, out)?;
+        let (x, c) = self.channel_view(ctx, x, &dims, out)?;
         let mut ids = [TensorId(0); 4];
         for (slot, i) in ids.iter_mut().zip(1..) {
             let cst = self.required_constant(ctx, i)?;
@@ -928,77 +1118,169 @@ impl<'m> Importer<'m> {
         }
         // ONNX weighs the running value by `momentum`, sprout (as PyTorch) the new batch.
         let cfg = BatchNormConfig { eps, momentum: 1.0 - momentum };
+        let name = self.staging(out, dims.len() != 4);
         let y = self
             .g
-            .batch_norm2d(out, x, ids[0], ids[1], ids[2], ids[3], cfg)
+            .batch_norm2d(&name, x, ids[0], ids[1], ids[2], ids[3], cfg)
             .map_err(ctx.graph())?;
         self.define(out, y, dims);
         Ok(())
     }
 
-    fn add(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let ((a, ad), (b, bd)) = self.computed_operands(ctx, |c| {
-            format!("adds the constant '{c}' to a computed tensor: sprout imports a constant Add only as the bias of the MatMul it directly follows")
-        })?;
-        if ad != bd {
-            return Err(ctx.err(format!(
-                "operands must have the same shape (no broadcasting), they have {ad:?} and {bd:?}"
-            )));
-        }
-        let out = ctx.output()?;
-        let a = self.view(ctx, a, &ad, &format!("{out}.a"))?;
-        let b = self.view(ctx, b, &bd, &format!("{out}.b"))?;
-        let y = self.g.add(out, a, b).map_err(ctx.graph())?;
-        self.define(out, y, ad);
-        Ok(())
+    /// `x [N, C, ...]` as the NCHW tensor `[N, C, H, W]` (4-D) or `[N, C, L, 1]`, and `C`.
+    fn channel_view(
+        &mut self,
+        ctx: &Ctx,
+        x: TensorId,
+        dims: &[usize],
+        base: &str,
+    ) -> Result<(TensorId, usize), OnnxError> {
+        let nchw = match dims {
+            [n, c, h, w] => vec![*n, *c, *h, *w],
+            [n, c, rest @ ..] => vec![*n, *c, rest.iter().product(), 1],
+            _ => {
+                return Err(ctx.err(format!(
+                    "input must be [N, C, ...] (at least 2-D), it has shape {dims:?}"
+                )))
+            }
+        };
+        Ok((self.view(ctx, x, &nchw, base)?, nchw[1]))
     }
 
-    /// `Mul` of two computed tensors of the same shape, or of a `[N, C, ...]` tensor and a
-    /// `[N, C, 1, ...]` factor on either side (squeeze-excitation's channel scale).
-    fn mul(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let ((a, ad), (b, bd)) = self.computed_operands(ctx, |c| {
-            format!("multiplies by the constant '{c}': sprout's Mul takes two tensors computed from the graph input")
-        })?;
-        // ONNX broadcasts from the right: only equal ranks keep N and C aligned.
-        if ad.len() != bd.len() {
+    /// `x · scale + shift` with one scale and shift per channel (one value: all channels),
+    /// recorded as a depthwise 1×1 convolution whose weight and bias are constant buffers
+    /// (`{name}.scale`, `{name}.shift`). The result is stored NCHW.
+    fn affine(
+        &mut self,
+        ctx: &Ctx,
+        name: &str,
+        x: TensorId,
+        dims: &[usize],
+        scale: &[f32],
+        shift: &[f32],
+    ) -> Result<TensorId, OnnxError> {
+        let (x, c) = self.channel_view(ctx, x, dims, name)?;
+        let per_channel = |v: &[f32]| if v.len() == 1 { vec![v[0]; c] } else { v.to_vec() };
+        let graph = |source| OnnxError::Graph { context: format!("constant '{name}'"), source };
+        let w = self
+            .g
+            .buffer(
+                &format!("{name}.scale"),
+                Shape::d4(c, 1, 1, 1),
+                Init::Values(per_channel(scale)),
+            )
+            .map_err(graph)?;
+        let b = self
+            .g
+            .buffer(&format!("{name}.shift"), Shape::d1(c), Init::Values(per_channel(shift)))
+            .map_err(graph)?;
+        let params = ConvParams { stride: (1, 1), padding: (0, 0), groups: c };
+        let name = self.staging(name, dims.len() != 4);
+        self.g.conv2d(&name, x, w, Some(b), params).map_err(ctx.graph())
+    }
+
+    /// A constant operand of an element-wise op on `dims` as one value per channel (axis 1)
+    /// or one value for all: it must broadcast along every other axis.
+    fn channel_values(&self, ctx: &Ctx, c: &Const, dims: &[usize]) -> Result<Vec<f32>, OnnxError> {
+        let v = c.f32()?;
+        let offset = dims.len().checked_sub(c.dims.len());
+        let per_channel = offset.is_some_and(|off| {
+            c.dims.iter().enumerate().all(|(i, &d)| d == 1 || (i + off == 1 && d == dims[1]))
+        });
+        if !per_channel || dims.len() < 2 {
             return Err(ctx.err(format!(
-                "operands must have the same rank (broadcasting supports a per-channel [N, C, 1, 1] factor only), they have {ad:?} and {bd:?}"
+                "constant '{}' of shape {:?} does not broadcast per channel over shape {dims:?}: sprout applies constants as one value per channel (axis 1) or one for all",
+                c.name, c.dims
             )));
         }
-        let out = ctx.output()?;
-        let dims = if ad.iter().product::<usize>() >= bd.iter().product::<usize>() {
-            ad.clone()
-        } else {
-            bd.clone()
+        Ok(v.to_vec())
+    }
+
+    /// `Add`, `Sub`, `Mul`, `Div`: of two computed tensors (Add of the same shape, Mul also
+    /// by a per-channel factor), or of a tensor and a per-channel or scalar constant (an
+    /// affine map).
+    fn arithmetic(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let constant = |i: usize| match self.value(ctx, ctx.input(i).unwrap_or("")) {
+            Ok(Value::Const(c)) => Some(c.clone()),
+            _ => None,
         };
-        let a = self.view(ctx, a, &ad, &format!("{out}.a"))?;
-        let b = self.view(ctx, b, &bd, &format!("{out}.b"))?;
-        let y = self.g.mul(out, a, b).map_err(ctx.graph())?;
+        // Both constant: folded before this; neither: a product or sum of tensors.
+        let (c, tensor) = match (constant(0), constant(1)) {
+            (None, Some(c)) => (c, 0),
+            (Some(c), None) => (c, 1),
+            _ => return self.tensor_arithmetic(ctx),
+        };
+        let (x, dims) = self.act(ctx, tensor)?;
+        let v = self.channel_values(ctx, &c, &dims)?;
+        let map = |f: fn(f32) -> f32| v.iter().map(|&x| f(x)).collect::<Vec<f32>>();
+        let (scale, shift) = match (ctx.op_type, tensor) {
+            ("Add", _) => (vec![1.0], v.clone()),
+            ("Sub", 0) => (vec![1.0], map(|c| -c)),
+            ("Sub", _) => (vec![-1.0], v.clone()),
+            ("Mul", _) => (v.clone(), vec![0.0]),
+            ("Div", 0) => (map(|c| 1.0 / c), vec![0.0]),
+            _ => {
+                return Err(ctx.err(format!(
+                    "divides the constant '{}' by a computed tensor: sprout has no reciprocal op",
+                    c.name
+                )))
+            }
+        };
+        let out = ctx.output()?;
+        let y = self.affine(ctx, out, x, &dims, &scale, &shift)?;
         self.define(out, y, dims);
         Ok(())
     }
 
-    /// Both operands of a binary element-wise node, each computed from the graph input; a
-    /// constant operand is refused with the message `refuse` writes for its name.
-    #[allow(clippy::type_complexity)]
-    fn computed_operands(
-        &self,
-        ctx: &Ctx,
-        refuse: impl Fn(&str) -> String,
-    ) -> Result<((TensorId, Vec<usize>), (TensorId, Vec<usize>)), OnnxError> {
-        let names = [ctx.input(0).unwrap_or(""), ctx.input(1).unwrap_or("")];
-        for n in names {
-            if let Value::Const(c) = self.value(ctx, n)? {
-                return Err(ctx.err(refuse(&c.name)));
+    /// `Add` of two computed tensors of the same shape; `Mul` of the same shape or of a
+    /// `[N, C, ...]` tensor and a `[N, C, 1, ...]` factor on either side (squeeze-excitation).
+    fn tensor_arithmetic(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let ((a, ad), (b, bd)) = (self.act(ctx, 0)?, self.act(ctx, 1)?);
+        let out = ctx.output()?;
+        let dims = match ctx.op_type {
+            "Add" if ad == bd => ad.clone(),
+            "Add" => {
+                return Err(ctx.err(format!(
+                    "operands must have the same shape (sprout's Add of two computed tensors does not broadcast), they have {ad:?} and {bd:?}"
+                )))
             }
-        }
-        Ok((self.act(ctx, 0)?, self.act(ctx, 1)?))
+            // ONNX broadcasts from the right: only equal ranks keep N and C aligned.
+            "Mul" if ad.len() != bd.len() => {
+                return Err(ctx.err(format!(
+                    "operands must have the same rank (broadcasting supports a per-channel [N, C, 1, 1] factor only), they have {ad:?} and {bd:?}"
+                )))
+            }
+            "Mul" if ad.iter().product::<usize>() >= bd.iter().product::<usize>() => ad.clone(),
+            "Mul" => bd.clone(),
+            op => {
+                return Err(ctx.err(format!(
+                    "{op} of two computed tensors is not supported (only by a constant)"
+                )))
+            }
+        };
+        let a = self.view(ctx, a, &ad, &format!("{out}.a"))?;
+        let b = self.view(ctx, b, &bd, &format!("{out}.b"))?;
+        let y = if ctx.op_type == "Add" { self.g.add(out, a, b) } else { self.g.mul(out, a, b) }
+            .map_err(ctx.graph())?;
+        self.define(out, y, dims);
+        Ok(())
     }
 
-    /// Defines `out` as `x` under ONNX shape `dims`, recording a reshape only when sprout
-    /// stores `x` under another shape.
-    fn reshaped(&mut self, ctx: &Ctx, x: TensorId, dims: Vec<usize>) -> Result<(), OnnxError> {
+    /// Defines `out` as input 0 under ONNX shape `dims`: a constant with new dims, or a
+    /// tensor, recording a reshape only when sprout stores it under another shape.
+    fn reshaped(&mut self, ctx: &Ctx, dims: Vec<usize>) -> Result<(), OnnxError> {
         let out = ctx.output()?;
+        let input = ctx.input(0).ok_or_else(|| ctx.err("input 0 is missing"))?;
+        if let Value::Const(c) = self.value(ctx, input)? {
+            let data = match &c.data {
+                ConstData::F32(v) => ConstData::F32(v.clone()),
+                ConstData::I64(v) => ConstData::I64(v.clone()),
+            };
+            let c = Const { name: out.into(), dims, data };
+            self.values.insert(out.into(), Value::Const(Rc::new(c)));
+            return Ok(());
+        }
+        let (x, _) = self.act(ctx, 0)?;
         let shape = Shape::new(&dims).map_err(|e| ctx.err(e.to_string()))?;
         let y = if self.g.shape(x) == shape {
             x
@@ -1009,72 +1291,141 @@ impl<'m> Importer<'m> {
         Ok(())
     }
 
+    /// The ONNX dims of input 0, tensor or constant.
+    fn dims(&self, ctx: &Ctx) -> Result<Vec<usize>, OnnxError> {
+        let name = ctx.input(0).ok_or_else(|| ctx.err("input 0 is missing"))?;
+        Ok(match self.value(ctx, name)? {
+            Value::Tensor { dims, .. } | Value::Padded { dims, .. } => dims.clone(),
+            Value::Const(c) => c.dims.clone(),
+        })
+    }
+
     fn flatten(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let (x, dims) = self.act(ctx, 0)?;
-        let axis = ctx.int("axis", 1)?;
-        let rank = dims.len() as i64;
-        let axis = if axis < 0 { axis + rank } else { axis };
-        if axis != 1 {
-            return Err(ctx.err(format!(
-                "only axis 1 ([N, ...] -> [N, rest]) is supported, found axis {axis} on shape {dims:?}"
-            )));
-        }
-        let target = vec![dims[0], dims[1..].iter().product()];
-        self.reshaped(ctx, x, target)
+        let dims = self.dims(ctx)?;
+        let axis = fold::axis(ctx.int("axis", 1)?, dims.len() + 1).map_err(|e| ctx.err(e))?;
+        let target = vec![dims[..axis].iter().product(), dims[axis..].iter().product()];
+        self.reshaped(ctx, target)
     }
 
     fn reshape(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let (x, dims) = self.act(ctx, 0)?;
+        let dims = self.dims(ctx)?;
         let spec = self.required_constant(ctx, 1)?;
-        let spec = spec.i64()?;
         let allow_zero = ctx.int("allowzero", 0)? != 0;
-        let numel: usize = dims.iter().product();
-        let mut target = Vec::with_capacity(spec.len());
-        let mut infer = None;
-        for (i, &s) in spec.iter().enumerate() {
-            target.push(match s {
-                0 if !allow_zero => *dims.get(i).ok_or_else(|| {
-                    ctx.err(format!(
-                        "shape {spec:?} copies dimension {i}, the input {dims:?} has none"
-                    ))
-                })?,
-                -1 if infer.is_none() => {
-                    infer = Some(i);
-                    1
-                }
-                s if s > 0 => s as usize,
-                _ => {
-                    return Err(
-                        ctx.err(format!("shape {spec:?} is not supported for input {dims:?}"))
-                    )
-                }
-            });
-        }
-        let known: usize = target.iter().product();
-        if let Some(i) = infer {
-            if known == 0 || !numel.is_multiple_of(known) {
-                return Err(ctx.err(format!("shape {spec:?} does not fit input {dims:?}")));
-            }
-            target[i] = numel / known;
-        }
-        if target.iter().product::<usize>() != numel {
-            return Err(ctx.err(format!(
-                "shape {spec:?} gives {target:?}, which does not hold the {numel} elements of {dims:?}"
-            )));
-        }
-        self.reshaped(ctx, x, target)
+        let target = fold::reshape_dims(spec.i64()?, &dims, allow_zero).map_err(|e| ctx.err(e))?;
+        self.reshaped(ctx, target)
     }
 
-    fn softmax(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let (_, dims) = self.act(ctx, 0)?;
-        let default = if self.opset < 13 { 1 } else { -1 };
-        let axis = ctx.int("axis", default)?;
-        if dims.len() != 2 || !(axis == 1 || axis == -1) {
+    /// `Squeeze` and `Unsqueeze`: reshapes.
+    fn squeeze(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let dims = self.dims(ctx)?;
+        let axes = self.axes(ctx, 13)?;
+        let target = if ctx.op_type == "Squeeze" {
+            fold::squeeze_dims(&dims, axes.as_deref())
+        } else {
+            let axes = axes.ok_or_else(|| ctx.err("axes are required"))?;
+            fold::unsqueeze_dims(&dims, &axes)
+        }
+        .map_err(|e| ctx.err(e))?;
+        self.reshaped(ctx, target)
+    }
+
+    /// The `axes` of a reduction or (un)squeeze: an attribute before opset `since`, input
+    /// 1 from it on.
+    fn axes(&self, ctx: &Ctx, since: i64) -> Result<Option<Vec<i64>>, OnnxError> {
+        if self.opset < since {
+            return Ok(ctx.ints("axes").map(<[i64]>::to_vec));
+        }
+        self.constant(ctx, 1)?.map(|c| c.i64().map(<[i64]>::to_vec)).transpose()
+    }
+
+    /// `Transpose` that moves only size-1 axes (the non-1 axes keep their order): a reshape.
+    fn transpose(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let dims = self.dims(ctx)?;
+        let perm = fold::permutation(ctx.ints("perm"), dims.len()).map_err(|e| ctx.err(e))?;
+        let moved: Vec<usize> = perm.iter().copied().filter(|&a| dims[a] != 1).collect();
+        if moved.windows(2).any(|w| w[0] > w[1]) {
             return Err(ctx.err(format!(
-                "only a 2-D input with axis 1 or -1 is supported, found axis {axis} on shape {dims:?}"
+                "perm {perm:?} on shape {dims:?} reorders data: sprout has no transpose op (a Transpose that moves only size-1 axes is a reshape and is supported)"
             )));
         }
-        self.unary(ctx, Graph::softmax)
+        self.reshaped(ctx, perm.iter().map(|&a| dims[a]).collect())
+    }
+
+    /// `Softmax` over the last axis (later axes of size 1 allowed); before opset 13, over
+    /// the input flattened to 2-D at `axis`.
+    fn softmax(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, dims) = self.act(ctx, 0)?;
+        let legacy = self.opset < 13;
+        let axis = ctx.int("axis", if legacy { 1 } else { -1 })?;
+        let a = fold::axis(axis, dims.len()).map_err(|e| ctx.err(e))?;
+        if !legacy && dims[a + 1..].iter().any(|&d| d != 1) {
+            return Err(ctx.err(format!(
+                "only the softmax over the last axis (or one followed by size-1 axes) is supported, found axis {axis} on shape {dims:?}"
+            )));
+        }
+        let (rows, cols) = match legacy {
+            true => (dims[..a].iter().product(), dims[a..].iter().product()),
+            false => (dims[..a].iter().product(), dims[a]),
+        };
+        let out = ctx.output()?;
+        let x = self.view(ctx, x, &[rows, cols], out)?;
+        let name = self.staging(out, dims.len() != 2);
+        let y = self.g.softmax(&name, x).map_err(ctx.graph())?;
+        self.define(out, y, dims);
+        Ok(())
+    }
+
+    /// `Shape`: the input's static dims as a constant (`start`, `end` from opset 15).
+    fn shape(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let dims = self.dims(ctx)?;
+        let out = ctx.output()?;
+        let end = ctx.attr("end").map(|_| ctx.int("end", 0)).transpose()?;
+        let c = fold::shape_of(&dims, ctx.int("start", 0)?, end, out);
+        self.values.insert(out.into(), Value::Const(Rc::new(c)));
+        Ok(())
+    }
+
+    /// Whether every input the node gives is a constant.
+    fn all_constant(&self, ctx: &Ctx) -> Result<bool, OnnxError> {
+        for name in ctx.node.input.iter().filter(|n| !n.is_empty()) {
+            if !matches!(self.value(ctx, name)?, Value::Const(_)) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Evaluates a node of constants now (see [`fold`]).
+    fn fold(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let inputs = (0..ctx.node.input.len())
+            .map(|i| self.constant(ctx, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = ctx.output()?;
+        let int = |name: &str| ctx.attr(name).and_then(|a| a.i);
+        let node = fold::FoldNode {
+            op_type: ctx.op_type,
+            out,
+            int: &int,
+            ints: ctx.ints("perm"),
+            tensor: ctx.attr("value").and_then(|a| a.t.as_ref()),
+        };
+        let c = fold::eval(&node, &inputs).map_err(|e| ctx.err(e))?;
+        self.values.insert(out.into(), Value::Const(Rc::new(c)));
+        Ok(())
+    }
+
+    /// `Cast` of a computed tensor to float: the identity (sprout computes in f32).
+    fn cast(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let to = ctx.int("to", 0)?;
+        if to != i64::from(proto::FLOAT) {
+            return Err(ctx.err(format!(
+                "a cast of a computed tensor to type {to} is not supported (to float, {}, is)",
+                proto::FLOAT
+            )));
+        }
+        let (x, dims) = self.act(ctx, 0)?;
+        self.define(ctx.output()?, x, dims);
+        Ok(())
     }
 
     fn dropout(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
@@ -1146,4 +1497,17 @@ impl<'m> Importer<'m> {
         self.values.insert(out.into(), Value::Const(Rc::new(c)));
         Ok(())
     }
+}
+
+/// Refuses a per-channel constant (bias, batch-norm scale, ...) not of shape `[len]` or `[1, len]`.
+fn check_vector(ctx: &Ctx, c: &Const, len: usize) -> Result<(), OnnxError> {
+    match c.dims.as_slice() {
+        [n] | [1, n] if *n == len => Ok(()),
+        _ => Err(ctx.err(format!("'{}' must have shape [{len}], it has {:?}", c.name, c.dims))),
+    }
+}
+
+/// The NCHW dims before `pads` `[top, left, bottom, right]` were added.
+fn unpadded(dims: &[usize], pads: [usize; 4]) -> Vec<usize> {
+    vec![dims[0], dims[1], dims[2] - pads[0] - pads[2], dims[3] - pads[1] - pads[3]]
 }

@@ -3,16 +3,16 @@
 //!
 //! Initializer names are weight names both ways, so a head fine-tuned on the device
 //! loads straight back into PyTorch by name (`load_state_dict` from the safetensors file,
-//! or the ONNX initializers). Supported operators: Conv (groups, symmetric pads),
-//! Gemm, MatMul (+ a following bias Add), Relu, Clip(0, 6), MaxPool, AveragePool,
-//! GlobalAveragePool, BatchNormalization (inference form), Add (residual), Flatten,
-//! Reshape, Softmax, Dropout, Identity and Constant.
+//! or the ONNX initializers). Opsets 11 to 24 import; the operators an ordinary CNN from
+//! PyTorch's exporters uses are mapped (see `host-tools/README.md`), and shape-computing
+//! subgraphs are constant-folded from the static shapes.
 //!
 //! The protobuf messages are declared with `prost` from the official `onnx.proto` (see
 //! [`proto`]); no protobuf compiler is needed.
 
 pub mod error;
 pub mod export;
+mod fold;
 pub mod import;
 pub mod proto;
 

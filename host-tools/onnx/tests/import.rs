@@ -43,7 +43,7 @@ fn cnn_weights() -> Cnn {
 
 /// Conv(pads 1) → BatchNormalization → Relu → MaxPool → depthwise Conv (group 4) →
 /// Clip(0, 6) → GlobalAveragePool → Flatten → Gemm, for `[2, 3, 8, 8]` images. `legacy`:
-/// opset 10, Clip bounds as attributes and a Gemm weight stored `[K, N]` (transB = 0).
+/// opset 11, the oldest imported, and a Gemm weight stored `[K, N]` (transB = 0).
 fn cnn_model(w: &Cnn, legacy: bool) -> Vec<u8> {
     let sq = |name: &str, v: i64| A::ints(name, &[v, v]);
     let mut init = vec![
@@ -57,15 +57,9 @@ fn cnn_model(w: &Cnn, legacy: bool) -> Vec<u8> {
         TensorProto::f32("dw.bias", &[4], &w.dw_b),
         TensorProto::f32("fc.bias", &[3], &w.fc_b),
     ];
-    let clip = if legacy {
-        NodeProto::new("Clip", "clip", &["c2"], &["a2"])
-            .with(A::float("min", 0.0))
-            .with(A::float("max", 6.0))
-    } else {
-        init.push(TensorProto::f32("clip_min", &[], &[0.0]));
-        init.push(TensorProto::f32("clip_max", &[], &[6.0]));
-        NodeProto::new("Clip", "clip", &["c2", "clip_min", "clip_max"], &["a2"])
-    };
+    init.push(TensorProto::f32("clip_min", &[], &[0.0]));
+    init.push(TensorProto::f32("clip_max", &[], &[6.0]));
+    let clip = NodeProto::new("Clip", "clip", &["c2", "clip_min", "clip_max"], &["a2"]);
     let gemm = if legacy {
         // Store [K = 4, M = 3]: element (k, m) = fc_w[m * 4 + k].
         let stored: Vec<f32> = (0..12).map(|i| w.fc_w[(i % 3) * 4 + i / 3]).collect();
@@ -114,7 +108,7 @@ fn cnn_model(w: &Cnn, legacy: bool) -> Vec<u8> {
         output: vec![ValueInfoProto::f32("logits", &[Dim::Fixed(2), Dim::Fixed(3)])],
         ..Default::default()
     };
-    ModelProto::new(graph, if legacy { 10 } else { 13 }).encode_to_vec()
+    ModelProto::new(graph, if legacy { 11 } else { 13 }).encode_to_vec()
 }
 
 /// The logits, and the largest value the Clip saw.
@@ -150,7 +144,7 @@ fn a_small_cnn_imports_and_matches_an_independent_forward_pass() {
     for legacy in [false, true] {
         let imported = import(&cnn_model(&w, legacy)).expect("imports");
         let g = &imported.graph;
-        assert_eq!(imported.opset, if legacy { 10 } else { 13 });
+        assert_eq!(imported.opset, if legacy { 11 } else { 13 });
         assert_eq!(imported.metadata.input_shape, sprout_core::Shape::d4(2, 3, 8, 8));
         // ONNX initializer names are the sprout weight names, with their roles.
         for name in [
@@ -317,13 +311,51 @@ fn unsupported_settings_are_named_with_expected_and_found_values() {
         ),
         (
             NodeProto::new("Add", "add_const", &["r", "c"], &["y"]),
-            vec![TensorProto::f32("c", &[1], &[1.0])],
-            &["add_const", "'c'", "MatMul"],
+            vec![TensorProto::f32("c", &[4, 4], &[1.0; 16])],
+            &["add_const", "'c'", "[4, 4]", "per channel"],
         ),
         (
-            NodeProto::new("Clip", "clip3", &["r", "lo", "hi"], &["y"]),
-            vec![TensorProto::f32("lo", &[], &[0.0]), TensorProto::f32("hi", &[], &[3.0])],
-            &["clip3", "Some(3.0)"],
+            NodeProto::new("Clip", "clip_inverted", &["r", "lo", "hi"], &["y"]),
+            vec![TensorProto::f32("lo", &[], &[3.0]), TensorProto::f32("hi", &[], &[1.0])],
+            &["clip_inverted", "min 3 must be below max 1"],
+        ),
+        (NodeProto::new("LogSoftmax", "logsm", &["r"], &["y"]), vec![], &["logsm", "log-softmax"]),
+        (
+            NodeProto::new("Concat", "cat", &["r", "r"], &["y"]).with(A::int("axis", 1)),
+            vec![],
+            &["cat", "concatenation"],
+        ),
+        (
+            NodeProto::new("Transpose", "nhwc", &["r"], &["y"])
+                .with(A::ints("perm", &[0, 2, 3, 1])),
+            vec![],
+            &["nhwc", "[0, 2, 3, 1]", "[1, 2, 4, 4]", "transpose"],
+        ),
+        (
+            NodeProto::new("MaxPool", "ceil", &["r"], &["y"])
+                .with(A::ints("kernel_shape", &[3, 3]))
+                .with(A::ints("strides", &[2, 2]))
+                .with(A::int("ceil_mode", 1)),
+            vec![],
+            &["ceil", "ceil_mode = 1", "(4, 4)"],
+        ),
+        (
+            NodeProto::new("Conv", "same", &["r", "w"], &["y"])
+                .with(A::ints("strides", &[2, 2]))
+                .with(A::string("auto_pad", "SAME_UPPER")),
+            vec![w.clone()],
+            &["same", "[0, 0, 1, 1]", "asymmetric"],
+        ),
+        (
+            NodeProto::new("Pad", "reflect", &["r", "p"], &["y"])
+                .with(A::string("mode", "reflect")),
+            vec![TensorProto::i64("p", &[8], &[0, 0, 1, 1, 0, 0, 1, 1])],
+            &["reflect", "mode 'reflect'"],
+        ),
+        (
+            NodeProto::new("Div", "recip", &["c", "r"], &["y"]),
+            vec![TensorProto::f32("c", &[], &[1.0])],
+            &["recip", "reciprocal"],
         ),
         (
             NodeProto::new("Softmax", "sm", &["r"], &["y"]).with(A::int("axis", 1)),
