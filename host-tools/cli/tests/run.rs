@@ -1,13 +1,15 @@
 //! Inference is inference: converted ONNX models whose output is a feature map or features
 //! run with `sprout run` for any number of samples and equal convolutions computed here by
 //! direct loops, also after `export` and `convert` back; `eval` and `predict` refuse them
-//! by their output shape.
+//! by their output shape; `train --batch-size` re-records a `.sprout` file for the batch
+//! asked.
 
 mod common;
 
 use std::path::Path;
 
 use prost::Message;
+use sprout_core::load_model;
 use sprout_onnx::proto::{
     AttributeProto, Dim, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
 };
@@ -158,4 +160,66 @@ fn eval_and_predict_name_the_output_shape_of_a_non_classifier() {
     let said = "the model's output 'c' has shape [2, 3, 5, 4], not [N, classes] logits";
     fails(&["eval", s(&model), "--data", s(&data)], said);
     fails(&["predict", s(&model), s(&data)], said);
+}
+
+/// Flatten → Gemm(40 → 2) on `[batch, 2, 5, 4]`: a classifier.
+fn classifier_onnx(weight: &[f32]) -> Vec<u8> {
+    let graph = GraphProto {
+        node: vec![
+            NodeProto::new("Flatten", "flatten", &["x"], &["f"]),
+            NodeProto::new("Gemm", "fc", &["f", "fc.weight", "fc.bias"], &["logits"])
+                .with(AttributeProto::int("transB", 1)),
+        ],
+        initializer: vec![
+            TensorProto::f32("fc.weight", &[2, (C * H * W) as i64], weight),
+            TensorProto::f32("fc.bias", &[2], &[0.1, -0.1]),
+        ],
+        input: vec![ValueInfoProto::f32("x", &dims(&[C, H, W]))],
+        output: vec![ValueInfoProto::f32("logits", &dims(&[2]))],
+        ..Default::default()
+    };
+    ModelProto::new(graph, 13).encode_to_vec()
+}
+
+/// `fc.weight` of a `.sprout` file and the batch size it is recorded for.
+fn trained(path: &Path) -> (Vec<f32>, usize) {
+    let file = load_model(&std::fs::read(path).unwrap()).unwrap();
+    let weight = file.weights.iter().find(|w| w.name == "fc.weight").unwrap();
+    (weight.values.float_values().unwrap().to_vec(), file.metadata.input_shape.dims()[0])
+}
+
+#[test]
+fn train_batch_size_re_records_a_sprout_file() {
+    let dir = Scratch::new("run-train-batch");
+    let onnx = classifier_onnx(&values(7, 2 * C * H * W));
+    let (one, eight) =
+        (convert(&dir, &onnx, "one.sprout", None), convert(&dir, &onnx, "eight.sprout", Some("8")));
+    let data = dir.path("d.safetensors");
+    {
+        use safetensors::tensor::{Dtype, TensorView};
+        let x: Vec<u8> = values(8, 8 * C * H * W).iter().flat_map(|v| v.to_le_bytes()).collect();
+        let y: Vec<u8> = (0..8i64).flat_map(|i| (i % 2).to_le_bytes()).collect();
+        let tensors = [
+            ("x", TensorView::new(Dtype::F32, vec![8, C, H, W], &x).unwrap()),
+            ("y", TensorView::new(Dtype::I64, vec![8], &y).unwrap()),
+        ];
+        std::fs::write(&data, safetensors::serialize(tensors, None).unwrap()).unwrap();
+    }
+    let train = |model: &Path, out: &str, batch: &[&str]| {
+        let (output, run) = (dir.path(out), dir.path(&format!("{out}.run")));
+        let options = ["--data", s(&data), "--epochs", "1", "--lr", "0.1", "--no-shuffle"];
+        let rest = ["--out-dir", s(&run), "-o", s(&output)];
+        ok(&[&["train", "--model", s(model)], &options[..], batch, &rest[..]].concat());
+        trained(&output)
+    };
+    // One step of 8 samples, whichever batch the file was recorded for.
+    let (asked, asked_batch) = train(&one, "asked.sprout", &["--batch-size", "8"]);
+    let (recorded, recorded_batch) = train(&eight, "recorded.sprout", &[]);
+    assert_eq!((asked_batch, recorded_batch), (8, 8));
+    assert_eq!(asked, recorded, "the same first step");
+    // Without --batch-size the file keeps its batch of 1: eight steps, other weights.
+    let (kept, kept_batch) = train(&one, "kept.sprout", &[]);
+    assert_eq!(kept_batch, 1);
+    let moved = kept.iter().zip(&asked).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    assert!(moved > 1e-3, "batch 1 and batch 8 steps differ by only {moved}");
 }
