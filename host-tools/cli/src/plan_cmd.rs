@@ -18,7 +18,7 @@ use crate::picture;
 use crate::report::{Report, Request};
 use crate::size::{format_size, parse_size};
 use crate::text;
-use crate::train_cmd::check_batch_size;
+use crate::train_cmd::open_batched;
 
 /// Seed of the model's initial weights; a plan does not depend on weight values.
 const SEED: u64 = 42;
@@ -26,8 +26,7 @@ const SEED: u64 = 42;
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("source").required(true).args(["model", "zoo"])))]
 pub struct PlanArgs {
-    /// A .sprout model to plan (converted, quantized or trained), at the batch size it was
-    /// recorded for.
+    /// A .sprout model to plan (converted, quantized or trained).
     #[arg(value_name = "MODEL.sprout")]
     model: Option<PathBuf>,
     /// A zoo model to plan instead: mlp, resnet or leafnet.
@@ -37,8 +36,8 @@ pub struct PlanArgs {
     /// with `*` wildcards (`features.6.*,classifier.*`), as for `sprout train`.
     #[arg(long, value_name = "CHOICE", default_value = "all")]
     trainable: String,
-    /// Samples per training step of a zoo model [default: 1] (a .sprout file keeps the
-    /// batch size it was recorded for).
+    /// Samples per training step; the graph is recorded (a .sprout file re-recorded) for
+    /// it [default: 1 for a zoo model; the batch size a .sprout file was recorded for].
     #[arg(long, value_name = "N", alias = "batch", value_parser = clap::value_parser!(u64).range(1..))]
     batch_size: Option<u64>,
     /// Arena bytes the step must fit in (300000, 256KiB, 1.5MiB, 64kB); activations are
@@ -104,8 +103,7 @@ fn parse_architecture(name: &str) -> Result<Architecture, String> {
 fn open_model(args: &PlanArgs) -> Result<(Model, String)> {
     match (&args.model, args.zoo) {
         (Some(path), _) => {
-            let model = Model::open(path)?;
-            check_batch_size(&model, path, args.batch_size)?;
+            let model = open_batched(path, args.batch_size)?;
             Ok((model, path.display().to_string()))
         }
         (None, Some(arch)) => {

@@ -60,7 +60,7 @@ pub fn run(args: &PredictArgs) -> Result<()> {
         transform.apply(&resized, &mut Rng::new(0), &mut x);
     }
     let mut inference = Inference::new(&model)?;
-    let logits = inference.logits(&x)?;
+    let logits = inference.run(&x)?;
     let names = &model.metadata.class_names;
     let predictions: Vec<Prediction> = args
         .images

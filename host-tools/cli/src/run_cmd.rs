@@ -1,11 +1,15 @@
-//! `sprout run`: a model's logits for a float32 `.npy` tensor of any number of samples,
-//! written as `.npy` (run in chunks of the recorded batch size, the last chunk padded).
+//! `sprout run`: a model's output (logits, features or a feature map, any rank) for a
+//! float32 `.npy` tensor of any number of samples, written as `.npy` `[samples, ...]`; the
+//! graph is re-recorded for passes of `--batch-size` samples and for the remainder.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use sprout_train::{encode_npy, read_npy, write_atomic, Inference, Model};
+use sprout_train::{check_output, encode_npy, read_npy, write_atomic, Inference, Network};
+
+/// Samples per pass without --batch-size.
+const DEFAULT_BATCH_SIZE: usize = 32;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -15,30 +19,31 @@ pub struct RunArgs {
     /// float32 samples [M, ...] with the model's sample shape.
     #[arg(long, value_name = "x.npy")]
     input: PathBuf,
-    /// Where the logits [M, classes] go (float32 .npy).
+    /// Where the outputs [M, ...] go (float32 .npy).
     #[arg(short, long, value_name = "y.npy")]
     output: PathBuf,
+    /// Samples per pass: the graph is re-recorded for min(N, M) samples, and once more for
+    /// a last pass of fewer; bounds the memory for large inputs [default: 32].
+    #[arg(long, value_name = "N", alias = "batch", value_parser = clap::value_parser!(u64).range(1..))]
+    batch_size: Option<u64>,
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
-    let model = Model::open(&args.model)?;
+    check_output(&args.output, &[("MODEL", &args.model), ("--input", &args.input)])?;
+    let network = Network::open(&args.model)?;
     let (shape, x) = read_npy(&args.input)?;
-    if shape[1..] != model.sample_dims()[..] || shape[0] == 0 {
+    if shape.is_empty() || shape[1..] != network.sample_dims()[..] || shape[0] == 0 {
         bail!(
             "{}: tensor 'x': expected shape [M, {}] with M >= 1, found {shape:?}",
             args.input.display(),
-            model.sample_dims().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            network.sample_dims().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
         );
     }
-    let mut inference = Inference::new(&model)?;
-    let logits = inference.logits(&x)?;
-    write_atomic(&args.output, &encode_npy(&[shape[0], model.classes()], &logits))?;
-    println!(
-        "{} samples -> {} ([{}, {}])",
-        shape[0],
-        args.output.display(),
-        shape[0],
-        model.classes()
-    );
+    let samples = shape[0];
+    let batch = args.batch_size.map_or(DEFAULT_BATCH_SIZE, |b| b as usize).min(samples);
+    let y = Inference::of_network(&network, batch)?.run(&x)?;
+    let dims: Vec<usize> = [samples].into_iter().chain(network.output_dims()).collect();
+    write_atomic(&args.output, &encode_npy(&dims, &y))?;
+    println!("{samples} samples -> {} ({dims:?})", args.output.display());
     Ok(())
 }

@@ -67,8 +67,8 @@ pub struct TrainArgs {
     nesterov: bool,
     #[arg(long, value_enum, default_value_t = ScheduleArg::Constant)]
     schedule: ScheduleArg,
-    /// Samples per step of a zoo model, which is recorded for it [default: 16] (a .sprout
-    /// file keeps the batch size it was recorded for).
+    /// Samples per step; the graph is recorded (a .sprout file re-recorded) for it
+    /// [default: 16 for a zoo model; the batch size a .sprout file was recorded for].
     #[arg(long, value_name = "N", alias = "batch", value_parser = clap::value_parser!(u64).range(1..))]
     batch_size: Option<u64>,
     #[arg(long, value_name = "N", default_value_t = 10)]
@@ -164,17 +164,18 @@ fn check(args: &TrainArgs) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a `--batch-size` other than the one the `.sprout` file at `path` was recorded
-/// for: its graph is fixed, so the option would do nothing.
-pub fn check_batch_size(model: &Model, path: &Path, asked: Option<u64>) -> Result<()> {
-    match asked {
-        Some(asked) if asked != model.batch() as u64 => bail!(
-            "--batch-size {asked} does not apply to {}, which is recorded for batches of {}",
-            path.display(),
-            model.batch()
-        ),
-        _ => Ok(()),
+/// A `.sprout` model, re-recorded for `--batch-size` when given (else the batch size it was
+/// recorded for).
+pub fn open_batched(path: &Path, batch_size: Option<u64>) -> Result<Model> {
+    let model = Model::open(path)?;
+    let Some(asked) = batch_size else { return Ok(model) };
+    let batch = usize::try_from(asked).context("--batch-size is too large")?;
+    if batch == model.batch() {
+        return Ok(model);
     }
+    model
+        .with_batch(batch)
+        .with_context(|| format!("could not re-record {} for batches of {batch}", path.display()))
 }
 
 pub fn run(args: &TrainArgs) -> Result<()> {
@@ -193,8 +194,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             (model, arch.name().to_string())
         }
         (None, Some(path)) => {
-            let model = Model::open(path)?;
-            check_batch_size(&model, path, args.batch_size)?;
+            let model = open_batched(path, args.batch_size)?;
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
             (model, stem.unwrap_or_else(|| "model".into()))
         }

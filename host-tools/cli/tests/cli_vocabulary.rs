@@ -199,15 +199,13 @@ fn plan_reports_a_zoo_trained_and_a_quantized_model_file() {
     let text = ok(&["plan", s(&trained), "--trainable", "head", "--svg", s(&run.join("a.svg"))]);
     assert!(text.contains("arena") && text.contains("picture of the arena written"), "{text}");
     assert!(ok(&["plan", s(&trained), "--dtypes"]).contains("int8"));
-    // A file keeps the batch size it was recorded for: another one would do nothing.
-    assert_eq!(plan_json(&[s(&trained), "--batch-size", "4"])["batch"], 4);
-    let recorded = format!(
-        "--batch-size 2 does not apply to {}, which is recorded for batches of 4",
-        s(&trained)
-    );
-    fails_once(&["plan", s(&trained), "--batch-size", "2"], &recorded);
-    let again = ["train", "--model", s(&trained), "--data", s(&data), "--batch-size", "2"];
-    fails_once(&[&again[..], &["-o", s(&run.join("never.sprout"))]].concat(), &recorded);
+    // --batch-size re-records the file: it plans as the zoo model recorded for that batch.
+    let rebatched = plan_json(&[s(&trained), "--batch-size", "2"]);
+    let zoo = plan_json(&["--zoo", "mlp", "--batch-size", "2"]);
+    for key in ["batch", "arena_bytes", "forward_flops", "model_params"] {
+        assert_eq!(rebatched[key], zoo[key], "{key}");
+    }
+    assert_eq!(rebatched["batch"], 2);
 
     let int8 = scratch.path("int8.sprout");
     let calib = ["--calib", s(&data), "--keep-float", "head", "-o", s(&int8)];

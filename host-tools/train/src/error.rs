@@ -45,6 +45,14 @@ pub enum TrainError {
     /// The training curve could not be drawn.
     #[error("{}: cannot draw the curve: {detail}", path.display())]
     Plot { path: PathBuf, detail: String },
+    /// A model whose output is not the `[N, classes]` logits that training, evaluation and
+    /// prediction need (a backbone's feature map).
+    #[error(
+        "{}: the model's output '{output}' has shape {shape:?}, not [N, classes] logits; \
+         training, eval and predict need a classifier (`sprout run` gives any output)",
+        path.display()
+    )]
+    NotClassifier { path: PathBuf, output: String, shape: Vec<usize> },
     /// The data does not fit the model (class count, sample shape), or a setting is invalid.
     #[error("{0}")]
     Mismatch(String),

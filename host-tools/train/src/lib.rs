@@ -43,7 +43,7 @@ pub use metrics::{argmax, softmax, Metrics};
 pub use metrics_csv::{
     read_metrics, render_metrics, write_metrics, MetricsRow, HEADER, METRICS_FILE,
 };
-pub use model::{Inference, Model};
+pub use model::{Inference, Model, Network};
 pub use plot::{render_png, render_svg, write_curves, CURVE_SIZE};
 pub use quantize::{
     calibrate, calibrate_with_progress, quantize, quantize_with_progress, QuantizeSettings,

@@ -1,13 +1,15 @@
-//! `Model`: a graph ready to train (input, labels, logits, loss, head) with its metadata,
-//! from the zoo or a `.sprout` file, and `Inference`: its evaluation plan over any number
-//! of samples (chunked into the recorded batch, the last chunk padded).
+//! `Network`: a `.sprout` file's forward graph with its output of any rank; `Model`: a
+//! classifier ready to train (input, labels, logits, loss, head) with its metadata, from the
+//! zoo or a `.sprout` file; `Inference`: either's output over any number of samples, in
+//! passes re-recorded for the samples they hold.
 
 use std::path::Path;
 
 use sprout_core::format::GraphRecord;
 use sprout_core::op::Op;
 use sprout_core::{
-    compile_inference, Executor, HostMemory, Metadata, ModelFile, Operand, Plan, Role,
+    compile_inference, Executor, Graph, HostMemory, Metadata, ModelFile, Operand, Plan, Role,
+    TensorId,
 };
 use sprout_data::Normalize;
 use sprout_zoo::{Architecture, ZooModel};
@@ -34,6 +36,56 @@ pub struct Model {
 
 fn mismatch(detail: impl Into<String>) -> TrainError {
     TrainError::Mismatch(detail.into())
+}
+
+/// A model file's forward graph: its input and its output of any rank (logits `[N, C]`, a
+/// feature map `[N, C, H, W]`, features `[N, F]`), without a loss: what inference runs.
+#[derive(Clone)]
+pub struct Network {
+    pub graph: Graph,
+    /// The tensor with role `Input`, `[N, ...]`.
+    pub input: TensorId,
+    /// The logits of the cross-entropy node, or without one the tensor named `logits`, else
+    /// the last node's first output.
+    pub output: TensorId,
+    pub metadata: Metadata,
+}
+
+impl Network {
+    /// The network of `.sprout` bytes; `path` names them in errors.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self, TrainError> {
+        let model_error = |source| TrainError::Model { path: path.to_path_buf(), source };
+        let file = sprout_core::load_model(bytes).map_err(model_error)?;
+        let graph = file.to_graph().map_err(model_error)?;
+        let input = graph.with_role(Role::Input).next().ok_or_else(|| {
+            mismatch(format!("{}: the model has no input tensor", path.display()))
+        })?;
+        let ce = graph.nodes().iter().rev().find(|n| n.op == Op::CrossEntropy);
+        let output = ce
+            .map(|n| n.inputs[0])
+            .or_else(|| graph.find("logits"))
+            .or_else(|| graph.nodes().last().and_then(|n| n.outputs.first().copied()))
+            .ok_or_else(|| mismatch(format!("{}: the model has no nodes", path.display())))?;
+        let mut metadata = file.metadata;
+        metadata.input_shape = graph.shape(input);
+        Ok(Self { graph, input, output, metadata })
+    }
+
+    /// Reads a `.sprout` file.
+    pub fn open(path: &Path) -> Result<Self, TrainError> {
+        let bytes = read_kind(path, FileKind::Model, MODEL)?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// The shape of one input sample.
+    pub fn sample_dims(&self) -> Vec<usize> {
+        self.graph.shape(self.input).dims()[1..].to_vec()
+    }
+
+    /// The shape of one sample's output.
+    pub fn output_dims(&self) -> Vec<usize> {
+        self.graph.shape(self.output).dims()[1..].to_vec()
+    }
 }
 
 impl Model {
@@ -74,41 +126,28 @@ impl Model {
         Ok(Self { zoo, metadata, names_fixed })
     }
 
-    /// A model read from `.sprout` bytes: the input is the tensor with role `Input`; the
-    /// loss, labels and logits come from the cross-entropy node, or, without one, the
-    /// logits are the tensor named `logits` (else the last node's output) and a
+    /// A model read from `.sprout` bytes: the [`Network`] whose output must be `[N, classes]`
+    /// logits; the loss and labels come from its cross-entropy node, or, without one, a
     /// cross-entropy with new labels is added. The head is the last linear layer.
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self, TrainError> {
-        let model_error = |source| TrainError::Model { path: path.to_path_buf(), source };
-        let file = sprout_core::load_model(bytes).map_err(model_error)?;
-        let mut graph = file.to_graph().map_err(model_error)?;
-        let input = graph.with_role(Role::Input).next().ok_or_else(|| {
-            mismatch(format!("{}: the model has no input tensor", path.display()))
-        })?;
+        let Network { mut graph, input, output: logits, mut metadata } =
+            Network::from_bytes(bytes, path)?;
+        let shape = graph.shape(logits);
+        if shape.rank() != 2 {
+            return Err(TrainError::NotClassifier {
+                path: path.to_path_buf(),
+                output: graph.tensor(logits).name.clone(),
+                shape: shape.dims().to_vec(),
+            });
+        }
         let ce = graph.nodes().iter().rev().find(|n| n.op == Op::CrossEntropy).cloned();
-        let (labels, logits, loss) = match ce {
-            Some(n) => (n.inputs[1], n.inputs[0], n.outputs[0]),
+        let (labels, loss) = match ce {
+            Some(n) => (n.inputs[1], n.outputs[0]),
             None => {
-                let logits = graph
-                    .find("logits")
-                    .or_else(|| graph.nodes().last().and_then(|n| n.outputs.first().copied()))
-                    .ok_or_else(|| {
-                        mismatch(format!("{}: the model has no nodes", path.display()))
-                    })?;
-                let batch = graph.shape(input).dims()[0];
-                let labels = graph.labels("labels", batch)?;
-                let loss = graph.cross_entropy("loss", logits, labels)?;
-                (labels, logits, loss)
+                let labels = graph.labels("labels", shape.dims()[0])?;
+                (labels, graph.cross_entropy("loss", logits, labels)?)
             }
         };
-        if graph.shape(logits).rank() != 2 {
-            return Err(mismatch(format!(
-                "{}: the logits '{}' have shape {:?}, expected [N, classes]",
-                path.display(),
-                graph.tensor(logits).name,
-                graph.shape(logits).dims()
-            )));
-        }
         let is_param = |r: Role| matches!(r, Role::FrozenParam | Role::TrainableParam);
         let head = graph
             .nodes()
@@ -119,9 +158,7 @@ impl Model {
                 n.inputs[1..].iter().copied().filter(|&t| is_param(graph.tensor(t).role)).collect()
             })
             .unwrap_or_default();
-        let mut metadata = file.metadata.clone();
-        metadata.input_shape = graph.shape(input);
-        let classes = graph.shape(logits).dims()[1];
+        let classes = shape.dims()[1];
         if metadata.class_names.len() != classes {
             metadata.class_names = (0..classes).map(|i| i.to_string()).collect();
         }
@@ -133,6 +170,15 @@ impl Model {
     pub fn open(path: &Path) -> Result<Self, TrainError> {
         let bytes = read_kind(path, FileKind::Model, MODEL)?;
         Self::from_bytes(&bytes, path)
+    }
+
+    /// The same model re-recorded for batches of `batch` samples (before differentiation:
+    /// training then steps on `batch` samples); every weight keeps its value.
+    pub fn with_batch(&self, batch: usize) -> Result<Self, TrainError> {
+        let mut model = self.clone();
+        model.zoo.graph = self.zoo.graph.with_batch(batch)?;
+        model.metadata.input_shape = model.zoo.graph.shape(model.zoo.input);
+        Ok(model)
     }
 
     /// Samples per batch the graph was recorded for.
@@ -221,56 +267,105 @@ impl Model {
     }
 }
 
-/// The model's evaluation plan and memory.
-pub struct Inference {
-    pub plan: Plan,
-    pub memory: HostMemory,
+/// A compiled pass over a fixed number of samples.
+struct Pass {
+    samples: usize,
+    plan: Plan,
+    memory: HostMemory,
     input: Operand,
-    logits: Operand,
-    batch: usize,
-    classes: usize,
+    output: Operand,
+}
+
+/// A model's output in evaluation mode for any number of samples: the forward graph up to
+/// the output (no loss, no labels), run in passes of at most `batch` samples, each recorded
+/// for exactly the samples it holds (a remainder pass is re-recorded, never padded).
+pub struct Inference {
+    graph: Graph,
+    input: TensorId,
+    output: TensorId,
+    /// The full pass; its memory holds the weights every pass uses.
+    full: Pass,
+    /// The last remainder pass, kept while the remainder stays the same.
+    rest: Option<Pass>,
     per_sample: usize,
+    per_output: usize,
 }
 
 impl Inference {
-    /// Compiles the model's logits in evaluation mode, with the model's weights.
+    /// The logits of a model, in passes of its recorded batch size.
     pub fn new(model: &Model) -> Result<Self, TrainError> {
         let z = &model.zoo;
-        let plan = compile_inference(&z.graph, &[z.logits])?;
-        let memory = plan.initial_memory(&z.graph);
+        Self::of(&z.graph, z.input, z.logits, model.batch())
+    }
+
+    /// A network's output, in passes of at most `batch` samples.
+    pub fn of_network(network: &Network, batch: usize) -> Result<Self, TrainError> {
+        Self::of(&network.graph, network.input, network.output, batch)
+    }
+
+    /// `output` of `graph` (a forward graph reading `input`) in passes of `batch` samples.
+    fn of(
+        graph: &Graph,
+        input: TensorId,
+        output: TensorId,
+        batch: usize,
+    ) -> Result<Self, TrainError> {
+        let sample = |id| graph.shape(id).dims()[1..].iter().product::<usize>();
+        let (per_sample, per_output) = (sample(input), sample(output));
+        let graph = graph.clone();
+        let full = Self::compile(&graph, input, output, batch)?;
+        Ok(Self { graph, input, output, full, rest: None, per_sample, per_output })
+    }
+
+    fn compile(
+        graph: &Graph,
+        input: TensorId,
+        output: TensorId,
+        samples: usize,
+    ) -> Result<Pass, TrainError> {
+        let graph = graph.with_batch(samples)?;
+        let plan = compile_inference(&graph, &[output])?;
+        let memory = plan.initial_memory(&graph);
         let operand = |id| {
             plan.binding_of(id)
                 .map(|b| b.operand)
-                .ok_or_else(|| mismatch("the logits do not depend on the input"))
+                .ok_or_else(|| mismatch("the model's output does not depend on its input"))
         };
-        let (input, logits) = (operand(z.input)?, operand(z.logits)?);
-        Ok(Self {
-            input,
-            logits,
-            batch: model.batch(),
-            classes: model.classes(),
-            per_sample: model.sample_dims().iter().product(),
-            plan,
-            memory,
-        })
+        let (input, output) = (operand(input)?, operand(output)?);
+        Ok(Pass { samples, plan, memory, input, output })
     }
 
-    /// Logits (`[n, classes]`) of `n = x.len() / per_sample` samples, run in batches of the
-    /// recorded size, the last one padded with zeros.
-    pub fn logits(&mut self, x: &[f32]) -> Result<Vec<f32>, TrainError> {
+    /// Takes the parameters and buffers that `plan` holds in `memory` (a training plan's)
+    /// wherever names and sizes match.
+    pub fn load_weights(&mut self, plan: &Plan, memory: &HostMemory) {
+        for pass in std::iter::once(&mut self.full).chain(&mut self.rest) {
+            plan.copy_weights(memory, &pass.plan, &mut pass.memory);
+        }
+    }
+
+    /// The outputs (`[n, ...]`, `n = x.len() / per_sample`) of the samples of `x`.
+    pub fn run(&mut self, x: &[f32]) -> Result<Vec<f32>, TrainError> {
         let n = x.len() / self.per_sample;
-        let mut out = Vec::with_capacity(n * self.classes);
-        let mut exec = Executor::new(self.plan.view(), Cpu::new())?;
-        let mut chunk = vec![0.0f32; self.batch * self.per_sample];
-        for start in (0..n).step_by(self.batch) {
-            let count = (n - start).min(self.batch);
-            let values = &x[start * self.per_sample..(start + count) * self.per_sample];
-            chunk[..values.len()].copy_from_slice(values);
-            chunk[values.len()..].fill(0.0);
-            let mut regions = self.memory.regions();
-            regions.write(&self.input, &chunk)?;
+        let mut out = Vec::with_capacity(n * self.per_output);
+        for chunk in x[..n * self.per_sample].chunks(self.full.samples * self.per_sample) {
+            let samples = chunk.len() / self.per_sample;
+            if samples != self.full.samples
+                && self.rest.as_ref().is_none_or(|r| r.samples != samples)
+            {
+                let mut rest = Self::compile(&self.graph, self.input, self.output, samples)?;
+                let full = &self.full;
+                full.plan.copy_weights(&full.memory, &rest.plan, &mut rest.memory);
+                self.rest = Some(rest);
+            }
+            let pass = match &mut self.rest {
+                Some(rest) if rest.samples == samples => rest,
+                _ => &mut self.full,
+            };
+            let mut exec = Executor::new(pass.plan.view(), Cpu::new())?;
+            let mut regions = pass.memory.regions();
+            regions.write(&pass.input, chunk)?;
             exec.run(&mut regions)?;
-            out.extend_from_slice(&regions.read::<f32>(&self.logits)?[..count * self.classes]);
+            out.extend_from_slice(regions.read::<f32>(&pass.output)?);
         }
         Ok(out)
     }
@@ -286,11 +381,12 @@ impl Inference {
         data: &mut DataSource,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Metrics, TrainError> {
-        let (mut metrics, total, mut done) = (Metrics::new(self.classes), data.len(), 0);
+        let classes = self.per_output;
+        let (mut metrics, total, mut done) = (Metrics::new(classes), data.len(), 0);
         for batch in data.epoch(0) {
             let batch = batch?;
-            let logits = self.logits(&batch.x)?;
-            for (row, &label) in logits.chunks_exact(self.classes).zip(&batch.y) {
+            let logits = self.run(&batch.x)?;
+            for (row, &label) in logits.chunks_exact(classes).zip(&batch.y) {
                 metrics.add(row, label as usize);
             }
             done += batch.len();

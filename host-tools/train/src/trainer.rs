@@ -552,7 +552,7 @@ pub fn train(
             progress(TrainEvent::Batch { epoch, batch: index, loss: value });
         }
         let training_seconds = started.elapsed().as_secs_f64();
-        plan.copy_weights(&memory, &inference.plan, &mut inference.memory);
+        inference.load_weights(plan, &memory);
         let m = inference.evaluate(val)?;
         let accuracy = m.accuracy() as f32;
         rate.observe(accuracy);
@@ -605,7 +605,7 @@ pub fn train(
     let metrics = match metrics {
         Some(m) => m,
         None => {
-            plan.copy_weights(&memory, &inference.plan, &mut inference.memory);
+            inference.load_weights(plan, &memory);
             inference.evaluate(val)?
         }
     };

@@ -377,3 +377,24 @@ fn evaluation_and_calibration_report_their_progress_in_samples() {
     assert_eq!(seen, [(8, 40), (16, 40), (20, 40), (28, 40), (36, 40), (40, 40)]);
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn inference_passes_of_any_size_agree_and_all_take_loaded_weights() {
+    let (x, _) = samples(20, 64, 10, 9);
+    let model = Model::from_zoo(Architecture::Mlp, 8, 5).unwrap();
+    // Passes of 8, 8 and a re-recorded 4, against 20 passes of one sample.
+    let mut eights = Inference::new(&model).unwrap();
+    let together = eights.run(&x).unwrap();
+    let alone = Inference::new(&model.with_batch(1).unwrap()).unwrap().run(&x).unwrap();
+    assert_eq!(together.len(), 20 * 10);
+    let gap = together.iter().zip(&alone).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    assert!(gap < 1e-6, "{gap}");
+
+    // Other weights reach the full pass and the remainder pass alike.
+    let other = Model::from_zoo(Architecture::Mlp, 8, 6).unwrap();
+    let plan = sprout_core::compile_inference(&other.zoo.graph, &[other.zoo.logits]).unwrap();
+    eights.load_weights(&plan, &plan.initial_memory(&other.zoo.graph));
+    let loaded = eights.run(&x).unwrap();
+    assert_ne!(loaded, together);
+    assert_eq!(loaded, Inference::new(&other).unwrap().run(&x).unwrap());
+}
