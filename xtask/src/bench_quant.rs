@@ -51,7 +51,7 @@ fn fine_tune(trainable: &str) -> TrainOptions {
 
 /// Validation accuracy (percent) and loss of `model` on the target photos.
 fn evaluate(model: &mut Model, target: &Path) -> Result<(f32, f32)> {
-    let mut val = open_eval_data(model, target, &Pipeline::default())?;
+    let mut val = open_eval_data(model, target, &Pipeline::default(), None)?;
     let metrics = Inference::new(model)?.evaluate(&mut val)?;
     Ok(percent_and_loss(&metrics))
 }

@@ -207,6 +207,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         shuffle: !args.no_shuffle,
         seed: args.seed,
         pipeline: args.images.pipeline()?,
+        resize: args.images.resize.asked(),
     };
     let opened = open_data(&mut model, &args.data, &data_options)?;
     let (mut data, mut val) = (opened.train, opened.val);

@@ -62,6 +62,8 @@ impl Model {
                 mean: Normalize::IMAGENET.mean.to_vec(),
                 std: Normalize::IMAGENET.std.to_vec(),
                 resize: Some((*h as u32, *w as u32)),
+                // Recorded by the data it is trained on (see `open_data`).
+                fit: None,
             },
             _ => Default::default(),
         };

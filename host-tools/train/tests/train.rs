@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use sprout_core::format::WeightValues;
 use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
 use sprout_train::{
-    calibrate_with_progress, encode_npy, open_data, read_metrics, train, CheckpointError,
-    DataOptions, Inference, Model, OptimizerChoice, Outcome, RangeMethod, TrainData, TrainError,
-    TrainOptions,
+    calibrate_with_progress, encode_npy, even_pick, open_calibration, open_data, read_metrics,
+    train, CheckpointError, DataOptions, Inference, Model, OptimizerChoice, Outcome, RangeMethod,
+    TrainData, TrainError, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -375,5 +375,32 @@ fn evaluation_and_calibration_report_their_progress_in_samples() {
     let method = RangeMethod::Percentile(99.0);
     calibrate_with_progress(&model, &mut val, method, &mut |d, t| seen.push((d, t))).unwrap();
     assert_eq!(seen, [(8, 40), (16, 40), (20, 40), (28, 40), (36, 40), (40, 40)]);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn calibration_reads_only_x_and_takes_an_even_pick() {
+    let dir = temp_dir("calib-x");
+    let (x, _) = samples(20, 64, 10, 5);
+    let data = dir.join("x-only.npz");
+    write_npz(&data, &[("x", encode_npy(&[20, 64], &x))]);
+    let model = Model::from_zoo(Architecture::Mlp, 8, 5).unwrap();
+    let pipeline = Default::default();
+    let mut picked = open_calibration(&model, &data, 6, &pipeline, None).unwrap();
+    assert_eq!(picked.len(), 6);
+    let rows: Vec<f32> = picked.epoch(0).flat_map(|b| b.unwrap().x).collect();
+    let expected: Vec<f32> =
+        even_pick(20, 6, 0x5eed).iter().flat_map(|&i| x[i * 64..(i + 1) * 64].to_vec()).collect();
+    assert_eq!(rows, expected);
+    let mut seen = 0;
+    calibrate_with_progress(&model, &mut picked, RangeMethod::MinMax, &mut |d, _| seen = d)
+        .unwrap();
+    assert_eq!(seen, 6);
+    let all = open_calibration(&model, &data, 512, &pipeline, None).unwrap();
+    assert_eq!(all.len(), 20);
+    // A file whose x does not fit the model is refused by name.
+    write_npz(&data, &[("x", encode_npy(&[20, 32], &x[..640]))]);
+    let error = open_calibration(&model, &data, 6, &pipeline, None).err().unwrap().to_string();
+    assert!(error.contains("'x'") || error.contains(" x"), "{error}");
     let _ = fs::remove_dir_all(&dir);
 }
