@@ -1,13 +1,14 @@
 //! Class names and preprocessing travel with a model: `convert` takes them from flags or
 //! ONNX `metadata_props`, `export` writes them back, `eval` and `predict` read pictures the
-//! same way; int8 calibration needs no labels.
+//! same way; int8 calibration needs no labels; `train --new-head` puts a fresh classifier on
+//! a converted backbone.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
 use prost::Message;
-use sprout_core::format::Fit;
+use sprout_core::format::{Fit, WeightValues};
 use sprout_core::{load_model, ModelFile};
 use sprout_onnx::proto::{
     AttributeProto, Dim, GraphProto, ModelProto, NodeProto, StringStringEntryProto, TensorProto,
@@ -91,6 +92,13 @@ fn leaves(dir: &Path, classes: &str) -> PathBuf {
 
 fn model(path: &Path) -> ModelFile {
     load_model(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn weight(file: &ModelFile, name: &str) -> Vec<f32> {
+    match file.weight(name) {
+        Some(WeightValues::F32(v)) => v.clone(),
+        other => panic!("{name}: {other:?}"),
+    }
 }
 
 fn json(args: &[&str]) -> serde_json::Value {
@@ -215,4 +223,53 @@ fn calibration_reads_a_nested_folder_without_class_names() {
     let some = json(&[&args[..], &["--calib-samples", "7"]].concat());
     assert_eq!(some["calibration_samples"].as_u64(), Some(7));
     assert_eq!(model(&out).metadata.preprocessing, model(&converted).metadata.preprocessing);
+}
+
+#[test]
+fn a_new_head_trains_on_a_frozen_converted_backbone() {
+    let scratch = Scratch::new("meta-head");
+    let backbone = convert(
+        &scratch,
+        "backbone",
+        onnx(&[]),
+        &[&["--classes", CLASSES][..], &PREPROCESSING].concat(),
+    );
+    let data = leaves(&scratch.0, "healthy,leaf_spot,rust");
+    let out = scratch.path("headed.sprout");
+    let run = scratch.path("run");
+    let train = ["train", "--model", s(&backbone), "--data", s(&data), "--epochs", "2"];
+    ok(&[
+        &train[..],
+        &["--new-head", "3", "--trainable", "head", "-o", s(&out), "--out-dir", s(&run)],
+    ]
+    .concat());
+    let (before, after) = (model(&backbone), model(&out));
+    assert_eq!(after.metadata.class_names, ["healthy", "leaf_spot", "rust"]);
+    assert_eq!(after.metadata.preprocessing, before.metadata.preprocessing);
+    for name in ["features.weight", "features.bias"] {
+        assert_eq!(weight(&after, name), weight(&before, name), "{name}");
+    }
+    assert_eq!(weight(&after, "fc.weight").len(), 3 * 8);
+    assert_eq!(weight(&after, "fc.bias").len(), 3);
+    // The head trained: it is not its seeded initial value, which a second run from the same
+    // seed but no epochs of learning would keep.
+    let frozen = scratch.path("frozen.sprout");
+    ok(&[
+        &train[..],
+        &[
+            "--new-head",
+            "--trainable",
+            "features.*",
+            "--lr",
+            "0",
+            "-o",
+            s(&frozen),
+            "--out-dir",
+            s(&scratch.path("run2")),
+        ],
+    ]
+    .concat());
+    assert_ne!(weight(&after, "fc.weight"), weight(&model(&frozen), "fc.weight"));
+    let plan = json(&["plan", s(&out), "--trainable", "fc.*", "--json"]);
+    assert_eq!(plan["trainable_params"].as_u64(), Some(3 * 8 + 3));
 }

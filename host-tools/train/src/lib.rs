@@ -25,6 +25,7 @@ mod kind;
 mod metrics;
 mod metrics_csv;
 mod model;
+mod new_head;
 mod plot;
 mod preprocess;
 mod quantize;

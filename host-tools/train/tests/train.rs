@@ -404,3 +404,32 @@ fn calibration_reads_only_x_and_takes_an_even_pick() {
     assert!(error.contains("'x'") || error.contains(" x"), "{error}");
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_new_head_resizes_the_classifier_and_keeps_the_backbone() {
+    let model = Model::from_zoo(Architecture::Mlp, 4, 1).unwrap();
+    let file = |model: &Model| ModelFile::from_graph(&model.zoo.graph, model.metadata.clone());
+    let before = file(&model);
+    let mut headed = model.clone();
+    headed.new_head(3).unwrap();
+    assert_eq!(headed.classes(), 3);
+    assert_eq!(headed.metadata.class_names, ["0", "1", "2"]);
+    let after = file(&headed);
+    for name in ["features.0.weight", "features.0.bias"] {
+        assert_eq!(f32_weight(&after, name), f32_weight(&before, name), "{name}");
+    }
+    let head: Vec<&str> =
+        headed.zoo.head.iter().map(|&t| headed.zoo.graph.tensor(t).name.as_str()).collect();
+    assert_eq!(head, ["classifier.1.weight", "classifier.1.bias"]);
+    let in_features = f32_weight(&before, "classifier.1.weight").len() / model.classes();
+    assert_eq!(f32_weight(&after, "classifier.1.weight").len(), 3 * in_features);
+    // Seeded: the same new head twice.
+    let mut again = model.clone();
+    again.new_head(3).unwrap();
+    assert_eq!(
+        f32_weight(&file(&again), "classifier.1.weight"),
+        f32_weight(&after, "classifier.1.weight")
+    );
+    let error = model.clone().new_head(0).unwrap_err().to_string();
+    assert!(error.contains("--new-head"), "{error}");
+}
