@@ -19,8 +19,9 @@ fn seed_for(graph: &Graph, name: &str) -> u64 {
     splitmix64(graph.seed() ^ hash)
 }
 
-/// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`, PyTorch's default for conv and linear weights and biases.
-fn uniform(graph: &Graph, name: &str, fan_in: usize) -> Init {
+/// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`, PyTorch's default for conv and linear weights and
+/// biases, seeded by the graph's seed and the tensor's name (as every layer here is).
+pub fn uniform(graph: &Graph, name: &str, fan_in: usize) -> Init {
     Init::Uniform { bound: 1.0 / sqrtf(fan_in.max(1) as f32), seed: seed_for(graph, name) }
 }
 

@@ -4,7 +4,7 @@
 #![cfg(feature = "alloc")]
 
 use sprout_core::format::container::{seal, HEADER_BYTES, MODEL};
-use sprout_core::format::{FrameError, Preprocessing, WeightValues};
+use sprout_core::format::{Fit, FrameError, Preprocessing, WeightValues};
 use sprout_core::hyperparams::AdamWConfig;
 use sprout_core::op::{ConvParams, PoolParams};
 use sprout_core::rng::SplitMix;
@@ -43,6 +43,7 @@ fn metadata() -> Metadata {
             mean: vec![0.5, 0.25],
             std: vec![0.2, 0.1],
             resize: Some((6, 6)),
+            fit: Some(Fit::Squash),
         },
         provenance: "sprout-core tests: small_cnn seed 3".into(),
     }
@@ -206,10 +207,15 @@ fn wrong_magic_and_future_version_are_refused() {
         "{err:?}"
     );
     let mut bytes = saved_cnn();
-    bytes[8..10].copy_from_slice(&3u16.to_le_bytes());
+    let future = sprout_core::format::VERSION + 1;
+    bytes[8..10].copy_from_slice(&future.to_le_bytes());
     let err = load_model(&bytes).unwrap_err();
-    assert_eq!(err, FormatError::Frame(FrameError::UnsupportedVersion { found: 3, supported: 2 }));
-    assert!(err.to_string().contains("version 3"), "{err}");
+    let supported = sprout_core::format::VERSION;
+    assert_eq!(
+        err,
+        FormatError::Frame(FrameError::UnsupportedVersion { found: future, supported })
+    );
+    assert!(err.to_string().contains(&format!("version {future}")), "{err}");
 }
 
 #[test]

@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::on_device::is_current_model;
+
 use anyhow::{Context, Result};
 use sprout_train::{
     open_data, open_eval_data, quantize, train, DataOptions, DataSource, Inference, Model,
@@ -28,8 +30,8 @@ fn demo_files(root: &Path) -> Result<DemoFiles> {
         classifier: work.join("leaf-classifier.sprout"),
         target: work.join("target"),
     };
-    if !(files.backbone.exists() && files.classifier.exists() && files.target.join("val").exists())
-    {
+    let current = [&files.backbone, &files.classifier].iter().all(|f| is_current_model(f));
+    if !(current && files.target.join("val").exists()) {
         println!("==> the demo's backbone, classifier and photos are missing: running the demo");
         crate::demo::run(root)?;
     }
@@ -51,7 +53,7 @@ fn fine_tune(trainable: &str) -> TrainOptions {
 
 /// Validation accuracy (percent) and loss of `model` on the target photos.
 fn evaluate(model: &mut Model, target: &Path) -> Result<(f32, f32)> {
-    let mut val = open_eval_data(model, target, &Pipeline::default())?;
+    let mut val = open_eval_data(model, target, &Pipeline::default(), None)?;
     let metrics = Inference::new(model)?.evaluate(&mut val)?;
     Ok(percent_and_loss(&metrics))
 }

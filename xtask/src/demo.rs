@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 
 use crate::cmd::Cmd;
 use crate::format_duration;
-use crate::on_device::fresh_run_folder;
+use crate::on_device::{fresh_run_folder, is_current_model};
 
 /// Where the demo keeps its data, backbone and classifier (reused between runs).
 const WORK_DIR: &str = "target/sprout-demo";
@@ -87,7 +87,7 @@ pub fn run(root: &Path) -> Result<()> {
     }
 
     let backbone = work.join("backbone.sprout");
-    if backbone.exists() {
+    if is_current_model(&backbone) {
         println!("\n==> [2/5] reusing the pretrained backbone {}", backbone.display());
     } else {
         println!("\n==> [2/5] pretraining LeafNet on the source domain (7 classes)");

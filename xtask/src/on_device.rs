@@ -115,7 +115,7 @@ pub fn prepare_ci(root: &Path) -> Result<Leaf> {
     let sprout = ci_sprout(root)?;
     let path = |name: &str| work.join(name).to_string_lossy().into_owned();
     let backbone = work.join("backbone.sprout");
-    if backbone.exists() {
+    if is_current_model(&backbone) {
         println!("reusing the pretrained backbone {}", backbone.display());
     } else {
         draw(root, &sprout, &work.join(CI_SOURCE.folder), &CI_SOURCE)?;
@@ -127,6 +127,12 @@ pub fn prepare_ci(root: &Path) -> Result<Leaf> {
             .run()?;
     }
     bundle_for_device(root, &sprout, &backbone, &work)
+}
+
+/// Whether `path` holds a model this sprout reads: a model saved by an older format version
+/// (or damaged) is made again rather than reused.
+pub fn is_current_model(path: &Path) -> bool {
+    std::fs::read(path).is_ok_and(|bytes| sprout_core::load_model(&bytes).is_ok())
 }
 
 /// `dir` emptied for a new training run (`sprout train --out-dir` takes only a new or empty

@@ -23,7 +23,7 @@ pub struct Framing {
 pub const MAGIC: [u8; 8] = *b"\x89SPROUT\n";
 
 /// The format version this build writes and the newest it reads.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 
 /// The `.sprout` model file.
 pub const MODEL: Framing = Framing {
@@ -160,7 +160,7 @@ mod tests {
         let file = seal(MODEL, b"hello").unwrap();
         assert_eq!(file.len(), HEADER_BYTES + 5 + CHECKSUM_BYTES);
         assert_eq!(&file[..8], &MAGIC);
-        assert_eq!(&file[8..10], &[2, 0]);
+        assert_eq!(&file[8..10], &[3, 0]);
         assert_eq!(&file[10..14], &[5, 0, 0, 0]);
         assert_eq!(&file[14..19], b"hello");
         // The standard CRC-32 check value of "123456789" pins the algorithm.

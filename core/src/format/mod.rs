@@ -29,6 +29,6 @@ pub use container::{FrameError, MAGIC, VERSION};
 pub use error::FormatError;
 #[cfg(feature = "alloc")]
 pub use model::{
-    load_model, save_model, GraphRecord, HalfValues, Metadata, ModelFile, NamedWeight,
+    load_model, save_model, Fit, GraphRecord, HalfValues, Metadata, ModelFile, NamedWeight,
     Preprocessing, TensorRecord, WeightValues,
 };

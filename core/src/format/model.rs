@@ -228,6 +228,18 @@ pub struct Preprocessing {
     pub std: Vec<f32>,
     /// Height and width images are resized to, if any.
     pub resize: Option<(u32, u32)>,
+    /// How a picture of another aspect ratio is fitted to `resize`, when recorded.
+    pub fit: Option<Fit>,
+}
+
+/// How a picture of another aspect ratio becomes the model's input size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fit {
+    /// Shorter side to the size, keeping the aspect ratio, then the centre (torchvision's
+    /// `Resize` + `CenterCrop`).
+    Crop,
+    /// Both sides to the size, distorting the aspect ratio.
+    Squash,
 }
 
 fn bad(detail: String) -> FormatError {

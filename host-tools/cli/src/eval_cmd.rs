@@ -55,7 +55,8 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             device_accuracy: info.accuracy,
         });
     }
-    let mut data = open_eval_data(&mut model, &args.data, &args.resize.pipeline())?;
+    let mut data =
+        open_eval_data(&mut model, &args.data, &args.resize.pipeline(), args.resize.asked())?;
     let mut inference = Inference::new(&model)?;
     let bar = progress::bar("eval", data.len() as u64, Unit::Images);
     let metrics = inference.evaluate_with_progress(&mut data, &mut |done, _| {

@@ -30,16 +30,22 @@ impl From<ResizeArg> for ResizeMode {
 /// `--resize`.
 #[derive(Args, Debug, Clone)]
 pub struct ResizeArgs {
-    /// How images are fitted to the model's square input (not stored in the model: give the
-    /// same one to train, eval, predict and quantize).
-    #[arg(long, value_enum, default_value_t = ResizeArg::Crop)]
-    pub resize: ResizeArg,
+    /// How images are fitted to the model's square input. A model records the mode it was
+    /// trained or converted with, and a different one is refused; a model that records none
+    /// takes this one [default: crop], and training records it.
+    #[arg(long, value_enum)]
+    pub resize: Option<ResizeArg>,
 }
 
 impl ResizeArgs {
-    /// The pipeline for one pass over the data: this resize mode, a thread per core, no cache.
+    /// The resize mode asked for, if any.
+    pub fn asked(&self) -> Option<ResizeMode> {
+        self.resize.map(ResizeMode::from)
+    }
+
+    /// The pipeline for one pass over the data: a thread per core, no cache.
     pub fn pipeline(&self) -> Pipeline {
-        Pipeline { resize: self.resize.into(), cache: CacheMode::None, ..Pipeline::default() }
+        Pipeline { cache: CacheMode::None, ..Pipeline::default() }
     }
 }
 

@@ -1,12 +1,12 @@
-//! `sprout predict`: the class and probabilities of each image, read and resized as training
-//! reads them (`--resize`) and normalised as the model's metadata says.
+//! `sprout predict`: the class and probabilities of each image, resized and normalised as
+//! the model's own preprocessing says (as `train` and `eval` read them).
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::{Context, Result};
 use clap::Args;
-use sprout_data::{load_resized, Normalize, Rng, Transform};
-use sprout_train::{argmax, expect_kind, softmax, FileKind, Inference, Model};
+use sprout_data::{load_resized, Rng};
+use sprout_train::{argmax, expect_kind, image_input, softmax, FileKind, Inference, Model};
 
 use crate::summary::{print_json, ClassProbability, PredictSummary, Prediction};
 
@@ -31,33 +31,14 @@ pub struct PredictArgs {
 
 pub fn run(args: &PredictArgs) -> Result<()> {
     let model = Model::open(&args.model)?;
-    let Some(size) = model.image_size() else {
-        bail!(
-            "{} takes {:?} samples, not [3, S, S] images",
-            args.model.display(),
-            model.sample_dims()
-        );
-    };
-    let prep = &model.metadata.preprocessing;
-    let normalize = match (&prep.mean[..], &prep.std[..]) {
-        (&[m0, m1, m2], &[s0, s1, s2]) => Normalize { mean: [m0, m1, m2], std: [s0, s1, s2] },
-        ([], []) => Normalize { mean: [0.0; 3], std: [1.0; 3] },
-        _ => bail!("{}: preprocessing needs 3 channel means", args.model.display()),
-    };
-    let resize = prep.resize.map_or(size, |(h, _)| h);
-    if resize != size {
-        bail!(
-            "{}: preprocessing resizes to {resize}, the model takes {size}",
-            args.model.display()
-        );
-    }
-    let transform = Transform { normalize, ..Transform::eval(size) };
+    let input = image_input(&model, args.resize.asked())
+        .with_context(|| format!("cannot read pictures for {}", args.model.display()))?;
     let mut x = Vec::new();
-    let pipeline = args.resize.pipeline();
+    let limits = args.resize.pipeline().limits;
     for path in &args.images {
         expect_kind(path, &[FileKind::Png, FileKind::Jpeg], "a PNG or JPEG image")?;
-        let resized = load_resized(path, size, size, pipeline.resize, &pipeline.limits)?;
-        transform.apply(&resized, &mut Rng::new(0), &mut x);
+        let resized = load_resized(path, input.size, input.size, input.fit, &limits)?;
+        input.eval.apply(&resized, &mut Rng::new(0), &mut x);
     }
     let mut inference = Inference::new(&model)?;
     let logits = inference.run(&x)?;

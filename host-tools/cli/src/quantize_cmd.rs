@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sprout_core::{load_model, save_model, to_f16_storage, F16Storage, Graph, ModelFile, Role};
 use sprout_train::{
-    open_data, quantize_with_progress, read_kind, write_atomic, DataOptions, FileKind, Model,
+    open_calibration, quantize_with_progress, read_kind, write_atomic, FileKind, Model,
     QuantizeSettings, RangeMethod,
 };
 
@@ -24,10 +24,14 @@ pub struct QuantizeArgs {
     /// Storage type of the frozen weights.
     #[arg(long, value_enum, default_value_t = StorageType::Int8)]
     dtype: StorageType,
-    /// int8 calibration data: a folder per class (DIR/train when present) or a .npz /
-    /// .safetensors file with x (float32 [N, C, H, W]).
+    /// int8 calibration data, no labels needed: a folder of PNG/JPEG images at any depth
+    /// or a .npz / .safetensors file with x (float32 [N, C, H, W]).
     #[arg(long, value_name = "DIR|FILE")]
     calib: Option<PathBuf>,
+    /// The most calibration samples, an even pick of them when --calib holds more
+    /// [default: 512].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    calib_samples: Option<u64>,
     /// How int8 activation ranges are taken from the calibration data [default: minmax].
     #[arg(long, value_enum)]
     calibration: Option<Calibration>,
@@ -88,11 +92,15 @@ fn parse_percentile(text: &str) -> Result<f64, String> {
 /// The percentile of --calibration percentile without --percentile.
 const DEFAULT_PERCENTILE: f64 = 99.99;
 
+/// Calibration samples without --calib-samples.
+const DEFAULT_CALIB_SAMPLES: u64 = 512;
+
 /// Refuses options that would do nothing with the others given.
 fn check(args: &QuantizeArgs) -> Result<()> {
     if args.dtype == StorageType::F16 {
         let int8_only = [
             ("--calib", args.calib.is_some()),
+            ("--calib-samples", args.calib_samples.is_some()),
             ("--calibration", args.calibration.is_some()),
             ("--percentile", args.percentile.is_some()),
             ("--keep-float", args.keep_float.is_some()),
@@ -164,14 +172,10 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
     let Some(calib) = &args.calib else {
         bail!("int8 quantization needs calibration data: give --calib DIR|FILE");
     };
-    let mut model = Model::open(&args.model)?;
-    let options = DataOptions {
-        augment: false,
-        shuffle: false,
-        pipeline: args.resize.pipeline(),
-        ..DataOptions::default()
-    };
-    let mut data = open_data(&mut model, calib, &options)?.train;
+    let model = Model::open(&args.model)?;
+    let samples = args.calib_samples.unwrap_or(DEFAULT_CALIB_SAMPLES) as usize;
+    let mut data =
+        open_calibration(&model, calib, samples, &args.resize.pipeline(), args.resize.asked())?;
     let method = match args.calibration.unwrap_or(Calibration::Minmax) {
         Calibration::Minmax => RangeMethod::MinMax,
         Calibration::Percentile => {

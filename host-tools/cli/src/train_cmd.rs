@@ -37,6 +37,12 @@ pub struct TrainArgs {
     /// has them (--trainable syntax; `head` gives a new head for the same classes).
     #[arg(long, value_name = "CHOICE", requires = "init_from")]
     fresh: Option<String>,
+    /// With --model: replace its last classifier (the dense layer or 1x1 convolution
+    /// feeding the logits) with a fresh one for N classes (without N: as many as the data
+    /// folder has classes); train only it with --trainable head.
+    #[arg(long, value_name = "N", requires = "model", num_args = 0..=1,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    new_head: Option<Option<u64>>,
     /// Training data: a folder per class (DIR/train and DIR/val used as given; else DIR, or
     /// DIR/train, split by --val-fraction) or a .npz / .safetensors file with x (float32
     /// [N, C, H, W]) and y (int64 [N]).
@@ -194,7 +200,20 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             (model, arch.name().to_string())
         }
         (None, Some(path)) => {
-            let model = open_batched(path, args.batch_size)?;
+            let mut model = open_batched(path, args.batch_size)?;
+            if let Some(asked) = args.new_head {
+                let classes = match (asked, folder_classes(&args.data)?) {
+                    (Some(n), _) => n as usize,
+                    (None, Some(folders)) => folders.len(),
+                    (None, None) => bail!(
+                        "--new-head without N takes the class count from a class folder; \
+                         {} is a tensor file: give --new-head N",
+                        args.data.display()
+                    ),
+                };
+                model.new_head(classes)?;
+                eprintln!("new head for {classes} classes on {}", path.display());
+            }
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
             (model, stem.unwrap_or_else(|| "model".into()))
         }
@@ -207,6 +226,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         shuffle: !args.no_shuffle,
         seed: args.seed,
         pipeline: args.images.pipeline()?,
+        resize: args.images.resize.asked(),
     };
     let opened = open_data(&mut model, &args.data, &data_options)?;
     let (mut data, mut val) = (opened.train, opened.val);
@@ -242,6 +262,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     record.set("--model", args.model.as_deref().map(absolute));
     record.set("--init-from", args.init_from.as_deref().map(absolute));
     record.set("--fresh", &args.fresh);
+    record.set("--new-head", args.new_head.map(|_| model.classes()));
     record.set("--data", absolute(&args.data));
     record.set("--val", args.val.as_deref().map(absolute));
     match opened.split.kind {

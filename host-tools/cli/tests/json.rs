@@ -141,14 +141,14 @@ fn json_summaries_of_train_eval_predict_and_quantize() {
         assert!((f64_at(prediction, "probability") - p[best]).abs() < 1e-9);
     }
 
-    // quantize: int8 from the 24 training images, then f16.
+    // quantize: int8 from every image under the folder (train/ and val/: 30), then f16.
     let int8 = dir.join("int8.sprout");
     let (quantized, stderr) =
         run_json(&["quantize", s(&trained), "--calib", s(&leaves), "-o", s(&int8), "--json"]);
-    assert!(stderr.contains("calibrating on 24 samples"), "{stderr}");
+    assert!(stderr.contains("calibrating on 30 samples"), "{stderr}");
     assert_eq!(quantized["dtype"], "int8");
-    assert_eq!(u64_at(&quantized, "calibration_samples"), 24);
-    assert_eq!(quantized["calibration_data"], s(&leaves.join("train")));
+    assert_eq!(u64_at(&quantized, "calibration_samples"), 30);
+    assert_eq!(quantized["calibration_data"], s(&leaves));
     assert_eq!(u64_at(&quantized, "bytes"), file_len(&int8));
     assert_eq!(u64_at(&quantized, "model_bytes"), file_len(&trained));
     assert!(quantized["frozen_f32_bytes"].is_null() && quantized["frozen_f16_bytes"].is_null());

@@ -77,6 +77,35 @@ impl Dataset {
         Ok(Self { root: root.to_path_buf(), classes, samples })
     }
 
+    /// Every PNG/JPEG image under `root` at any depth, sorted by path, each labelled 0 of
+    /// the one class `images`: data without labels, e.g. for calibration. Only regular files
+    /// count; links are not followed, hidden entries are skipped.
+    pub fn unlabelled(root: &Path) -> Result<Self, DataError> {
+        let mut images = Vec::new();
+        let mut folders = vec![root.to_path_buf()];
+        while let Some(folder) = folders.pop() {
+            for entry in fs::read_dir(&folder).map_err(DataError::io(&folder))? {
+                let entry = entry.map_err(DataError::io(&folder))?;
+                let path = entry.path();
+                let file_type = entry.file_type().map_err(DataError::io(&path))?;
+                if name(&path).starts_with('.') {
+                    continue;
+                }
+                if file_type.is_dir() {
+                    folders.push(path);
+                } else if file_type.is_file() && is_image(&path) {
+                    images.push(path);
+                }
+            }
+        }
+        if images.is_empty() {
+            return Err(layout(root, "no PNG/JPEG images at any depth".into()));
+        }
+        images.sort();
+        let samples = images.into_iter().map(|path| (path, 0)).collect();
+        Ok(Self { root: root.to_path_buf(), classes: vec!["images".into()], samples })
+    }
+
     /// How many images there are.
     pub fn len(&self) -> usize {
         self.samples.len()

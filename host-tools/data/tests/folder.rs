@@ -135,3 +135,32 @@ fn the_loader_covers_every_sample_once_per_epoch_in_a_seeded_order() {
     assert_eq!(split.classes, dataset.classes);
     assert_eq!(split.samples, [dataset.samples[19].clone(), dataset.samples[0].clone()]);
 }
+
+#[test]
+fn unlabelled_images_are_found_at_any_depth_sorted_regular_files_only() {
+    let scratch = Scratch::new("unlabelled");
+    generate_into(&config(&["rust", "healthy"], 3, Domain::Target), &scratch.0);
+    let root = &scratch.0;
+    let deep = root.join("train/healthy/deeper/still");
+    fs::create_dir_all(&deep).unwrap();
+    fs::copy(root.join("train/healthy/00000.png"), deep.join("x.jpeg")).unwrap();
+    fs::write(root.join("train/notes.txt"), "not an image").unwrap();
+    fs::create_dir_all(root.join("folder.png")).unwrap();
+    fs::copy(root.join("train/healthy/00000.png"), root.join(".hidden.png")).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(root.join("train/healthy/00000.png"), root.join("link.png"))
+        .unwrap();
+    let set = Dataset::unlabelled(root).unwrap();
+    let paths: Vec<_> = set.samples.iter().map(|(p, _)| p.strip_prefix(root).unwrap()).collect();
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths, sorted);
+    // 3 per class split into train and val, plus the deep copy.
+    assert_eq!(set.len(), 2 * 3 + 1, "{paths:?}");
+    assert!(paths.contains(&Path::new("train/healthy/deeper/still/x.jpeg")));
+    assert!(set.samples.iter().all(|(_, label)| *label == 0));
+    let empty = Scratch::new("unlabelled-empty");
+    fs::create_dir_all(empty.0.join("nested/more")).unwrap();
+    let error = Dataset::unlabelled(&empty.0).unwrap_err();
+    assert!(error.to_string().contains("no PNG/JPEG images"), "{error}");
+}

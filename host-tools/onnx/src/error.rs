@@ -38,6 +38,9 @@ pub enum OnnxError {
     /// The weights given to an export lack a tensor's values or hold the wrong count.
     #[error("weight '{name}': {detail}")]
     Weight { name: String, detail: String },
+    /// A `metadata_props` entry under one of sprout's keys has a value it cannot read.
+    #[error("metadata_props '{key}': {detail}")]
+    Metadata { key: String, detail: String },
     /// The safetensors writer refused the tensors.
     #[error("safetensors: {0}")]
     Safetensors(#[from] safetensors::SafeTensorError),

@@ -3,10 +3,12 @@
 //! under sprout's (PyTorch `state_dict`) names.
 
 use crate::error::OnnxError;
+use crate::metadata::metadata_props;
 use crate::proto::{
     AttributeProto, Dim, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
 };
 use prost::Message;
+use sprout_core::format::Metadata;
 use sprout_core::graph::{Node, Stage};
 use sprout_core::op::Op;
 use sprout_core::{Graph, Role, Shape, TensorId};
@@ -81,6 +83,18 @@ fn weight<'w>(weights: &'w Weights, name: &str, shape: Shape) -> Result<&'w [f32
 /// The forward part of `graph` as ONNX bytes.
 pub fn export_onnx(graph: &Graph, weights: &Weights) -> Result<Vec<u8>, OnnxError> {
     Ok(export_proto(graph, weights)?.encode_to_vec())
+}
+
+/// [`export_onnx`] with `metadata`'s class names and preprocessing in `metadata_props`
+/// (see [`crate::metadata`]).
+pub fn export_onnx_with_metadata(
+    graph: &Graph,
+    weights: &Weights,
+    metadata: &Metadata,
+) -> Result<Vec<u8>, OnnxError> {
+    let mut proto = export_proto(graph, weights)?;
+    proto.metadata_props = metadata_props(metadata);
+    Ok(proto.encode_to_vec())
 }
 
 /// Whether a node belongs to the inference graph: model code's ops, without losses.

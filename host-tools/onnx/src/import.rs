@@ -3,6 +3,7 @@
 
 use crate::error::{malformed, tensor_error, OnnxError};
 use crate::fold;
+use crate::metadata::read_metadata_props;
 use crate::proto::{self, tensor_shape_proto::dimension, type_proto, AttributeProto, NodeProto};
 use prost::Message;
 use sprout_core::format::{Metadata, ModelFile, Preprocessing};
@@ -38,8 +39,8 @@ pub struct Imported {
     pub input: TensorId,
     /// The graph outputs in ONNX order, each named as in the ONNX model.
     pub outputs: Vec<TensorId>,
-    /// Input shape and provenance (no class names or preprocessing: ONNX has no standard
-    /// place for them).
+    /// Input shape and provenance; class names and preprocessing when the model's
+    /// `metadata_props` hold them under sprout's keys (see [`crate::metadata`]).
     pub metadata: Metadata,
     /// The default-domain operator set the model imports.
     pub opset: i64,
@@ -87,12 +88,13 @@ pub fn import_with(bytes: &[u8], options: &ImportOptions) -> Result<Imported, On
         model.producer_version.as_deref().unwrap_or(""),
         output_names.join("', '"),
     );
-    let metadata = Metadata {
+    let mut metadata = Metadata {
         class_names: Vec::new(),
         input_shape: importer.g.shape(input),
         preprocessing: Preprocessing::default(),
         provenance,
     };
+    read_metadata_props(&model.metadata_props, &mut metadata)?;
     Ok(Imported { graph: importer.g, input, outputs, metadata, opset })
 }
 

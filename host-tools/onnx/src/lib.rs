@@ -14,10 +14,13 @@ pub mod error;
 pub mod export;
 mod fold;
 pub mod import;
+pub mod metadata;
 pub mod proto;
 
 pub use error::OnnxError;
 pub use export::{
-    export_onnx, export_proto, export_safetensors, graph_weights, state_dict, NamedTensor, Weights,
+    export_onnx, export_onnx_with_metadata, export_proto, export_safetensors, graph_weights,
+    state_dict, NamedTensor, Weights,
 };
 pub use import::{import, import_with, ImportOptions, Imported};
+pub use metadata::{metadata_props, read_metadata_props};

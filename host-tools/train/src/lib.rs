@@ -17,6 +17,7 @@
 //! # }
 //! ```
 
+mod calibration;
 mod checkpoint;
 mod error;
 mod files;
@@ -24,7 +25,9 @@ mod kind;
 mod metrics;
 mod metrics_csv;
 mod model;
+mod new_head;
 mod plot;
+mod preprocess;
 mod quantize;
 mod run_folder;
 mod run_record;
@@ -33,6 +36,7 @@ mod split;
 mod trainer;
 mod version;
 
+pub use calibration::{even_pick, open_calibration};
 pub use checkpoint::{
     checkpoint_name, read_checkpoint, write_checkpoint, Checkpoint, EpochRecord, KEEP, MAGIC,
 };
@@ -45,13 +49,16 @@ pub use metrics_csv::{
 };
 pub use model::{Inference, Model, Network};
 pub use plot::{render_png, render_svg, write_curves, CURVE_SIZE};
+pub use preprocess::{fit_of, image_input, ImageInput};
 pub use quantize::{
     calibrate, calibrate_with_progress, quantize, quantize_with_progress, QuantizeSettings,
     RangeMethod,
 };
 pub use run_folder::{check_output, run_folder};
 pub use run_record::{RunRecord, RECORD_FILE};
-pub use source::{encode_npy, read_npy, read_tensor_file, DataSource, TensorSet};
+pub use source::{
+    encode_npy, read_npy, read_tensor_file, read_unlabelled_tensors, DataSource, TensorSet,
+};
 pub use split::{ClassCount, DataSplit, SplitKind, DEFAULT_VAL_FRACTION};
 /// How image folders are read (re-exported for [`DataOptions`]).
 pub use sprout_data::Pipeline;

@@ -16,6 +16,7 @@ use sprout_zoo::{Architecture, ZooModel};
 
 use crate::kind::{read_kind, FileKind};
 use crate::metrics::Metrics;
+use crate::new_head::with_new_head;
 use crate::source::DataSource;
 use crate::TrainError;
 use sprout_cpu::Cpu;
@@ -114,6 +115,8 @@ impl Model {
                 mean: Normalize::IMAGENET.mean.to_vec(),
                 std: Normalize::IMAGENET.std.to_vec(),
                 resize: Some((*h as u32, *w as u32)),
+                // Recorded by the data it is trained on (see `open_data`).
+                fit: None,
             },
             _ => Default::default(),
         };
@@ -246,6 +249,18 @@ impl Model {
             }
         }
         Ok(taken)
+    }
+
+    /// Replaces the classifier feeding the logits with a fresh one for `classes` classes
+    /// (see [`with_new_head`]), which becomes the head; the class names become placeholders
+    /// that a folder data set names.
+    pub fn new_head(&mut self, classes: usize) -> Result<(), TrainError> {
+        let (graph, head) = with_new_head(&self.zoo.graph, self.zoo.logits, classes)?;
+        self.zoo.graph = graph;
+        self.zoo.head = head;
+        self.metadata.class_names = (0..classes).map(|i| i.to_string()).collect();
+        self.names_fixed = false;
+        Ok(())
     }
 
     /// Gives the model the class names of a folder data set: placeholders are replaced

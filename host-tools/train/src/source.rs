@@ -21,6 +21,17 @@ pub struct TensorSet {
 }
 
 impl TensorSet {
+    /// The samples at `indices`, in that order.
+    pub fn subset(&self, indices: &[usize]) -> TensorSet {
+        let per: usize = self.sample_dims.iter().product();
+        TensorSet {
+            x: indices.iter().flat_map(|&i| &self.x[i * per..(i + 1) * per]).copied().collect(),
+            y: indices.iter().map(|&i| self.y[i]).collect(),
+            sample_dims: self.sample_dims.clone(),
+            path: self.path.clone(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.y.len()
     }
@@ -90,7 +101,10 @@ fn read_npz(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainError> {
     let mut arrays = Vec::new();
     for &name in names {
         let mut entry = archive.by_name(&format!("{name}.npy")).map_err(|_| {
-            file_error(path, format!("no array named '{name}' (expected arrays x and y)"))
+            file_error(
+                path,
+                format!("no array named '{name}' (expected arrays {})", names.join(" and ")),
+            )
         })?;
         let mut bytes = Vec::new();
         entry
@@ -110,7 +124,10 @@ fn read_safetensors(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainErro
     let mut arrays = Vec::new();
     for &name in names {
         let view = st.tensor(name).map_err(|_| {
-            file_error(path, format!("no tensor named '{name}' (expected tensors x and y)"))
+            file_error(
+                path,
+                format!("no tensor named '{name}' (expected tensors {})", names.join(" and ")),
+            )
         })?;
         let shape = view.shape().to_vec();
         let data = view.data();
@@ -137,30 +154,50 @@ fn shape_text(shape: &[usize]) -> String {
     format!("{shape:?}")
 }
 
+/// Reads the arrays `names` of a tensor file (`.npz` or `.safetensors`, by extension).
+fn read_arrays(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainError> {
+    let expected = [FileKind::Npz, FileKind::Zip, FileKind::Safetensors];
+    let what = "a class folder or a .npz / .safetensors tensor file";
+    match expect_kind(path, &expected, what)? {
+        FileKind::Safetensors => read_safetensors(path, names),
+        _ => read_npz(path, names),
+    }
+}
+
+/// The shape and values of `x`: float32 `[N, ...]` with `N >= 1`.
+fn samples_of(path: &Path, x: Array) -> Result<(Vec<usize>, Vec<f32>), TrainError> {
+    match x {
+        Array::F32(shape, values) if shape.len() >= 2 && shape[0] > 0 => Ok((shape, values)),
+        Array::F32(shape, _) => Err(tensor_error(
+            path,
+            "x",
+            "shape [N, ...] with N >= 1 (e.g. [N, C, H, W])".into(),
+            shape_text(&shape),
+        )),
+        other => Err(tensor_error(path, "x", "dtype float32".into(), other.dtype().into())),
+    }
+}
+
+/// Reads only `x` of a tensor file (float32 `[N, ...]`), for data without labels: every
+/// sample gets label 0.
+pub fn read_unlabelled_tensors(path: &Path) -> Result<TensorSet, TrainError> {
+    let x = read_arrays(path, &["x"])?.pop().expect("one array");
+    let (shape, x) = samples_of(path, x)?;
+    Ok(TensorSet {
+        x,
+        y: vec![0; shape[0]],
+        sample_dims: shape[1..].to_vec(),
+        path: path.to_path_buf(),
+    })
+}
+
 /// Reads a tensor file (`.npz` or `.safetensors`, by extension) holding `x`: float32
 /// `[N, ...]` (`[N, C, H, W]` for images) and `y`: int64 `[N]` class indices below
 /// `classes`.
 pub fn read_tensor_file(path: &Path, classes: usize) -> Result<TensorSet, TrainError> {
-    let expected = [FileKind::Npz, FileKind::Zip, FileKind::Safetensors];
-    let what = "a class folder or a .npz / .safetensors tensor file";
-    let arrays = match expect_kind(path, &expected, what)? {
-        FileKind::Safetensors => read_safetensors(path, &["x", "y"])?,
-        _ => read_npz(path, &["x", "y"])?,
-    };
-    let mut arrays = arrays.into_iter();
+    let mut arrays = read_arrays(path, &["x", "y"])?.into_iter();
     let (x, y) = (arrays.next().expect("two arrays"), arrays.next().expect("two arrays"));
-    let (x_shape, x) = match x {
-        Array::F32(shape, values) if shape.len() >= 2 && shape[0] > 0 => (shape, values),
-        Array::F32(shape, _) => {
-            return Err(tensor_error(
-                path,
-                "x",
-                "shape [N, ...] with N >= 1 (e.g. [N, C, H, W])".into(),
-                shape_text(&shape),
-            ))
-        }
-        other => return Err(tensor_error(path, "x", "dtype float32".into(), other.dtype().into())),
-    };
+    let (x_shape, x) = samples_of(path, x)?;
     let n = x_shape[0];
     let y = match y {
         Array::I64(shape, values) if shape == [n] => values,

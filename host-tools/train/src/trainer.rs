@@ -14,7 +14,7 @@ use sprout_core::{
     compile_training_step_with, save_model, Executor, MemoryOptions, ModelFile, Optimizer,
     Progress, Region, StepOutcome, TrainConfig,
 };
-use sprout_data::{Normalize, Pipeline, Transform};
+use sprout_data::{Pipeline, ResizeMode};
 
 use crate::checkpoint::{read_checkpoint, write_checkpoint, Checkpoint, EpochRecord};
 use crate::error::CheckpointError;
@@ -23,6 +23,7 @@ use crate::metrics::Metrics;
 use crate::metrics_csv::{read_metrics, write_metrics, MetricsRow, METRICS_FILE};
 use crate::model::{Inference, Model};
 use crate::plot::write_curves;
+use crate::preprocess::{fit_of, image_input, ImageInput};
 use crate::run_record::{RunRecord, RECORD_FILE};
 use crate::source::{read_tensor_file, DataSource, TensorSet};
 use crate::split::{
@@ -185,8 +186,11 @@ pub struct DataOptions {
     pub shuffle: bool,
     /// The data order, the augmentation and the split.
     pub seed: u64,
-    /// How image folders are read: resizing, decoding threads, cache.
+    /// How image folders are read: decoding threads, cache (the resize mode is the
+    /// model's, see [`image_input`]).
     pub pipeline: Pipeline,
+    /// The resize mode asked for (`--resize`), which must agree with the model's.
+    pub resize: Option<ResizeMode>,
 }
 
 impl Default for DataOptions {
@@ -198,6 +202,7 @@ impl Default for DataOptions {
             shuffle: true,
             seed: 0,
             pipeline: Pipeline::default(),
+            resize: None,
         }
     }
 }
@@ -209,24 +214,17 @@ pub struct TrainData {
     pub split: DataSplit,
 }
 
-/// The model's evaluation and training transforms for image folders.
-fn transforms(model: &Model, data: &Path) -> Result<(Transform, Transform), TrainError> {
-    let size = model.image_size().ok_or_else(|| {
-        TrainError::Mismatch(format!(
-            "{}: image folders need a model with [N, 3, S, S] input; this one takes {:?}",
-            data.display(),
-            model.sample_dims()
-        ))
-    })?;
-    let prep = &model.metadata.preprocessing;
-    let normalize = match (&prep.mean[..], &prep.std[..]) {
-        (&[m0, m1, m2], &[s0, s1, s2]) => Normalize { mean: [m0, m1, m2], std: [s0, s1, s2] },
-        _ => Normalize::IMAGENET,
-    };
-    Ok((
-        Transform { normalize, ..Transform::eval(size) },
-        Transform { normalize, ..Transform::train(size) },
-    ))
+/// The model's way in for the pictures of `data` (see [`image_input`]), recorded in the
+/// model: the fit it trains or runs with becomes its own.
+fn image_folder_input(
+    model: &mut Model,
+    data: &Path,
+    asked: Option<ResizeMode>,
+) -> Result<ImageInput, TrainError> {
+    let input = image_input(model, asked)
+        .map_err(|e| TrainError::Mismatch(format!("{}: {e}", data.display())))?;
+    model.metadata.preprocessing.fit = Some(fit_of(input.fit));
+    Ok(input)
 }
 
 /// The class names a folder must have for `model`: its own when fixed (a `.sprout` file).
@@ -269,15 +267,15 @@ pub fn open_data(
                 data.display()
             )));
         }
-        let (eval, augmenting) = transforms(model, data)?;
+        let input = image_folder_input(model, data, options.resize)?;
         let known = known_classes(model);
         let (train_set, val_set, split) =
             split_folder(data, known.as_deref(), options.val_fraction, seed)?;
         model.adopt_classes(&train_set.classes, &train_set.root)?;
-        let transform = if augment { augmenting } else { eval };
-        let pipeline = &options.pipeline;
+        let transform = if augment { input.train } else { input.eval };
+        let pipeline = &Pipeline { resize: input.fit, ..options.pipeline.clone() };
         let train = DataSource::folder(train_set, transform, batch, seed, shuffle, pipeline)?;
-        let val = DataSource::folder(val_set, eval, batch, seed, false, pipeline)?;
+        let val = DataSource::folder(val_set, input.eval, batch, seed, false, pipeline)?;
         return Ok(TrainData { train, val, split });
     }
     if let Some(fraction) = options.val_fraction {
@@ -317,19 +315,21 @@ pub fn open_data(
 
 /// Opens the data `sprout eval` measures: of a folder, `DATA/val` (else `DATA/train`, else
 /// `DATA`) whole, whose class folders must be the model's classes when its names are fixed;
-/// or a tensor file.
+/// or a tensor file. Pictures are read as the model says (see [`image_input`]).
 pub fn open_eval_data(
     model: &mut Model,
     data: &Path,
     pipeline: &Pipeline,
+    resize: Option<ResizeMode>,
 ) -> Result<DataSource, TrainError> {
     let batch = model.batch();
     if data.is_dir() {
-        let (eval, _) = transforms(model, data)?;
+        let input = image_folder_input(model, data, resize)?;
         let set =
             open_classes(&evaluation_root(data), known_classes(model).as_deref(), "the model")?;
         model.adopt_classes(&set.classes, &set.root)?;
-        return DataSource::folder(set, eval, batch, 0, false, pipeline);
+        let pipeline = &Pipeline { resize: input.fit, ..pipeline.clone() };
+        return DataSource::folder(set, input.eval, batch, 0, false, pipeline);
     }
     Ok(DataSource::tensors(open_tensors(model, data)?, batch, 0, false))
 }

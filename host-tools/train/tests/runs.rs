@@ -120,11 +120,12 @@ fn one_folder_is_split_per_class_by_the_seed_and_layouts_are_checked() {
     let err = open(&mut fixed, &DataOptions::default()).err().unwrap().to_string();
     assert!(err.contains("class folders the model does not have: c"), "{err}");
     assert!(err.contains("no folder for classes of the model: z"), "{err}");
-    let err = open_eval_data(&mut fixed, &data, &Pipeline::default()).err().unwrap().to_string();
+    let err =
+        open_eval_data(&mut fixed, &data, &Pipeline::default(), None).err().unwrap().to_string();
     assert!(err.contains("does not have: c"), "{err}");
     // Fixed names in another order give the labels of that order.
     let mut reordered = fixed_model(&["c", "b", "a"]);
-    let eval = open_eval_data(&mut reordered, &data, &Pipeline::default()).unwrap();
+    let eval = open_eval_data(&mut reordered, &data, &Pipeline::default(), None).unwrap();
     assert_eq!(samples(&eval).len(), 17, "eval measures the whole folder");
     assert!(samples(&eval).iter().all(|(p, l)| p.starts_with(data.join(["c", "b", "a"][*l]))));
 

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use sprout_core::format::WeightValues;
 use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
 use sprout_train::{
-    calibrate_with_progress, encode_npy, open_data, read_metrics, train, CheckpointError,
-    DataOptions, Inference, Model, OptimizerChoice, Outcome, RangeMethod, TrainData, TrainError,
-    TrainOptions,
+    calibrate_with_progress, encode_npy, even_pick, open_calibration, open_data, read_metrics,
+    train, CheckpointError, DataOptions, Inference, Model, OptimizerChoice, Outcome, RangeMethod,
+    TrainData, TrainError, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -397,4 +397,60 @@ fn inference_passes_of_any_size_agree_and_all_take_loaded_weights() {
     let loaded = eights.run(&x).unwrap();
     assert_ne!(loaded, together);
     assert_eq!(loaded, Inference::new(&other).unwrap().run(&x).unwrap());
+}
+
+#[test]
+fn calibration_reads_only_x_and_takes_an_even_pick() {
+    let dir = temp_dir("calib-x");
+    let (x, _) = samples(20, 64, 10, 5);
+    let data = dir.join("x-only.npz");
+    write_npz(&data, &[("x", encode_npy(&[20, 64], &x))]);
+    let model = Model::from_zoo(Architecture::Mlp, 8, 5).unwrap();
+    let pipeline = Default::default();
+    let mut picked = open_calibration(&model, &data, 6, &pipeline, None).unwrap();
+    assert_eq!(picked.len(), 6);
+    let rows: Vec<f32> = picked.epoch(0).flat_map(|b| b.unwrap().x).collect();
+    let expected: Vec<f32> =
+        even_pick(20, 6, 0x5eed).iter().flat_map(|&i| x[i * 64..(i + 1) * 64].to_vec()).collect();
+    assert_eq!(rows, expected);
+    let mut seen = 0;
+    calibrate_with_progress(&model, &mut picked, RangeMethod::MinMax, &mut |d, _| seen = d)
+        .unwrap();
+    assert_eq!(seen, 6);
+    let all = open_calibration(&model, &data, 512, &pipeline, None).unwrap();
+    assert_eq!(all.len(), 20);
+    // A file whose x does not fit the model is refused by name.
+    write_npz(&data, &[("x", encode_npy(&[20, 32], &x[..640]))]);
+    let error = open_calibration(&model, &data, 6, &pipeline, None).err().unwrap().to_string();
+    assert!(error.contains("'x'") || error.contains(" x"), "{error}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_new_head_resizes_the_classifier_and_keeps_the_backbone() {
+    let model = Model::from_zoo(Architecture::Mlp, 4, 1).unwrap();
+    let file = |model: &Model| ModelFile::from_graph(&model.zoo.graph, model.metadata.clone());
+    let before = file(&model);
+    let mut headed = model.clone();
+    headed.new_head(3).unwrap();
+    assert_eq!(headed.classes(), 3);
+    assert_eq!(headed.metadata.class_names, ["0", "1", "2"]);
+    let after = file(&headed);
+    for name in ["features.0.weight", "features.0.bias"] {
+        assert_eq!(f32_weight(&after, name), f32_weight(&before, name), "{name}");
+    }
+    let head: Vec<&str> =
+        headed.zoo.head.iter().map(|&t| headed.zoo.graph.tensor(t).name.as_str()).collect();
+    assert_eq!(head, ["classifier.1.weight", "classifier.1.bias"]);
+    let in_features = f32_weight(&before, "classifier.1.weight").len() / model.classes();
+    assert_eq!(f32_weight(&after, "classifier.1.weight").len(), 3 * in_features);
+    // Seeded: the same new head twice.
+    let mut again = model.clone();
+    again.new_head(3).unwrap();
+    assert_eq!(
+        f32_weight(&file(&again), "classifier.1.weight"),
+        f32_weight(&after, "classifier.1.weight")
+    );
+    let error = model.clone().new_head(0).unwrap_err().to_string();
+    assert!(error.contains("--new-head"), "{error}");
 }

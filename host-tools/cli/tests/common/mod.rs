@@ -56,6 +56,7 @@ pub fn tiny_model(path: &Path) {
             mean: vec![0.485, 0.456, 0.406],
             std: vec![0.229, 0.224, 0.225],
             resize: Some((16, 16)),
+            fit: None,
         },
         provenance: "test".into(),
     };
