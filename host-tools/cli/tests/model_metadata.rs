@@ -15,21 +15,16 @@ use sprout_onnx::proto::{
     ValueInfoProto,
 };
 
-use common::{fails, ok, s, Scratch};
+use common::{fails, ok, s, values, Scratch};
+
+/// Pseudo-random weights in [-0.1, 0.1).
+fn small_values(seed: u32, n: usize) -> Vec<f32> {
+    values(seed, n).into_iter().map(|v| v / 10.0).collect()
+}
 
 const CLASSES: &str = "healthy,leaf_spot,rust,powdery_mildew,blight";
 const PREPROCESSING: [&str; 8] =
     ["--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3", "--size", "16", "--resize", "squash"];
-
-fn values(seed: u32, n: usize) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            (((i as u32).wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) % 1000) as f32
-                / 5000.0
-                - 0.1
-        })
-        .collect()
-}
 
 /// Flatten → Gemm `features` (768 → 8) → Relu → Gemm `fc` (8 → 5) on `[batch, 3, 16, 16]`,
 /// with `props` as its metadata_props.
@@ -44,10 +39,10 @@ fn onnx(props: &[(&str, &str)]) -> Vec<u8> {
                 .with(AttributeProto::int("transB", 1)),
         ],
         initializer: vec![
-            TensorProto::f32("features.weight", &[8, 768], &values(1, 8 * 768)),
-            TensorProto::f32("features.bias", &[8], &values(2, 8)),
-            TensorProto::f32("fc.weight", &[5, 8], &values(3, 40)),
-            TensorProto::f32("fc.bias", &[5], &values(4, 5)),
+            TensorProto::f32("features.weight", &[8, 768], &small_values(1, 8 * 768)),
+            TensorProto::f32("features.bias", &[8], &small_values(2, 8)),
+            TensorProto::f32("fc.weight", &[5, 8], &small_values(3, 40)),
+            TensorProto::f32("fc.bias", &[5], &small_values(4, 5)),
         ],
         input: vec![ValueInfoProto::f32(
             "x",

@@ -14,16 +14,7 @@ use sprout_onnx::proto::{
 };
 use sprout_zoo::{build, Architecture};
 
-use common::{s, sprout, text, Scratch};
-
-fn values(seed: u32, n: usize) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            (((i as u32).wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) % 1000) as f32 / 500.0
-                - 1.0
-        })
-        .collect()
-}
+use common::{s, sprout, text, values, Scratch};
 
 fn run(graph: &Graph, input: TensorId, output: TensorId, x: &[f32]) -> Vec<f32> {
     let plan = compile_inference(graph, &[output]).unwrap();

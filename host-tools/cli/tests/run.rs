@@ -15,7 +15,7 @@ use sprout_onnx::proto::{
 };
 use sprout_train::{encode_npy, read_npy};
 
-use common::{fails, ok, s, Scratch};
+use common::{fails, ok, s, values, Scratch};
 
 /// Input `[N, 2, 5, 4]`, a 3x3 convolution to 3 channels with padding 1.
 const C: usize = 2;
@@ -23,15 +23,6 @@ const H: usize = 5;
 const W: usize = 4;
 const K: usize = 3;
 const OUT: usize = 3;
-
-fn values(seed: u32, n: usize) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            (((i as u32).wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) % 1000) as f32 / 500.0
-                - 1.0
-        })
-        .collect()
-}
 
 fn dims(d: &[usize]) -> Vec<Dim> {
     let batch = Dim::Symbolic("batch".into());

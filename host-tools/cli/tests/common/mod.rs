@@ -94,3 +94,13 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// `n` pseudo-random values in [-1, 1), the same for the same `seed`.
+pub fn values(seed: u32, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            (((i as u32).wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) % 1000) as f32 / 500.0
+                - 1.0
+        })
+        .collect()
+}
