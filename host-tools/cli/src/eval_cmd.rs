@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use sprout_bundle::apply_device_checkpoint;
-use sprout_train::{open_eval_data, read_kind, FileKind, Inference, Model};
+use sprout_train::{open_eval_data, read_kind, FileKind, Inference, Model, INFERENCE_BATCH};
 
 use crate::progress::{self, Unit};
 use crate::summary::{print_json, ClassSummary, DeviceCheckpointSummary, EvalSummary};
@@ -38,6 +38,10 @@ pub struct EvalArgs {
     json: bool,
     #[command(flatten)]
     resize: ResizeArgs,
+    /// Samples per pass: the model is re-recorded for N samples, and once more for a last
+    /// pass of fewer [default: 32].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    batch_size: Option<u64>,
 }
 
 pub fn run(args: &EvalArgs) -> Result<()> {
@@ -55,6 +59,8 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             device_accuracy: info.accuracy,
         });
     }
+    // Passes of the batch asked: a model converted for one sample need not run one by one.
+    let mut model = model.with_batch(args.batch_size.map_or(INFERENCE_BATCH, |b| b as usize))?;
     let mut data =
         open_eval_data(&mut model, &args.data, &args.resize.pipeline(), args.resize.asked())?;
     let mut inference = Inference::new(&model)?;

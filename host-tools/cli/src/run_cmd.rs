@@ -6,10 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use sprout_train::{check_output, encode_npy, read_npy, write_atomic, Inference, Network};
-
-/// Samples per pass without --batch-size.
-const DEFAULT_BATCH_SIZE: usize = 32;
+use sprout_train::{
+    check_output, encode_npy, read_npy, write_atomic, Inference, Network, INFERENCE_BATCH,
+};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -40,7 +39,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         );
     }
     let samples = shape[0];
-    let batch = args.batch_size.map_or(DEFAULT_BATCH_SIZE, |b| b as usize).min(samples);
+    let batch = args.batch_size.map_or(INFERENCE_BATCH, |b| b as usize).min(samples);
     let y = Inference::of_network(&network, batch)?.run(&x)?;
     let dims: Vec<usize> = [samples].into_iter().chain(network.output_dims()).collect();
     write_atomic(&args.output, &encode_npy(&dims, &y))?;

@@ -151,6 +151,28 @@ fn flags_and_metadata_props_give_the_same_model_and_eval_agrees_with_predict() {
     let from_eval: Vec<Vec<u64>> = serde_json::from_value(eval["confusion"].clone()).unwrap();
     assert_eq!(confusion, from_eval);
     assert_eq!(eval["samples"].as_u64(), Some(images.len() as u64));
+    // The model is converted for one sample; passes of 1, of 4 (4, 4 and a re-recorded 2)
+    // and of the default all give the same answers.
+    for batch in ["1", "4"] {
+        let by = json(&["eval", s(&flagged), "--data", s(&data), "--json", "--batch-size", batch]);
+        assert_eq!(by["confusion"], eval["confusion"], "--batch-size {batch}");
+        let gap = (by["loss"].as_f64().unwrap() - eval["loss"].as_f64().unwrap()).abs();
+        assert!(gap < 1e-5, "--batch-size {batch}: loss differs by {gap}");
+        let args =
+            [&["predict", s(&flagged), "--json", "--batch-size", batch][..], &paths].concat();
+        let again = json(&args);
+        for (p, q) in again["predictions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(predicted["predictions"].as_array().unwrap())
+        {
+            assert_eq!(p["class_index"], q["class_index"]);
+            let gap =
+                (p["probability"].as_f64().unwrap() - q["probability"].as_f64().unwrap()).abs();
+            assert!(gap < 1e-5, "--batch-size {batch}: probability differs by {gap}");
+        }
+    }
     fails(&["predict", s(&flagged), paths[0], "--resize", "crop"], "--resize crop disagrees");
     fails(
         &[

@@ -47,7 +47,7 @@ pub use metrics::{argmax, softmax, Metrics};
 pub use metrics_csv::{
     read_metrics, render_metrics, write_metrics, MetricsRow, HEADER, METRICS_FILE,
 };
-pub use model::{Inference, Model, Network};
+pub use model::{Inference, Model, Network, INFERENCE_BATCH};
 pub use plot::{render_png, render_svg, write_curves, CURVE_SIZE};
 pub use preprocess::{fit_of, image_input, ImageInput};
 pub use quantize::{

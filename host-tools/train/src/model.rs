@@ -291,6 +291,9 @@ struct Pass {
     output: Operand,
 }
 
+/// Samples per inference pass (`run`, `eval`, `predict`) when the command line does not say.
+pub const INFERENCE_BATCH: usize = 32;
+
 /// A model's output in evaluation mode for any number of samples: the forward graph up to
 /// the output (no loss, no labels), run in passes of at most `batch` samples, each recorded
 /// for exactly the samples it holds (a remainder pass is re-recorded, never padded).
