@@ -7,12 +7,13 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use sprout_bundle::apply_device_checkpoint;
-use sprout_train::{open_eval_data, read_kind, FileKind, Inference, Model, INFERENCE_BATCH};
+use sprout_train::{open_eval_data, read_kind, FileKind, Inference, Model};
 
 use crate::progress::{self, Unit};
 use crate::summary::{print_json, ClassSummary, DeviceCheckpointSummary, EvalSummary};
 
 use crate::image_args::ResizeArgs;
+use crate::pass_args::PassArgs;
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
@@ -38,10 +39,8 @@ pub struct EvalArgs {
     json: bool,
     #[command(flatten)]
     resize: ResizeArgs,
-    /// Samples per pass: the model is re-recorded for N samples, and once more for a last
-    /// pass of fewer [default: 32].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    batch_size: Option<u64>,
+    #[command(flatten)]
+    passes: PassArgs,
 }
 
 pub fn run(args: &EvalArgs) -> Result<()> {
@@ -60,7 +59,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         });
     }
     // Passes of the batch asked: a model converted for one sample need not run one by one.
-    let mut model = model.with_batch(args.batch_size.map_or(INFERENCE_BATCH, |b| b as usize))?;
+    let mut model = model.with_batch(args.passes.pass_size(usize::MAX))?;
     let mut data =
         open_eval_data(&mut model, &args.data, &args.resize.pipeline(), args.resize.asked())?;
     let mut inference = Inference::new(&model)?;

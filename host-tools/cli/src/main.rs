@@ -8,6 +8,7 @@ mod eval_cmd;
 mod flash_cmd;
 mod image_args;
 mod onnx_cmd;
+mod pass_args;
 mod picture;
 mod plan_cmd;
 mod plan_dtypes;

@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use sprout_data::{load_resized, Rng};
-use sprout_train::{
-    argmax, expect_kind, image_input, softmax, FileKind, Inference, Model, INFERENCE_BATCH,
-};
+use sprout_train::{argmax, expect_kind, image_input, softmax, FileKind, Inference, Model};
 
+use crate::pass_args::PassArgs;
 use crate::summary::{print_json, ClassProbability, PredictSummary, Prediction};
 
 use crate::image_args::ResizeArgs;
@@ -29,10 +28,8 @@ pub struct PredictArgs {
     json: bool,
     #[command(flatten)]
     resize: ResizeArgs,
-    /// Samples per pass: the model is re-recorded for N samples, and once more for a last
-    /// pass of fewer [default: 32].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    batch_size: Option<u64>,
+    #[command(flatten)]
+    passes: PassArgs,
 }
 
 pub fn run(args: &PredictArgs) -> Result<()> {
@@ -46,7 +43,7 @@ pub fn run(args: &PredictArgs) -> Result<()> {
         let resized = load_resized(path, input.size, input.size, input.fit, &limits)?;
         input.eval.apply(&resized, &mut Rng::new(0), &mut x);
     }
-    let batch = args.batch_size.map_or(INFERENCE_BATCH, |b| b as usize).min(args.images.len());
+    let batch = args.passes.pass_size(args.images.len());
     let logits = Inference::new(&model.with_batch(batch)?)?.run(&x)?;
     let names = &model.metadata.class_names;
     let predictions: Vec<Prediction> = args

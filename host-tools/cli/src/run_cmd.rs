@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use sprout_train::{
-    check_output, encode_npy, read_npy, write_atomic, Inference, Network, INFERENCE_BATCH,
-};
+use sprout_train::{check_output, encode_npy, read_npy, write_atomic, Inference, Network};
+
+use crate::pass_args::PassArgs;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -21,10 +21,8 @@ pub struct RunArgs {
     /// Where the outputs [M, ...] go (float32 .npy).
     #[arg(short, long, value_name = "y.npy")]
     output: PathBuf,
-    /// Samples per pass: the graph is re-recorded for min(N, M) samples, and once more for
-    /// a last pass of fewer; bounds the memory for large inputs [default: 32].
-    #[arg(long, value_name = "N", alias = "batch", value_parser = clap::value_parser!(u64).range(1..))]
-    batch_size: Option<u64>,
+    #[command(flatten)]
+    passes: PassArgs,
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -39,7 +37,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         );
     }
     let samples = shape[0];
-    let batch = args.batch_size.map_or(INFERENCE_BATCH, |b| b as usize).min(samples);
+    let batch = args.passes.pass_size(samples);
     let y = Inference::of_network(&network, batch)?.run(&x)?;
     let dims: Vec<usize> = [samples].into_iter().chain(network.output_dims()).collect();
     write_atomic(&args.output, &encode_npy(&dims, &y))?;
