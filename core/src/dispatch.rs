@@ -276,6 +276,7 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         KernelCall::QAvgPool2d(g, zp) => k.avg_pool2d_s8(o.read()?, zp, o.write()?, &g),
         KernelCall::QGlobalAvgPool(d) => k.global_avg_pool_s8(o.read()?, o.write()?, d),
         KernelCall::CopyI8(_) => k.copy_i8(o.read()?, o.write()?),
+        KernelCall::QClamp(act, _) => k.clamp_s8(o.read()?, o.write()?, act),
         KernelCall::RoundWeights(_) => {
             let (w_bar, _scale) = (o.f32()?, o.f32()?);
             k.round_weights(w_bar, o.write()?)
@@ -297,6 +298,10 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             k.mul(o.f32()?, o.f32()?, o.f32_mut()?, dims, broadcast)
         }
         KernelCall::MulGradFactor(d) => k.mul_grad_factor(o.f32()?, o.f32()?, o.f32_mut()?, d),
+        KernelCall::Concat(d) => k.concat(o.f32()?, o.f32()?, o.f32_mut()?, d),
+        KernelCall::ConcatGrad { dims, second } => {
+            k.concat_grad(o.f32()?, o.f32_mut()?, dims, second)
+        }
         KernelCall::CastF32ToF16(_) => k.cast_f32_to_f16(o.f32()?, o.write()?),
         KernelCall::CastF16ToF32(_) => k.cast_f16_to_f32(o.read()?, o.f32_mut()?),
         KernelCall::UnscaleGradient(_) => {

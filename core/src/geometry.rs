@@ -170,6 +170,36 @@ impl ChannelDims {
     }
 }
 
+/// Two tensors joined along one axis, each seen as `[outer, block]`: `first` and `second`
+/// are the elements one outer index holds of each (the axis length times everything after
+/// it), and the joined tensor holds `first + second` per outer index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ConcatDims {
+    pub outer: usize,
+    pub first: usize,
+    pub second: usize,
+}
+
+impl ConcatDims {
+    /// Elements of the joined tensor.
+    pub fn len(&self) -> usize {
+        self.outer * (self.first + self.second)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Elements of one part: the second or the first.
+    pub fn part_len(&self, second: bool) -> usize {
+        self.outer * if second { self.second } else { self.first }
+    }
+
+    pub fn check(&self) -> Result<(), GeometryError> {
+        let block = self.first.checked_add(self.second).ok_or("tensor sizes overflow")?;
+        counts(&[&[self.outer, block]])
+    }
+}
+
 /// A 2-D row-wise problem: `rows` independent rows of `cols` values (softmax, cross-entropy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

@@ -228,10 +228,11 @@ impl<'a> Converter<'a> {
             Int8Form::FoldedBatchNorm(_) if input_is_int8 => {
                 return Err(fuses_only("batch norm folds only into the convolution before it"));
             }
+            // Nothing before it to fuse into (a pooling, say): a clamp in the input's units.
             Int8Form::Activation(_) if input_is_int8 => {
-                return Err(fuses_only(
-                    "an activation fuses only into the convolution, dense layer or add before it",
-                ));
+                let act = Activation::of(node.op).unwrap_or(Activation::None);
+                let p = self.int8(node.inputs[0])?.1;
+                self.same_params(node, |g, name, x| g.qclamp(name, x, act.bounds(p)))?;
             }
             // Kept float: weights the caller keeps in float, ops on float input, float ops.
             Int8Form::Layer(_)

@@ -3,7 +3,7 @@
 //! operands. The backend traits that run them are [`crate::Kernels`].
 
 use crate::geometry::{
-    ChannelDims, Conv2dGeometry, GeometryError, LinearDims, Pool2dGeometry, RowDims,
+    ChannelDims, ConcatDims, Conv2dGeometry, GeometryError, LinearDims, Pool2dGeometry, RowDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, QuantParams};
@@ -224,6 +224,13 @@ kernels! {
         66 => Mul { dims: ChannelDims, broadcast: bool },
         /// `dy, a → db [outer, channels]`: the gradient of a broadcast factor.
         67 => MulGradFactor(dims: ChannelDims),
+        // ---- joining ----
+        /// `a, b → y`: per outer index, `a`'s block then `b`'s.
+        68 => Concat(dims: ConcatDims),
+        /// `dy → d(part)`: the first or the second part's blocks of `dy`.
+        69 => ConcatGrad { dims: ConcatDims, second: bool },
+        /// `x (i8) → y (i8)`: a standalone ReLU or ReLU6, a clamp in the input's units.
+        70 => QClamp(act: (i8, i8), len: usize),
     }
 }
 
@@ -407,7 +414,9 @@ impl KernelCall {
             KernelCall::QGlobalAvgPool(d) => {
                 s.read_as(DType::I8, d.len()).write_as(DType::I8, d.outer * d.channels)
             }
-            KernelCall::CopyI8(n) => s.read_as(DType::I8, n).write_as(DType::I8, n),
+            KernelCall::CopyI8(n) | KernelCall::QClamp(_, n) => {
+                s.read_as(DType::I8, n).write_as(DType::I8, n)
+            }
             KernelCall::RoundWeights(d) => {
                 s.read(d.len()).read(d.channels).write_as(DType::I8, d.len())
             }
@@ -432,6 +441,10 @@ impl KernelCall {
             KernelCall::MulGradFactor(d) => {
                 s.read(d.len()).read(d.len()).write(d.outer * d.channels)
             }
+            KernelCall::Concat(d) => {
+                s.read(d.part_len(false)).read(d.part_len(true)).write(d.len())
+            }
+            KernelCall::ConcatGrad { dims: d, second } => s.read(d.len()).write(d.part_len(second)),
         }
     }
 
@@ -459,6 +472,7 @@ impl KernelCall {
             | KernelCall::ChannelScale { dims: d, .. }
             | KernelCall::Mul { dims: d, .. }
             | KernelCall::MulGradFactor(d) => d.check(),
+            KernelCall::Concat(d) | KernelCall::ConcatGrad { dims: d, .. } => d.check(),
             KernelCall::BiasGrad(d)
             | KernelCall::GlobalAvgPool(d)
             | KernelCall::GlobalAvgPoolGrad(d)
@@ -505,6 +519,7 @@ impl KernelCall {
             | KernelCall::CopyI8(_)
             | KernelCall::RoundBias(_)
             | KernelCall::QClampGrad(..)
+            | KernelCall::QClamp(..)
             | KernelCall::Activation(..)
             | KernelCall::ActivationGrad(..) => Ok(()),
         }
@@ -571,7 +586,8 @@ impl KernelCall {
             | KernelCall::Dequantize(_, n)
             | KernelCall::QAdd(_, _, n)
             | KernelCall::RoundBias(n)
-            | KernelCall::QClampGrad(_, n) => n,
+            | KernelCall::QClampGrad(_, n)
+            | KernelCall::QClamp(_, n) => n,
             KernelCall::RoundWeights(d)
             | KernelCall::DequantizeWeights(d)
             | KernelCall::ChannelScale { dims: d, .. } => d.len(),
@@ -585,6 +601,7 @@ impl KernelCall {
             KernelCall::ActivationGrad(_, n) => 3 * n,
             KernelCall::Mul { dims: d, .. } => d.len(),
             KernelCall::MulGradFactor(d) => 2 * d.len(),
+            KernelCall::Concat(_) | KernelCall::ConcatGrad { .. } => 0,
         };
         flops as u64
     }
@@ -656,6 +673,7 @@ impl KernelCall {
             KernelCall::RoundWeights(_) => "round_weights",
             KernelCall::RoundBias(_) => "round_bias",
             KernelCall::QClampGrad(..) => "qclamp_grad",
+            KernelCall::QClamp(..) => "qclamp",
             KernelCall::DequantizeWeights(_) => "dequantize_weights",
             KernelCall::ChannelScale { .. } => "channel_scale",
             KernelCall::CastF32ToF16(_) => "cast_f32_to_f16",
@@ -666,6 +684,8 @@ impl KernelCall {
             KernelCall::ActivationGrad(..) => "activation_grad",
             KernelCall::Mul { .. } => "mul",
             KernelCall::MulGradFactor(_) => "mul_grad_factor",
+            KernelCall::Concat(_) => "concat",
+            KernelCall::ConcatGrad { .. } => "concat_grad",
         }
     }
 }

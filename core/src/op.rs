@@ -18,6 +18,19 @@ pub struct ConvParams {
     pub groups: usize,
 }
 
+/// The axis two tensors are joined along (never the batch axis, 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ConcatParams {
+    pub axis: usize,
+}
+
+/// Which operand of a concatenation a gradient part belongs to, and the axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ConcatGradParams {
+    pub axis: usize,
+    pub second: bool,
+}
+
 /// A pooling window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PoolParams {
@@ -286,6 +299,13 @@ macro_rules! op_table {
             60 => Mul: mul::Mul,
             /// `dy, a → db [N, C]`: the gradient of a per-channel factor.
             61 => MulGradFactor: mul::MulGradFactor,
+            /// `a, b → y`: `a` and `b` joined along `axis`, their other dimensions equal.
+            62 => Concat(ConcatParams): concat::Concat,
+            /// `dy → da` or `db`: the part of a concatenation's gradient that is one operand's.
+            63 => ConcatGrad(ConcatGradParams): concat::ConcatGrad,
+            /// `x (i8) → y (i8)`: a ReLU or ReLU6 alone (after a pooling, say), a clamp to
+            /// `(low, high)` in the input's units, which the output keeps.
+            64 => QClamp((i8, i8)): int8::add::QClamp,
         }
     };
 }

@@ -77,9 +77,14 @@ impl Shape {
 
     /// The same shape with the first dimension replaced.
     pub fn with_batch(&self, n: usize) -> Self {
+        self.with_dim(0, n)
+    }
+
+    /// The same shape with dimension `axis` replaced (unchanged when it has no such axis).
+    pub fn with_dim(&self, axis: usize, n: usize) -> Self {
         let mut s = *self;
-        if s.rank > 0 {
-            s.dims[0] = n;
+        if axis < s.rank() {
+            s.dims[axis] = n;
         }
         s
     }

@@ -291,6 +291,41 @@ fn mul_broadcasts_a_factor_per_channel_either_side() {
     }
 }
 
+#[test]
+fn concat_along_every_axis_but_the_batch() {
+    for seed in SEEDS {
+        let mut r = Rand::new(seed);
+        let shape = nchw(&mut r, 3, 1, 4);
+        for axis in 1..4 {
+            let mut g = Graph::new(seed);
+            let a = random_param(&mut g, &mut r, "a", shape);
+            let other = shape.with_dim(axis, r.int(1, 3));
+            let b = random_param(&mut g, &mut r, "b", other);
+            let y = g.concat("concat", a, b, axis).unwrap();
+            let joined = shape.dims()[axis] + other.dims()[axis];
+            assert_eq!(g.shape(y), shape.with_dim(axis, joined));
+            let loss = mse_to_random_target(&mut g, &mut r, y);
+            pass(check_gradients(
+                &format!("concat {shape} {other} axis {axis}"),
+                &g,
+                loss,
+                &[a, b],
+            ));
+        }
+    }
+}
+
+#[test]
+fn concat_refuses_the_batch_axis_and_unequal_dimensions() {
+    let mut g = Graph::new(1);
+    let a = g.input("a", Shape::d4(2, 3, 4, 4)).unwrap();
+    let b = g.parameter("b", Shape::d4(2, 1, 4, 5), Init::Zeros).unwrap();
+    for (axis, b) in [(0, a), (1, b), (4, a)] {
+        let err = g.concat("concat", a, b, axis).unwrap_err().to_string();
+        assert!(err.contains("batch axis 0"), "axis {axis}: {err}");
+    }
+}
+
 // ---- pooling ----
 
 fn pool(kernel: (usize, usize), stride: (usize, usize), padding: (usize, usize)) -> PoolParams {

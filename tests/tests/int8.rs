@@ -5,7 +5,7 @@
 
 use sprout_core::format::{Metadata, ModelFile, Preprocessing};
 use sprout_core::int8_conversion::{quantize_graph, QuantizeError, QuantizeOptions};
-use sprout_core::op::ConvParams;
+use sprout_core::op::{ConvParams, Op, PoolParams};
 use sprout_core::ops::Int8Weights;
 use sprout_core::quant::{conv2d_s8, OutputQuant, QConv2dArgs, QuantParams, Requantize};
 use sprout_core::rng::SplitMix;
@@ -426,4 +426,46 @@ fn trained_loss(qas: bool, steps: usize) -> f32 {
 fn qas_trains_an_inner_int8_layer_that_plain_int8_gradients_barely_move() {
     let (with, without) = (trained_loss(true, 300), trained_loss(false, 300));
     assert!(with < 0.5 * without, "loss with QAS {with}, without {without}");
+}
+
+/// The classic conv -> max-pool -> ReLU (and ReLU6) order: the activation has no layer to
+/// fuse into, so it becomes an int8 clamp in the pooled tensor's units, the same values a
+/// float ReLU of the dequantized tensor gives.
+#[test]
+fn an_activation_after_pooling_becomes_an_int8_clamp() {
+    let mut g = Graph::new(3);
+    let x = g.input("input", Shape::d4(BATCH, 3, 8, 8)).unwrap();
+    let same = ConvParams { stride: (1, 1), padding: (1, 1), groups: 1 };
+    let h = nn::conv2d(&mut g, "conv", x, 4, 3, same, true).unwrap();
+    let window =
+        PoolParams { kernel: (2, 2), stride: (2, 2), padding: (0, 0), count_include_pad: true };
+    let p = g.max_pool2d("pool", h, window).unwrap();
+    let r = g.relu("relu", p).unwrap();
+    let r6 = g.relu6("relu6", r).unwrap();
+    let flat = g.flatten("flat", r6).unwrap();
+    nn::linear(&mut g, "head", flat, 3).unwrap();
+    let ranges = [
+        ("input", (-1.0, 1.0)),
+        ("conv", (-3.0, 9.0)),
+        ("pool", (-3.0, 9.0)),
+        ("relu", (0.0, 9.0)),
+        ("relu6", (0.0, 6.0)),
+        ("flat", (0.0, 6.0)),
+        ("head", (-5.0, 5.0)),
+    ]
+    .into_iter()
+    .map(|(n, r)| (n.to_string(), r))
+    .collect();
+    let q = quantize_graph(&g, &ranges, &QuantizeOptions::default()).unwrap();
+    let clamps: Vec<_> = q.nodes().iter().filter(|n| matches!(n.op, Op::QClamp(_))).collect();
+    assert_eq!(clamps.len(), 2, "{:?}", q.nodes().iter().map(|n| n.op).collect::<Vec<_>>());
+    let x: Vec<f32> = random(&mut SplitMix::new(9), BATCH * 3 * 64, -1.0, 1.0);
+    let [pooled, clamped] = &infer(&q, &x, &["pool", "relu6"])[..] else { unreachable!() };
+    let pool = QuantParams::from_min_max(-3.0, 9.0).unwrap();
+    let six = pool.relu6_bounds().1;
+    for (&p, &c) in pooled.iter().zip(clamped) {
+        let (p, c) = (p as i8, c as i8);
+        assert_eq!(c, p.clamp(pool.zero_point as i8, six), "pooled {p}");
+    }
+    assert!(pooled.iter().any(|&p| (p as i8) < pool.zero_point as i8), "some values are clamped");
 }

@@ -4,7 +4,9 @@
 use super::args::{Affine, ParamUpdate, Running, Saved, TrainStats};
 use super::{Backend, In, Out};
 use crate::error::KernelError;
-use crate::geometry::{ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims};
+use crate::geometry::{
+    ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,
+};
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, QLayerArgs, QuantParams};
 use crate::reference::Activation;
@@ -73,6 +75,22 @@ pub trait VectorKernels: Backend {
     fn sum_squares(&mut self, g: In<'_, Self, f32>, acc: Out<'_, Self, f32>);
     /// A bias gradient: `dy` summed over everything but the channel.
     fn bias_grad(&mut self, dy: In<'_, Self, f32>, db: Out<'_, Self, f32>, d: ChannelDims);
+    /// `y` = per outer index, `a`'s block then `b`'s.
+    fn concat(
+        &mut self,
+        a: In<'_, Self, f32>,
+        b: In<'_, Self, f32>,
+        y: Out<'_, Self, f32>,
+        d: ConcatDims,
+    );
+    /// `part` = the first or, `second`, the second part's blocks of `dy`.
+    fn concat_grad(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        part: Out<'_, Self, f32>,
+        d: ConcatDims,
+        second: bool,
+    );
 }
 
 /// ReLU and ReLU6, out of place and in place, and their gradients.
@@ -333,6 +351,8 @@ pub trait Int8Kernels: Backend {
     );
     fn global_avg_pool_s8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>, d: ChannelDims);
     fn copy_i8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>);
+    /// `y = clamp(x, act)`: a standalone ReLU or ReLU6 in the input's units.
+    fn clamp_s8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>, act: (i8, i8));
 }
 
 /// Int8 convolutions and dense layers, bit-exact with the reference.

@@ -5,7 +5,9 @@ use super::args::{Affine, ParamUpdate, Running, Saved, TrainStats};
 use super::families::*;
 use super::{family, Backend, Host, InheritReference};
 use crate::error::KernelError;
-use crate::geometry::{ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims};
+use crate::geometry::{
+    ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,
+};
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{self as q, AddRescale, QConv2dArgs, QLinearArgs, QuantParams};
 use crate::reference::{self as r, Activation};
@@ -65,6 +67,12 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Vector>> VectorKernels
     }
     fn bias_grad(&mut self, dy: &[f32], db: &mut [f32], d: ChannelDims) {
         r::bias_grad(dy, db, d)
+    }
+    fn concat(&mut self, a: &[f32], b: &[f32], y: &mut [f32], d: ConcatDims) {
+        r::concat(a, b, y, d)
+    }
+    fn concat_grad(&mut self, dy: &[f32], part: &mut [f32], d: ConcatDims, second: bool) {
+        r::concat_grad(dy, part, d, second)
     }
 }
 
@@ -330,6 +338,10 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Int8>> Int8Kernels for
     }
     fn copy_i8(&mut self, x: &[i8], y: &mut [i8]) {
         y.copy_from_slice(x)
+    }
+    fn clamp_s8(&mut self, x: &[i8], y: &mut [i8], act: (i8, i8)) {
+        y.copy_from_slice(x);
+        q::clamp_s8(y, act)
     }
 }
 

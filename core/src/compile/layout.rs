@@ -298,10 +298,13 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::RoundWeights(_)
         | KernelCall::RoundBias(_)
         | KernelCall::QClampGrad(..)
+        | KernelCall::QClamp(..)
         | KernelCall::Activation(..)
         | KernelCall::ActivationGrad(..)
         | KernelCall::Mul { .. }
         | KernelCall::MulGradFactor(_)
+        | KernelCall::Concat(_)
+        | KernelCall::ConcatGrad { .. }
         | KernelCall::DequantizeWeights(_)
         | KernelCall::ChannelScale { .. } => None,
     }

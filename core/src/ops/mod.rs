@@ -13,6 +13,7 @@
 mod activation_grad;
 mod add;
 mod batch_norm;
+mod concat;
 mod conv2d;
 mod dropout;
 mod half;
@@ -33,8 +34,8 @@ mod softmax;
 mod vjp;
 
 pub use crate::op::{
-    ChannelScaleParams, ConvParams, Op, PoolParams, QAddParams, QAvgPoolParams, QConvParams,
-    QLinearParams, RoundBiasParams, RoundWeightsParams, UnknownOpTag,
+    ChannelScaleParams, ConcatGradParams, ConcatParams, ConvParams, Op, PoolParams, QAddParams,
+    QAvgPoolParams, QConvParams, QLinearParams, RoundBiasParams, RoundWeightsParams, UnknownOpTag,
 };
 pub use int8::Int8Weights;
 pub use lowering::Mode;

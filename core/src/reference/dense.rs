@@ -2,7 +2,7 @@
 //! vector helpers (add, copy, fill).
 
 use super::layout::{channel_indices, row, row_mut};
-use crate::geometry::{ChannelDims, LinearDims};
+use crate::geometry::{ChannelDims, ConcatDims, LinearDims};
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(a, b)| a * b).sum()
@@ -70,6 +70,28 @@ pub fn add(a: &[f32], b: &[f32], y: &mut [f32]) {
 /// `y = x`.
 pub fn copy(x: &[f32], y: &mut [f32]) {
     y.copy_from_slice(x);
+}
+
+/// Per outer index, `a`'s block then `b`'s (concatenation along one axis).
+pub fn concat(a: &[f32], b: &[f32], y: &mut [f32], d: ConcatDims) {
+    debug_assert_eq!((a.len(), b.len(), y.len()), (d.part_len(false), d.part_len(true), d.len()));
+    let row = d.first + d.second;
+    for ((y, a), b) in
+        y.chunks_exact_mut(row).zip(a.chunks_exact(d.first)).zip(b.chunks_exact(d.second))
+    {
+        y[..d.first].copy_from_slice(a);
+        y[d.first..].copy_from_slice(b);
+    }
+}
+
+/// The first or, `second`, the second part's blocks of `dy`: the gradient of one operand
+/// of [`concat`].
+pub fn concat_grad(dy: &[f32], part: &mut [f32], d: ConcatDims, second: bool) {
+    debug_assert_eq!((dy.len(), part.len()), (d.len(), d.part_len(second)));
+    let (start, len) = if second { (d.first, d.second) } else { (0, d.first) };
+    for (part, dy) in part.chunks_exact_mut(len).zip(dy.chunks_exact(d.first + d.second)) {
+        part.copy_from_slice(&dy[start..start + len]);
+    }
 }
 
 /// Sets every element of `y` to `value`.

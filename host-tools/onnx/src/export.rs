@@ -291,6 +291,8 @@ fn export_node(graph: &Graph, node: &Node, out: &mut GraphProto) -> Result<(), O
             NodeProto::new("Softmax", n, &inputs, &[&y]).with(AttributeProto::int("axis", 1))
         }
         Op::Detach => NodeProto::new("Identity", n, &inputs, &[&y]),
+        Op::Concat(p) => NodeProto::new("Concat", n, &inputs, &[&y])
+            .with(AttributeProto::int("axis", p.axis as i64)),
         other => return Err(OnnxError::NotExportable { op: other.kind(), node: n.into() }),
     };
     out.node.push(onnx);

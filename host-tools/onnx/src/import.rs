@@ -106,7 +106,7 @@ pub(crate) struct Const {
     pub(crate) data: ConstData,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum ConstData {
     F32(Vec<f32>),
     I64(Vec<i64>),
@@ -729,16 +729,10 @@ impl<'m> Importer<'m> {
             "LogSoftmax" => Err(ctx.err(
                 "sprout has no log-softmax op: export the model without it (Softmax is supported)",
             )),
-            "Concat" => Err(ctx.err(
-                "concatenating computed tensors is not supported: sprout has no concatenation op",
-            )),
+            "Concat" => self.concat(&ctx),
             "Cast" => self.cast(&ctx),
             "Dropout" => self.dropout(&ctx),
-            "Identity" => {
-                let v = self.value(&ctx, ctx.input(0).unwrap_or(""))?.clone();
-                self.values.insert(ctx.output()?.into(), v);
-                Ok(())
-            }
+            "Identity" => self.identity(&ctx),
             "Constant" => self.constant_node(&ctx),
             _ => Err(OnnxError::UnsupportedOp {
                 op_type: op_type.into(),
@@ -1268,17 +1262,43 @@ impl<'m> Importer<'m> {
         Ok(())
     }
 
+    /// `Concat` of computed tensors along any axis but the batch axis, as a chain of
+    /// two-operand joins (constants alone were folded before this).
+    fn concat(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let out = ctx.output()?;
+        let count = ctx.node.input.len();
+        let (first, mut dims) = self.act(ctx, 0)?;
+        let rank = dims.len() as i64;
+        let axis = ctx.int("axis", i64::MAX)?;
+        let axis = match axis {
+            a if (1..rank).contains(&a) => a as usize,
+            a if (1 - rank..0).contains(&a) => (a + rank) as usize,
+            i64::MAX => return Err(ctx.err("attribute 'axis' is required")),
+            a => {
+                return Err(ctx.err(format!(
+                    "axis {a} of a rank-{rank} tensor: sprout joins along any axis but the batch axis 0"
+                )))
+            }
+        };
+        let mut joined = self.view(ctx, first, &dims, &format!("{out}.0"))?;
+        for i in 1..count {
+            let (x, x_dims) = self.act(ctx, i)?;
+            let x = self.view(ctx, x, &x_dims, &format!("{out}.{i}"))?;
+            dims[axis] += x_dims.get(axis).copied().unwrap_or(0);
+            let name = if i + 1 == count { out.to_string() } else { format!("{out}.join{i}") };
+            joined = self.g.concat(&name, joined, x, axis).map_err(ctx.graph())?;
+        }
+        self.define(out, joined, dims);
+        Ok(())
+    }
+
     /// Defines `out` as input 0 under ONNX shape `dims`: a constant with new dims, or a
     /// tensor, recording a reshape only when sprout stores it under another shape.
     fn reshaped(&mut self, ctx: &Ctx, dims: Vec<usize>) -> Result<(), OnnxError> {
         let out = ctx.output()?;
         let input = ctx.input(0).ok_or_else(|| ctx.err("input 0 is missing"))?;
         if let Value::Const(c) = self.value(ctx, input)? {
-            let data = match &c.data {
-                ConstData::F32(v) => ConstData::F32(v.clone()),
-                ConstData::I64(v) => ConstData::I64(v.clone()),
-            };
-            let c = Const { name: out.into(), dims, data };
+            let c = Const { name: out.into(), dims, data: c.data.clone() };
             self.values.insert(out.into(), Value::Const(Rc::new(c)));
             return Ok(());
         }
@@ -1456,6 +1476,23 @@ impl<'m> Importer<'m> {
             .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
         let y = self.g.dropout(out, x, DropoutConfig { p, seed }).map_err(ctx.graph())?;
         self.define(out, y, dims);
+        Ok(())
+    }
+
+    /// `Identity` names its input again. Of a constant, it names a constant of its own:
+    /// PyTorch's exporter replaces parameters that happen to be equal (biases initialised to
+    /// zero) by an `Identity` of the first, and training must keep them apart.
+    fn identity(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let out = ctx.output()?;
+        let v = match self.value(ctx, ctx.input(0).unwrap_or(""))? {
+            Value::Const(c) => Value::Const(Rc::new(Const {
+                name: out.into(),
+                dims: c.dims.clone(),
+                data: c.data.clone(),
+            })),
+            v => v.clone(),
+        };
+        self.values.insert(out.into(), v);
         Ok(())
     }
 

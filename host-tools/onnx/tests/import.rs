@@ -321,9 +321,9 @@ fn unsupported_settings_are_named_with_expected_and_found_values() {
         ),
         (NodeProto::new("LogSoftmax", "logsm", &["r"], &["y"]), vec![], &["logsm", "log-softmax"]),
         (
-            NodeProto::new("Concat", "cat", &["r", "r"], &["y"]).with(A::int("axis", 1)),
+            NodeProto::new("Concat", "cat", &["r", "r"], &["y"]).with(A::int("axis", 0)),
             vec![],
-            &["cat", "concatenation"],
+            &["cat", "axis 0", "batch axis"],
         ),
         (
             NodeProto::new("Transpose", "nhwc", &["r"], &["y"])
@@ -483,4 +483,43 @@ fn a_mul_that_broadcasts_other_than_per_channel_is_refused_by_name() {
     let err = import(&ModelProto::new(graph, 13).encode_to_vec()).err().expect("refused");
     let text = err.to_string();
     assert!(text.contains("scale/mul") && text.contains("same rank"), "{text}");
+}
+
+/// `Concat` of three computed tensors along the channel axis, written as ONNX's negative
+/// axis -3, and of two along the width: the values land where ONNX puts them.
+#[test]
+fn concat_joins_computed_tensors_along_any_axis_but_the_batch() {
+    let graph = GraphProto {
+        node: vec![
+            NodeProto::new("Relu", "r", &["x"], &["a"]),
+            NodeProto::new("Sigmoid", "s", &["x"], &["b"]),
+            NodeProto::new("Concat", "cat", &["a", "b", "x"], &["c"]).with(A::int("axis", -3)),
+            NodeProto::new("Concat", "wide", &["c", "c"], &["y"]).with(A::int("axis", 3)),
+        ],
+        input: vec![ValueInfoProto::f32(
+            "x",
+            &[Dim::Fixed(2), Dim::Fixed(2), Dim::Fixed(2), Dim::Fixed(3)],
+        )],
+        output: vec![ValueInfoProto::f32("y", &[])],
+        ..Default::default()
+    };
+    let imported = import(&ModelProto::new(graph, 13).encode_to_vec()).expect("imports");
+    let g = &imported.graph;
+    assert_eq!(g.shape(imported.outputs[0]).dims(), &[2, 6, 2, 6]);
+    let x = values(5, 2 * 2 * 2 * 3, -2.0, 2.0);
+    let y = run(g, imported.input, imported.outputs[0], &x);
+    let sample = 2 * 2 * 3;
+    let mut expected = Vec::new();
+    for n in 0..2 {
+        let xs = &x[n * sample..][..sample];
+        let c: Vec<f64> = (xs.iter().map(|&v| (v as f64).max(0.0)))
+            .chain(xs.iter().map(|&v| 1.0 / (1.0 + (-(v as f64)).exp())))
+            .chain(xs.iter().map(|&v| v as f64))
+            .collect();
+        for row in c.chunks(3) {
+            expected.extend_from_slice(row);
+            expected.extend_from_slice(row);
+        }
+    }
+    assert_close(&y, &expected, 1e-6);
 }

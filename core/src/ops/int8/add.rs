@@ -1,5 +1,6 @@
-//! The int8 residual add and the clamp gradient (the straight-through estimator of a fused
-//! clamp) that the backward passes of every int8 op with a fused activation use.
+//! The int8 residual add, the standalone int8 clamp (a ReLU or ReLU6 with nothing to fuse
+//! into) and the clamp gradient (the straight-through estimator of a clamp) that the
+//! backward passes of every int8 op with a clamp use.
 
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
@@ -36,6 +37,33 @@ impl OpRules for QAdd {
     }
 }
 
+/// `x (i8) → y (i8)`: `clamp(x, low, high)`, the output keeping the input's quantization.
+pub(crate) struct QClamp;
+
+impl OpRules for QClamp {
+    type Params = (i8, i8);
+    const NAME: &'static str = "qclamp";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const GRADIENT: Gradient<(i8, i8)> = Gradient::Flows {
+        inputs: &[0],
+        vjp: |act, cx| {
+            let y = cx.output(0);
+            let dx = cx.backward("clamp_grad", Op::QClampGrad(act), vec![y, cx.dy], y)?;
+            cx.pass(&[0], dx);
+            Ok(())
+        },
+    };
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: (i8, i8)) -> Int8Form {
+        Int8Form::Float
+    }
+
+    fn lower(act: (i8, i8), cx: &Lowering<'_>) -> Lowered {
+        cx.all(KernelCall::QClamp(act, cx.numel()))
+    }
+}
+
 pub(crate) struct QClampGrad;
 
 impl OpRules for QClampGrad {
@@ -55,6 +83,18 @@ impl OpRules for QClampGrad {
 }
 
 impl Graph {
+    /// An int8 clamp of `x` to `act` (ReLU: from the zero point up), keeping its
+    /// quantization.
+    pub fn qclamp(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        act: (i8, i8),
+    ) -> Result<TensorId, GraphError> {
+        let shape = self.typed(Op::QClamp(act), name, x, DType::I8)?;
+        self.record_as(name, Op::QClamp(act), vec![x], shape, DType::I8)
+    }
+
     /// An int8 element-wise sum of two tensors of the same shape.
     pub fn qadd(
         &mut self,
