@@ -73,6 +73,18 @@ fn a_model_declaring_gigabytes_is_refused_by_every_command_before_allocating() {
     tiny_model(&tiny);
     fails(&["predict", "--max-memory", "32K", s(&tiny), s(&png)], "memory limit of 32768 bytes");
     fails(&["predict", "--max-memory", "0", s(&tiny), s(&png)], "nothing to load");
+    // The environment sets it too; the flag wins.
+    let with_env = |value: &str, args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sprout"));
+        let out = command.env("SPROUT_MAX_MEMORY", value).args(args).output().unwrap();
+        (out.status.success(), text(&out.stderr))
+    };
+    let (ok, stderr) = with_env("32K", &["predict", s(&tiny), s(&png)]);
+    assert!(!ok && stderr.contains("memory limit of 32768 bytes"), "{stderr}");
+    let (ok, stderr) = with_env("32K", &["predict", "--max-memory", "1M", s(&tiny), s(&png)]);
+    assert!(ok, "{stderr}");
+    let (ok, stderr) = with_env("lots", &["predict", s(&tiny), s(&png)]);
+    assert!(!ok && stderr.contains("SPROUT_MAX_MEMORY=lots: 'lots' is not a size"), "{stderr}");
 }
 
 #[test]

@@ -27,6 +27,9 @@ pub enum DataError {
     /// An image whose header declares more pixels than the limit: refused before decoding.
     #[error("{}: {width}x{height} pixels, over the limit of {limit} pixels for one image", path.display())]
     TooManyPixels { path: PathBuf, width: u64, height: u64, limit: u64 },
+    /// A limit set in the environment that is not a size.
+    #[error("{variable}={value}: {detail}")]
+    BadLimit { variable: &'static str, value: String, detail: String },
     /// A declared size above the memory limit (see `Limits`): refused before allocating.
     #[error("{what} needs {bytes} bytes, over the memory limit of {limit} bytes (raise it with --max-memory or SPROUT_MAX_MEMORY)")]
     OverLimit { what: String, bytes: u64, limit: u64 },

@@ -47,9 +47,11 @@ impl Limits {
     /// The default limits with `max_memory` from [`MAX_MEMORY_ENV`] when it is set.
     pub fn from_env() -> Result<Self, DataError> {
         let mut limits = Limits::default();
-        if let Ok(text) = std::env::var(MAX_MEMORY_ENV) {
-            limits.max_memory = parse_size(&text).map_err(|detail| {
-                DataError::Config(format!("{MAX_MEMORY_ENV}={text}: {detail}"))
+        if let Ok(value) = std::env::var(MAX_MEMORY_ENV) {
+            limits.max_memory = parse_size(&value).map_err(|detail| DataError::BadLimit {
+                variable: MAX_MEMORY_ENV,
+                value: value.clone(),
+                detail,
             })?;
         }
         Ok(limits)
@@ -94,6 +96,7 @@ impl Limits {
 /// A size in bytes from text: a whole number with an optional `K`, `M`, `G` or `T` suffix
 /// (powers of 1024, `B` or `iB` after it allowed), e.g. `512M`, `8GiB`, `1048576`.
 pub fn parse_size(text: &str) -> Result<u64, String> {
+    let not_a_size = || format!("'{text}' is not a size such as 512M or 8G");
     let t = text.trim();
     let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
     let (digits, shift) = match t.char_indices().last() {
@@ -103,14 +106,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
                 'M' => 20,
                 'G' => 30,
                 'T' => 40,
-                _ => return Err(format!("unknown unit '{c}' (use K, M, G or T)")),
+                _ => return Err(not_a_size()),
             };
             (&t[..i], shift)
         }
         _ => (t, 0),
     };
-    let number: u64 =
-        digits.trim().parse().map_err(|_| format!("'{text}' is not a size such as 512M or 8G"))?;
+    let number: u64 = digits.trim().parse().map_err(|_| not_a_size())?;
     let bytes = number.checked_mul(1 << shift).ok_or_else(|| format!("'{text}' is too large"))?;
     if bytes == 0 {
         return Err("a limit of 0 bytes leaves nothing to load".into());
