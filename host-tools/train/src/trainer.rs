@@ -702,3 +702,30 @@ impl FailedStep<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sprout_core::{nn, Shape};
+
+    #[test]
+    fn a_non_finite_loss_or_weight_after_a_step_is_named() {
+        let mut g = Graph::new(1);
+        let x = g.input("x", Shape::d2(2, 4)).unwrap();
+        let y = g.labels("y", 2).unwrap();
+        let logits = nn::linear(&mut g, "fc", x, 3).unwrap();
+        let loss = g.cross_entropy("loss", logits, y).unwrap();
+        let trainable: Vec<TensorId> = g.with_role(sprout_core::Role::FrozenParam).collect();
+        let cfg = TrainConfig::sgd(0.9);
+        let training = sprout_core::compile_training_step(&g, loss, &trainable, &cfg).unwrap();
+        let plan = &training.plan;
+        let mut memory = plan.initial_memory(&training.graph);
+        assert_eq!(non_finite(0.5, plan, &memory), None);
+        assert_eq!(non_finite(f32::NAN, plan, &memory).as_deref(), Some("the loss is NaN"));
+        let weight = plan.binding("fc.weight").unwrap().operand;
+        let at = weight.offset + 4 * 5;
+        memory.region_mut(weight.region)[at..at + 4].copy_from_slice(&f32::INFINITY.to_ne_bytes());
+        let found = non_finite(0.5, plan, &memory).unwrap();
+        assert_eq!(found, "'fc.weight' holds inf at element 5 after the update");
+    }
+}
