@@ -175,6 +175,37 @@ impl Graph {
         g
     }
 
+    /// Runs every node of this graph in order with the reference kernels, as an eager graph
+    /// runs them while recording: tensors start from their initial values, `values` (bytes
+    /// of their element type) replacing those it names, e.g. a training step's inputs and
+    /// the weights it started from. With `options.detect_anomalies`, stops with
+    /// [`GraphError::Anomaly`] at the first op that produces NaN or infinity.
+    pub fn replay(
+        &self,
+        options: EagerOptions,
+        values: &[(TensorId, &[u8])],
+    ) -> Result<(), GraphError> {
+        let mut eager = Eager { options, values: Vec::with_capacity(self.tensors().len()) };
+        for info in self.tensors() {
+            eager.tensor_added(info);
+        }
+        for &(tensor, bytes) in values {
+            self.check_id(tensor)?;
+            let info = self.tensor(tensor);
+            let expected = info.shape.numel() * info.dtype.size();
+            if bytes.len() != expected {
+                let name = info.name.clone();
+                return Err(GraphError::ValueLength {
+                    tensor: name,
+                    expected,
+                    actual: bytes.len(),
+                });
+            }
+            eager.values[tensor.index()] = Some(Stored::from_bytes(bytes));
+        }
+        (0..self.nodes().len()).try_for_each(|index| eager.run_node(self, index))
+    }
+
     /// Gives an eager tensor its value (inputs and labels; also overrides a weight).
     pub fn feed<T: Element>(&mut self, tensor: TensorId, values: &[T]) -> Result<(), GraphError> {
         self.check_id(tensor)?;
@@ -277,6 +308,27 @@ mod tests {
         let message = alloc::format!("{err}");
         assert!(message.contains("linear 'overflowing_fc'"), "{message}");
         assert!(message.contains("[1, 2]"), "{message}");
+    }
+
+    #[test]
+    fn a_replay_names_the_first_op_that_produces_nan_from_the_values_given() {
+        let mut g = Graph::new(1);
+        let x = g.input("x", Shape::d2(1, 2)).unwrap();
+        let w = g.parameter("w", Shape::d2(2, 2), Init::Constant(1.0)).unwrap();
+        let h = g.relu("first", x).unwrap();
+        g.linear("fc", h, w, None).unwrap();
+        let finite: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        assert_eq!(g.replay(options(true), &[(x, &finite)]), Ok(()));
+        let nan_weights: Vec<u8> =
+            [1.0f32, f32::NAN, 0.0, 0.0].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        match g.replay(options(true), &[(x, &finite), (w, &nan_weights)]) {
+            Err(GraphError::Anomaly { op: "linear", node, .. }) => assert_eq!(node, "fc"),
+            other => panic!("expected an anomaly in fc, got {other:?}"),
+        }
+        assert!(matches!(
+            g.replay(options(true), &[(x, &finite[..4])]),
+            Err(GraphError::ValueLength { expected: 8, actual: 4, .. })
+        ));
     }
 
     #[test]

@@ -218,8 +218,10 @@ impl Graph {
         }
     }
 
-    /// Adds a tensor; names are unique within a graph.
+    /// Adds a tensor; names are unique within a graph, and sizes checked as a decoded
+    /// graph's are (see `Graph::from_parts`).
     pub(crate) fn add_tensor(&mut self, info: TensorInfo) -> Result<TensorId, GraphError> {
+        crate::validate::check_tensor(&info)?;
         if self.find(&info.name).is_some() {
             return Err(GraphError::DuplicateName { name: info.name });
         }

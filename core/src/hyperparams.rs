@@ -15,6 +15,14 @@ impl Default for BatchNormConfig {
     }
 }
 
+impl BatchNormConfig {
+    /// Whether `eps` is finite and above 0 and `momentum` in `[0, 1]`: the settings the
+    /// builder accepts and a decoded graph must have.
+    pub fn is_sane(&self) -> bool {
+        self.eps.is_finite() && self.eps > 0.0 && (0.0..=1.0).contains(&self.momentum)
+    }
+}
+
 /// Inverted dropout: kept elements are scaled by `1 / (1 - p)`. The mask is a pure function
 /// of `(seed, step, element index)`, so the backward pass recomputes it instead of storing it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -22,6 +30,13 @@ impl Default for BatchNormConfig {
 pub struct DropoutConfig {
     pub p: f32,
     pub seed: u64,
+}
+
+impl DropoutConfig {
+    /// Whether `p` is in `[0, 1)` (NaN is not).
+    pub fn is_sane(&self) -> bool {
+        (0.0..1.0).contains(&self.p)
+    }
 }
 
 /// SGD with PyTorch's semantics (no dampening): `g += wd·p; b = μ·b + g;

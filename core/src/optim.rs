@@ -47,25 +47,8 @@ impl TrainConfig {
 
 pub(crate) fn check_config(cfg: &TrainConfig) -> Result<(), GraphError> {
     let problem = match cfg.optimizer {
-        Optimizer::Sgd(s) if !(0.0..1.0).contains(&s.momentum) => {
-            Some(format!("momentum {} must be in [0, 1)", s.momentum))
-        }
-        Optimizer::Sgd(s) if s.nesterov && s.momentum == 0.0 => {
-            Some("Nesterov momentum needs a momentum above 0".to_string())
-        }
-        Optimizer::Sgd(s) if s.weight_decay < 0.0 => {
-            Some(format!("weight decay {} must not be negative", s.weight_decay))
-        }
-        Optimizer::AdamW(a) if !(0.0..1.0).contains(&a.beta1) || !(0.0..1.0).contains(&a.beta2) => {
-            Some(format!("betas ({}, {}) must be in [0, 1)", a.beta1, a.beta2))
-        }
-        Optimizer::AdamW(a) if !(a.eps.is_finite() && a.eps > 0.0) || a.weight_decay < 0.0 => {
-            Some(format!(
-                "eps {} must be positive and weight decay {} not negative",
-                a.eps, a.weight_decay
-            ))
-        }
-        _ => None,
+        Optimizer::Sgd(s) => sgd_problem(s),
+        Optimizer::AdamW(a) => adamw_problem(a),
     };
     let problem = problem
         .or_else(|| (cfg.accumulation == 0).then(|| "accumulation must be at least 1".into()))
@@ -82,7 +65,40 @@ pub(crate) fn check_config(cfg: &TrainConfig) -> Result<(), GraphError> {
     }
 }
 
-fn loss_scale_problem(c: LossScaleConfig) -> Option<String> {
+/// Whether `value` is finite and not negative (NaN is not).
+fn non_negative(value: f32) -> bool {
+    value.is_finite() && value >= 0.0
+}
+
+/// What is wrong with SGD settings, if anything.
+pub(crate) fn sgd_problem(s: SgdConfig) -> Option<String> {
+    if !(0.0..1.0).contains(&s.momentum) {
+        Some(format!("momentum {} must be in [0, 1)", s.momentum))
+    } else if s.nesterov && s.momentum == 0.0 {
+        Some("Nesterov momentum needs a momentum above 0".to_string())
+    } else if !non_negative(s.weight_decay) {
+        Some(format!("weight decay {} must be finite and not negative", s.weight_decay))
+    } else {
+        None
+    }
+}
+
+/// What is wrong with AdamW settings, if anything.
+pub(crate) fn adamw_problem(a: AdamWConfig) -> Option<String> {
+    if !(0.0..1.0).contains(&a.beta1) || !(0.0..1.0).contains(&a.beta2) {
+        Some(format!("betas ({}, {}) must be in [0, 1)", a.beta1, a.beta2))
+    } else if !(a.eps.is_finite() && a.eps > 0.0 && non_negative(a.weight_decay)) {
+        Some(format!(
+            "eps {} must be positive and weight decay {} finite and not negative",
+            a.eps, a.weight_decay
+        ))
+    } else {
+        None
+    }
+}
+
+/// What is wrong with loss-scaling settings, if anything.
+pub(crate) fn loss_scale_problem(c: LossScaleConfig) -> Option<String> {
     let interval = 1..=LossScaleConfig::MAX_GROWTH_INTERVAL;
     if !(c.init_scale.is_finite() && c.init_scale > 0.0) {
         Some(format!("initial loss scale {} must be positive", c.init_scale))

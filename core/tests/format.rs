@@ -5,8 +5,8 @@
 
 use sprout_core::format::container::{seal, HEADER_BYTES, MODEL};
 use sprout_core::format::{Fit, FrameError, Preprocessing, WeightValues};
-use sprout_core::hyperparams::AdamWConfig;
-use sprout_core::op::{ConvParams, PoolParams};
+use sprout_core::hyperparams::{AdamWConfig, BatchNormConfig};
+use sprout_core::op::{ConvParams, Op, PoolParams};
 use sprout_core::rng::SplitMix;
 use sprout_core::{
     compile_inference, compile_training_step, load_model, nn, save_model, to_f16_storage, DType,
@@ -236,11 +236,19 @@ fn an_older_version_is_refused_by_version_with_how_to_regenerate_the_model() {
     );
 }
 
-/// Saves a model damaged after `from_graph` (so with a valid checksum) and loads it.
+/// The bytes of `model` as a file, without the checks `save_model` makes: what a damaged or
+/// hostile file holds.
+fn seal_unchecked(model: &ModelFile) -> Vec<u8> {
+    seal(MODEL, &postcard::to_allocvec(model).unwrap()).unwrap()
+}
+
+/// Writes a model damaged after `from_graph` (so with a valid checksum) and loads it; the
+/// writer refuses it as the loader does.
 fn load_damaged(damage: impl FnOnce(&mut ModelFile)) -> String {
     let mut model = ModelFile::from_graph(&small_cnn(3).0, metadata());
     damage(&mut model);
-    match load_model(&save_model(&model).unwrap()) {
+    assert!(save_model(&model).is_err(), "save_model writes a file load_model refuses");
+    match load_model(&seal_unchecked(&model)) {
         Err(FormatError::BadGraph { detail }) => detail,
         other => panic!("expected BadGraph, got {other:?}"),
     }
@@ -274,6 +282,19 @@ fn a_checksummed_body_with_an_invalid_graph_is_a_bad_graph() {
     assert!(detail.contains("exceeds"), "{detail}");
     let detail = load_damaged(|m| m.metadata.preprocessing.std.truncate(1));
     assert!(detail.contains("standard deviations"), "{detail}");
+    // A batch of 0, and op settings a builder refuses.
+    let detail = load_damaged(|m| m.graph.tensors[0].shape = Shape::d4(0, 3, 8, 8));
+    assert!(detail.contains("dimension of 0"), "{detail}");
+    let detail = load_damaged(|m| m.metadata.input_shape = Shape::d4(0, 3, 8, 8));
+    assert!(detail.contains("dimension of 0"), "{detail}");
+    let bn = |m: &mut ModelFile, eps| {
+        let node = m.graph.nodes.iter_mut().find(|n| n.op.kind() == "batch_norm2d").unwrap();
+        node.op = Op::BatchNorm2d(BatchNormConfig { eps, momentum: 0.1 });
+    };
+    for eps in [-1.0, f32::NAN, f32::INFINITY] {
+        let detail = load_damaged(|m| bn(m, eps));
+        assert!(detail.contains(&format!("eps {eps} must be > 0")), "{detail}");
+    }
 }
 
 #[test]
@@ -383,7 +404,7 @@ fn f16_weights_round_trip_at_two_bytes_each() {
     if let WeightValues::F16(values) = &mut damaged.weights[0].values {
         values.0.pop();
     }
-    let detail = match load_model(&save_model(&damaged).unwrap()) {
+    let detail = match load_model(&seal_unchecked(&damaged)) {
         Err(FormatError::BadGraph { detail }) => detail,
         other => panic!("expected a bad graph, got {other:?}"),
     };

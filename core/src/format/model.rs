@@ -27,8 +27,10 @@ pub struct ModelFile {
     pub metadata: Metadata,
 }
 
-/// Encodes a model as a `.sprout` file.
+/// Encodes a model as a `.sprout` file, validated first as [`load_model`] validates it:
+/// nothing sprout writes is a file sprout refuses.
 pub fn save_model(model: &ModelFile) -> Result<Vec<u8>, FormatError> {
+    model.to_graph()?;
     Ok(container::seal(container::MODEL, &postcard::to_allocvec(model)?)?)
 }
 
@@ -300,6 +302,12 @@ impl ModelFile {
                 "preprocessing has {} means but {} standard deviations",
                 prep.mean.len(),
                 prep.std.len()
+            )));
+        }
+        let input = self.metadata.input_shape;
+        if input.dims().is_empty() || input.dims().contains(&0) {
+            return Err(bad(alloc::format!(
+                "the recorded input shape {input} has no batch dimension or a dimension of 0"
             )));
         }
         let mut by_name = BTreeMap::new();

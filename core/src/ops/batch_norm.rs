@@ -140,8 +140,7 @@ impl Graph {
         for t in [gamma, beta, running_mean, running_var] {
             self.check_bias(op, name, t, c)?;
         }
-        let sane = cfg.eps.is_finite() && cfg.eps > 0.0 && (0.0..=1.0).contains(&cfg.momentum);
-        if !sane {
+        if !cfg.is_sane() {
             return Err(invalid(
                 op,
                 name,

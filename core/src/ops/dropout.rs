@@ -59,7 +59,7 @@ impl Graph {
         x: TensorId,
         cfg: DropoutConfig,
     ) -> Result<TensorId, GraphError> {
-        if !(0.0..1.0).contains(&cfg.p) {
+        if !cfg.is_sane() {
             return Err(invalid(
                 Op::Dropout(cfg),
                 name,

@@ -22,11 +22,11 @@ pub struct BundleArgs {
     /// Samples per head training and evaluation batch on the device.
     #[arg(long, value_name = "N", alias = "batch", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
     batch_size: u64,
-    /// Learning rate of the device's SGD.
-    #[arg(long, value_name = "LR", default_value_t = 0.05)]
+    /// Learning rate of the device's SGD, in [0, 10].
+    #[arg(long, value_name = "LR", default_value_t = 0.05, value_parser = crate::numbers::learning_rate)]
     lr: f32,
-    /// SGD momentum.
-    #[arg(long, default_value_t = 0.9)]
+    /// SGD momentum, in [0, 1).
+    #[arg(long, default_value_t = 0.9, value_parser = crate::numbers::momentum)]
     momentum: f32,
     /// Where to write the bundle.
     #[arg(short, long, value_name = "FILE")]

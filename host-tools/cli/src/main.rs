@@ -7,6 +7,7 @@ mod device_cmd;
 mod eval_cmd;
 mod flash_cmd;
 mod image_args;
+mod numbers;
 mod onnx_cmd;
 mod pass_args;
 mod picture;
@@ -37,8 +38,27 @@ use clap::{CommandFactory, Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "sprout", version = sprout_train::VERSION, about, long_about)]
 struct Cli {
+    /// The most memory one model, plan, data file or decoded image may declare, e.g. 8G
+    /// (K, M, G, T: powers of 1024). Files declaring more are refused before anything is
+    /// allocated. Default: $SPROUT_MAX_MEMORY, else 2G.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = memory_size)]
+    max_memory: Option<u64>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Parses a `--max-memory` size.
+fn memory_size(text: &str) -> Result<u64, String> {
+    sprout_data::parse_size(text)
+}
+
+/// The process's resource limits: `--max-memory`, else the environment, else the defaults.
+fn limits(cli: &Cli) -> anyhow::Result<sprout_data::Limits> {
+    let mut limits = sprout_data::Limits::from_env()?;
+    if let Some(bytes) = cli.max_memory {
+        limits.max_memory = bytes;
+    }
+    Ok(limits)
 }
 
 #[derive(Subcommand, Debug)]
@@ -146,7 +166,7 @@ fn error_lines(error: &anyhow::Error) -> Vec<String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match &cli.command {
+    let result = limits(&cli).map(sprout_data::Limits::install).and_then(|()| match &cli.command {
         Command::Plan(args) => plan_cmd::run(args),
         Command::Data(args) => data_cmd::run(args),
         Command::Train(args) => train_cmd::run(args),
@@ -160,7 +180,7 @@ fn main() -> ExitCode {
         Command::Bundle(args) => bundle_cmd::run(args),
         Command::Flash(args) => flash_cmd::run(args),
         Command::Completions(args) => completions(args),
-    };
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -53,20 +53,21 @@ pub struct TrainArgs {
     val: Option<PathBuf>,
     /// The share of each class of a folder without val/ that validates (default 0.2),
     /// chosen by --seed.
-    #[arg(long, value_name = "F", value_parser = parse_fraction)]
+    #[arg(long, value_name = "F", value_parser = crate::numbers::fraction)]
     val_fraction: Option<f32>,
     /// What to train: all, head, bias, or comma-separated name patterns with `*`.
     #[arg(long, value_name = "CHOICE", default_value = "all")]
     trainable: String,
     #[arg(long, value_enum, default_value_t = OptimizerArg::Sgd)]
     optimizer: OptimizerArg,
-    /// Learning rate.
-    #[arg(long, value_name = "LR", default_value_t = 0.05)]
+    /// Learning rate, in [0, 10].
+    #[arg(long, value_name = "LR", default_value_t = 0.05, value_parser = crate::numbers::learning_rate)]
     lr: f32,
-    /// SGD momentum [default: 0.9].
-    #[arg(long)]
+    /// SGD momentum, in [0, 1) [default: 0.9].
+    #[arg(long, value_parser = crate::numbers::momentum)]
     momentum: Option<f32>,
-    #[arg(long, default_value_t = 0.0)]
+    /// Weight decay, in [0, 1].
+    #[arg(long, default_value_t = 0.0, value_parser = crate::numbers::weight_decay)]
     weight_decay: f32,
     /// Nesterov momentum (SGD).
     #[arg(long)]
@@ -77,7 +78,7 @@ pub struct TrainArgs {
     /// [default: 16 for a zoo model; the batch size a .sprout file was recorded for].
     #[arg(long, value_name = "N", alias = "batch", value_parser = clap::value_parser!(u64).range(1..))]
     batch_size: Option<u64>,
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     epochs: u32,
     /// Keep the data order (class by class / file order).
     #[arg(long)]
@@ -137,13 +138,6 @@ fn parse_architecture(name: &str) -> Result<Architecture, String> {
         let known: Vec<&str> = Architecture::ALL.iter().map(|a| a.name()).collect();
         format!("unknown zoo model '{name}' (known: {})", known.join(", "))
     })
-}
-
-fn parse_fraction(text: &str) -> Result<f32, String> {
-    match text.parse::<f32>() {
-        Ok(f) if f > 0.0 && f < 1.0 => Ok(f),
-        _ => Err(format!("'{text}' is not a fraction between 0 and 1 (exclusive), e.g. 0.2")),
-    }
 }
 
 /// `path` made absolute, so a resumed run started from another folder compares equal.

@@ -1,32 +1,17 @@
 //! Reading one PNG or JPEG file safely and cheaply: regular files only, reads bounded, the
-//! declared size checked against a limit before any pixel is allocated, and big JPEGs decoded
+//! declared size (pixels, and bytes after expansion to RGB) checked against the
+//! [`Limits`] before any pixel is allocated, and big JPEGs decoded
 //! at 1/2, 1/4 or 1/8 scale in the DCT domain when the picture wanted is much smaller.
 
-use std::fs;
-use std::io::{Cursor, Read};
+use std::io::Cursor;
 use std::path::Path;
 
 use image::codecs::png::PngDecoder;
 use image::{DynamicImage, ImageDecoder, RgbImage};
 
 use crate::error::DataError;
+use crate::limits::{read_bounded, Limits};
 use crate::resize::{resize, ResizeMode};
-
-/// What one image file may be, checked before reading or decoding it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Pixels (width times height) an image header may declare.
-    pub max_pixels: u64,
-    /// Bytes an image file may hold.
-    pub max_file_bytes: u64,
-}
-
-impl Default for Limits {
-    /// 100 megapixels and 256 MiB.
-    fn default() -> Self {
-        Self { max_pixels: 100_000_000, max_file_bytes: 256 << 20 }
-    }
-}
 
 /// Decodes `path` into RGB, scaled down in the DCT domain (JPEG only) as far as its shorter
 /// side stays at least `min_side` pixels; `0` decodes at full size. The file must be a regular
@@ -80,58 +65,20 @@ fn decode_counted(
     Ok((image, held))
 }
 
-/// The bytes of `path`, which must be a regular file (a FIFO or a device is refused before it
-/// is opened) of at most `max` bytes; at most `max + 1` bytes are ever read.
-fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, DataError> {
-    let meta = regular_file(path)?;
-    let too_large = |bytes| DataError::FileTooLarge { path: path.to_path_buf(), bytes, limit: max };
-    if meta.len() > max {
-        return Err(too_large(meta.len()));
-    }
-    let file = fs::File::open(path).map_err(DataError::io(path))?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1).read_to_end(&mut bytes).map_err(DataError::io(path))?;
-    if bytes.len() as u64 > max {
-        return Err(too_large(bytes.len() as u64));
-    }
-    Ok(bytes)
-}
-
-/// The metadata of `path` (links followed) when it is a regular file; a FIFO, a device, a
-/// socket or a folder is refused before anything opens it (opening a FIFO blocks).
-pub fn regular_file(path: &Path) -> Result<fs::Metadata, DataError> {
-    let meta = fs::metadata(path).map_err(DataError::io(path))?;
-    if !meta.is_file() {
-        return Err(DataError::NotAFile { path: path.to_path_buf(), kind: kind(&meta) });
-    }
-    Ok(meta)
-}
-
-/// What a path that is not a regular file is, for the error.
-fn kind(meta: &fs::Metadata) -> String {
-    let file_type = meta.file_type();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        let special = [
-            (file_type.is_fifo(), "a FIFO"),
-            (file_type.is_char_device(), "a character device"),
-            (file_type.is_block_device(), "a block device"),
-            (file_type.is_socket(), "a socket"),
-        ];
-        if let Some((_, name)) = special.iter().find(|(is, _)| *is) {
-            return (*name).into();
-        }
-    }
-    if file_type.is_dir() { "a folder" } else { "a special file" }.into()
-}
-
 fn decode_error(path: &Path, reason: impl Into<String>) -> DataError {
     DataError::Decode { path: path.to_path_buf(), reason: reason.into() }
 }
 
-/// Refuses an empty picture or one over the pixel limit.
-fn check_size(path: &Path, width: u32, height: u32, limits: &Limits) -> Result<(), DataError> {
+/// Refuses an empty picture, one over the pixel limit, or one whose decoded bytes (the
+/// decoder's `decoded_bytes`, then three bytes a pixel of RGB, held at once) exceed the
+/// memory limit.
+fn check_size(
+    path: &Path,
+    width: u32,
+    height: u32,
+    decoded_bytes: u64,
+    limits: &Limits,
+) -> Result<(), DataError> {
     let (width, height) = (u64::from(width), u64::from(height));
     if width == 0 || height == 0 {
         return Err(decode_error(path, format!("the header declares {width}x{height} pixels")));
@@ -140,7 +87,8 @@ fn check_size(path: &Path, width: u32, height: u32, limits: &Limits) -> Result<(
         let limit = limits.max_pixels;
         return Err(DataError::TooManyPixels { path: path.to_path_buf(), width, height, limit });
     }
-    Ok(())
+    let what = format!("image {} ({width}x{height} decoded to RGB)", path.display());
+    limits.check_memory(&what, decoded_bytes.saturating_add(width * height * 3))
 }
 
 /// A JPEG, at the smallest DCT scale (1/8, 1/4, 1/2 or 1) whose shorter side is at least
@@ -155,7 +103,9 @@ fn decode_jpeg(
     let mut decoder = jpeg_decoder::Decoder::new(Cursor::new(bytes));
     decoder.read_info().map_err(jpeg_error)?;
     let info = decoder.info().ok_or_else(|| decode_error(path, "no JPEG frame header"))?;
-    check_size(path, u32::from(info.width), u32::from(info.height), limits)?;
+    // The decoder's buffer is at most four bytes a pixel (CMYK).
+    let (w, h) = (u32::from(info.width), u32::from(info.height));
+    check_size(path, w, h, u64::from(w) * u64::from(h) * 4, limits)?;
     // The size of a side decoded at `eighths` / 8, as the decoder rounds it.
     let scaled = |side: u16, eighths: u32| (u32::from(side) * eighths).div_ceil(8);
     let eighths = [1, 2, 4]
@@ -199,6 +149,6 @@ fn decode_png(path: &Path, bytes: &[u8], limits: &Limits) -> Result<RgbImage, Da
     let png_error = |e: image::ImageError| decode_error(path, e.to_string());
     let decoder = PngDecoder::new(Cursor::new(bytes)).map_err(png_error)?;
     let (width, height) = decoder.dimensions();
-    check_size(path, width, height, limits)?;
+    check_size(path, width, height, decoder.total_bytes(), limits)?;
     Ok(DynamicImage::from_decoder(decoder).map_err(png_error)?.into_rgb8())
 }

@@ -22,11 +22,20 @@ pub enum DataError {
     #[error("{}: not a regular file ({kind}); only PNG and JPEG files are read", path.display())]
     NotAFile { path: PathBuf, kind: String },
     /// A file bigger than the reading limit.
-    #[error("{}: {bytes} bytes, over the limit of {limit} bytes for one image file", path.display())]
+    #[error("{}: {bytes} bytes, over the limit of {limit} bytes for this file", path.display())]
     FileTooLarge { path: PathBuf, bytes: u64, limit: u64 },
     /// An image whose header declares more pixels than the limit: refused before decoding.
     #[error("{}: {width}x{height} pixels, over the limit of {limit} pixels for one image", path.display())]
     TooManyPixels { path: PathBuf, width: u64, height: u64, limit: u64 },
+    /// A limit set in the environment that is not a size.
+    #[error("{variable}={value}: {detail}")]
+    BadLimit { variable: &'static str, value: String, detail: String },
+    /// A declared size above the memory limit (see `Limits`): refused before allocating.
+    #[error("{what} needs {bytes} bytes, over the memory limit of {limit} bytes (raise it with --max-memory or SPROUT_MAX_MEMORY)")]
+    OverLimit { what: String, bytes: u64, limit: u64 },
+    /// An archive member that would inflate more than the ratio limit allows (a zip bomb).
+    #[error("{what}: {stored} bytes stored inflate to {inflated} bytes, over the limit of {ratio} times")]
+    Inflation { what: String, stored: u64, inflated: u64, ratio: u64 },
     /// Writing an image failed.
     #[error("cannot encode image {}: {reason}", path.display())]
     Encode { path: PathBuf, reason: String },
@@ -37,7 +46,7 @@ pub enum DataError {
 
 impl DataError {
     /// Wraps an I/O error with the path it concerns.
-    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
         move |source| Self::Io { path, source }
     }

@@ -4,8 +4,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::decode::{decode_rgb, Limits};
+use crate::decode::decode_rgb;
 use crate::error::DataError;
+use crate::limits::Limits;
 use crate::pixels::Image;
 
 /// The image files of a data set and their labels. Labels index `classes`.
@@ -116,9 +117,9 @@ impl Dataset {
         self.samples.is_empty()
     }
 
-    /// Decodes sample `index` at full size into an RGB image (with the default [`Limits`]).
+    /// Decodes sample `index` at full size into an RGB image (within the process's [`Limits`]).
     pub fn image(&self, index: usize) -> Result<Image, DataError> {
-        let decoded = decode_rgb(&self.samples[index].0, 0, &Limits::default())?;
+        let decoded = decode_rgb(&self.samples[index].0, 0, &Limits::current())?;
         Ok(Image::from_rgb8(decoded.width(), decoded.height(), decoded.as_raw()))
     }
 

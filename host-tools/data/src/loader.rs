@@ -8,9 +8,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use crate::cache::{Cache, CacheMode, Key};
-use crate::decode::{load_counted, Limits};
+use crate::decode::load_counted;
 use crate::error::DataError;
 use crate::folder::Dataset;
+use crate::limits::Limits;
 use crate::resize::ResizeMode;
 use crate::rng::Rng;
 use crate::transform::Transform;
@@ -47,14 +48,15 @@ pub struct Pipeline {
 }
 
 impl Default for Pipeline {
-    /// Centre crops, a thread per core, two batches ahead, the default memory cache.
+    /// Centre crops, a thread per core, two batches ahead, the default memory cache, the
+    /// process's limits.
     fn default() -> Self {
         Self {
             resize: ResizeMode::Crop,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             prefetch: 2,
             cache: CacheMode::default(),
-            limits: Limits::default(),
+            limits: Limits::current(),
         }
     }
 }

@@ -53,6 +53,14 @@ pub enum TrainError {
         path.display()
     )]
     NotClassifier { path: PathBuf, output: String, shape: Vec<usize> },
+    /// Training produced a non-finite loss or weights: it stops, and nothing is written from
+    /// them (the last good checkpoint stays).
+    #[error(
+        "training stopped: {what} at epoch {epoch}, batch {batch}; {origin}. Nothing was \
+         saved from it (the last good checkpoint stays); lower --lr or look for NaN or \
+         infinity in the data"
+    )]
+    NonFinite { what: String, epoch: u32, batch: usize, origin: String },
     /// The data does not fit the model (class count, sample shape), or a setting is invalid.
     #[error("{0}")]
     Mismatch(String),

@@ -128,10 +128,10 @@ pub fn expect_kind(path: &Path, expected: &[FileKind], what: &str) -> Result<Fil
 }
 
 /// Reads the file at `path` after checking that it is of the `expected` kind (see
-/// [`expect_kind`]).
+/// [`expect_kind`]); a file over the memory limit is refused before it is read.
 pub fn read_kind(path: &Path, expected: FileKind, what: &str) -> Result<Vec<u8>, TrainError> {
     expect_kind(path, &[expected], what)?;
-    std::fs::read(path).map_err(TrainError::io(path))
+    Ok(sprout_data::read_bounded(path, sprout_data::Limits::current().max_memory)?)
 }
 
 #[cfg(test)]

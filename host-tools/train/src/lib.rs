@@ -22,6 +22,7 @@ mod checkpoint;
 mod error;
 mod files;
 mod kind;
+mod memory;
 mod metrics;
 mod metrics_csv;
 mod model;
@@ -43,6 +44,7 @@ pub use checkpoint::{
 pub use error::{CheckpointError, TrainError};
 pub use files::write_atomic;
 pub use kind::{expect_kind, read_kind, FileKind};
+pub use memory::{check_graph, graph_bytes, initial_memory};
 pub use metrics::{argmax, softmax, Metrics};
 pub use metrics_csv::{
     read_metrics, render_metrics, write_metrics, MetricsRow, HEADER, METRICS_FILE,

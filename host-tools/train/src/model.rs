@@ -58,9 +58,16 @@ impl Network {
         let model_error = |source| TrainError::Model { path: path.to_path_buf(), source };
         let file = sprout_core::load_model(bytes).map_err(model_error)?;
         let graph = file.to_graph().map_err(model_error)?;
+        crate::memory::check_graph(&graph, &format!("model {}", path.display()))?;
         let input = graph.with_role(Role::Input).next().ok_or_else(|| {
             mismatch(format!("{}: the model has no input tensor", path.display()))
         })?;
+        if graph.shape(input).dims().is_empty() {
+            return Err(mismatch(format!(
+                "{}: the model's input has no batch axis",
+                path.display()
+            )));
+        }
         let ce = graph.nodes().iter().rev().find(|n| n.op == Op::CrossEntropy);
         let output = ce
             .map(|n| n.inputs[0])
@@ -342,8 +349,10 @@ impl Inference {
         samples: usize,
     ) -> Result<Pass, TrainError> {
         let graph = graph.with_batch(samples)?;
+        let what = format!("the model at batch {samples}");
+        crate::memory::check_graph(&graph, &what)?;
         let plan = compile_inference(&graph, &[output])?;
-        let memory = plan.initial_memory(&graph);
+        let memory = crate::memory::initial_memory(&plan, &graph, &what)?;
         let operand = |id| {
             plan.binding_of(id)
                 .map(|b| b.operand)

@@ -113,7 +113,7 @@ pub fn calibrate_with_progress(
     let g = &model.zoo.graph;
     let wanted = observable(model);
     let plan = compile_inference(g, &wanted)?;
-    let mut memory = plan.initial_memory(g);
+    let mut memory = crate::memory::initial_memory(&plan, g, "the calibration pass")?;
     let mut observed: Vec<Observed> = wanted
         .iter()
         .filter_map(|&t| plan.binding_of(t))

@@ -72,11 +72,29 @@ fn file_error(path: &Path, detail: impl Into<String>) -> TrainError {
     TrainError::TensorFile { path: path.to_path_buf(), detail: detail.into() }
 }
 
-/// Decodes one `.npy` image (f32 or i64, little-endian, C order).
+/// Decodes one `.npy` image (f32 or i64, little-endian, C order). Its declared shape is
+/// checked (element count without overflow, within the memory limit, matching the bytes
+/// present) before any value is allocated.
 fn parse_npy(path: &Path, name: &str, bytes: &[u8]) -> Result<Array, TrainError> {
-    let npy = npyz::NpyFile::new(Cursor::new(bytes))
+    // The numpy decoder multiplies the dimensions unchecked: an overflowing shape is refused
+    // before it sees it.
+    if let Some(shape) = declared_shape(bytes) {
+        if shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).is_none() {
+            let detail = format!("array '{name}': shape {shape:?} has too many elements");
+            return Err(file_error(path, detail));
+        }
+    }
+    let mut cursor = Cursor::new(bytes);
+    let header = npyz::NpyHeader::from_reader(&mut cursor)
         .map_err(|e| file_error(path, format!("array '{name}' is not a valid .npy: {e}")))?;
-    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    let present = bytes.len() as u64 - cursor.position();
+    let npy = npyz::NpyFile::with_header(header, cursor);
+    let shape = npy
+        .shape()
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|_| file_error(path, format!("array '{name}': a dimension exceeds memory")))?;
     if npy.order() != npyz::Order::C {
         return Err(tensor_error(path, name, "C (row-major) order".into(), "Fortran order".into()));
     }
@@ -86,30 +104,81 @@ fn parse_npy(path: &Path, name: &str, bytes: &[u8]) -> Result<Array, TrainError>
         npyz::DType::Plain(t) => t.to_string(),
         other => format!("{other:?}"),
     };
-    Ok(match type_str.as_str() {
-        "<f4" => Array::F32(shape, npy.into_vec::<f32>().map_err(decoded)?),
-        "<i8" => Array::I64(shape, npy.into_vec::<i64>().map_err(decoded)?),
-        _ => Array::Other(shape, format!("numpy dtype {type_str}")),
+    let element = match type_str.as_str() {
+        "<f4" => 4,
+        "<i8" => 8,
+        _ => return Ok(Array::Other(shape, format!("numpy dtype {type_str}"))),
+    };
+    let declared = shape.iter().try_fold(element, |n: u64, &d| n.checked_mul(d as u64));
+    let what = format!("array '{name}' of {} (shape {shape:?})", path.display());
+    let declared = declared.ok_or_else(|| {
+        file_error(path, format!("array '{name}': shape {shape:?} has too many elements"))
+    })?;
+    sprout_data::Limits::current().check_memory(&what, declared)?;
+    if present < declared {
+        return Err(file_error(
+            path,
+            format!(
+                "array '{name}': shape {shape:?} needs {declared} bytes, the file holds {present}"
+            ),
+        ));
+    }
+    Ok(match element {
+        4 => Array::F32(shape, npy.into_vec::<f32>().map_err(decoded)?),
+        _ => Array::I64(shape, npy.into_vec::<i64>().map_err(decoded)?),
     })
 }
 
-/// Reads the arrays named in `names` from an `.npz` archive.
+/// The `shape` a `.npy` header declares, when the header is well formed enough to tell: the
+/// integers between the parentheses after `'shape':`.
+fn declared_shape(bytes: &[u8]) -> Option<Vec<u64>> {
+    let rest = bytes.strip_prefix(b"\x93NUMPY")?;
+    let (&major, rest) = rest.split_first()?;
+    let rest = rest.get(1..)?;
+    let (len, rest) = match major {
+        1 => (usize::from(u16::from_le_bytes([*rest.first()?, *rest.get(1)?])), rest.get(2..)?),
+        _ => (u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize, rest.get(4..)?),
+    };
+    let header = std::str::from_utf8(rest.get(..len)?).ok()?;
+    let after = &header[header.find("'shape'")? + "'shape'".len()..];
+    let open = after.find('(')?;
+    let inside = &after[open + 1..open + after[open..].find(')')?];
+    inside.split(',').map(str::trim).filter(|d| !d.is_empty()).map(|d| d.parse().ok()).collect()
+}
+
+/// Reads the arrays named in `names` from an `.npz` archive; each member's declared size is
+/// checked against the memory and inflation limits before it is inflated, and no more than
+/// it declares is ever read.
 fn read_npz(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainError> {
     let file = fs::File::open(path).map_err(TrainError::io(path))?;
     let mut archive = zip::ZipArchive::new(file)
         .map_err(|e| file_error(path, format!("not a readable .npz (zip) archive: {e}")))?;
+    let limits = sprout_data::Limits::current();
     let mut arrays = Vec::new();
+    let mut total = 0u64;
     for &name in names {
-        let mut entry = archive.by_name(&format!("{name}.npy")).map_err(|_| {
+        let entry = archive.by_name(&format!("{name}.npy")).map_err(|_| {
             file_error(
                 path,
                 format!("no array named '{name}' (expected arrays {})", names.join(" and ")),
             )
         })?;
-        let mut bytes = Vec::new();
+        let declared = entry.size();
+        total = total.saturating_add(declared);
+        let what = format!("array '{name}' of {}", path.display());
+        limits.check_inflation(&what, entry.compressed_size(), declared)?;
+        limits.check_memory(&format!("the arrays of {}", path.display()), total)?;
+        let mut bytes = Vec::with_capacity(declared as usize);
         entry
+            .take(declared.saturating_add(1))
             .read_to_end(&mut bytes)
             .map_err(|e| file_error(path, format!("array '{name}' cannot be read: {e}")))?;
+        if bytes.len() as u64 != declared {
+            return Err(file_error(
+                path,
+                format!("array '{name}' declares {declared} bytes, it inflates to another size"),
+            ));
+        }
         arrays.push(parse_npy(path, name, &bytes)?);
     }
     Ok(arrays)
@@ -118,7 +187,7 @@ fn read_npz(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainError> {
 /// Reads the tensors named in `names` from a `.safetensors` file.
 fn read_safetensors(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainError> {
     use safetensors::Dtype;
-    let bytes = fs::read(path).map_err(TrainError::io(path))?;
+    let bytes = sprout_data::read_bounded(path, sprout_data::Limits::current().max_memory)?;
     let st = safetensors::SafeTensors::deserialize(&bytes)
         .map_err(|e| file_error(path, format!("not a readable .safetensors file: {e}")))?;
     let mut arrays = Vec::new();
@@ -335,5 +404,70 @@ impl DataSource {
                 }))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// An `.npz` of `x` (float32 zeros of `shape`) and `y` (int64 zeros), deflated.
+    fn zeros_npz(path: &Path, shape: &[usize]) {
+        let n: usize = shape.iter().product();
+        let x = encode_npy(shape, &vec![0.0; n]);
+        let mut y = Vec::new();
+        use npyz::WriterBuilder;
+        let mut writer = npyz::WriteOptions::<i64>::new()
+            .default_dtype()
+            .shape(&[shape[0] as u64])
+            .writer(&mut y)
+            .begin_nd()
+            .unwrap();
+        writer.extend(vec![0i64; shape[0]]).unwrap();
+        writer.finish().unwrap();
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        let mut zip = zip::ZipWriter::new(fs::File::create(path).unwrap());
+        for (name, bytes) in [("x.npy", x), ("y.npy", y)] {
+            zip.start_file(name, options).unwrap();
+            zip.write_all(&bytes).unwrap();
+        }
+        zip.finish().unwrap();
+    }
+
+    #[test]
+    fn an_npz_member_inflating_over_the_ratio_limit_is_refused_before_inflating() {
+        let dir = std::env::temp_dir().join(format!("sprout-npz-bomb-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        // 8 MiB of zeros deflate to a few KB: a small bomb (the inflated to 1.5 GiB).
+        let bomb = dir.join("bomb.npz");
+        zeros_npz(&bomb, &[512, 4096]);
+        assert!(fs::metadata(&bomb).unwrap().len() < 100_000);
+        let error = read_tensor_file(&bomb, 2).unwrap_err().to_string();
+        assert!(
+            error.contains("array 'x'") && error.contains("over the limit of 100 times"),
+            "{error}"
+        );
+        // Small members inflate freely, whatever their ratio.
+        let small = dir.join("small.npz");
+        zeros_npz(&small, &[4, 16]);
+        assert_eq!(read_tensor_file(&small, 2).unwrap().len(), 4);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_npy_shape_needing_more_bytes_than_the_file_holds_is_refused() {
+        let mut bytes = encode_npy(&[2, 3], &[1.0; 6]);
+        bytes.truncate(bytes.len() - 4);
+        let error = parse_npy(Path::new("x.npy"), "x", &bytes).err().unwrap().to_string();
+        assert!(error.contains("needs 24 bytes, the file holds 20"), "{error}");
+        let header =
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 8), }";
+        let mut wraps = b"\x93NUMPY\x01\x00".to_vec();
+        wraps.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        wraps.extend_from_slice(header.as_bytes());
+        let error = parse_npy(Path::new("x.npy"), "x", &wraps).err().unwrap().to_string();
+        assert!(error.contains("too many elements"), "{error}");
     }
 }

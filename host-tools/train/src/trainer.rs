@@ -11,10 +11,12 @@ use sprout_core::hyperparams::{AdamWConfig, LossScaleConfig, SgdConfig};
 use sprout_core::optim::LOSS_SCALE;
 use sprout_core::schedule::{Constant, CosineWithWarmup, Goal, ReduceOnPlateau, StepDecay};
 use sprout_core::{
-    compile_training_step_with, save_model, Executor, MemoryOptions, ModelFile, Optimizer,
-    Progress, Region, StepOutcome, TrainConfig,
+    compile_training_step_with, save_model, DType, EagerOptions, Executor, Graph, GraphError,
+    HostMemory, MemoryOptions, Mode, ModelFile, Optimizer, Plan, Progress, Region, StepContext,
+    StepOutcome, TensorId, TrainConfig,
 };
-use sprout_data::{Pipeline, ResizeMode};
+use sprout_data::{Batch, Pipeline, ResizeMode};
+use sprout_zoo::ZooModel;
 
 use crate::checkpoint::{read_checkpoint, write_checkpoint, Checkpoint, EpochRecord};
 use crate::error::CheckpointError;
@@ -410,10 +412,11 @@ pub fn train(
     };
     let mixed_precision = options.mixed_precision.then(LossScaleConfig::default);
     let cfg = TrainConfig { optimizer, clip_grad_norm: None, accumulation: 1, mixed_precision };
+    crate::memory::check_graph(&z.graph, "the model to train")?;
     let training =
         compile_training_step_with(&z.graph, z.loss, &trainable, &cfg, &MemoryOptions::default())?;
     let plan = &training.plan;
-    let mut memory = plan.initial_memory(&training.graph);
+    let mut memory = crate::memory::initial_memory(plan, &training.graph, "the training step")?;
     let operand = |id| {
         plan.binding_of(id)
             .map(|b| b.operand)
@@ -522,6 +525,7 @@ pub fn train(
 
     let mut metrics = None;
     let mut skipped_steps = 0;
+    let mut before = vec![0u8; memory.region(Region::State).len()];
     let mut stopped_early = None;
     for epoch in first..options.epochs {
         if let Some(patience) = options.patience {
@@ -539,14 +543,32 @@ pub fn train(
             if b.len() < batch {
                 continue; // the plan's batch is fixed: the last partial batch is dropped
             }
+            // The state before the step, for an eager replay should the step go non-finite.
+            before.copy_from_slice(memory.region(Region::State));
+            let context = StepContext {
+                learning_rate: rate.at(exec.updates()),
+                update: exec.updates(),
+                micro_batch: exec.progress().micro_batches,
+            };
             let mut regions = memory.regions();
             regions.write(&input, &b.x)?;
             regions.write(&labels, &b.y)?;
-            lr = rate.at(exec.updates());
-            if let StepOutcome::Skipped { .. } = exec.train_step(&mut regions, lr)? {
-                skipped_steps += 1;
-            }
+            lr = context.learning_rate;
+            let skipped = matches!(exec.train_step(&mut regions, lr)?, StepOutcome::Skipped { .. });
+            skipped_steps += u32::from(skipped);
             let value = regions.read::<f32>(&loss)?[0];
+            // A skipped step (loss scaling) has overflowed on purpose; its update did not run.
+            let diverged = if skipped { None } else { non_finite(value, plan, &memory) };
+            if let Some(what) = diverged {
+                let step =
+                    FailedStep { graph: &training.graph, plan, memory: &memory, before: &before };
+                return Err(TrainError::NonFinite {
+                    what,
+                    epoch: epoch + 1,
+                    batch: index + 1,
+                    origin: step.first_anomaly(z, &b, context),
+                });
+            }
             loss_sum += f64::from(value);
             steps += 1;
             progress(TrainEvent::Batch { epoch, batch: index, loss: value });
@@ -625,4 +647,85 @@ pub fn train(
         stopped_early,
         loss_scale,
     })
+}
+
+/// What is non-finite after a training step, if anything: its loss, or a weight, buffer or
+/// optimizer state value (an update that overflowed).
+fn non_finite(loss: f32, plan: &Plan, memory: &HostMemory) -> Option<String> {
+    if !loss.is_finite() {
+        return Some(format!("the loss is {loss}"));
+    }
+    plan.bindings.iter().filter(|b| b.role.is_state() && b.operand.dtype == DType::F32).find_map(
+        |b| {
+            let bytes = &memory.region(b.operand.region)[b.operand.offset..b.operand.end()];
+            let values =
+                bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
+            let (i, v) = values.enumerate().find(|(_, v)| !v.is_finite())?;
+            Some(format!("'{}' holds {v} at element {i} after the update", b.name))
+        },
+    )
+}
+
+/// A training step that went non-finite, with what it started from.
+struct FailedStep<'a> {
+    graph: &'a Graph,
+    plan: &'a Plan,
+    memory: &'a HostMemory,
+    /// The state region before the step.
+    before: &'a [u8],
+}
+
+impl FailedStep<'_> {
+    /// Where the step's first NaN or infinity appeared: the step re-run on the reference
+    /// kernels in eager anomaly mode, from the state it started with and batch `b`.
+    fn first_anomaly(&self, z: &ZooModel, b: &Batch, context: StepContext) -> String {
+        let x: Vec<u8> = b.x.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let y: Vec<u8> = b.y.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let mut values: Vec<(TensorId, &[u8])> = vec![(z.input, &x), (z.labels, &y)];
+        for binding in &self.plan.bindings {
+            let range = binding.operand.offset..binding.operand.end();
+            let bytes = match binding.operand.region {
+                Region::State => &self.before[range],
+                Region::Frozen => &self.memory.region(Region::Frozen)[range],
+                Region::Arena => continue,
+            };
+            values.push((binding.tensor, bytes));
+        }
+        let options = EagerOptions { mode: Mode::Train, detect_anomalies: true, context };
+        match self.graph.replay(options, &values) {
+            Err(GraphError::Anomaly { op, node, tensor, shape, index, value }) => format!(
+                "it first appeared in {op} '{node}' ('{tensor}' {shape} holds {value} at \
+                 element {index})"
+            ),
+            Err(other) => format!("re-running the step to find its first NaN failed: {other}"),
+            Ok(()) => "re-running the step on the reference kernels gave no NaN or infinity".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sprout_core::{nn, Shape};
+
+    #[test]
+    fn a_non_finite_loss_or_weight_after_a_step_is_named() {
+        let mut g = Graph::new(1);
+        let x = g.input("x", Shape::d2(2, 4)).unwrap();
+        let y = g.labels("y", 2).unwrap();
+        let logits = nn::linear(&mut g, "fc", x, 3).unwrap();
+        let loss = g.cross_entropy("loss", logits, y).unwrap();
+        let trainable: Vec<TensorId> = g.with_role(sprout_core::Role::FrozenParam).collect();
+        let cfg = TrainConfig::sgd(0.9);
+        let training = sprout_core::compile_training_step(&g, loss, &trainable, &cfg).unwrap();
+        let plan = &training.plan;
+        let mut memory = plan.initial_memory(&training.graph);
+        assert_eq!(non_finite(0.5, plan, &memory), None);
+        assert_eq!(non_finite(f32::NAN, plan, &memory).as_deref(), Some("the loss is NaN"));
+        let weight = plan.binding("fc.weight").unwrap().operand;
+        let at = weight.offset + 4 * 5;
+        memory.region_mut(weight.region)[at..at + 4].copy_from_slice(&f32::INFINITY.to_ne_bytes());
+        let found = non_finite(0.5, plan, &memory).unwrap();
+        assert_eq!(found, "'fc.weight' holds inf at element 5 after the update");
+    }
 }
