@@ -168,6 +168,7 @@ fn train(args: &TrainArgs) -> Result<()> {
 }
 
 fn pull(args: &PullArgs) -> Result<()> {
+    sprout_train::check_output(&args.output, &[])?;
     let mut device = connect(&args.port)?;
     let length = device.info().checkpoint.map_or(0, |c| u64::from(c.len));
     let bar = progress::bar("pull", length, Unit::Bytes);

@@ -36,6 +36,7 @@ mod transform;
 pub use cache::CacheMode;
 pub use decode::{decode_rgb, load_resized, regular_file, Limits};
 pub use error::DataError;
+pub use files::{check_writable, folder_of, write_atomic};
 pub use folder::Dataset;
 pub use leaves::{generate, Disease, Domain, LeafConfig, Summary};
 pub use loader::{Batch, Epoch, Loader, Pipeline};
