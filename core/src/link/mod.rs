@@ -30,7 +30,7 @@ pub mod frame;
 mod inbound;
 pub mod message;
 
-pub use client::{Client, ClientError, Clock, LinkStats, Pull, RetryPolicy};
+pub use client::{Client, ClientError, Clock, Limit, Limits, LinkStats, Pull, RetryPolicy, Watch};
 pub use device::{DeviceApp, DeviceSession, Polled, SampleChunk};
 pub use frame::{FrameError, FrameReader, MAX_FRAME};
 pub use message::{
