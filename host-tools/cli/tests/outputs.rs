@@ -1,6 +1,7 @@
 //! Every command that writes a file checks its output path before any work: an output that
 //! is one of the inputs (by any name) is refused and the input kept byte for byte, and a
-//! folder that does not exist is named before a model is loaded or a device contacted.
+//! folder that does not exist is named before a model is loaded or a device contacted; and
+//! temporary files of killed runs are removed by the next write to their folder.
 
 mod common;
 
@@ -62,4 +63,21 @@ fn a_missing_output_folder_is_named_before_any_work() {
     // Checked before the port is opened: this port does not exist either.
     fails(&["device", "pull", "--port", "/dev/sprout-no-such-port", "-o", o], needle);
     fails(&["export", m, "--format", "onnx", "-o", s(&dir.0)], "is a folder, not a file name");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_write_removes_what_killed_runs_left_in_its_folder() {
+    let dir = Scratch::new("outputs-stale");
+    let model = dir.path("m.sprout");
+    tiny_model(&model);
+    // A process id no process has any more: a child that exited and was reaped.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let stale = format!(".m.onnx.tmp-{dead}");
+    fs::write(dir.path(&stale), b"half a model").unwrap();
+    fs::write(dir.path("notes.tmp-1"), b"not sprout's").unwrap();
+    ok(&["export", s(&model), "--format", "onnx", "-o", s(&dir.path("m.onnx"))]);
+    assert_eq!(dir.files(), ["m.onnx", "m.sprout", "notes.tmp-1"]);
 }
