@@ -41,6 +41,55 @@ impl Default for RetryPolicy {
     }
 }
 
+/// Limits on a whole operation, on top of each request's timeout: a device that keeps
+/// answering without getting anywhere (training that stays "running" at the same step, a
+/// transfer that trickles) or never finishes is given up on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Milliseconds the operation may take in all; `None`: no deadline.
+    pub deadline_ms: Option<u32>,
+    /// Milliseconds without progress (a request carried out, a chunk taken, training moving
+    /// on) before the device counts as stalled; `None`: no stall detection.
+    pub stall_ms: Option<u32>,
+}
+
+/// Which of the [`Limits`] ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    Deadline,
+    Stall,
+}
+
+/// The [`Limits`] of an operation and where it stands against them, in [`Clock`]
+/// milliseconds; carry it to a new [`Client`] after a reconnect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watch {
+    pub limits: Limits,
+    started: u32,
+    progressed: u32,
+}
+
+impl Watch {
+    /// Limits counted from `now_ms`.
+    pub fn start(limits: Limits, now_ms: u32) -> Self {
+        Self { limits, started: now_ms, progressed: now_ms }
+    }
+
+    /// Progress was made at `now_ms`.
+    pub fn progressed(&mut self, now_ms: u32) {
+        self.progressed = now_ms;
+    }
+
+    /// The limit that ran out by `now_ms` and the milliseconds it allowed, if any.
+    pub fn exceeded(&self, now_ms: u32) -> Option<(Limit, u32)> {
+        let past =
+            |since: u32, limit: Option<u32>| limit.filter(|&ms| now_ms.wrapping_sub(since) >= ms);
+        past(self.started, self.limits.deadline_ms)
+            .map(|ms| (Limit::Deadline, ms))
+            .or_else(|| past(self.progressed, self.limits.stall_ms).map(|ms| (Limit::Stall, ms)))
+    }
+}
+
 /// What crossed the link so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkStats {
@@ -80,6 +129,10 @@ pub enum ClientError<E> {
     Stalled { request: RequestKind, offset: u32 },
     /// More than the 4 GiB a transfer can announce.
     TooLarge { bytes: usize },
+    /// The device announced a checkpoint larger than the pull takes.
+    CheckpointTooLarge { len: u32, limit: u32 },
+    /// A limit of the [`Watch`] ran out while waiting on `request`.
+    TimedOut { request: RequestKind, limit: Limit, ms: u32 },
     /// A request did not fit a frame (a bug: requests carry bounded chunks).
     Encode(FrameError),
 }
@@ -119,12 +172,38 @@ impl<E: fmt::Display> fmt::Display for ClientError<E> {
             ClientError::TooLarge { bytes } => {
                 write!(f, "{bytes} bytes exceed the link's 4 GiB transfer limit")
             }
+            ClientError::CheckpointTooLarge { len, limit } => write!(
+                f,
+                "the device announced a {len}-byte checkpoint, more than the {limit} bytes \
+                 this pull takes"
+            ),
+            ClientError::TimedOut { request, limit: Limit::Deadline, ms } => {
+                write!(f, "gave up on {request}: the deadline of {} passed", Seconds(*ms))
+            }
+            ClientError::TimedOut { request, limit: Limit::Stall, ms } => {
+                write!(f, "gave up on {request}: no progress for {} (stall timeout)", Seconds(*ms))
+            }
             ClientError::Encode(e) => write!(f, "cannot send the request: {e}"),
         }
     }
 }
 
 impl<E: fmt::Debug + fmt::Display> core::error::Error for ClientError<E> {}
+
+/// Milliseconds shown as seconds (`0.25 s`, `600 s`).
+struct Seconds(u32);
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (s, ms) = (self.0 / 1000, self.0 % 1000);
+        match ms {
+            0 => write!(f, "{s} s"),
+            _ if ms % 100 == 0 => write!(f, "{s}.{} s", ms / 100),
+            _ if ms % 10 == 0 => write!(f, "{s}.{:02} s", ms / 10),
+            _ => write!(f, "{s}.{ms:03} s"),
+        }
+    }
+}
 
 /// Where a checkpoint pull stands; keep it across a reconnect to resume at the last
 /// acknowledged byte.
@@ -133,15 +212,23 @@ pub struct Pull {
     offset: u32,
     checkpoint: Option<CheckpointInfo>,
     digest: Digest<'static, u32>,
+    limit: u32,
 }
 
 impl Default for Pull {
+    /// A pull of any size the link can announce.
     fn default() -> Self {
-        Self { offset: 0, checkpoint: None, digest: CRC32.digest() }
+        Self::at_most(u32::MAX)
     }
 }
 
 impl Pull {
+    /// A pull that refuses a checkpoint announced larger than `limit` bytes before taking
+    /// any of it.
+    pub fn at_most(limit: u32) -> Self {
+        Self { offset: 0, checkpoint: None, digest: CRC32.digest(), limit }
+    }
+
     /// Bytes received so far.
     pub fn offset(&self) -> u32 {
         self.offset
@@ -164,6 +251,7 @@ pub struct Client<IO, C> {
     /// The checked bytes of the answer being handled.
     answer: [u8; MAX_FRAME],
     stats: LinkStats,
+    watch: Option<Watch>,
 }
 
 type Result<T, E> = core::result::Result<T, ClientError<E>>;
@@ -183,11 +271,40 @@ where
             request: [0; MAX_FRAME],
             answer: [0; MAX_FRAME],
             stats: LinkStats::default(),
+            watch: None,
         }
     }
 
     pub fn stats(&self) -> LinkStats {
         self.stats
+    }
+
+    /// Holds every request from now on to `watch`'s limits (none: only the retry policy).
+    pub fn set_watch(&mut self, watch: Option<Watch>) {
+        self.watch = watch;
+    }
+
+    /// The limits requests are held to and where they stand.
+    pub fn watch(&self) -> Option<Watch> {
+        self.watch
+    }
+
+    /// Tells the watch that the operation moved on (training reported a new step): the
+    /// stall timeout counts from now.
+    pub fn progressed(&mut self) {
+        let now = self.clock.now_ms();
+        if let Some(watch) = &mut self.watch {
+            watch.progressed(now);
+        }
+    }
+
+    /// Fails with the limit of the watch that ran out, if one did.
+    fn check_watch(&mut self, request: RequestKind) -> Result<(), IO::Error> {
+        let now = self.clock.now_ms();
+        match self.watch.and_then(|w| w.exceeded(now)) {
+            Some((limit, ms)) => Err(ClientError::TimedOut { request, limit, ms }),
+            None => Ok(()),
+        }
     }
 
     /// Opens the conversation as `session` (keep it across reconnects so transfers resume)
@@ -286,6 +403,10 @@ where
                 if let Some(before) = pull.checkpoint.filter(|b| *b != checkpoint) {
                     return Err(ClientError::CheckpointChanged { before, now: checkpoint });
                 }
+                if checkpoint.len > pull.limit {
+                    let limit = pull.limit;
+                    return Err(ClientError::CheckpointTooLarge { len: checkpoint.len, limit });
+                }
                 let end = u64::from(at) + bytes.len() as u64;
                 if at != offset || bytes.is_empty() || end > u64::from(checkpoint.len) {
                     let detail = "a chunk at another offset or outside the checkpoint";
@@ -341,6 +462,7 @@ where
             }
             if next > offset {
                 stalls = 0;
+                self.progressed();
             } else {
                 stalls += 1;
                 if stalls > self.policy.attempts {
@@ -379,16 +501,29 @@ where
             if attempt > 0 {
                 self.stats.retries += 1;
             }
+            self.check_watch(kind)?;
             self.io.write_all(&self.request[..len]).map_err(ClientError::Transport)?;
             self.io.flush().map_err(ClientError::Transport)?;
             self.stats.frames_sent += 1;
             let Some(answer_len) = self.await_answer(kind, timeout_ms)? else { continue };
             // `await_answer` parsed these bytes already.
             if let Ok((_, answer)) = parse::<Response<'_>>(&self.answer[..answer_len]) {
-                return match answer {
+                let accepted = match answer {
                     Response::Error(error) => Err(ClientError::Device { request: kind, error }),
                     answer => accept(answer),
                 };
+                // A progress report moves on only when its content does (the caller
+                // tells), a chunk only when the transfer does (`send_chunks` tells).
+                let judged_later = matches!(
+                    kind,
+                    RequestKind::QueryProgress
+                        | RequestKind::PushSample
+                        | RequestKind::PushCheckpoint
+                );
+                if accepted.is_ok() && !judged_later {
+                    self.progressed();
+                }
+                return accepted;
             }
         }
         Err(ClientError::NoAnswer { request: kind, attempts: self.policy.attempts })
@@ -404,6 +539,7 @@ where
     ) -> Result<Option<usize>, IO::Error> {
         let started = self.clock.now_ms();
         while self.clock.now_ms().wrapping_sub(started) < timeout_ms {
+            self.check_watch(kind)?;
             if !self.io.read_ready().map_err(ClientError::Transport)? {
                 continue;
             }
@@ -463,4 +599,41 @@ fn unexpected<E>(request: RequestKind, answer: Response<'_>) -> ClientError<E> {
         Response::Nack => "a nack",
     };
     ClientError::UnexpectedReply { request, detail }
+}
+
+#[cfg(all(test, feature = "alloc"))]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    #[test]
+    fn the_watch_counts_across_a_clock_wrap_and_progress_restarts_the_stall() {
+        let limits = Limits { deadline_ms: Some(1000), stall_ms: Some(300) };
+        let start = u32::MAX - 100;
+        let mut watch = Watch::start(limits, start);
+        assert_eq!(watch.exceeded(start.wrapping_add(299)), None);
+        assert_eq!(watch.exceeded(start.wrapping_add(300)), Some((Limit::Stall, 300)));
+        watch.progressed(start.wrapping_add(250));
+        assert_eq!(watch.exceeded(start.wrapping_add(549)), None);
+        watch.progressed(start.wrapping_add(900));
+        assert_eq!(watch.exceeded(start.wrapping_add(1000)), Some((Limit::Deadline, 1000)));
+        assert_eq!(Watch::start(Limits::default(), 0).exceeded(u32::MAX), None);
+    }
+
+    #[test]
+    fn limits_are_told_in_seconds() {
+        let error = |limit, ms| {
+            ClientError::<&str>::TimedOut { request: RequestKind::PushSample, limit, ms }
+                .to_string()
+        };
+        assert_eq!(
+            error(Limit::Deadline, 1_800_000),
+            "gave up on push sample: the deadline of 1800 s passed"
+        );
+        assert_eq!(
+            error(Limit::Stall, 250),
+            "gave up on push sample: no progress for 0.25 s (stall timeout)"
+        );
+        assert!(error(Limit::Stall, 1_001).contains("1.001 s"));
+    }
 }

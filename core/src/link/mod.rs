@@ -18,7 +18,8 @@
 //!   acknowledged byte. A pull is resumed by the host, which keeps its [`Pull`]. Whole
 //!   checkpoints carry a CRC-32, checked by the receiver before anything is kept.
 //! - **Time**: only the client waits; it reads time from a [`Clock`] (a tick counter on a
-//!   microcontroller). The device never blocks: [`DeviceSession::poll`] handles the bytes
+//!   microcontroller). A [`Watch`] adds an overall deadline and a stall timeout to whole
+//!   operations ([`Limits`]), so a device that answers without getting anywhere is given up on. The device never blocks: [`DeviceSession::poll`] handles the bytes
 //!   that are ready (`embedded_io::ReadReady`) and returns.
 //!
 //! Neither side allocates: frames are encoded and collected in fixed buffers (a
@@ -30,7 +31,7 @@ pub mod frame;
 mod inbound;
 pub mod message;
 
-pub use client::{Client, ClientError, Clock, LinkStats, Pull, RetryPolicy};
+pub use client::{Client, ClientError, Clock, Limit, Limits, LinkStats, Pull, RetryPolicy, Watch};
 pub use device::{DeviceApp, DeviceSession, Polled, SampleChunk};
 pub use frame::{FrameError, FrameReader, MAX_FRAME};
 pub use message::{

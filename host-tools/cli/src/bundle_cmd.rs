@@ -9,7 +9,7 @@ use clap::Args;
 use sprout_bundle::{build, BundleOptions};
 use sprout_core::format::bundle::decode;
 use sprout_core::TrainConfig;
-use sprout_train::{write_atomic, Model};
+use sprout_train::{check_output, write_atomic, Model};
 
 #[derive(Args, Debug)]
 pub struct BundleArgs {
@@ -37,6 +37,7 @@ pub struct BundleArgs {
 const CHECK_STEPS: usize = 1024;
 
 pub fn run(args: &BundleArgs) -> Result<()> {
+    check_output(&args.output, &[("MODEL", &args.model)])?;
     let model = Model::open(&args.model)?;
     let options = BundleOptions {
         trainable: args.trainable.clone(),

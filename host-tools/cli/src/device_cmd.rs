@@ -1,17 +1,21 @@
 //! `sprout device`: talks to a device running sprout's firmware over a serial port or
 //! `tcp:HOST:PORT`: `train` sends a data folder and trains on the device with progress bars,
-//! `pull` saves its checkpoint (CRC-checked, written atomically), `push` sends one back.
+//! `pull` saves its checkpoint (CRC-checked, size-limited, written atomically), `push` sends
+//! one back; each within a deadline and a stall timeout.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use sprout_core::link::{LinkStats, RetryPolicy, Split, TrainingConfig};
+use sprout_core::format::{bundle, device_checkpoint};
+use sprout_core::link::{Limits, LinkStats, RetryPolicy, Split, TrainingConfig};
 use sprout_device::{checkpoint_for, ConnectOptions, Device, PortSpec, SampleSet};
+use sprout_train::{read_kind, FileKind};
 
+use crate::duration::{parse_limit, TimeLimit};
 use crate::progress::{self, decimal, Unit};
-use crate::size::format_size;
+use crate::size::{format_size, parse_size};
 
 #[derive(Args, Debug)]
 pub struct DeviceArgs {
@@ -51,7 +55,21 @@ struct PortArgs {
     /// Times a request is sent before the link counts as failed.
     #[arg(long, value_name = "N", default_value_t = RetryPolicy::default().attempts)]
     attempts: u32,
+    /// How long the whole command may take (500ms, 90s, 10m, 2h, or none)
+    /// [default: 24h for train, 30m for pull and push].
+    #[arg(long, value_name = "TIME", value_parser = parse_limit)]
+    deadline: Option<TimeLimit>,
+    /// How long the device may go without progress (a request carried out, a chunk taken,
+    /// training moving on a step) before it counts as stalled (or none).
+    #[arg(long, value_name = "TIME", value_parser = parse_limit, default_value = "2m")]
+    stall_timeout: TimeLimit,
 }
+
+/// The deadline of `device train` without --deadline: a day.
+const TRAIN_DEADLINE_MS: u32 = 24 * 3600 * 1000;
+/// The deadline of `device pull` and `push` without --deadline: half an hour (a 16 MiB
+/// checkpoint at 115200 baud takes about 25 minutes).
+const TRANSFER_DEADLINE_MS: u32 = 30 * 60 * 1000;
 
 #[derive(Args, Debug)]
 struct TrainArgs {
@@ -79,6 +97,14 @@ struct PullArgs {
     /// Where to write the checkpoint (sealed with a CRC-32; written whole or not at all).
     #[arg(short, long, value_name = "CKPT", alias = "out")]
     output: PathBuf,
+    /// The bundle the device runs: the pull takes a checkpoint of exactly its state's size
+    /// and refuses a larger one, and the device's model must be the bundle's.
+    #[arg(long, value_name = "FILE", conflicts_with = "max_size")]
+    bundle: Option<PathBuf>,
+    /// The largest checkpoint the pull takes without --bundle (a device announcing more is
+    /// refused before anything is buffered).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "16MiB")]
+    max_size: usize,
 }
 
 #[derive(Args, Debug)]
@@ -98,13 +124,19 @@ pub fn run(args: &DeviceArgs) -> Result<()> {
     }
 }
 
-fn connect(port: &PortArgs) -> Result<Device> {
+/// Connects to the device on `port`, holding everything to the port's limits
+/// (`default_deadline_ms` without --deadline).
+fn connect(port: &PortArgs, default_deadline_ms: u32) -> Result<Device> {
     let policy = RetryPolicy {
         timeout_ms: port.timeout_ms,
         compute_timeout_ms: port.compute_timeout_ms,
         attempts: port.attempts,
     };
-    let options = ConnectOptions { policy, ..ConnectOptions::default() };
+    let limits = Limits {
+        deadline_ms: port.deadline.map_or(Some(default_deadline_ms), |d| d.0),
+        stall_ms: port.stall_timeout.0,
+    };
+    let options = ConnectOptions { policy, limits, ..ConnectOptions::default() };
     let spec = PortSpec::parse(&port.port, port.baud.unwrap_or(DEFAULT_BAUD));
     if let (PortSpec::Tcp(_), Some(_)) = (&spec, port.baud) {
         bail!("--baud applies to serial ports, not to {}", port.port);
@@ -124,7 +156,7 @@ fn connect(port: &PortArgs) -> Result<Device> {
 }
 
 fn train(args: &TrainArgs) -> Result<()> {
-    let mut device = connect(&args.port)?;
+    let mut device = connect(&args.port, TRAIN_DEADLINE_MS)?;
     let classes = device.class_names()?;
     let samples = SampleSet::open(&args.data, &classes, device.info().sample)?;
     eprintln!(
@@ -167,11 +199,39 @@ fn train(args: &TrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// The checkpoint size a pull takes: a checkpoint of the bundle's state when one is given
+/// (with the bundle's model hash to match), else --max-size.
+fn pull_limit(args: &PullArgs) -> Result<(u32, Option<(u64, &Path)>)> {
+    let Some(path) = &args.bundle else {
+        let limit = u32::try_from(args.max_size)
+            .map_err(|_| anyhow::anyhow!("--max-size: the link announces at most 4 GiB"))?;
+        return Ok((limit, None));
+    };
+    let bytes = read_kind(path, FileKind::Bundle, "a device bundle")?;
+    let (header, _) = bundle::read_header(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: not a usable bundle: {e}", path.display()))?;
+    let len = device_checkpoint::CHECKPOINT_HEADER_BYTES + header.state.len as usize;
+    let limit = u32::try_from(len).map_err(|_| {
+        anyhow::anyhow!("{}: a {len}-byte checkpoint exceeds the link's 4 GiB", path.display())
+    })?;
+    Ok((limit, Some((header.model_hash, path.as_path()))))
+}
+
 fn pull(args: &PullArgs) -> Result<()> {
-    let mut device = connect(&args.port)?;
+    sprout_train::check_output(&args.output, &[])?;
+    let (limit, bundle) = pull_limit(args)?;
+    let mut device = connect(&args.port, TRANSFER_DEADLINE_MS)?;
+    let device_model = device.info().model_hash;
+    if let Some((model, path)) = bundle.filter(|(model, _)| *model != device_model) {
+        bail!(
+            "the device runs model {device_model:#018x}, the bundle {} is for model \
+             {model:#018x}",
+            path.display()
+        );
+    }
     let length = device.info().checkpoint.map_or(0, |c| u64::from(c.len));
-    let bar = progress::bar("pull", length, Unit::Bytes);
-    let (bytes, checkpoint) = device.pull_checkpoint(|received, total| {
+    let bar = progress::bar("pull", length.min(u64::from(limit)), Unit::Bytes);
+    let (bytes, checkpoint) = device.pull_checkpoint(limit, |received, total| {
         bar.set_length(u64::from(total));
         bar.set_position(u64::from(received));
     })?;
@@ -189,7 +249,7 @@ fn pull(args: &PullArgs) -> Result<()> {
 }
 
 fn push(args: &PushArgs) -> Result<()> {
-    let mut device = connect(&args.port)?;
+    let mut device = connect(&args.port, TRANSFER_DEADLINE_MS)?;
     let bytes = checkpoint_for(&args.checkpoint, device.info())?;
     let bar = progress::bar("push", bytes.len() as u64, Unit::Bytes);
     device.push_checkpoint(&bytes, |sent| bar.set_position(u64::from(sent)))?;

@@ -4,6 +4,7 @@
 mod bundle_cmd;
 mod data_cmd;
 mod device_cmd;
+mod duration;
 mod eval_cmd;
 mod flash_cmd;
 mod image_args;

@@ -12,7 +12,7 @@ use sprout_onnx::{
     export_onnx_with_metadata, export_safetensors, graph_weights, import_with, metadata,
     state_dict, ImportOptions,
 };
-use sprout_train::{fit_of, read_kind, write_atomic, FileKind};
+use sprout_train::{check_output, fit_of, read_kind, write_atomic, FileKind};
 
 use crate::image_args::ResizeArg;
 
@@ -72,6 +72,7 @@ pub struct ExportArgs {
 }
 
 pub fn convert(args: &ConvertArgs) -> Result<()> {
+    check_output(&args.output, &[("MODEL", &args.model)])?;
     let bytes = read_kind(&args.model, FileKind::Onnx, "an ONNX model")?;
     let options = ImportOptions { batch: args.batch_size.map(|b| b as usize) };
     let mut imported = import_with(&bytes, &options)
@@ -174,6 +175,7 @@ fn check_metadata(metadata: &mut Metadata, output: Option<&[usize]>) -> Result<(
 }
 
 pub fn export(args: &ExportArgs) -> Result<()> {
+    check_output(&args.output, &[("MODEL", &args.model)])?;
     let bytes = read_kind(&args.model, FileKind::Model, "a .sprout model")?;
     let model =
         load_model(&bytes).with_context(|| format!("could not load '{}'", args.model.display()))?;

@@ -11,7 +11,7 @@ use sprout_core::{
     compile_training_step_with, DType, GraphError, MemoryOptions, PlacementOptions, Role, Strategy,
     TrainConfig,
 };
-use sprout_train::{write_atomic, Model};
+use sprout_train::{check_output, write_atomic, Model};
 use sprout_zoo::{select_trainable, Architecture};
 
 use crate::picture;
@@ -131,6 +131,10 @@ fn quantized_storage(model: &Model) -> Vec<&'static str> {
 }
 
 pub fn run(args: &PlanArgs) -> Result<()> {
+    if let Some(svg) = &args.svg {
+        let model = args.model.as_deref().map(|m| ("MODEL", m));
+        check_output(svg, &model.into_iter().collect::<Vec<_>>())?;
+    }
     let (model, name) = open_model(args)?;
     let batch = model.batch();
     let stored = quantized_storage(&model);

@@ -7,8 +7,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sprout_core::{load_model, save_model, to_f16_storage, F16Storage, Graph, ModelFile, Role};
 use sprout_train::{
-    open_calibration, quantize_with_progress, read_kind, write_atomic, FileKind, Model,
-    QuantizeSettings, RangeMethod,
+    check_output, open_calibration, quantize_with_progress, read_kind, write_atomic, FileKind,
+    Model, QuantizeSettings, RangeMethod,
 };
 
 use crate::progress::{self, Unit};
@@ -119,6 +119,9 @@ fn check(args: &QuantizeArgs) -> Result<()> {
 
 pub fn run(args: &QuantizeArgs) -> Result<()> {
     check(args)?;
+    let calib = args.calib.as_deref().map(|c| ("--calib", c));
+    let inputs: Vec<_> = [("MODEL", args.model.as_path())].into_iter().chain(calib).collect();
+    check_output(&args.output, &inputs)?;
     let bytes = read_kind(&args.model, FileKind::Model, "a .sprout model")?;
     let file = load_model(&bytes).with_context(|| format!("loading {}", args.model.display()))?;
     let mut summary = QuantizeSummary {

@@ -117,7 +117,8 @@ fn missing_and_wrong_kind_files_are_named_once() {
     let odd = scratch.path("notes.txt");
     fs::write(&odd, b"not a model at all").unwrap();
     let missing = scratch.path("leavs");
-    let out = s(&scratch.0);
+    let out = scratch.path("out.sprout");
+    let out = s(&out);
 
     let (p, c, m) = (s(&png), s(&ckpt), s(&missing));
     fails_once(&["eval", p, "--data", m], &format!("{p} is a PNG image, not a .sprout model"));

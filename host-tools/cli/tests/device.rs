@@ -105,21 +105,7 @@ fn push_sends_a_checkpoint_of_the_device_model() {
 #[test]
 fn train_sends_the_data_folder_and_reports_the_device_progress() {
     let folder = tempfile::tempdir().unwrap();
-    let data = folder.path().join("leaves");
-    let classes = CLASSES.join(",");
-    let size = SHAPE.width.to_string();
-    ok(&[
-        "data",
-        "leaves",
-        "--out",
-        data.to_str().unwrap(),
-        "--classes",
-        &classes,
-        "--per-class",
-        "5",
-        "--size",
-        &size,
-    ]);
+    let data = leaves(folder.path());
     let (app, port) = device(Vec::new());
 
     let stdout = ok(&[
@@ -141,4 +127,56 @@ fn train_sends_the_data_folder_and_reports_the_device_progress() {
         assert_eq!(app.samples.iter().filter(|(l, _, _)| *l == label).count(), 5);
     }
     assert!(app.samples.iter().all(|(_, _, pixels)| pixels.len() == SHAPE.bytes() as usize));
+}
+
+/// A data folder of the fake device's classes and sample size, 5 images per class.
+fn leaves(folder: &Path) -> std::path::PathBuf {
+    let data = folder.join("leaves");
+    let size = SHAPE.width.to_string();
+    let classes = CLASSES.join(",");
+    let d = data.to_str().unwrap();
+    ok(&["data", "leaves", "-o", d, "--classes", &classes, "--per-class", "5", "--size", &size]);
+    data
+}
+
+#[test]
+fn train_gives_up_on_a_hung_device_and_at_the_deadline() {
+    let folder = tempfile::tempdir().unwrap();
+    let data = leaves(folder.path());
+    let (app, port) = device(Vec::new());
+    app.lock().unwrap().hung = true;
+    let train = ["device", "train", "--port", &port, "--data", data.to_str().unwrap()];
+    let started = std::time::Instant::now();
+    fails(
+        &[&train[..], &["--stall-timeout", "300ms"]].concat(),
+        "gave up on query progress: no progress for 0.3 s (stall timeout)",
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    fails(
+        &[&train[..], &["--deadline", "0.4s", "--stall-timeout", "none", "--keep-samples"]]
+            .concat(),
+        "the deadline of 0.4 s passed",
+    );
+    fails(&[&train[..], &["--deadline", "5d"]].concat(), "unknown unit 'd'");
+}
+
+#[test]
+fn pull_refuses_a_checkpoint_over_its_size_limit_or_of_another_bundle() {
+    let (_, port) = device(vec![3; 5000]);
+    let folder = tempfile::tempdir().unwrap();
+    let out = folder.path().join("device.ckpt");
+    let pull = ["device", "pull", "--port", &port, "-o", out.to_str().unwrap()];
+    fails(
+        &[&pull[..], &["--max-size", "1KiB"]].concat(),
+        "the device announced a 5000-byte checkpoint, more than the 1024 bytes this pull takes",
+    );
+    assert!(files_in(folder.path()).is_empty());
+
+    // A bundle of another model than the device's.
+    let model = folder.path().join("m.sprout");
+    common::tiny_model(&model);
+    let bundle = folder.path().join("m.bundle");
+    ok(&["bundle", model.to_str().unwrap(), "-o", bundle.to_str().unwrap()]);
+    fails(&[&pull[..], &["--bundle", bundle.to_str().unwrap()]].concat(), "is for model");
+    assert!(!out.exists());
 }

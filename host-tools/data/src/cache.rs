@@ -11,7 +11,7 @@ use std::time::UNIX_EPOCH;
 use image::RgbImage;
 
 use crate::error::DataError;
-use crate::files::write_atomic;
+use crate::files::write_replaceable;
 use crate::resize::ResizeMode;
 use crate::rng::fnv1a;
 
@@ -111,7 +111,8 @@ impl Cache {
                 bytes.extend_from_slice(&image.width().to_le_bytes());
                 bytes.extend_from_slice(&image.height().to_le_bytes());
                 bytes.extend_from_slice(image.as_raw());
-                write_atomic(&dir.join(name), &bytes)
+                let path = dir.join(name);
+                write_replaceable(&path, &bytes).map_err(DataError::io(path))
             }
         }
     }

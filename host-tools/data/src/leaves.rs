@@ -10,7 +10,7 @@ use image::codecs::png::PngEncoder;
 use image::{ExtendedColorType, ImageEncoder};
 
 use crate::error::DataError;
-use crate::files::write_atomic;
+use crate::files::write_replaceable;
 use crate::noise::{smoothstep, ValueNoise};
 use crate::pixels::{mix, scale, Image, Rgb};
 use crate::rng::{fnv1a, Rng};
@@ -229,7 +229,7 @@ fn write_png(image: &Image, path: &Path) -> Result<u64, DataError> {
     PngEncoder::new(&mut png)
         .write_image(&image.to_rgb8(), image.width, image.height, ExtendedColorType::Rgb8)
         .map_err(|e| DataError::Encode { path: path.to_path_buf(), reason: e.to_string() })?;
-    write_atomic(path, &png)?;
+    write_replaceable(path, &png).map_err(DataError::io(path))?;
     Ok(png.len() as u64)
 }
 

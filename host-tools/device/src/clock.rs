@@ -4,7 +4,8 @@ use std::time::Instant;
 
 use sprout_core::link::Clock;
 
-/// Milliseconds since the clock was made.
+/// Milliseconds since the clock was made; copies count from the same moment.
+#[derive(Clone, Copy, Debug)]
 pub struct StdClock(Instant);
 
 impl Default for StdClock {

@@ -8,8 +8,8 @@ use std::thread;
 use std::time::Duration;
 
 use sprout_core::link::{
-    CheckpointInfo, Client, ClientError, DeviceInfo, LinkStats, Pull, RetryPolicy, Split,
-    TrainingConfig, TrainingProgress, TrainingState,
+    CheckpointInfo, Client, ClientError, Clock, DeviceInfo, Limits, LinkStats, Pull, RetryPolicy,
+    Split, TrainingConfig, TrainingProgress, TrainingState, Watch,
 };
 
 use crate::clock::StdClock;
@@ -25,11 +25,15 @@ pub struct ConnectOptions {
     pub policy: RetryPolicy,
     /// Times one operation may reopen the port after the link failed.
     pub reconnects: u32,
+    /// The deadline (from connecting) and stall timeout of everything done with the device.
+    pub limits: Limits,
 }
 
 impl Default for ConnectOptions {
+    /// Two reconnects; no deadline, a device stalled for two minutes is given up on.
     fn default() -> Self {
-        Self { policy: RetryPolicy::default(), reconnects: 2 }
+        let limits = Limits { deadline_ms: None, stall_ms: Some(120_000) };
+        Self { policy: RetryPolicy::default(), reconnects: 2, limits }
     }
 }
 
@@ -38,6 +42,8 @@ pub struct Device {
     spec: PortSpec,
     options: ConnectOptions,
     session: u32,
+    /// The clock of every connection, so the limits count across reconnects.
+    clock: StdClock,
     client: LinkClient,
     info: DeviceInfo,
     /// Link statistics of the connections before the current one.
@@ -51,12 +57,16 @@ impl Device {
     pub fn connect(spec: PortSpec, options: ConnectOptions) -> Result<Self, LinkError> {
         // A session id this device has not seen: it starts with fresh transfers.
         let session = RandomState::new().hash_one(std::process::id()) as u32;
-        let mut client = Client::new(spec.open()?, StdClock::default(), options.policy);
+        let mut clock = StdClock::default();
+        let watch = Watch::start(options.limits, clock.now_ms());
+        let mut client = Client::new(spec.open()?, clock, options.policy);
+        client.set_watch(Some(watch));
         let info = client.hello(session).map_err(|source| link(&spec, source))?;
         Ok(Self {
             spec,
             options,
             session,
+            clock,
             client,
             info,
             earlier: LinkStats::default(),
@@ -109,17 +119,27 @@ impl Device {
     }
 
     /// Starts training and polls its progress every `poll` until it ends, telling
-    /// `progress` each report; returns the last one.
+    /// `progress` each report; returns the last one. Training that reports the same epoch,
+    /// step and state for the stall timeout counts as stalled.
     pub fn train(
         &mut self,
         config: TrainingConfig,
         poll: Duration,
         mut progress: impl FnMut(&TrainingProgress),
     ) -> Result<TrainingProgress, LinkError> {
+        // Polls come at least twice per stall timeout, so a device moving on is seen to.
+        let half_stall =
+            self.options.limits.stall_ms.map(|ms| Duration::from_millis(u64::from(ms) / 2));
+        let poll = half_stall.map_or(poll, |half| poll.min(half));
         self.retrying(|c| c.start_training(config))?;
+        let mut last = None;
         loop {
             thread::sleep(poll);
             let report = self.retrying(|c| c.progress())?;
+            let now = (report.state, report.epoch, report.step);
+            if last.replace(now) != Some(now) {
+                self.client.progressed();
+            }
             progress(&report);
             match report.state {
                 TrainingState::Idle | TrainingState::Running => continue,
@@ -131,16 +151,20 @@ impl Device {
         }
     }
 
-    /// Pulls the device's checkpoint, CRC-checked; `received` hears the bytes so far and the
+    /// Pulls the device's checkpoint, CRC-checked, refusing one announced larger than
+    /// `limit` bytes before taking any of it; `received` hears the bytes so far and the
     /// total. Resumes across reconnects at the last acknowledged byte.
     pub fn pull_checkpoint(
         &mut self,
+        limit: u32,
         mut received: impl FnMut(u32, u32),
     ) -> Result<(Vec<u8>, CheckpointInfo), LinkError> {
-        let mut pull = Pull::default();
+        let mut pull = Pull::at_most(limit);
         let mut bytes = Vec::new();
         let checkpoint = self.retrying(|c| {
             c.pull_checkpoint(&mut pull, |checkpoint, chunk| {
+                // The announced length is at most `limit`, checked before this chunk.
+                bytes.reserve_exact((checkpoint.len as usize).saturating_sub(bytes.len()));
                 bytes.extend_from_slice(chunk);
                 received(bytes.len() as u32, checkpoint.len);
             })
@@ -177,7 +201,8 @@ impl Device {
 
     fn reconnect(&mut self) -> Result<(), LinkError> {
         let stats = self.stats();
-        let mut client = Client::new(self.spec.open()?, StdClock::default(), self.options.policy);
+        let mut client = Client::new(self.spec.open()?, self.clock, self.options.policy);
+        client.set_watch(self.client.watch());
         self.info = client.hello(self.session).map_err(|source| link(&self.spec, source))?;
         self.client = client;
         self.earlier = stats;

@@ -7,7 +7,7 @@
 //! use sprout_device::{ConnectOptions, Device, PortSpec};
 //! # fn main() -> Result<(), sprout_device::LinkError> {
 //! let mut device = Device::connect(PortSpec::parse("tcp:127.0.0.1:4444", 115_200), ConnectOptions::default())?;
-//! let (checkpoint, info) = device.pull_checkpoint(|_, _| {})?;
+//! let (checkpoint, info) = device.pull_checkpoint(1 << 20, |_, _| {})?;
 //! sprout_train::write_atomic(std::path::Path::new("device.ckpt"), &checkpoint)?;
 //! # let _ = info;
 //! # Ok(())

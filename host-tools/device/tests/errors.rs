@@ -12,7 +12,7 @@ use std::thread;
 use sprout_core::format::device_checkpoint::{self as checkpoint, CheckpointInfo};
 use sprout_core::link::frame::{decode, encode};
 use sprout_core::link::{
-    ClientError, DeviceError, DeviceInfo, Request, Response, RetryPolicy, MAX_FRAME,
+    ClientError, DeviceError, DeviceInfo, Limits, Request, Response, RetryPolicy, MAX_FRAME,
 };
 use sprout_device::{
     checkpoint_for, write_checkpoint_file, ConnectOptions, Device, LinkError, PortSpec,
@@ -22,6 +22,7 @@ use support::fake_app::{spawn_tcp_device, FakeApp, MODEL_HASH, SHAPE};
 const QUICK: ConnectOptions = ConnectOptions {
     policy: RetryPolicy { timeout_ms: 30, compute_timeout_ms: 30, attempts: 3 },
     reconnects: 0,
+    limits: Limits { deadline_ms: None, stall_ms: None },
 };
 
 fn tcp(port: u16) -> PortSpec {
@@ -97,7 +98,7 @@ fn a_refusal_carries_the_device_reason() {
     let app = Arc::new(Mutex::new(FakeApp::new(Vec::new())));
     let port = spawn_tcp_device(app, |_| false);
     let mut device = Device::connect(tcp(port), QUICK).unwrap();
-    let error = device.pull_checkpoint(|_, _| {}).err().unwrap();
+    let error = device.pull_checkpoint(u32::MAX, |_, _| {}).err().unwrap();
     assert!(matches!(
         &error,
         LinkError::Link {

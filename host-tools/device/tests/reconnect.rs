@@ -5,7 +5,7 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use sprout_core::link::{RetryPolicy, MAX_CHUNK};
+use sprout_core::link::{Limits, RetryPolicy, MAX_CHUNK};
 use sprout_core::rng::SplitMix;
 use sprout_device::{ConnectOptions, Device, PortSpec};
 use support::fake_app::{spawn_tcp_device, FakeApp};
@@ -13,6 +13,7 @@ use support::fake_app::{spawn_tcp_device, FakeApp};
 const OPTIONS: ConnectOptions = ConnectOptions {
     policy: RetryPolicy { timeout_ms: 2000, compute_timeout_ms: 2000, attempts: 5 },
     reconnects: 2,
+    limits: Limits { deadline_ms: None, stall_ms: None },
 };
 
 fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
@@ -31,7 +32,7 @@ fn a_pull_cut_off_midway_resumes_at_the_last_acknowledged_chunk() {
     let port = spawn_tcp_device(app.clone(), |app| app.reads.len() >= 8);
     let mut device = connect(port);
 
-    let (pulled, info) = device.pull_checkpoint(|_, _| {}).unwrap();
+    let (pulled, info) = device.pull_checkpoint(u32::MAX, |_, _| {}).unwrap();
     assert!(pulled == checkpoint, "pulled bytes differ");
     assert_eq!(info.len as usize, checkpoint.len());
     assert_eq!(device.reconnects(), 1);

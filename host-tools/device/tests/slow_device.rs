@@ -19,7 +19,11 @@ fn push_to_slow_device(compute_timeout_ms: u32) -> (u64, usize) {
     let port = spawn_tcp_device(app.clone(), |_| false);
     let policy = RetryPolicy { timeout_ms: 100, compute_timeout_ms, attempts: 8 };
     let spec = PortSpec::parse(&format!("tcp:127.0.0.1:{port}"), 0);
-    let mut device = Device::connect(spec, ConnectOptions { policy, reconnects: 0 }).unwrap();
+    let mut device = Device::connect(
+        spec,
+        ConnectOptions { policy, reconnects: 0, ..ConnectOptions::default() },
+    )
+    .unwrap();
     for id in 0..3 {
         device.push_sample(id, 1, Split::Train, &[id as u8; 768]).unwrap();
     }

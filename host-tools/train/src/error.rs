@@ -18,6 +18,9 @@ pub enum TrainError {
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
+    /// An output path that cannot be written, or that names an input.
+    #[error("{}: {detail}", path.display())]
+    Output { path: PathBuf, detail: String },
     /// A tensor file (`.npz`, `.npy`, `.safetensors`) that cannot be read at all.
     #[error("{}: {detail}", path.display())]
     TensorFile { path: PathBuf, detail: String },

@@ -42,7 +42,7 @@ pub use checkpoint::{
     checkpoint_name, read_checkpoint, write_checkpoint, Checkpoint, EpochRecord, KEEP, MAGIC,
 };
 pub use error::{CheckpointError, TrainError};
-pub use files::write_atomic;
+pub use files::{check_output, write_atomic};
 pub use kind::{expect_kind, read_kind, FileKind};
 pub use memory::{check_graph, graph_bytes, initial_memory};
 pub use metrics::{argmax, softmax, Metrics};
@@ -56,7 +56,7 @@ pub use quantize::{
     calibrate, calibrate_with_progress, quantize, quantize_with_progress, QuantizeSettings,
     RangeMethod,
 };
-pub use run_folder::{check_output, run_folder};
+pub use run_folder::run_folder;
 pub use run_record::{RunRecord, RECORD_FILE};
 pub use source::{
     encode_npy, read_npy, read_tensor_file, read_unlabelled_tensors, DataSource, TensorSet,

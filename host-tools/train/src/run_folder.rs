@@ -1,6 +1,6 @@
 //! Where a run writes: a fresh folder per run (`runs/<name>`, then `<name>-2`, `<name>-3`,
 //! ...), an exact `--out-dir` that must be new or empty, or the folder of the checkpoint a
-//! run resumes; and the check that the output path can be written and is not an input.
+//! run resumes.
 
 use std::fs;
 use std::io::ErrorKind;
@@ -68,40 +68,4 @@ pub fn run_folder(
         }
     }
     unreachable!("some run folder name is free")
-}
-
-/// Checks, before training, that `output` can be written: its folder exists and is
-/// writable, it is not a folder, and it is none of `inputs` (`(flag, path)` pairs).
-pub fn check_output(output: &Path, inputs: &[(&str, &Path)]) -> Result<(), TrainError> {
-    let folder = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let meta = fs::metadata(folder).map_err(|_| {
-        refuse(format!("{}: the folder {} does not exist", output.display(), folder.display()))
-    })?;
-    if !meta.is_dir() {
-        return Err(refuse(format!("{}: {} is not a folder", output.display(), folder.display())));
-    }
-    if meta.permissions().readonly() {
-        return Err(refuse(format!(
-            "{}: the folder {} is read-only",
-            output.display(),
-            folder.display()
-        )));
-    }
-    if output.is_dir() {
-        return Err(refuse(format!("{}: is a folder, not a file name", output.display())));
-    }
-    if let Ok(target) = fs::canonicalize(output) {
-        for (flag, input) in inputs {
-            if fs::canonicalize(input).is_ok_and(|i| i == target) {
-                return Err(refuse(format!(
-                    "{}: is the {flag} input; the output must not overwrite it",
-                    output.display()
-                )));
-            }
-        }
-    }
-    Ok(())
 }

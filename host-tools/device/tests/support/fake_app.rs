@@ -1,6 +1,7 @@
 //! `FakeApp`: an in-memory stand-in for the firmware behind a [`DeviceSession`]: it keeps
-//! samples and one checkpoint in vectors and "trains" one epoch per progress query. The
-//! serving helpers run a session on a thread over a pipe or a TCP listener.
+//! samples and one checkpoint in vectors and "trains" one epoch per progress query (or,
+//! `hung`, none). The serving helpers run a session on a thread over a pipe or a TCP
+//! listener.
 
 use std::cell::Cell;
 use std::net::TcpListener;
@@ -32,6 +33,8 @@ pub struct FakeApp {
     pub reads: Vec<u32>,
     /// How long completing a sample takes (a real device's backbone pass).
     pub compute: Duration,
+    /// Training, once started, stays running at step 0 (a hung trainer).
+    pub hung: bool,
     training: Cell<TrainingProgress>,
 }
 
@@ -53,6 +56,7 @@ impl FakeApp {
             incoming: Vec::new(),
             reads: Vec::new(),
             compute: Duration::ZERO,
+            hung: false,
             training: Cell::new(idle),
         };
         app.set_checkpoint(checkpoint);
@@ -124,7 +128,7 @@ impl DeviceApp for FakeApp {
     /// Each query while running finishes one epoch of one step per sample.
     fn progress(&self) -> TrainingProgress {
         let mut progress = self.training.get();
-        if progress.state == TrainingState::Running {
+        if progress.state == TrainingState::Running && !self.hung {
             progress.epoch += 1;
             progress.step += self.samples.len() as u32;
             progress.loss = 1.0 / f32::from(progress.epoch);
