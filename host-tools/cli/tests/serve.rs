@@ -467,3 +467,60 @@ fn cancel_kills_the_training_process_and_a_busy_data_set_stays() {
     let (status, _) = server.call("DELETE", "/api/v1/datasets/leaves", Some(&trainer), None);
     assert_eq!(status, 204);
 }
+
+#[test]
+fn a_job_killed_with_its_service_resumes_and_trains_the_same_model() {
+    let scratch = Scratch::new("serve-kill");
+    let photos = photos(&scratch, 4);
+    let job = json!({"dataset": "leaves", "base": {"model": {"name": "base"}}, "epochs": 30, "batch_size": 4, "seed": 3});
+    // The same job twice: in `data` with a kill -9 of the service, in `reference` without.
+    let (data, reference) = (scratch.path("data"), scratch.path("reference"));
+    let (token, reference_token) = (token(&data, "train"), token(&reference, "train"));
+    let server = Server::start(&data, &[]);
+    let undisturbed = Server::start(&reference, &[]);
+    for (server, token) in [(&server, &token), (&undisturbed, &reference_token)] {
+        upload_dataset(server, token, "leaves", &photos);
+        upload_base(server, token, &scratch);
+        let (status, created) = server.json("POST", "/api/v1/jobs", Some(token), Some(job.clone()));
+        assert_eq!((status, created["id"].as_i64()), (201, Some(1)), "{created}");
+    }
+    let run = data.join("jobs").join("1").join("run");
+    let start = Instant::now();
+    while !run.join("checkpoint-epoch-002.ckpt").exists() {
+        assert!(start.elapsed() < Duration::from_secs(60), "no checkpoint in {}", run.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(server); // SIGKILL
+    let snapshot = data.join("jobs").join("1").join("data");
+    let start = Instant::now();
+    while !Command::new("pgrep").args(["-f", s(&snapshot)]).output().unwrap().stdout.is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the training process outlived the service"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let server = Server::start(&data, &[]);
+    let events = server.events(1, &token);
+    let statuses: Vec<&Value> =
+        events.iter().filter(|e| e["kind"] == "status").map(|e| &e["data"]).collect();
+    assert!(
+        statuses.iter().any(|s| s["interrupted"] == true),
+        "the job was interrupted: {statuses:?}"
+    );
+    assert_eq!(statuses.last().unwrap()["status"], "succeeded", "{events:#?}");
+    assert!(events
+        .iter()
+        .any(|e| e["data"]["line"].as_str().is_some_and(|l| l.starts_with("resuming from"))));
+    undisturbed.wait_for(1, &reference_token, &["succeeded"]);
+    let resumed = server.call("GET", "/api/v1/models/leaves/versions/1/file", Some(&token), None);
+    let straight = undisturbed.call(
+        "GET",
+        "/api/v1/models/leaves/versions/1/file",
+        Some(&reference_token),
+        None,
+    );
+    assert_eq!(resumed.0, 200);
+    assert!(resumed.1 == straight.1, "the resumed job's model differs from the undisturbed one's");
+}
