@@ -524,3 +524,72 @@ fn a_job_killed_with_its_service_resumes_and_trains_the_same_model() {
     assert_eq!(resumed.0, 200);
     assert!(resumed.1 == straight.1, "the resumed job's model differs from the undisturbed one's");
 }
+
+#[test]
+fn a_zip_archive_of_class_folders_uploads_and_refuses_escaping_names() {
+    use std::io::Write;
+    let scratch = Scratch::new("serve-zip");
+    let data = scratch.path("data");
+    let trainer = token(&data, "train");
+    let server = Server::start(&data, &[]);
+    let (status, _) = server.json(
+        "POST",
+        "/api/v1/datasets",
+        Some(&trainer),
+        Some(json!({"name": "leaves", "classes": ["healthy", "rust"]})),
+    );
+    assert_eq!(status, 201);
+    let photos = photos(&scratch, 1);
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let entries: [(&str, &[u8]); 5] = [
+        ("field/healthy/a.png", &photos[0].2),
+        ("rust/b.png", &photos[2].2),
+        ("../rust/c.png", &photos[1].2),
+        ("top.png", &photos[1].2),
+        ("healthy/broken.png", &photos[1].2[..40]),
+    ];
+    for (name, bytes) in entries {
+        zip.start_file(name, zip::write::SimpleFileOptions::default()).unwrap();
+        zip.write_all(bytes).unwrap();
+    }
+    let archive = zip.finish().unwrap().into_inner();
+    let (kind, body) = multipart(&[
+        ("archive", "leaves.zip", &archive),
+        ("healthy", "junk.zip", b"PK not really"),
+    ]);
+    let (status, bytes) =
+        server.call("POST", "/api/v1/datasets/leaves/images", Some(&trainer), Some((&kind, body)));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let report: Value = serde_json::from_slice(&bytes).unwrap();
+    let files: Vec<(&str, &str, &str)> = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap(),
+                f["class"].as_str().unwrap(),
+                f["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        files,
+        [
+            ("leaves.zip/field/healthy/a.png", "healthy", "added"),
+            ("leaves.zip/rust/b.png", "rust", "added"),
+            ("leaves.zip/../rust/c.png", "", "rejected"),
+            ("leaves.zip/top.png", "", "rejected"),
+            ("leaves.zip/healthy/broken.png", "healthy", "rejected"),
+            ("junk.zip", "", "rejected"),
+        ],
+        "{report}"
+    );
+    assert!(report["files"][2]["detail"].as_str().unwrap().contains("leaves the archive"));
+    assert!(report["files"][5]["detail"].as_str().unwrap().contains("not a readable zip"));
+    let (_, detail) = server.json("GET", "/api/v1/datasets/leaves", Some(&trainer), None);
+    assert_eq!(
+        detail["dataset"]["classes"],
+        json!([{"name": "healthy", "images": 1}, {"name": "rust", "images": 1}])
+    );
+}

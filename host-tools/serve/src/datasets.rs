@@ -276,25 +276,22 @@ fn add_file(
     name: &str,
     bytes: &[u8],
 ) -> Result<FileReport, ApiError> {
-    let mut report = FileReport {
-        name: name.to_string(),
-        class: class.to_string(),
-        status: "rejected".into(),
-        hash: None,
-        detail: None,
-    };
     if !classes.iter().any(|c| c == class) {
-        report.detail =
-            Some(format!("unknown class '{class}' (the data set has {})", classes.join(", ")));
-        return Ok(report);
+        let known = classes.join(", ");
+        return Ok(rejected(
+            name,
+            class,
+            &format!("unknown class '{class}' (the data set has {known})"),
+        ));
     }
     if bytes.len() as u64 > MAX_IMAGE_BYTES {
-        report.detail = Some(format!(
-            "{} bytes, over the limit of {MAX_IMAGE_BYTES} bytes for one image",
-            bytes.len()
+        return Ok(rejected(
+            name,
+            class,
+            &format!("over the limit of {MAX_IMAGE_BYTES} bytes for one image"),
         ));
-        return Ok(report);
     }
+    let mut report = rejected(name, class, "");
     let hash = sha256(bytes);
     report.hash = Some(hash.clone());
     let existing: Option<String> = state
@@ -346,8 +343,83 @@ fn add_file(
     Ok(report)
 }
 
+/// The report of a file refused for `detail`.
+fn rejected(name: &str, class: &str, detail: &str) -> FileReport {
+    FileReport {
+        name: name.to_string(),
+        class: class.to_string(),
+        status: "rejected".into(),
+        hash: None,
+        detail: Some(detail.to_string()),
+    }
+}
+
+/// Adds the images of the zip archive `bytes` (uploaded as `archive`), each in a folder
+/// named for its class (`healthy/IMG_1.jpg`, or `any/path/healthy/IMG_1.jpg`). Entries
+/// are read one at a time, each at most [`MAX_IMAGE_BYTES`] and all together at most the
+/// body limit, whatever their headers declare; names that climb out of the archive are
+/// refused.
+fn add_archive(
+    state: &AppState,
+    id: i64,
+    classes: &[String],
+    archive: &str,
+    bytes: &[u8],
+) -> Result<Vec<FileReport>, ApiError> {
+    use std::io::Read;
+    let mut zip = match zip::ZipArchive::new(std::io::Cursor::new(bytes)) {
+        Ok(zip) => zip,
+        Err(e) => {
+            return Ok(vec![rejected(archive, "", &format!("not a readable zip archive: {e}"))])
+        }
+    };
+    let (mut reports, mut total) = (Vec::new(), 0u64);
+    for index in 0..zip.len() {
+        let mut entry = match zip.by_index(index) {
+            Ok(entry) => entry,
+            Err(e) => {
+                let shown = format!("{archive}#{index}");
+                reports.push(rejected(&shown, "", &format!("unreadable entry: {e}")));
+                continue;
+            }
+        };
+        if entry.is_dir() {
+            continue;
+        }
+        let inner = entry.name().map_or_else(|_| format!("#{index}"), |n| n.into_owned());
+        let shown = format!("{archive}/{inner}");
+        let Some(path) = entry.enclosed_name() else {
+            reports.push(rejected(&shown, "", "a name that leaves the archive"));
+            continue;
+        };
+        let parts: Vec<String> = path.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        let [.., class, _] = parts.as_slice() else {
+            reports.push(rejected(&shown, "", "not in a class folder (CLASS/FILE)"));
+            continue;
+        };
+        let mut image = Vec::new();
+        let read = (&mut entry).take(MAX_IMAGE_BYTES + 1).read_to_end(&mut image);
+        if let Err(e) = read {
+            reports.push(rejected(&shown, class, &format!("cannot unpack: {e}")));
+            continue;
+        }
+        total += image.len() as u64;
+        if total > state.max_body_bytes as u64 {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "{archive}: its files hold more than the {} bytes one request may",
+                    state.max_body_bytes
+                ),
+            ));
+        }
+        reports.push(add_file(state, id, classes, class, &shown, &image)?);
+    }
+    Ok(reports)
+}
+
 #[utoipa::path(post, path = "/api/v1/datasets/{name}/images", tag = "datasets",
-    request_body(content_type = "multipart/form-data", description = "One part per image: the field name is its class, the file name is kept"),
+    request_body(content_type = "multipart/form-data", description = "One part per image: the field name is its class, the file name is kept; or a part with a .zip file of CLASS/FILE entries"),
     responses((status = 200, body = UploadReport), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload(
     _: Access<Train>,
@@ -362,21 +434,19 @@ pub async fn upload(
         let file_name = field.file_name().unwrap_or_default().to_string();
         let bytes = field.bytes().await?;
         let (state, classes) = (state.clone(), classes.clone());
-        let report = tokio::task::spawn_blocking(move || {
+        let reports = tokio::task::spawn_blocking(move || {
             if file_name.is_empty() {
-                return Ok(FileReport {
-                    name: file_name,
-                    class,
-                    status: "rejected".into(),
-                    hash: None,
-                    detail: Some("a part without a file name: send each image as a file".into()),
-                });
+                let why = "a part without a file name: send each image as a file";
+                return Ok(vec![rejected(&file_name, &class, why)]);
             }
-            add_file(&state, id, &classes, &class, &file_name, &bytes)
+            if file_name.to_ascii_lowercase().ends_with(".zip") {
+                return add_archive(&state, id, &classes, &file_name, &bytes);
+            }
+            Ok(vec![add_file(&state, id, &classes, &class, &file_name, &bytes)?])
         })
         .await
         .map_err(ApiError::internal)??;
-        files.push(report);
+        files.extend(reports);
     }
     if files.is_empty() {
         return Err(ApiError::bad_request("the upload holds no files"));
@@ -390,8 +460,8 @@ pub async fn upload(
     }))
 }
 
-/// The images of data set `name` by class, as (class, image path) pairs: what a job's
-/// snapshot links to.
+/// The images of data set `name` as (class, file name, stored path): what a job's snapshot
+/// links to.
 pub fn image_paths(
     state: &AppState,
     name: &str,
