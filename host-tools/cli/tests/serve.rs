@@ -469,6 +469,34 @@ fn cancel_kills_the_training_process_and_a_busy_data_set_stays() {
 }
 
 #[test]
+fn sigterm_stops_the_service_while_a_job_streams_events() {
+    let scratch = Scratch::new("serve-term");
+    let data = scratch.path("data");
+    let trainer = token(&data, "train");
+    let mut server = Server::start(&data, &[]);
+    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 2));
+    upload_base(&server, &trainer, &scratch);
+    let long = json!({"dataset": "leaves", "base": {"model": {"name": "base"}}, "epochs": 5000, "batch_size": 2});
+    let (_, job) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(long));
+    server.wait_for(job["id"].as_i64().unwrap(), &trainer, &["running"]);
+    let url = format!("{}/api/v1/jobs/{}/events", server.base, job["id"]);
+    let listener = std::thread::spawn(move || {
+        let response =
+            ureq::get(&url).header("Authorization", format!("Bearer {trainer}")).call().unwrap();
+        BufReader::new(response.into_body().into_reader()).lines().count()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let start = Instant::now();
+    while server.child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10), "the service ignores SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(listener.join().unwrap() > 0, "the listener saw events before the stream closed");
+}
+
+#[test]
 fn a_job_killed_with_its_service_resumes_and_trains_the_same_model() {
     let scratch = Scratch::new("serve-kill");
     let photos = photos(&scratch, 4);

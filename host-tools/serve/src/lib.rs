@@ -64,7 +64,7 @@ impl Config {
     }
 }
 
-/// Runs the service until Ctrl-C or SIGTERM: opens (and migrates) the data folder, resumes
+/// Runs the service until Ctrl-C or SIGTERM (then at most [`GRACE`] longer): opens (and migrates) the data folder, resumes
 /// interrupted jobs, starts the runners, prints `listening on http://ADDR` on standard output
 /// once the socket is bound.
 pub fn serve(config: Config) -> anyhow::Result<()> {
@@ -88,12 +88,25 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         println!("listening on http://{address}");
         use std::io::Write;
         std::io::stdout().flush().context("cannot write to standard output")?;
-        axum::serve(listener, api::router(Arc::clone(&state)))
-            .with_graceful_shutdown(shutdown())
-            .await
-            .context("the HTTP server failed")
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let stopping = Arc::clone(&stop);
+        let server = axum::serve(listener, api::router(Arc::clone(&state)))
+            .with_graceful_shutdown(async move { stopping.notified().await });
+        // Event streams of running jobs stay open: after the signal, requests in flight get
+        // a grace period, then the process exits (its jobs resume on the next start).
+        tokio::select! {
+            result = server => result.context("the HTTP server failed"),
+            () = async {
+                shutdown().await;
+                stop.notify_one();
+                tokio::time::sleep(GRACE).await;
+            } => Ok(()),
+        }
     })
 }
+
+/// How long requests in flight may take to finish after Ctrl-C or SIGTERM.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Resolves on Ctrl-C or SIGTERM.
 async fn shutdown() {
