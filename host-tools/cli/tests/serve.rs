@@ -244,6 +244,26 @@ fn tokens_scopes_and_bad_requests_get_json_errors() {
     let (status, body) = server.json("GET", "/api/v1/nothing", Some(&trainer), None);
     assert_eq!(error(status, &body, "no such route"), 404);
 
+    // An admin makes and revokes tokens; a revoked one is refused, listed ones show no secret.
+    let admin = token(&data, "admin");
+    let (status, made) = server.json(
+        "POST",
+        "/api/v1/tokens",
+        Some(&admin),
+        Some(json!({"scope": "read", "label": "camera"})),
+    );
+    assert_eq!(status, 201);
+    let made = made["token"].as_str().unwrap().to_string();
+    assert_eq!(server.json("GET", "/api/v1/datasets", Some(&made), None).0, 200);
+    let (_, listed) = server.json("GET", "/api/v1/tokens", Some(&admin), None);
+    let camera = listed.as_array().unwrap().iter().find(|t| t["label"] == "camera").unwrap();
+    assert!(!listed.to_string().contains(&made[7..]), "{listed}");
+    let (status, _) =
+        server.call("DELETE", &format!("/api/v1/tokens/{}", camera["id"]), Some(&admin), None);
+    assert_eq!(status, 204);
+    let (status, body) = server.json("GET", "/api/v1/datasets", Some(&made), None);
+    assert_eq!(error(status, &body, "unknown token"), 401);
+
     let (status, _) = server.json("POST", "/api/v1/datasets", Some(&trainer), Some(new.clone()));
     assert_eq!(status, 201);
     let (status, body) = server.json("POST", "/api/v1/datasets", Some(&trainer), Some(new));

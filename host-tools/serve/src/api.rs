@@ -99,13 +99,54 @@ pub async fn create_token(
     Ok((StatusCode::CREATED, axum::Json(TokenCreated { token, scope: scope.name().into() })))
 }
 
+/// A token as listed: never the token itself, which only its creator saw.
+#[derive(Serialize, ToSchema)]
+pub struct TokenInfo {
+    pub id: i64,
+    pub scope: String,
+    pub label: String,
+    /// Unix seconds.
+    pub created: i64,
+}
+
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "service",
+    responses((status = 200, body = [TokenInfo]), (status = 403, body = ErrorBody)))]
+pub async fn list_tokens(
+    _: Access<Admin>,
+    StateOf(state): StateOf<AppState>,
+) -> Result<axum::Json<Vec<TokenInfo>>, ApiError> {
+    let db = state.db.lock();
+    let mut statement = db.prepare("SELECT id, scope, label, created FROM tokens ORDER BY id")?;
+    let tokens = statement
+        .query_map([], |r| {
+            Ok(TokenInfo { id: r.get(0)?, scope: r.get(1)?, label: r.get(2)?, created: r.get(3)? })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(axum::Json(tokens))
+}
+
+#[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "service",
+    description = "Revokes a token: it is refused (401) from then on.",
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn revoke_token(
+    _: Access<Admin>,
+    StateOf(state): StateOf<AppState>,
+    axum::extract::Path(id): axum::extract::Path<i64>,
+) -> Result<StatusCode, ApiError> {
+    match state.db.lock().execute("DELETE FROM tokens WHERE id = ?1", [id])? {
+        0 => Err(ApiError::not_found(format!("token {id}"))),
+        _ => Ok(StatusCode::NO_CONTENT),
+    }
+}
+
 /// The whole service.
 pub fn router(state: AppState) -> Router {
     let limit = state.max_body_bytes;
     Router::new()
         .route("/healthz", get(healthz))
         .route("/api/v1/openapi.json", get(openapi::document))
-        .route("/api/v1/tokens", post(create_token))
+        .route("/api/v1/tokens", get(list_tokens).post(create_token))
+        .route("/api/v1/tokens/{id}", axum::routing::delete(revoke_token))
         .route("/api/v1/datasets", get(datasets::list).post(datasets::create))
         .route("/api/v1/datasets/{name}", get(datasets::get).delete(datasets::delete))
         .route("/api/v1/datasets/{name}/images", post(datasets::upload))

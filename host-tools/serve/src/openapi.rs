@@ -10,7 +10,7 @@ use crate::{api, datasets, error, events, jobs, models, predict};
 #[openapi(
     info(title = "sprout serve", description = "Data sets, fine-tuning jobs, a model registry and predictions on an edge box."),
     paths(
-        api::healthz, api::create_token,
+        api::healthz, api::create_token, api::list_tokens, api::revoke_token,
         datasets::create, datasets::list, datasets::get, datasets::delete, datasets::upload,
         jobs::create, jobs::list, jobs::get, jobs::cancel, events::stream,
         models::list, models::get, models::upload, models::promote, models::rollback, models::download,
