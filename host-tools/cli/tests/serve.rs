@@ -392,6 +392,21 @@ fn a_job_trains_registers_a_version_that_predicts_and_can_be_rolled_back() {
     );
     assert_eq!(status, 200);
     assert!(onnx.len() > 1000 && onnx.windows(4).any(|w| w == b"Gemm"), "an ONNX graph");
+    let (status, bundle) = server.call(
+        "GET",
+        "/api/v1/models/leaves/versions/1/file?format=bundle",
+        Some(&trainer),
+        None,
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bundle));
+    assert!(bundle.starts_with(b"\x89SPRBDL\n"), "a device bundle");
+    let (status, _) = server.call(
+        "GET",
+        "/api/v1/models/leaves/versions/1/file?format=tflite",
+        Some(&trainer),
+        None,
+    );
+    assert_eq!(status, 400);
 
     let (status, answer) = server.call(
         "POST",

@@ -61,13 +61,15 @@ pub enum Format {
     #[default]
     Sprout,
     Onnx,
+    /// The device bundle `sprout bundle` makes (head training on the device, batch 8).
+    Bundle,
 }
 
 /// `?format=` of a download.
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct Download {
-    /// `sprout` (default) or `onnx`.
+    /// `sprout` (default), `onnx` or `bundle`.
     #[serde(default)]
     pub format: Format,
 }
@@ -295,6 +297,7 @@ pub async fn rollback(
 }
 
 #[utoipa::path(get, path = "/api/v1/models/{name}/versions/{version}/file", tag = "models", params(Download),
+    description = "The version's .sprout file, its ONNX export, or a device bundle of it.",
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 404, body = ErrorBody)))]
 pub async fn download(
     _: Access<Read>,
@@ -306,7 +309,10 @@ pub async fn download(
     let path = state.layout.model(&version_hash(&state, &name, version)?);
     let (bytes, extension) = match query.format {
         Format::Sprout => (tokio::fs::read(&path).await?, "sprout"),
-        Format::Onnx => (export_onnx(&state, &path).await?, "onnx"),
+        Format::Onnx => {
+            (convert(&state, &path, &["export", "--format", "onnx"], "ONNX").await?, "onnx")
+        }
+        Format::Bundle => (convert(&state, &path, &["bundle"], "a device bundle").await?, "bundle"),
     };
     Response::builder()
         .header(header::CONTENT_TYPE, "application/octet-stream")
@@ -318,19 +324,25 @@ pub async fn download(
         .map_err(ApiError::internal)
 }
 
-/// The ONNX export of the model at `path`, made by `sprout export` into `tmp/`.
-async fn export_onnx(state: &AppState, path: &Path) -> Result<Vec<u8>, ApiError> {
+/// The model at `path` converted by `sprout COMMAND... MODEL -o FILE` (`export` or
+/// `bundle`) into a file in `tmp/`; `what` names the result in errors.
+async fn convert(
+    state: &AppState,
+    path: &Path,
+    command: &[&str],
+    what: &str,
+) -> Result<Vec<u8>, ApiError> {
     let staged = Staged::write(&state.layout.tmp(), "export", b"")?;
     let output = tokio::process::Command::new(&state.sprout)
-        .arg("export")
+        .args(command)
         .arg(path)
-        .args(["--format", "onnx", "-o"])
+        .arg("-o")
         .arg(&staged.path)
         .output()
         .await?;
     if !output.status.success() {
         return Err(ApiError::invalid(format!(
-            "this model cannot be exported to ONNX: {}",
+            "this model cannot be made into {what}: {}",
             String::from_utf8_lossy(&output.stderr).trim()
         )));
     }
