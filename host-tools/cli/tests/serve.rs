@@ -317,6 +317,9 @@ fn tokens_scopes_and_bad_requests_get_json_errors() {
     server.call("POST", "/api/v1/datasets/leaves/images", Some(&trainer), Some((&kind, body)));
     let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(job));
     assert_eq!(error(status, &body, "MiB are left of --memory-limit"), 422);
+    let mlp = json!({"dataset": "leaves", "base": {"zoo": "mlp"}});
+    let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(mlp));
+    assert_eq!(error(status, &body, "not square RGB pictures"), 422);
     let (_, jobs) = server.json("GET", "/api/v1/jobs", Some(&reader), None);
     assert_eq!(jobs, json!([]));
 

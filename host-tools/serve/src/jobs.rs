@@ -169,6 +169,12 @@ fn plan_job(
             }
         }
     };
+    if model.image_size().is_none() {
+        let dims = model.sample_dims();
+        return Err(ApiError::invalid(format!(
+            "the base model takes samples of shape {dims:?}, not square RGB pictures"
+        )));
+    }
     if request.new_head {
         model.new_head(classes.len()).map_err(|e| ApiError::invalid(e.to_string()))?;
     }

@@ -30,7 +30,6 @@ use std::sync::Arc;
 use anyhow::Context;
 
 pub use auth::{create_token, Scope};
-pub use layout::Layout;
 
 /// What `sprout serve` starts with.
 #[derive(Clone, Debug)]
