@@ -507,16 +507,19 @@ fn cancel_kills_the_training_process_and_a_busy_data_set_stays() {
 }
 
 #[test]
-fn sigterm_stops_the_service_while_a_job_streams_events() {
+fn sigterm_stops_the_service_while_two_runners_train_and_stream() {
     let scratch = Scratch::new("serve-term");
     let data = scratch.path("data");
     let trainer = token(&data, "train");
-    let mut server = Server::start(&data, &[]);
+    let mut server = Server::start(&data, &["--runners", "2"]);
     upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 2));
     upload_base(&server, &trainer, &scratch);
     let long = json!({"dataset": "leaves", "base": {"model": {"name": "base"}}, "epochs": 5000, "batch_size": 2});
-    let (_, job) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(long));
+    // Two runners: both jobs train at once.
+    let (_, job) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(long.clone()));
+    let (_, other) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(long));
     server.wait_for(job["id"].as_i64().unwrap(), &trainer, &["running"]);
+    server.wait_for(other["id"].as_i64().unwrap(), &trainer, &["running"]);
     let url = format!("{}/api/v1/jobs/{}/events", server.base, job["id"]);
     let listener = std::thread::spawn(move || {
         let response =
