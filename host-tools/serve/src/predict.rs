@@ -209,3 +209,44 @@ pub async fn predict(
         .collect();
     Ok(axum::Json(PredictAnswer { model: name, version, top, batch }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{serve_batches, Request, MAX_BATCH};
+    use sprout_train::Model;
+    use sprout_zoo::Architecture;
+    use std::sync::mpsc;
+    use tokio::sync::oneshot;
+
+    /// Runs `inputs` through a worker, all queued before it starts: (logits, batch) each.
+    fn run(model: &Model, inputs: &[Vec<f32>]) -> Vec<(Vec<f32>, usize)> {
+        let (queue, requests) = mpsc::channel();
+        let mut answers = Vec::new();
+        for x in inputs {
+            let (reply, answer) = oneshot::channel();
+            queue.send(Request { x: x.clone(), reply }).unwrap();
+            answers.push(answer);
+        }
+        drop(queue);
+        serve_batches(model, &requests);
+        answers.into_iter().map(|mut a| a.try_recv().unwrap().unwrap()).collect()
+    }
+
+    #[test]
+    fn waiting_requests_run_as_one_batch_with_the_same_answers() {
+        let model = Model::from_zoo(Architecture::Mlp, 1, 0).unwrap();
+        let inputs: Vec<Vec<f32>> = (0..MAX_BATCH + 3)
+            .map(|i| (0..64).map(|j| ((i * 64 + j) % 17) as f32 / 17.0).collect())
+            .collect();
+        let together = run(&model, &inputs);
+        let batches: Vec<usize> = together.iter().map(|(_, batch)| *batch).collect();
+        assert_eq!(batches, [vec![MAX_BATCH; MAX_BATCH], vec![3; 3]].concat());
+        for (x, (logits, _)) in inputs.iter().zip(&together) {
+            let alone = run(&model, std::slice::from_ref(x));
+            assert_eq!(alone[0].1, 1);
+            for (a, b) in alone[0].0.iter().zip(logits) {
+                assert!((a - b).abs() < 1e-5, "batched {b} against alone {a}");
+            }
+        }
+    }
+}
