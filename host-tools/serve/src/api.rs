@@ -23,6 +23,8 @@ use crate::{datasets, events, jobs, models, openapi, predict, Config};
 
 /// Everything the handlers and runners share.
 pub struct State {
+    /// The data folder's lock, held while the service runs.
+    _lock: std::fs::File,
     pub db: Db,
     pub layout: Layout,
     pub hub: Hub,
@@ -41,8 +43,10 @@ impl State {
     /// Opens the data folder of `config` (creating and migrating it).
     pub fn open(config: &Config) -> anyhow::Result<AppState> {
         let layout = Layout::create(&config.data_dir)?;
+        let lock = layout.claim()?;
         let db = Db::open(&layout.database())?;
         Ok(Arc::new(State {
+            _lock: lock,
             db,
             layout,
             hub: Hub::default(),

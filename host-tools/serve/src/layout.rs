@@ -1,6 +1,6 @@
 //! Where everything lives in the data folder: `sprout.db`, `images/` and `models/` (files
 //! named by the SHA-256 of their bytes), `jobs/<id>/` (a job's data snapshot, run folder and
-//! output) and `tmp/` (uploads being checked).
+//! output), `tmp/` (uploads being checked) and `sprout.lock` (held by the running service).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -14,18 +14,33 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout of `root`, creating its folders; `tmp/` is emptied (what is there was
-    /// being uploaded when the service stopped).
+    /// The layout of `root`, creating its folders.
     pub fn create(root: &Path) -> anyhow::Result<Self> {
         let layout = Self { root: root.to_path_buf() };
-        let tmp = layout.tmp();
-        if tmp.exists() {
-            fs::remove_dir_all(&tmp).with_context(|| format!("cannot empty {}", tmp.display()))?;
-        }
-        for dir in [layout.root.clone(), layout.images(), layout.models(), layout.jobs(), tmp] {
+        for dir in
+            [layout.root.clone(), layout.images(), layout.models(), layout.jobs(), layout.tmp()]
+        {
             fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         }
         Ok(layout)
+    }
+
+    /// Makes this process the folder's one service: an exclusive lock on `sprout.lock`,
+    /// held as long as the returned file is open, then `tmp/` emptied (what is there was
+    /// being uploaded when the last service stopped). A second service is refused.
+    pub fn claim(&self) -> anyhow::Result<fs::File> {
+        use std::os::fd::AsRawFd;
+        let path = self.root.join("sprout.lock");
+        let lock =
+            fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            anyhow::bail!("{} is in use by another sprout serve", self.root.display());
+        }
+        let tmp = self.tmp();
+        fs::remove_dir_all(&tmp).with_context(|| format!("cannot empty {}", tmp.display()))?;
+        fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        Ok(lock)
     }
 
     pub fn database(&self) -> PathBuf {
@@ -62,5 +77,23 @@ impl Layout {
     /// and `model.sprout` (the trained model).
     pub fn job(&self, id: i64) -> PathBuf {
         self.jobs().join(id.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Layout;
+
+    #[test]
+    fn one_service_claims_a_folder_and_empties_its_tmp() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::create(dir.path()).unwrap();
+        std::fs::write(layout.tmp().join("upload-left-over"), b"x").unwrap();
+        let lock = layout.claim().unwrap();
+        assert!(std::fs::read_dir(layout.tmp()).unwrap().next().is_none());
+        let error = Layout::create(dir.path()).unwrap().claim().unwrap_err();
+        assert!(error.to_string().contains("in use by another sprout serve"), "{error}");
+        drop(lock);
+        assert!(layout.claim().is_ok(), "the lock goes with its file");
     }
 }
