@@ -43,6 +43,12 @@ pub const SUITES: &[(&str, &str)] = &[
          photos: images/s and peak RSS, decoding and from the cache (`--photos N` for fewer)",
     ),
     (
+        "serve",
+        "the edge service on loopback: 64 concurrent predict clients and 8 uploaders for 10 s \
+         (`--seconds N`; `--sprout PATH` for another binary): p50 / p99 latency, requests/s, \
+         peak RSS, errors",
+    ),
+    (
         "kernels",
         "leafnet training-step time with the reference kernels against sprout-cpu (one \
          thread and all), and conv2d forward GFLOP/s",

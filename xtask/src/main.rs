@@ -5,6 +5,7 @@ mod bench;
 mod bench_data;
 mod bench_kernels;
 mod bench_quant;
+mod bench_serve;
 mod boards;
 mod cmd;
 mod demo;
@@ -51,6 +52,7 @@ fn main() -> ExitCode {
         }
         // Times the release CLI as a child: xtask's own profile does not matter.
         ["bench", "data", options @ ..] => bench_data::run(&workspace_root(), options),
+        ["bench", "serve", options @ ..] => bench_serve::run(&workspace_root(), options),
         ["bench", suite] if bench::is_suite(suite) => bench::run(&workspace_root(), suite),
         ["bench", suite] => {
             eprintln!("error: unknown bench suite `{suite}`\n\n{}", bench::suites_help());

@@ -19,6 +19,7 @@ mod progress;
 mod quantize_cmd;
 mod report;
 mod run_cmd;
+mod serve_cmd;
 mod size;
 mod summary;
 mod text;
@@ -116,6 +117,13 @@ enum Command {
     Bundle(bundle_cmd::BundleArgs),
     /// Flash a firmware ELF to a board through its debug probe.
     Flash(flash_cmd::FlashArgs),
+    /// Run the edge service: data sets, fine-tuning jobs, a model registry, predictions.
+    ///
+    /// `sprout serve --data-dir DIR --listen 127.0.0.1:8080` serves a JSON API under /api/v1
+    /// (OpenAPI document at /api/v1/openapi.json) with bearer tokens made by `sprout serve
+    /// token create --data-dir DIR --scope read|train|admin`. Jobs run as child `sprout
+    /// train` processes and resume after a restart.
+    Serve(serve_cmd::ServeArgs),
     /// Print a shell completion script (bash, zsh or fish) to standard output.
     ///
     /// bash: `sprout completions bash > ~/.local/share/bash-completion/completions/sprout`;
@@ -180,6 +188,7 @@ fn main() -> ExitCode {
         Command::Device(args) => device_cmd::run(args),
         Command::Bundle(args) => bundle_cmd::run(args),
         Command::Flash(args) => flash_cmd::run(args),
+        Command::Serve(args) => serve_cmd::run(args),
         Command::Completions(args) => completions(args),
     });
     match result {

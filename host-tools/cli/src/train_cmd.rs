@@ -115,6 +115,12 @@ pub struct TrainArgs {
     /// (final_scale, skipped_steps; null without --mixed-precision).
     #[arg(long)]
     json: bool,
+    /// Also print progress as JSON lines on standard error, for programs (`sprout serve`
+    /// reads them): {"event":"start",first,epochs,batches,batch_size},
+    /// {"event":"batch",epoch,batch,loss} (1-based epoch, 0-based batch) and
+    /// {"event":"epoch",epoch,train_loss,val_loss,val_accuracy,learning_rate,images_per_second}.
+    #[arg(long)]
+    progress_json: bool,
     #[command(flatten)]
     images: PipelineArgs,
 }
@@ -289,8 +295,15 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     // The epoch's training time: from its start to its last batch (validation excluded).
     let (mut epoch_started, mut last_batch) = (Instant::now(), Instant::now());
     let mut rates: Vec<(u32, f64)> = Vec::new();
+    let progress_line = |line: serde_json::Value| {
+        if args.progress_json {
+            eprintln!("{line}");
+        }
+    };
     let outcome = train(&model, &mut data, &mut val, &options, &mut |event| match event {
         TrainEvent::Start { first, epochs: total, batches } => {
+            progress_line(serde_json::json!({"event": "start", "first": first, "epochs": total,
+                "batches": batches, "batch_size": images_per_batch}));
             (epochs, per_epoch) = (total, batches as u64 * images_per_batch);
             if first > 0 {
                 eprintln!("resuming after epoch {first} of {total}");
@@ -300,7 +313,9 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             }
             epoch_started = Instant::now();
         }
-        TrainEvent::Batch { loss, .. } => {
+        TrainEvent::Batch { epoch, batch, loss } => {
+            progress_line(serde_json::json!({"event": "batch", "epoch": epoch + 1, "batch": batch,
+                "loss": loss}));
             images += images_per_batch;
             last_batch = Instant::now();
             if let Some(bar) = &bar {
@@ -316,6 +331,10 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             let seconds = last_batch.saturating_duration_since(epoch_started).as_secs_f64();
             let rate = images as f64 / seconds.max(1e-9);
             rates.push((record.epoch, rate));
+            progress_line(serde_json::json!({"event": "epoch", "epoch": record.epoch,
+                "train_loss": record.train_loss, "val_loss": record.val_loss,
+                "val_accuracy": record.val_accuracy, "learning_rate": record.learning_rate,
+                "images_per_second": rate}));
             if let Some(bar) = bar.take() {
                 bar.finish_and_clear();
             }

@@ -1,0 +1,664 @@
+//! `sprout serve` driven over HTTP as a client would: tokens and scopes, bad requests,
+//! uploads, a fine-tuning job that registers a version and predicts, promotion and
+//! rollback, cancel, and a data set that cannot be deleted under a job.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{ok, s, tiny_model, Scratch};
+use serde_json::{json, Value};
+
+/// A running service on a free loopback port, killed on drop.
+struct Server {
+    child: Child,
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Server {
+    fn start(data: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sprout"))
+            .args(["serve", "--data-dir", s(data), "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let base =
+            line.trim().strip_prefix("listening on ").expect("the address is printed").to_string();
+        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        Self { child, base, agent }
+    }
+
+    /// `METHOD PATH` with `token` and an optional `(content type, body)`: status and body.
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> (u16, Vec<u8>) {
+        let url = format!("{}{path}", self.base);
+        let request = ureq::http::Request::builder().method(method).uri(&url);
+        let request = match token {
+            Some(token) => request.header("Authorization", format!("Bearer {token}")),
+            None => request,
+        };
+        let response = match body {
+            Some((kind, bytes)) => {
+                self.agent.run(request.header("Content-Type", kind).body(bytes).unwrap())
+            }
+            None => self.agent.run(request.body(()).unwrap()),
+        };
+        let mut response = response.unwrap();
+        let status = response.status().as_u16();
+        let bytes = response.body_mut().with_config().limit(64 << 20).read_to_vec().unwrap();
+        (status, bytes)
+    }
+
+    /// [`Server::call`] with a JSON answer.
+    fn json(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let body = body.map(|b| ("application/json", b.to_string().into_bytes()));
+        let (status, bytes) = self.call(method, path, token, body);
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+                panic!("{method} {path}: not JSON: {}", String::from_utf8_lossy(&bytes))
+            }),
+        )
+    }
+
+    /// The job's events from its SSE stream, until it ends.
+    fn events(&self, job: i64, token: &str) -> Vec<Value> {
+        let url = format!("{}/api/v1/jobs/{job}/events", self.base);
+        let response =
+            self.agent.get(&url).header("Authorization", format!("Bearer {token}")).call().unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let reader = BufReader::new(response.into_body().into_reader());
+        reader
+            .lines()
+            .map(Result::unwrap)
+            .filter_map(|line| {
+                line.strip_prefix("data: ").map(|d| serde_json::from_str(d).unwrap())
+            })
+            .collect()
+    }
+
+    /// Waits (at most a minute) until job `id` has a status in `wanted`.
+    fn wait_for(&self, id: i64, token: &str, wanted: &[&str]) -> Value {
+        let start = Instant::now();
+        loop {
+            let (_, job) = self.json("GET", &format!("/api/v1/jobs/{id}"), Some(token), None);
+            if wanted.contains(&job["status"].as_str().unwrap()) {
+                return job;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "job {id} stays {job}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A token of `scope` for the data folder.
+fn token(data: &Path, scope: &str) -> String {
+    ok(&["serve", "token", "create", "--data-dir", s(data), "--scope", scope]).trim().to_string()
+}
+
+/// A multipart body of `(field, file name, bytes)` parts, with its content type.
+fn multipart(parts: &[(&str, &str, &[u8])]) -> (String, Vec<u8>) {
+    let boundary = "sprout-test-boundary-7f3a";
+    let mut body = Vec::new();
+    for (field, file, bytes) in parts {
+        body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{file}\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes());
+        body.extend(*bytes);
+        body.extend(b"\r\n");
+    }
+    body.extend(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// Synthetic leaf photos (32x32) of the tiny model's three classes: (class, file, bytes).
+fn photos(scratch: &Scratch, per_class: u32) -> Vec<(String, String, Vec<u8>)> {
+    let dir = scratch.path("leaves");
+    ok(&["data", "leaves", "-o", s(&dir), "--per-class", &per_class.to_string(), "--size", "32"]);
+    let mut photos = Vec::new();
+    for split in ["train", "val"] {
+        for class in ["healthy", "leaf_spot", "rust"] {
+            let folder = dir.join(split).join(class);
+            let mut files: Vec<_> =
+                std::fs::read_dir(&folder).unwrap().map(|e| e.unwrap().path()).collect();
+            files.sort();
+            for file in files {
+                let name = format!("{split}-{}", file.file_name().unwrap().to_string_lossy());
+                photos.push((class.to_string(), name, std::fs::read(&file).unwrap()));
+            }
+        }
+    }
+    photos
+}
+
+/// Creates data set `name` of the three classes and uploads `photos` to it.
+fn upload_dataset(
+    server: &Server,
+    token: &str,
+    name: &str,
+    photos: &[(String, String, Vec<u8>)],
+) -> Value {
+    let (status, _) = server.json(
+        "POST",
+        "/api/v1/datasets",
+        Some(token),
+        Some(json!({"name": name, "classes": ["healthy", "leaf_spot", "rust"]})),
+    );
+    assert_eq!(status, 201);
+    let parts: Vec<(&str, &str, &[u8])> =
+        photos.iter().map(|(c, n, b)| (c.as_str(), n.as_str(), b.as_slice())).collect();
+    let (kind, body) = multipart(&parts);
+    let (status, bytes) = server.call(
+        "POST",
+        &format!("/api/v1/datasets/{name}/images"),
+        Some(token),
+        Some((&kind, body)),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// Uploads the tiny 16x16 classifier as model `base`, version 1.
+fn upload_base(server: &Server, token: &str, scratch: &Scratch) {
+    let path = scratch.path("tiny.sprout");
+    tiny_model(&path);
+    let body = Some(("application/octet-stream", std::fs::read(&path).unwrap()));
+    let (status, bytes) = server.call("POST", "/api/v1/models/base/versions", Some(token), body);
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&bytes));
+}
+
+#[test]
+fn tokens_scopes_and_bad_requests_get_json_errors() {
+    let scratch = Scratch::new("serve-errors");
+    let data = scratch.path("data");
+    let (reader, trainer) = (token(&data, "read"), token(&data, "train"));
+    let server = Server::start(&data, &["--max-body", "64KiB", "--memory-limit", "1MiB"]);
+
+    let (status, health) = server.json("GET", "/healthz", None, None);
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    let (status, doc) = server.json("GET", "/api/v1/openapi.json", None, None);
+    assert_eq!(status, 200);
+    assert!(doc["paths"]["/api/v1/jobs/{id}/events"]["get"].is_object(), "{doc}");
+
+    let error = |status: u16, body: &Value, needle: &str| {
+        let message = body["error"].as_str().unwrap_or_else(|| panic!("no error field: {body}"));
+        assert!(message.contains(needle), "'{needle}' not in '{message}'");
+        status
+    };
+    let (status, body) = server.json("GET", "/api/v1/datasets", None, None);
+    assert_eq!(error(status, &body, "missing token"), 401);
+    let (status, body) = server.json("GET", "/api/v1/datasets", Some("sprout_0000"), None);
+    assert_eq!(error(status, &body, "unknown token"), 401);
+    let new = json!({"name": "leaves", "classes": ["healthy", "rust"]});
+    let (status, body) = server.json("POST", "/api/v1/datasets", Some(&reader), Some(new.clone()));
+    assert_eq!(error(status, &body, "scope 'train'"), 403);
+    let (status, body) =
+        server.json("POST", "/api/v1/tokens", Some(&trainer), Some(json!({"scope": "admin"})));
+    assert_eq!(error(status, &body, "scope 'admin'"), 403);
+
+    let (status, bytes) = server.call(
+        "POST",
+        "/api/v1/datasets",
+        Some(&trainer),
+        Some(("application/json", b"{\"name\": ".to_vec())),
+    );
+    assert_eq!(error(status, &serde_json::from_slice(&bytes).unwrap(), "EOF"), 400);
+    let unknown = json!({"name": "leaves", "classes": ["a"], "colour": "green"});
+    let (status, body) = server.json("POST", "/api/v1/datasets", Some(&trainer), Some(unknown));
+    assert_eq!(error(status, &body, "unknown field `colour`"), 422);
+    for (name, classes) in
+        [("../etc", json!(["a"])), ("leaves", json!(["a/../../b"])), (".hidden", json!(["a"]))]
+    {
+        let (status, body) = server.json(
+            "POST",
+            "/api/v1/datasets",
+            Some(&trainer),
+            Some(json!({"name": name, "classes": classes})),
+        );
+        assert_eq!(error(status, &body, "not a valid name"), 422);
+    }
+    let (status, body) = server.json("GET", "/api/v1/nothing", Some(&trainer), None);
+    assert_eq!(error(status, &body, "no such route"), 404);
+
+    // An admin makes and revokes tokens; a revoked one is refused, listed ones show no secret.
+    let admin = token(&data, "admin");
+    let (status, made) = server.json(
+        "POST",
+        "/api/v1/tokens",
+        Some(&admin),
+        Some(json!({"scope": "read", "label": "camera"})),
+    );
+    assert_eq!(status, 201);
+    let made = made["token"].as_str().unwrap().to_string();
+    assert_eq!(server.json("GET", "/api/v1/datasets", Some(&made), None).0, 200);
+    let (_, listed) = server.json("GET", "/api/v1/tokens", Some(&admin), None);
+    let camera = listed.as_array().unwrap().iter().find(|t| t["label"] == "camera").unwrap();
+    assert!(!listed.to_string().contains(&made[7..]), "{listed}");
+    let (status, _) =
+        server.call("DELETE", &format!("/api/v1/tokens/{}", camera["id"]), Some(&admin), None);
+    assert_eq!(status, 204);
+    let (status, body) = server.json("GET", "/api/v1/datasets", Some(&made), None);
+    assert_eq!(error(status, &body, "unknown token"), 401);
+
+    let (status, _) = server.json("POST", "/api/v1/datasets", Some(&trainer), Some(new.clone()));
+    assert_eq!(status, 201);
+    let (status, body) = server.json("POST", "/api/v1/datasets", Some(&trainer), Some(new));
+    assert_eq!(error(status, &body, "exists already"), 409);
+
+    // Per-file reports: a corrupt picture, an unknown class, a duplicate; nothing stored
+    // for the bad ones.
+    let photos = photos(&scratch, 1);
+    let png = &photos[0].2;
+    let corrupt = &png[..png.len() / 2];
+    let (kind, body) = multipart(&[
+        ("healthy", "a.png", png),
+        ("healthy", "b.png", corrupt),
+        ("mildew", "c.png", png),
+        ("rust", "d.png", png),
+    ]);
+    let (status, bytes) =
+        server.call("POST", "/api/v1/datasets/leaves/images", Some(&trainer), Some((&kind, body)));
+    assert_eq!(status, 200);
+    let report: Value = serde_json::from_slice(&bytes).unwrap();
+    let statuses: Vec<&str> =
+        report["files"].as_array().unwrap().iter().map(|f| f["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["added", "rejected", "rejected", "duplicate"], "{report}");
+    assert!(report["files"][1]["detail"].as_str().unwrap().contains("b.png"), "{report}");
+    assert!(report["files"][2]["detail"].as_str().unwrap().contains("unknown class 'mildew'"));
+    assert!(report["files"][3]["detail"].as_str().unwrap().contains("class 'healthy'"));
+    let (_, detail) = server.json("GET", "/api/v1/datasets/leaves", Some(&reader), None);
+    assert_eq!(detail["dataset"]["images"], 1);
+    assert_eq!(walk(&data.join("images")).len(), 1);
+    assert!(
+        std::fs::read_dir(data.join("tmp")).unwrap().next().is_none(),
+        "staged files are removed"
+    );
+
+    // A body over --max-body: 413 with a JSON error, nothing stored.
+    let big = vec![0u8; 100 << 10];
+    let (kind, body) = multipart(&[("healthy", "big.png", &big)]);
+    let (status, bytes) =
+        server.call("POST", "/api/v1/datasets/leaves/images", Some(&trainer), Some((&kind, body)));
+    assert_eq!(status, 413, "{}", String::from_utf8_lossy(&bytes));
+    assert!(serde_json::from_slice::<Value>(&bytes).unwrap()["error"].is_string());
+    assert_eq!(walk(&data.join("images")).len(), 1);
+
+    // Jobs are checked before they queue: every class needs images, and the plan's memory
+    // must fit (--memory-limit 1MiB here).
+    let job = json!({"dataset": "leaves", "base": {"zoo": "resnet"}, "epochs": 1});
+    let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(job.clone()));
+    assert_eq!(error(status, &body, "class 'rust' of data set 'leaves' has no images"), 422);
+    let rust = &photos.iter().find(|p| p.0 == "rust").unwrap().2;
+    let (kind, body) = multipart(&[("rust", "e.png", rust)]);
+    server.call("POST", "/api/v1/datasets/leaves/images", Some(&trainer), Some((&kind, body)));
+    let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(job));
+    assert_eq!(error(status, &body, "MiB are left of --memory-limit"), 422);
+    let mlp = json!({"dataset": "leaves", "base": {"zoo": "mlp"}});
+    let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(mlp));
+    assert_eq!(error(status, &body, "not square RGB pictures"), 422);
+    let (_, jobs) = server.json("GET", "/api/v1/jobs", Some(&reader), None);
+    assert_eq!(jobs, json!([]));
+
+    let (status, _) = server.call("DELETE", "/api/v1/datasets/leaves", Some(&trainer), None);
+    assert_eq!(status, 204);
+    assert!(walk(&data.join("images")).is_empty(), "the data set's images are deleted");
+    let (status, body) = server.json("GET", "/api/v1/datasets/leaves", Some(&reader), None);
+    assert_eq!(error(status, &body, "data set 'leaves' not found"), 404);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+#[test]
+fn a_job_trains_registers_a_version_that_predicts_and_can_be_rolled_back() {
+    let scratch = Scratch::new("serve-job");
+    let data = scratch.path("data");
+    let trainer = token(&data, "train");
+    let server = Server::start(&data, &[]);
+    let photos = photos(&scratch, 4);
+    let report = upload_dataset(&server, &trainer, "leaves", &photos);
+    assert_eq!(report["added"], photos.len());
+    upload_base(&server, &trainer, &scratch);
+
+    let request = json!({"dataset": "leaves", "base": {"model": {"name": "base"}}, "epochs": 2, "batch_size": 4, "lr": 0.05});
+    let (status, job) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(request.clone()));
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].as_i64().unwrap();
+    assert_eq!(job["request"]["base"]["model"]["version"], 1, "the base version is fixed");
+    assert!(job["estimate_bytes"].as_u64().unwrap() > 64 << 20);
+    let events = server.events(id, &trainer);
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["data"]["status"], "succeeded", "{events:#?}");
+    assert!(kinds.contains(&"start") && kinds.contains(&"progress"), "{kinds:?}");
+    let epochs: Vec<&Value> = events.iter().filter(|e| e["kind"] == "epoch").collect();
+    assert_eq!(epochs.len(), 2);
+    for key in ["train_loss", "val_loss", "val_accuracy", "learning_rate", "images_per_second"] {
+        assert!(epochs[1]["data"][key].is_number(), "{key} in {}", epochs[1]);
+    }
+    // A late client sees the same history.
+    assert_eq!(server.events(id, &trainer), events);
+    let job = server.wait_for(id, &trainer, &["succeeded"]);
+    assert_eq!(job["version"], 1);
+
+    let (_, model) = server.json("GET", "/api/v1/models/leaves", Some(&trainer), None);
+    assert_eq!(model["current_version"], 1);
+    assert_eq!(model["versions"][0]["job"], id);
+    assert!(model["versions"][0]["metrics"]["best_accuracy"].is_number(), "{model}");
+    let (status, file) =
+        server.call("GET", "/api/v1/models/leaves/versions/1/file", Some(&trainer), None);
+    assert_eq!(status, 200);
+    assert_eq!(
+        file,
+        std::fs::read(data.join("jobs").join(id.to_string()).join("model.sprout")).unwrap()
+    );
+    let (status, onnx) = server.call(
+        "GET",
+        "/api/v1/models/leaves/versions/1/file?format=onnx",
+        Some(&trainer),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert!(onnx.len() > 1000 && onnx.windows(4).any(|w| w == b"Gemm"), "an ONNX graph");
+    let (status, bundle) = server.call(
+        "GET",
+        "/api/v1/models/leaves/versions/1/file?format=bundle",
+        Some(&trainer),
+        None,
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bundle));
+    assert!(bundle.starts_with(b"\x89SPRBDL\n"), "a device bundle");
+    let (status, _) = server.call(
+        "GET",
+        "/api/v1/models/leaves/versions/1/file?format=tflite",
+        Some(&trainer),
+        None,
+    );
+    assert_eq!(status, 400);
+
+    let (status, answer) = server.call(
+        "POST",
+        "/api/v1/models/leaves/predict?top_k=2",
+        Some(&trainer),
+        Some(("image/png", photos[0].2.clone())),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["version"], 1);
+    let top = answer["top"].as_array().unwrap();
+    assert_eq!(top.len(), 2);
+    assert!(top[0]["probability"].as_f64() >= top[1]["probability"].as_f64());
+    let (status, bytes) = server.call(
+        "POST",
+        "/api/v1/models/leaves/predict",
+        Some(&trainer),
+        Some(("image/png", b"not a picture".to_vec())),
+    );
+    assert_eq!(status, 422, "{}", String::from_utf8_lossy(&bytes));
+
+    // A second job makes version 2, not current until promoted; rollback returns to 1.
+    let (_, second) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(request));
+    server.wait_for(second["id"].as_i64().unwrap(), &trainer, &["succeeded"]);
+    let (_, model) = server.json("GET", "/api/v1/models/leaves", Some(&trainer), None);
+    assert_eq!(
+        (model["current_version"].as_u64(), model["versions"].as_array().unwrap().len()),
+        (Some(1), 2)
+    );
+    let (status, model) = server.json(
+        "POST",
+        "/api/v1/models/leaves/promote",
+        Some(&trainer),
+        Some(json!({"version": 2})),
+    );
+    assert_eq!(
+        (status, model["current_version"].as_u64(), model["previous_version"].as_u64()),
+        (200, Some(2), Some(1))
+    );
+    let (_, model) = server.json("POST", "/api/v1/models/leaves/rollback", Some(&trainer), None);
+    assert_eq!(model["current_version"], 1);
+    let (status, _) = server.json(
+        "POST",
+        "/api/v1/models/leaves/promote",
+        Some(&trainer),
+        Some(json!({"version": 9})),
+    );
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn cancel_kills_the_training_process_and_a_busy_data_set_stays() {
+    let scratch = Scratch::new("serve-cancel");
+    let data = scratch.path("data");
+    let trainer = token(&data, "train");
+    let server = Server::start(&data, &[]);
+    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 4));
+    upload_base(&server, &trainer, &scratch);
+    let long = json!({"dataset": "leaves", "base": {"model": {"name": "base"}}, "epochs": 5000, "batch_size": 4});
+    let (_, job) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(long.clone()));
+    let id = job["id"].as_i64().unwrap();
+    let (_, queued) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(long));
+    server.wait_for(id, &trainer, &["running"]);
+
+    let (status, body) = server.json("DELETE", "/api/v1/datasets/leaves", Some(&trainer), None);
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("used by job(s)"));
+
+    // The queued one is cancelled at once, the running one when its process has died.
+    let (status, _) =
+        server.json("POST", &format!("/api/v1/jobs/{}/cancel", queued["id"]), Some(&trainer), None);
+    assert_eq!(status, 202);
+    let (status, _) =
+        server.json("POST", &format!("/api/v1/jobs/{id}/cancel"), Some(&trainer), None);
+    assert_eq!(status, 202);
+    let started = Instant::now();
+    server.wait_for(id, &trainer, &["cancelled"]);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let (_, other) =
+        server.json("GET", &format!("/api/v1/jobs/{}", queued["id"]), Some(&trainer), None);
+    assert_eq!(other["status"], "cancelled");
+    let (status, _) =
+        server.json("POST", &format!("/api/v1/jobs/{id}/cancel"), Some(&trainer), None);
+    assert_eq!(status, 409);
+    // No training process is left (its memory is free).
+    let snapshot = data.join("jobs").join(id.to_string()).join("data");
+    let trains = Command::new("pgrep").args(["-f", s(&snapshot)]).output().unwrap();
+    assert!(
+        trains.stdout.is_empty(),
+        "a training process is left: {}",
+        String::from_utf8_lossy(&trains.stdout)
+    );
+    let (status, _) = server.call("DELETE", "/api/v1/datasets/leaves", Some(&trainer), None);
+    assert_eq!(status, 204);
+}
+
+#[test]
+fn sigterm_stops_the_service_while_two_runners_train_and_stream() {
+    let scratch = Scratch::new("serve-term");
+    let data = scratch.path("data");
+    let trainer = token(&data, "train");
+    let mut server = Server::start(&data, &["--runners", "2"]);
+    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 2));
+    upload_base(&server, &trainer, &scratch);
+    let long = json!({"dataset": "leaves", "base": {"model": {"name": "base"}}, "epochs": 5000, "batch_size": 2});
+    // Two runners: both jobs train at once.
+    let (_, job) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(long.clone()));
+    let (_, other) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(long));
+    server.wait_for(job["id"].as_i64().unwrap(), &trainer, &["running"]);
+    server.wait_for(other["id"].as_i64().unwrap(), &trainer, &["running"]);
+    let url = format!("{}/api/v1/jobs/{}/events", server.base, job["id"]);
+    let listener = std::thread::spawn(move || {
+        let response =
+            ureq::get(&url).header("Authorization", format!("Bearer {trainer}")).call().unwrap();
+        BufReader::new(response.into_body().into_reader()).lines().count()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let start = Instant::now();
+    while server.child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10), "the service ignores SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(listener.join().unwrap() > 0, "the listener saw events before the stream closed");
+}
+
+#[test]
+fn a_job_killed_with_its_service_resumes_and_trains_the_same_model() {
+    let scratch = Scratch::new("serve-kill");
+    let photos = photos(&scratch, 4);
+    let job = json!({"dataset": "leaves", "base": {"model": {"name": "base"}}, "epochs": 30, "batch_size": 4, "seed": 3});
+    // The same job twice: in `data` with a kill -9 of the service, in `reference` without.
+    let (data, reference) = (scratch.path("data"), scratch.path("reference"));
+    let (token, reference_token) = (token(&data, "train"), token(&reference, "train"));
+    let server = Server::start(&data, &[]);
+    let undisturbed = Server::start(&reference, &[]);
+    for (server, token) in [(&server, &token), (&undisturbed, &reference_token)] {
+        upload_dataset(server, token, "leaves", &photos);
+        upload_base(server, token, &scratch);
+        let (status, created) = server.json("POST", "/api/v1/jobs", Some(token), Some(job.clone()));
+        assert_eq!((status, created["id"].as_i64()), (201, Some(1)), "{created}");
+    }
+    let run = data.join("jobs").join("1").join("run");
+    let start = Instant::now();
+    while !run.join("checkpoint-epoch-002.ckpt").exists() {
+        assert!(start.elapsed() < Duration::from_secs(60), "no checkpoint in {}", run.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(server); // SIGKILL
+    let snapshot = data.join("jobs").join("1").join("data");
+    let start = Instant::now();
+    while !Command::new("pgrep").args(["-f", s(&snapshot)]).output().unwrap().stdout.is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the training process outlived the service"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let server = Server::start(&data, &[]);
+    let events = server.events(1, &token);
+    let statuses: Vec<&Value> =
+        events.iter().filter(|e| e["kind"] == "status").map(|e| &e["data"]).collect();
+    assert!(
+        statuses.iter().any(|s| s["interrupted"] == true),
+        "the job was interrupted: {statuses:?}"
+    );
+    assert_eq!(statuses.last().unwrap()["status"], "succeeded", "{events:#?}");
+    assert!(events
+        .iter()
+        .any(|e| e["data"]["line"].as_str().is_some_and(|l| l.starts_with("resuming from"))));
+    undisturbed.wait_for(1, &reference_token, &["succeeded"]);
+    let resumed = server.call("GET", "/api/v1/models/leaves/versions/1/file", Some(&token), None);
+    let straight = undisturbed.call(
+        "GET",
+        "/api/v1/models/leaves/versions/1/file",
+        Some(&reference_token),
+        None,
+    );
+    assert_eq!(resumed.0, 200);
+    assert!(resumed.1 == straight.1, "the resumed job's model differs from the undisturbed one's");
+}
+
+#[test]
+fn a_zip_archive_of_class_folders_uploads_and_refuses_escaping_names() {
+    use std::io::Write;
+    let scratch = Scratch::new("serve-zip");
+    let data = scratch.path("data");
+    let trainer = token(&data, "train");
+    let server = Server::start(&data, &[]);
+    let (status, _) = server.json(
+        "POST",
+        "/api/v1/datasets",
+        Some(&trainer),
+        Some(json!({"name": "leaves", "classes": ["healthy", "rust"]})),
+    );
+    assert_eq!(status, 201);
+    let photos = photos(&scratch, 1);
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let entries: [(&str, &[u8]); 5] = [
+        ("field/healthy/a.png", &photos[0].2),
+        ("rust/b.png", &photos[2].2),
+        ("../rust/c.png", &photos[1].2),
+        ("top.png", &photos[1].2),
+        ("healthy/broken.png", &photos[1].2[..40]),
+    ];
+    for (name, bytes) in entries {
+        zip.start_file(name, zip::write::SimpleFileOptions::default()).unwrap();
+        zip.write_all(bytes).unwrap();
+    }
+    let archive = zip.finish().unwrap().into_inner();
+    let (kind, body) = multipart(&[
+        ("archive", "leaves.zip", &archive),
+        ("healthy", "junk.zip", b"PK not really"),
+    ]);
+    let (status, bytes) =
+        server.call("POST", "/api/v1/datasets/leaves/images", Some(&trainer), Some((&kind, body)));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let report: Value = serde_json::from_slice(&bytes).unwrap();
+    let files: Vec<(&str, &str, &str)> = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap(),
+                f["class"].as_str().unwrap(),
+                f["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        files,
+        [
+            ("leaves.zip/field/healthy/a.png", "healthy", "added"),
+            ("leaves.zip/rust/b.png", "rust", "added"),
+            ("leaves.zip/../rust/c.png", "", "rejected"),
+            ("leaves.zip/top.png", "", "rejected"),
+            ("leaves.zip/healthy/broken.png", "healthy", "rejected"),
+            ("junk.zip", "", "rejected"),
+        ],
+        "{report}"
+    );
+    assert!(report["files"][2]["detail"].as_str().unwrap().contains("leaves the archive"));
+    assert!(report["files"][5]["detail"].as_str().unwrap().contains("not a readable zip"));
+    let (_, detail) = server.json("GET", "/api/v1/datasets/leaves", Some(&trainer), None);
+    assert_eq!(
+        detail["dataset"]["classes"],
+        json!([{"name": "healthy", "images": 1}, {"name": "rust", "images": 1}])
+    );
+}
