@@ -21,6 +21,16 @@ pub const MAX_IMAGE_BYTES: u64 = 32 << 20;
 /// Pixels one uploaded image's header may declare (decompression bombs are refused before
 /// any pixel is decoded).
 pub const MAX_IMAGE_PIXELS: u64 = 40_000_000;
+
+/// The decoder's limits for a picture sent to the service: sprout's own policy (its memory
+/// limit, archive inflation), with the service's tighter size and pixel limits.
+pub fn image_limits() -> sprout_data::Limits {
+    sprout_data::Limits {
+        max_pixels: MAX_IMAGE_PIXELS,
+        max_file_bytes: MAX_IMAGE_BYTES,
+        ..sprout_data::Limits::current()
+    }
+}
 /// Classes one data set may have.
 const MAX_CLASSES: usize = 1000;
 
@@ -251,8 +261,7 @@ struct Checked {
 /// Decodes the staged file at `path` as training would read it, with the service's limits;
 /// errors name `name` (the uploaded file) rather than the staging path.
 fn check_image(path: &Path, name: &str, bytes: &[u8]) -> Result<Checked, String> {
-    let limits =
-        sprout_data::Limits { max_pixels: MAX_IMAGE_PIXELS, max_file_bytes: MAX_IMAGE_BYTES };
+    let limits = image_limits();
     let renamed =
         |e: &dyn std::fmt::Display| e.to_string().replace(&path.display().to_string(), name);
     // Decoding at a 64-pixel shorter side is what a small model reads; big JPEGs are

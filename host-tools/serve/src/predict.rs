@@ -18,7 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::api::AppState;
 use crate::auth::{Access, Read};
-use crate::datasets::{MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS};
+use crate::datasets::{image_limits, MAX_IMAGE_BYTES};
 use crate::error::{ApiError, ErrorBody};
 use crate::models::{resolve_version, version_hash};
 use crate::store::Staged;
@@ -156,8 +156,7 @@ fn preprocess(state: &AppState, input: ImageInput, bytes: &[u8]) -> Result<Vec<f
         ));
     }
     let staged = Staged::write(&state.layout.tmp(), "predict", bytes)?;
-    let limits =
-        sprout_data::Limits { max_pixels: MAX_IMAGE_PIXELS, max_file_bytes: MAX_IMAGE_BYTES };
+    let limits = image_limits();
     let resized =
         load_resized(&staged.path, input.size, input.size, input.fit, &limits).map_err(|e| {
             ApiError::invalid(
