@@ -72,8 +72,51 @@ fn file_error(path: &Path, detail: impl Into<String>) -> TrainError {
     TrainError::TensorFile { path: path.to_path_buf(), detail: detail.into() }
 }
 
+/// Refuses an `.npy` whose header declares more elements than its data bytes could hold
+/// (each takes at least one), before npyz multiplies the shape out: `[2^52, 3, 64, 64]`
+/// would overflow there (a wrapped count of 0 without overflow checks). Headers this does
+/// not understand are left to npyz to refuse.
+fn check_npy_shape(path: &Path, name: &str, bytes: &[u8]) -> Result<(), TrainError> {
+    let (start, len) = match bytes {
+        [0x93, b'N', b'U', b'M', b'P', b'Y', 1, _, lo, hi, ..] => {
+            (10, usize::from(u16::from_le_bytes([*lo, *hi])))
+        }
+        [0x93, b'N', b'U', b'M', b'P', b'Y', _, _, a, b, c, d, ..] => {
+            (12, u32::from_le_bytes([*a, *b, *c, *d]) as usize)
+        }
+        _ => return Ok(()),
+    };
+    let Some(header) = bytes.get(start..).and_then(|rest| rest.get(..len)) else { return Ok(()) };
+    let header = String::from_utf8_lossy(header);
+    let dims = header
+        .split_once("'shape'")
+        .and_then(|(_, rest)| rest.split_once('('))
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(dims, _)| dims);
+    let Some(dims) = dims else { return Ok(()) };
+    // Multiplied in npyz's order, so an overflow there is one here.
+    let mut count = Some(1u64);
+    for dim in dims.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let Ok(dim) = dim.parse::<u64>() else { return Ok(()) };
+        count = count.and_then(|c| c.checked_mul(dim));
+    }
+    let data = bytes.len() - start - len;
+    if count.is_none_or(|count| count > data as u64) {
+        return Err(file_error(
+            path,
+            format!(
+                "array '{name}' declares shape ({dims}): {} elements, but only {data} data \
+                 bytes follow its header",
+                count.map_or("more than 2^64".to_string(), |count| count.to_string())
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Decodes one `.npy` image (f32 or i64, little-endian, C order).
 fn parse_npy(path: &Path, name: &str, bytes: &[u8]) -> Result<Array, TrainError> {
+    check_npy_shape(path, name, bytes)?;
     let npy = npyz::NpyFile::new(Cursor::new(bytes))
         .map_err(|e| file_error(path, format!("array '{name}' is not a valid .npy: {e}")))?;
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
@@ -335,5 +378,35 @@ impl DataSource {
                 }))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A format 1.0 `.npy` declaring `shape` over `data` zero bytes.
+    fn npy(shape: &str, data: usize) -> Vec<u8> {
+        let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+        let padded = (10 + header.len() + 1).div_ceil(64) * 64 - 10;
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend((padded as u16).to_le_bytes());
+        bytes.extend(format!("{header:<width$}\n", width = padded - 1).bytes());
+        bytes.resize(bytes.len() + data, 0);
+        bytes
+    }
+
+    #[test]
+    fn an_npy_shape_beyond_its_bytes_is_refused_before_decoding() {
+        let path = Path::new("x.npy");
+        assert!(check_npy_shape(path, "x", &encode_npy(&[2, 3], &[0.0; 6])).is_ok());
+        assert!(check_npy_shape(path, "x", &npy("(2, 3)", 24)).is_ok());
+        let error = |shape, data| check_npy_shape(path, "x", &npy(shape, data)).unwrap_err();
+        let wraps = error("(4503599627370496, 3, 64, 64)", 16).to_string();
+        assert!(wraps.contains("more than 2^64 elements") && wraps.contains("x.npy"), "{wraps}");
+        // npyz would overflow on the first two dimensions, whatever follows.
+        assert!(error("(9223372036854775808, 4, 0)", 0).to_string().contains("2^64"));
+        let short = error("(10,)", 8).to_string();
+        assert!(short.contains("10 elements, but only 8 data bytes"), "{short}");
     }
 }
