@@ -72,11 +72,17 @@ fn file_error(path: &Path, detail: impl Into<String>) -> TrainError {
     TrainError::TensorFile { path: path.to_path_buf(), detail: detail.into() }
 }
 
-/// Refuses an `.npy` whose header declares more elements than its data bytes could hold
-/// (each takes at least one), before npyz multiplies the shape out: `[2^52, 3, 64, 64]`
-/// would overflow there (a wrapped count of 0 without overflow checks). Headers this does
-/// not understand are left to npyz to refuse.
-fn check_npy_shape(path: &Path, name: &str, bytes: &[u8]) -> Result<(), TrainError> {
+/// Brackets an `.npy` header may nest: numpy writes at most four (a structured dtype with a
+/// sub-array shape), and npyz's header parser takes time exponential in the depth (18
+/// unclosed brackets: a minute).
+const NPY_HEADER_DEPTH: usize = 8;
+
+/// Refuses an `.npy` whose header nests brackets deeper than [`NPY_HEADER_DEPTH`] or
+/// declares more elements than its data bytes could hold (each takes at least one),
+/// before npyz parses it and multiplies the shape out: `[2^52, 3, 64, 64]` would overflow
+/// there (a wrapped count of 0 without overflow checks). Headers this does not understand
+/// are left to npyz to refuse.
+fn check_npy_header(path: &Path, name: &str, bytes: &[u8]) -> Result<(), TrainError> {
     let (start, len) = match bytes {
         [0x93, b'N', b'U', b'M', b'P', b'Y', 1, _, lo, hi, ..] => {
             (10, usize::from(u16::from_le_bytes([*lo, *hi])))
@@ -88,6 +94,23 @@ fn check_npy_shape(path: &Path, name: &str, bytes: &[u8]) -> Result<(), TrainErr
     };
     let Some(header) = bytes.get(start..).and_then(|rest| rest.get(..len)) else { return Ok(()) };
     let header = String::from_utf8_lossy(header);
+    let mut depth = 0usize;
+    for c in header.chars() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > NPY_HEADER_DEPTH {
+            return Err(file_error(
+                path,
+                format!(
+                    "array '{name}' has a header nesting brackets more than \
+                     {NPY_HEADER_DEPTH} deep; numpy writes at most 4"
+                ),
+            ));
+        }
+    }
     let dims = header
         .split_once("'shape'")
         .and_then(|(_, rest)| rest.split_once('('))
@@ -116,7 +139,7 @@ fn check_npy_shape(path: &Path, name: &str, bytes: &[u8]) -> Result<(), TrainErr
 
 /// Decodes one `.npy` image (f32 or i64, little-endian, C order).
 fn parse_npy(path: &Path, name: &str, bytes: &[u8]) -> Result<Array, TrainError> {
-    check_npy_shape(path, name, bytes)?;
+    check_npy_header(path, name, bytes)?;
     let npy = npyz::NpyFile::new(Cursor::new(bytes))
         .map_err(|e| file_error(path, format!("array '{name}' is not a valid .npy: {e}")))?;
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
@@ -399,14 +422,25 @@ mod tests {
     #[test]
     fn an_npy_shape_beyond_its_bytes_is_refused_before_decoding() {
         let path = Path::new("x.npy");
-        assert!(check_npy_shape(path, "x", &encode_npy(&[2, 3], &[0.0; 6])).is_ok());
-        assert!(check_npy_shape(path, "x", &npy("(2, 3)", 24)).is_ok());
-        let error = |shape, data| check_npy_shape(path, "x", &npy(shape, data)).unwrap_err();
+        assert!(check_npy_header(path, "x", &encode_npy(&[2, 3], &[0.0; 6])).is_ok());
+        assert!(check_npy_header(path, "x", &npy("(2, 3)", 24)).is_ok());
+        let error = |shape, data| check_npy_header(path, "x", &npy(shape, data)).unwrap_err();
         let wraps = error("(4503599627370496, 3, 64, 64)", 16).to_string();
         assert!(wraps.contains("more than 2^64 elements") && wraps.contains("x.npy"), "{wraps}");
         // npyz would overflow on the first two dimensions, whatever follows.
         assert!(error("(9223372036854775808, 4, 0)", 0).to_string().contains("2^64"));
         let short = error("(10,)", 8).to_string();
         assert!(short.contains("10 elements, but only 8 data bytes"), "{short}");
+    }
+
+    #[test]
+    fn an_npy_header_nesting_brackets_deeply_is_refused_before_parsing() {
+        let path = Path::new("x.npy");
+        // A structured dtype with a sub-array, as numpy writes it: four deep.
+        let structured = npy("(1,), 'descr': [('a', '<f4', (2,))]", 8);
+        assert!(check_npy_header(path, "x", &structured).is_ok());
+        let deep = npy(&format!("({}", "[".repeat(40)), 8);
+        let message = check_npy_header(path, "x", &deep).unwrap_err().to_string();
+        assert!(message.contains("more than 8 deep"), "{message}");
     }
 }
