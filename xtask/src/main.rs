@@ -9,6 +9,7 @@ mod bench_serve;
 mod boards;
 mod cmd;
 mod demo;
+mod fuzz;
 mod on_device;
 mod qemu;
 mod test;
@@ -29,12 +30,18 @@ Commands:
           microcontroller under QEMU with the checkpoint pulled back and evaluated
   test    everything CI checks: the thumbv7em-none-eabihf and thumbv6m-none-eabi
           targets (installed if missing), rustfmt, clippy, the workspace tests,
-          the no_std builds and clippy for the microcontroller targets, and the
+          Miri over a reduced test set (nightly, installed if missing), the
+          no_std builds and clippy for the microcontroller targets, and the
           boards: built, run under QEMU (installed with apt-get if missing), and
           their sizes compared with boards/sizes.expected (SPROUT_BLESS=1 updates it),
           and the leaf head fine-tuned on the emulated microcontroller;
           `cargo xtask test STAGE...` runs only the named stages (see
           `cargo xtask test --list`)
+  fuzz    run the libFuzzer targets of fuzz/targets (cargo-fuzz, installed if
+          missing; RUSTC_BOOTSTRAP=1 on a stable compiler) from their corpora:
+          `cargo xtask fuzz [TARGET] [--seconds N]` (default 60 s per target);
+          `--merge` adds what the last runs found that reaches new code to
+          fuzz/corpus/TARGET
   help    print this message";
 
 fn main() -> ExitCode {
@@ -66,6 +73,7 @@ fn main() -> ExitCode {
         }
         ["test", stages @ ..] => test::run(&workspace_root(), stages),
         ["demo"] => demo::run(&workspace_root()),
+        ["fuzz", options @ ..] => fuzz::run(&workspace_root(), options),
         ["bench" | bench::RUN_COMMAND, _, extra, ..] => {
             Err(anyhow::anyhow!("`cargo xtask bench` takes one suite, got also `{extra}`"))
         }

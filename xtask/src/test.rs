@@ -60,6 +60,11 @@ const STAGES: &[Stage] = &[
     stage("fmt", "formatting (cargo fmt --check)", fmt),
     stage("clippy", "lints (cargo clippy, host, all targets)", clippy),
     stage("tests", "tests (cargo test --workspace)", workspace_tests),
+    stage(
+        "miri",
+        "Miri over the planner, the link and formats, the CPU backend's unsafe (nightly)",
+        miri,
+    ),
     stage("no-std", "no_std builds (thumbv7em)", no_std_builds),
     stage("no-std-clippy", "no_std lints (clippy, thumbv7em)", no_std_clippy),
     stage("scalar", "Cortex-M scalar fallback (build and clippy, thumbv6m)", scalar_fallback),
@@ -175,6 +180,51 @@ fn workspace_tests(root: &Path) -> Result<()> {
     Cmd::cargo(root).args(["test", "--workspace", "--locked"]).run()
 }
 
+/// The nightly toolchain Miri comes with.
+const MIRI_TOOLCHAIN: &str = "nightly";
+
+/// What Miri runs: (crate, features, the arguments of its unit tests: name filters, none for
+/// all, `--skip`). Miri interprets every step, so the lists stay short: the planner whole,
+/// the link's frames and the file formats (not the 800 KB random-bytes sweep, which the
+/// `link_device` fuzz target does far faster), the CPU backend's two `unsafe` sites. The
+/// Cortex-M DSP kernels are inline ARM assembly, which Miri cannot run: the QEMU
+/// conformance stage checks them.
+const MIRI_TESTS: &[(&str, &str, &[&str])] = &[
+    ("sprout-planner", "", &[]),
+    ("sprout-core", "link", &["link::", "format::", "--skip", "random_bytes"]),
+    ("sprout-cpu", "", &["gemm::", "pointwise::tests::dot", "pointwise::tests::sigmoid"]),
+];
+
+/// Runs [`MIRI_TESTS`] under Miri (installing the nightly toolchain's `miri` and `rust-src`
+/// components when missing). AVX2 is switched on at compile time so the CPU backend takes
+/// its AVX2 branch, whose `unsafe` call Miri then checks too.
+fn miri(root: &Path) -> Result<()> {
+    let nightly = |args: &[&str]| {
+        Cmd::new("rustup", root).args(["run", MIRI_TOOLCHAIN]).args(args.iter().copied())
+    };
+    if nightly(&["cargo", "miri", "--version"]).read().is_err() {
+        println!(
+            "Miri is missing; installing the {MIRI_TOOLCHAIN} toolchain with miri and rust-src"
+        );
+        Cmd::new("rustup", root)
+            .args(["toolchain", "install", MIRI_TOOLCHAIN, "--profile", "minimal"])
+            .args(["--component", "miri", "--component", "rust-src"])
+            .run()
+            .context(
+                "could not install Miri (offline?); install it by hand with \
+                 `rustup toolchain install nightly --component miri --component rust-src`",
+            )?;
+    }
+    for &(krate, features, filters) in MIRI_TESTS {
+        nightly(&["cargo", "miri", "test", "-p", krate, "--lib", "--locked"])
+            .args(["--features", features, "--"])
+            .args(filters.iter().copied())
+            .env("RUSTFLAGS", "-C target-feature=+avx2")
+            .run()?;
+    }
+    Ok(())
+}
+
 fn no_std_builds(root: &Path) -> Result<()> {
     for &(krate, features) in NO_STD_BUILDS {
         Cmd::cargo(root).args(["build"]).args(no_std_args(krate, features)).run()?;
@@ -248,8 +298,8 @@ mod tests {
     }
 
     #[test]
-    fn twelve_stages_and_the_first_installs_the_targets() {
-        assert_eq!(STAGES.len(), 12);
+    fn thirteen_stages_and_the_first_installs_the_targets() {
+        assert_eq!(STAGES.len(), 13);
         assert!(TARGETS.iter().all(|target| STAGES[0].title.contains(target)));
     }
 

@@ -72,18 +72,76 @@ fn file_error(path: &Path, detail: impl Into<String>) -> TrainError {
     TrainError::TensorFile { path: path.to_path_buf(), detail: detail.into() }
 }
 
+/// Brackets an `.npy` header may nest: numpy writes at most four (a structured dtype with a
+/// sub-array shape), and npyz's header parser takes time exponential in the depth (18
+/// unclosed brackets: a minute).
+const NPY_HEADER_DEPTH: usize = 8;
+
+/// Refuses an `.npy` whose header nests brackets deeper than [`NPY_HEADER_DEPTH`] or
+/// declares more elements than its data bytes could hold (each takes at least one),
+/// before npyz parses it and multiplies the shape out: `[2^52, 3, 64, 64]` would overflow
+/// there (a wrapped count of 0 without overflow checks). Headers this does not understand
+/// are left to npyz to refuse.
+fn check_npy_header(path: &Path, name: &str, bytes: &[u8]) -> Result<(), TrainError> {
+    let (start, len) = match bytes {
+        [0x93, b'N', b'U', b'M', b'P', b'Y', 1, _, lo, hi, ..] => {
+            (10, usize::from(u16::from_le_bytes([*lo, *hi])))
+        }
+        [0x93, b'N', b'U', b'M', b'P', b'Y', _, _, a, b, c, d, ..] => {
+            (12, u32::from_le_bytes([*a, *b, *c, *d]) as usize)
+        }
+        _ => return Ok(()),
+    };
+    let Some(header) = bytes.get(start..).and_then(|rest| rest.get(..len)) else { return Ok(()) };
+    let header = String::from_utf8_lossy(header);
+    let mut depth = 0usize;
+    for c in header.chars() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > NPY_HEADER_DEPTH {
+            return Err(file_error(
+                path,
+                format!(
+                    "array '{name}' has a header nesting brackets more than \
+                     {NPY_HEADER_DEPTH} deep; numpy writes at most 4"
+                ),
+            ));
+        }
+    }
+    let dims = header
+        .split_once("'shape'")
+        .and_then(|(_, rest)| rest.split_once('('))
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(dims, _)| dims);
+    let Some(dims) = dims else { return Ok(()) };
+    // Multiplied in npyz's order, so an overflow there is one here.
+    let mut count = Some(1u64);
+    for dim in dims.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let Ok(dim) = dim.parse::<u64>() else { return Ok(()) };
+        count = count.and_then(|c| c.checked_mul(dim));
+    }
+    let data = bytes.len() - start - len;
+    if count.is_none_or(|count| count > data as u64) {
+        return Err(file_error(
+            path,
+            format!(
+                "array '{name}' declares shape ({dims}): {} elements, but only {data} data \
+                 bytes follow its header",
+                count.map_or("more than 2^64".to_string(), |count| count.to_string())
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Decodes one `.npy` image (f32 or i64, little-endian, C order). Its declared shape is
 /// checked (element count without overflow, within the memory limit, matching the bytes
 /// present) before any value is allocated.
 fn parse_npy(path: &Path, name: &str, bytes: &[u8]) -> Result<Array, TrainError> {
-    // The numpy decoder multiplies the dimensions unchecked: an overflowing shape is refused
-    // before it sees it.
-    if let Some(shape) = declared_shape(bytes) {
-        if shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).is_none() {
-            let detail = format!("array '{name}': shape {shape:?} has too many elements");
-            return Err(file_error(path, detail));
-        }
-    }
+    check_npy_header(path, name, bytes)?;
     let mut cursor = Cursor::new(bytes);
     let header = npyz::NpyHeader::from_reader(&mut cursor)
         .map_err(|e| file_error(path, format!("array '{name}' is not a valid .npy: {e}")))?;
@@ -127,23 +185,6 @@ fn parse_npy(path: &Path, name: &str, bytes: &[u8]) -> Result<Array, TrainError>
         4 => Array::F32(shape, npy.into_vec::<f32>().map_err(decoded)?),
         _ => Array::I64(shape, npy.into_vec::<i64>().map_err(decoded)?),
     })
-}
-
-/// The `shape` a `.npy` header declares, when the header is well formed enough to tell: the
-/// integers between the parentheses after `'shape':`.
-fn declared_shape(bytes: &[u8]) -> Option<Vec<u64>> {
-    let rest = bytes.strip_prefix(b"\x93NUMPY")?;
-    let (&major, rest) = rest.split_first()?;
-    let rest = rest.get(1..)?;
-    let (len, rest) = match major {
-        1 => (usize::from(u16::from_le_bytes([*rest.first()?, *rest.get(1)?])), rest.get(2..)?),
-        _ => (u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize, rest.get(4..)?),
-    };
-    let header = std::str::from_utf8(rest.get(..len)?).ok()?;
-    let after = &header[header.find("'shape'")? + "'shape'".len()..];
-    let open = after.find('(')?;
-    let inside = &after[open + 1..open + after[open..].find(')')?];
-    inside.split(',').map(str::trim).filter(|d| !d.is_empty()).map(|d| d.parse().ok()).collect()
 }
 
 /// Reads the arrays named in `names` from an `.npz` archive; each member's declared size is
@@ -468,6 +509,42 @@ mod tests {
         wraps.extend_from_slice(&(header.len() as u16).to_le_bytes());
         wraps.extend_from_slice(header.as_bytes());
         let error = parse_npy(Path::new("x.npy"), "x", &wraps).err().unwrap().to_string();
-        assert!(error.contains("too many elements"), "{error}");
+        assert!(error.contains("more than 2^64 elements"), "{error}");
+    }
+
+    /// A format 1.0 `.npy` declaring `shape` over `data` zero bytes.
+    fn npy(shape: &str, data: usize) -> Vec<u8> {
+        let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+        let padded = (10 + header.len() + 1).div_ceil(64) * 64 - 10;
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend((padded as u16).to_le_bytes());
+        bytes.extend(format!("{header:<width$}\n", width = padded - 1).bytes());
+        bytes.resize(bytes.len() + data, 0);
+        bytes
+    }
+
+    #[test]
+    fn an_npy_shape_beyond_its_bytes_is_refused_before_decoding() {
+        let path = Path::new("x.npy");
+        assert!(check_npy_header(path, "x", &encode_npy(&[2, 3], &[0.0; 6])).is_ok());
+        assert!(check_npy_header(path, "x", &npy("(2, 3)", 24)).is_ok());
+        let error = |shape, data| check_npy_header(path, "x", &npy(shape, data)).unwrap_err();
+        let wraps = error("(4503599627370496, 3, 64, 64)", 16).to_string();
+        assert!(wraps.contains("more than 2^64 elements") && wraps.contains("x.npy"), "{wraps}");
+        // npyz would overflow on the first two dimensions, whatever follows.
+        assert!(error("(9223372036854775808, 4, 0)", 0).to_string().contains("2^64"));
+        let short = error("(10,)", 8).to_string();
+        assert!(short.contains("10 elements, but only 8 data bytes"), "{short}");
+    }
+
+    #[test]
+    fn an_npy_header_nesting_brackets_deeply_is_refused_before_parsing() {
+        let path = Path::new("x.npy");
+        // A structured dtype with a sub-array, as numpy writes it: four deep.
+        let structured = npy("(1,), 'descr': [('a', '<f4', (2,))]", 8);
+        assert!(check_npy_header(path, "x", &structured).is_ok());
+        let deep = npy(&format!("({}", "[".repeat(40)), 8);
+        let message = check_npy_header(path, "x", &deep).unwrap_err().to_string();
+        assert!(message.contains("more than 8 deep"), "{message}");
     }
 }
