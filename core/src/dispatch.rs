@@ -228,6 +228,8 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         }
         KernelCall::Softmax(d) => k.softmax(o.f32()?, o.f32_mut()?, d),
         KernelCall::SoftmaxGrad(d) => k.softmax_grad(o.f32()?, o.f32()?, o.f32_mut()?, d),
+        KernelCall::LogSoftmax(d) => k.log_softmax(o.f32()?, o.f32_mut()?, d),
+        KernelCall::LogSoftmaxGrad(d) => k.log_softmax_grad(o.f32()?, o.f32()?, o.f32_mut()?, d),
         KernelCall::CrossEntropy(d) => k.cross_entropy(o.f32()?, o.read()?, o.f32_mut()?, d)?,
         KernelCall::CrossEntropyGrad(d) => {
             let (logits, labels, dloss) = (o.f32()?, o.read()?, o.f32()?);

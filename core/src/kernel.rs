@@ -231,6 +231,11 @@ kernels! {
         69 => ConcatGrad { dims: ConcatDims, second: bool },
         /// `x (i8) → y (i8)`: a standalone ReLU or ReLU6, a clamp in the input's units.
         70 => QClamp(act: (i8, i8), len: usize),
+        // ---- row-wise ----
+        /// `x → y`: `x − ln Σ exp x` per row.
+        71 => LogSoftmax(dims: RowDims),
+        /// `y, dy → dx`: `dy − exp(y) · Σ dy` per row.
+        72 => LogSoftmaxGrad(dims: RowDims),
     }
 }
 
@@ -368,8 +373,10 @@ impl KernelCall {
                 let c = d.channels;
                 s.read(d.len()).read(d.len()).read(c).read(c).write(c).write(c)
             }
-            KernelCall::Softmax(r) => s.read(r.rows * r.cols).write(r.rows * r.cols),
-            KernelCall::SoftmaxGrad(r) => {
+            KernelCall::Softmax(r) | KernelCall::LogSoftmax(r) => {
+                s.read(r.rows * r.cols).write(r.rows * r.cols)
+            }
+            KernelCall::SoftmaxGrad(r) | KernelCall::LogSoftmaxGrad(r) => {
                 let n = r.rows * r.cols;
                 s.read(n).read(n).write(n)
             }
@@ -485,6 +492,8 @@ impl KernelCall {
             | KernelCall::BatchNormGradParams(d) => d.check(),
             KernelCall::Softmax(r)
             | KernelCall::SoftmaxGrad(r)
+            | KernelCall::LogSoftmax(r)
+            | KernelCall::LogSoftmaxGrad(r)
             | KernelCall::CrossEntropy(r)
             | KernelCall::CrossEntropyGrad(r) => r.check(),
             KernelCall::Relu(_)
@@ -551,9 +560,11 @@ impl KernelCall {
             | KernelCall::BatchNormApply(d) => 4 * d.len(),
             KernelCall::BatchNormGradInput(d) => 8 * d.len(),
             KernelCall::BatchNormGradParams(d) => 4 * d.len(),
-            KernelCall::Softmax(r) | KernelCall::SoftmaxGrad(r) | KernelCall::CrossEntropy(r) => {
-                4 * r.rows * r.cols
-            }
+            KernelCall::Softmax(r)
+            | KernelCall::SoftmaxGrad(r)
+            | KernelCall::LogSoftmax(r)
+            | KernelCall::LogSoftmaxGrad(r)
+            | KernelCall::CrossEntropy(r) => 4 * r.rows * r.cols,
             KernelCall::CrossEntropyGrad(r) => 5 * r.rows * r.cols,
             KernelCall::Relu(n)
             | KernelCall::Relu6(n)
@@ -650,6 +661,8 @@ impl KernelCall {
             KernelCall::DropoutGrad(..) => "dropout_grad",
             KernelCall::Softmax(_) => "softmax",
             KernelCall::SoftmaxGrad(_) => "softmax_grad",
+            KernelCall::LogSoftmax(_) => "log_softmax",
+            KernelCall::LogSoftmaxGrad(_) => "log_softmax_grad",
             KernelCall::CrossEntropy(_) => "cross_entropy",
             KernelCall::CrossEntropyGrad(_) => "cross_entropy_grad",
             KernelCall::Mse(_) => "mse",

@@ -306,6 +306,10 @@ macro_rules! op_table {
             /// `x (i8) → y (i8)`: a ReLU or ReLU6 alone (after a pooling, say), a clamp to
             /// `(low, high)` in the input's units, which the output keeps.
             64 => QClamp((i8, i8)): int8::add::QClamp,
+            /// `x[N,C] → y`: row-wise log-softmax.
+            65 => LogSoftmax: softmax::LogSoftmax,
+            /// `y, dy → dx`: its gradient, from the output.
+            66 => LogSoftmaxGrad: softmax::LogSoftmaxGrad,
         }
     };
 }

@@ -605,18 +605,30 @@ fn flatten_into_linear() {
 
 // ---- softmax and losses ----
 
-#[test]
-fn softmax() {
+fn check_row_wise(
+    name: &str,
+    op: impl Fn(&mut Graph, &str, TensorId) -> Result<TensorId, GraphError>,
+) {
     for seed in SEEDS {
         let mut r = Rand::new(seed);
         let shape = Shape::d2(r.int(1, 3), r.int(2, 5));
         let mut g = Graph::new(seed);
         let values = r.values(shape.numel(), -2.0, 2.0);
         let x = param(&mut g, "x", shape, values);
-        let y = g.softmax("softmax", x).unwrap();
+        let y = op(&mut g, name, x).unwrap();
         let loss = mse_to_random_target(&mut g, &mut r, y);
-        pass(check_gradients(&format!("softmax {shape}"), &g, loss, &[x]));
+        pass(check_gradients(&format!("{name} {shape}"), &g, loss, &[x]));
     }
+}
+
+#[test]
+fn softmax() {
+    check_row_wise("softmax", Graph::softmax);
+}
+
+#[test]
+fn log_softmax() {
+    check_row_wise("log_softmax", Graph::log_softmax);
 }
 
 /// `cross_entropy(logits, labels)` with random labels; returns the graph, logits and loss.

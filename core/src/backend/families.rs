@@ -249,10 +249,19 @@ pub trait DropoutKernels: Backend {
     );
 }
 
-/// Softmax, cross entropy (with labels) and mean squared error, and their gradients.
+/// Softmax, log-softmax, cross entropy (with labels) and mean squared error, and their gradients.
 pub trait LossKernels: Backend {
     fn softmax(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, d: RowDims);
     fn softmax_grad(
+        &mut self,
+        y: In<'_, Self, f32>,
+        dy: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        d: RowDims,
+    );
+    fn log_softmax(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, d: RowDims);
+    /// The gradient from the forward output `y`.
+    fn log_softmax_grad(
         &mut self,
         y: In<'_, Self, f32>,
         dy: In<'_, Self, f32>,

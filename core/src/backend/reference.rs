@@ -237,6 +237,12 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Loss>> LossKernels for
     fn softmax_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32], d: RowDims) {
         r::softmax_grad(y, dy, dx, d)
     }
+    fn log_softmax(&mut self, x: &[f32], y: &mut [f32], d: RowDims) {
+        r::log_softmax(x, y, d)
+    }
+    fn log_softmax_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32], d: RowDims) {
+        r::log_softmax_grad(y, dy, dx, d)
+    }
     fn cross_entropy(
         &mut self,
         logits: &[f32],

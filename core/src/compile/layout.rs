@@ -271,6 +271,8 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::BatchNormGradParams(_)
         | KernelCall::Softmax(_)
         | KernelCall::SoftmaxGrad(_)
+        | KernelCall::LogSoftmax(_)
+        | KernelCall::LogSoftmaxGrad(_)
         | KernelCall::CrossEntropy(_)
         | KernelCall::CrossEntropyGrad(_)
         | KernelCall::Mse(_)

@@ -110,6 +110,37 @@ pub fn softmax(x: &[f32], y: &mut [f32], d: RowDims) {
     }
 }
 
+/// Row-wise log-softmax of `x[rows, cols]`: `x − max − ln Σ exp(x − max)` per row, finite
+/// for any finite logits.
+pub fn log_softmax(x: &[f32], y: &mut [f32], d: RowDims) {
+    debug_assert_eq!((x.len(), y.len()), (d.rows * d.cols, d.rows * d.cols));
+    for r in 0..d.rows {
+        let (x, y) = (row(x, r, d.cols), row_mut(y, r, d.cols));
+        let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = x.iter().map(|&v| libm::expf(v - max)).sum();
+        let shift = max + libm::logf(sum);
+        for (out, &x) in y.iter_mut().zip(x) {
+            *out = x - shift;
+        }
+    }
+}
+
+/// Log-softmax gradient from the forward output `y[rows, cols]`: per row,
+/// `dx = dy − exp(y) · Σ_j dy_j`; overwrites `dx`.
+pub fn log_softmax_grad(y: &[f32], dy: &[f32], dx: &mut [f32], d: RowDims) {
+    debug_assert_eq!(
+        (y.len(), dy.len(), dx.len()),
+        (d.rows * d.cols, d.rows * d.cols, d.rows * d.cols)
+    );
+    for r in 0..d.rows {
+        let (y, dy) = (row(y, r, d.cols), row(dy, r, d.cols));
+        let total: f32 = dy.iter().sum();
+        for ((out, y), dy) in row_mut(dx, r, d.cols).iter_mut().zip(y).zip(dy) {
+            *out = dy - libm::expf(*y) * total;
+        }
+    }
+}
+
 /// Softmax gradient from the forward output `y[rows, cols]`: per row,
 /// `dx = y · (dy − Σ_j dy_j · y_j)`; overwrites `dx`.
 pub fn softmax_grad(y: &[f32], dy: &[f32], dx: &mut [f32], d: RowDims) {

@@ -19,8 +19,8 @@ pub(crate) mod layout;
 mod testing;
 
 pub use activation::{
-    relu, relu6, relu6_grad, relu6_grad_in_place, relu6_in_place, relu_grad, relu_grad_in_place,
-    relu_in_place, softmax, softmax_grad,
+    log_softmax, log_softmax_grad, relu, relu6, relu6_grad, relu6_grad_in_place, relu6_in_place,
+    relu_grad, relu_grad_in_place, relu_in_place, softmax, softmax_grad,
 };
 pub use cast::{cast_f16_to_f32, cast_f32_to_f16};
 pub use conv::{conv2d, conv2d_grad_input, conv2d_grad_weight};

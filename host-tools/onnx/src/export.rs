@@ -290,6 +290,9 @@ fn export_node(graph: &Graph, node: &Node, out: &mut GraphProto) -> Result<(), O
         Op::Softmax => {
             NodeProto::new("Softmax", n, &inputs, &[&y]).with(AttributeProto::int("axis", 1))
         }
+        Op::LogSoftmax => {
+            NodeProto::new("LogSoftmax", n, &inputs, &[&y]).with(AttributeProto::int("axis", 1))
+        }
         Op::Detach => NodeProto::new("Identity", n, &inputs, &[&y]),
         Op::Concat(p) => NodeProto::new("Concat", n, &inputs, &[&y])
             .with(AttributeProto::int("axis", p.axis as i64)),

@@ -725,10 +725,8 @@ impl<'m> Importer<'m> {
             "Squeeze" | "Unsqueeze" => self.squeeze(&ctx),
             "Transpose" => self.transpose(&ctx),
             "Pad" => self.pad(&ctx),
-            "Softmax" => self.softmax(&ctx),
-            "LogSoftmax" => Err(ctx.err(
-                "sprout has no log-softmax op: export the model without it (Softmax is supported)",
-            )),
+            "Softmax" => self.softmax(&ctx, Graph::softmax),
+            "LogSoftmax" => self.softmax(&ctx, Graph::log_softmax),
             "Concat" => self.concat(&ctx),
             "Cast" => self.cast(&ctx),
             "Dropout" => self.dropout(&ctx),
@@ -1375,14 +1373,22 @@ impl<'m> Importer<'m> {
 
     /// `Softmax` over the last axis (later axes of size 1 allowed); before opset 13, over
     /// the input flattened to 2-D at `axis`.
-    fn softmax(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+    /// `Softmax` or `LogSoftmax` (`op` records it over rows): over the last axis, or from
+    /// opset 13 on, an axis followed only by size-1 axes; before 13, everything from the axis
+    /// on as one row.
+    fn softmax(
+        &mut self,
+        ctx: &Ctx,
+        op: impl FnOnce(&mut Graph, &str, TensorId) -> Result<TensorId, GraphError>,
+    ) -> Result<(), OnnxError> {
         let (x, dims) = self.act(ctx, 0)?;
         let legacy = self.opset < 13;
         let axis = ctx.int("axis", if legacy { 1 } else { -1 })?;
         let a = fold::axis(axis, dims.len()).map_err(|e| ctx.err(e))?;
         if !legacy && dims[a + 1..].iter().any(|&d| d != 1) {
             return Err(ctx.err(format!(
-                "only the softmax over the last axis (or one followed by size-1 axes) is supported, found axis {axis} on shape {dims:?}"
+                "only a {} over the last axis (or one followed by size-1 axes) is supported, found axis {axis} on shape {dims:?}",
+                ctx.op_type
             )));
         }
         let (rows, cols) = match legacy {
@@ -1392,7 +1398,7 @@ impl<'m> Importer<'m> {
         let out = ctx.output()?;
         let x = self.view(ctx, x, &[rows, cols], out)?;
         let name = self.staging(out, dims.len() != 2);
-        let y = self.g.softmax(&name, x).map_err(ctx.graph())?;
+        let y = op(&mut self.g, &name, x).map_err(ctx.graph())?;
         self.define(out, y, dims);
         Ok(())
     }

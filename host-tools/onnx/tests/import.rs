@@ -319,7 +319,11 @@ fn unsupported_settings_are_named_with_expected_and_found_values() {
             vec![TensorProto::f32("lo", &[], &[3.0]), TensorProto::f32("hi", &[], &[1.0])],
             &["clip_inverted", "min 3 must be below max 1"],
         ),
-        (NodeProto::new("LogSoftmax", "logsm", &["r"], &["y"]), vec![], &["logsm", "log-softmax"]),
+        (
+            NodeProto::new("LogSoftmax", "logsm", &["r"], &["y"]).with(A::int("axis", 1)),
+            vec![],
+            &["logsm", "LogSoftmax over the last axis", "axis 1"],
+        ),
         (
             NodeProto::new("Concat", "cat", &["r", "r"], &["y"]).with(A::int("axis", 0)),
             vec![],
@@ -522,4 +526,30 @@ fn concat_joins_computed_tensors_along_any_axis_but_the_batch() {
         }
     }
     assert_close(&y, &expected, 1e-6);
+}
+
+/// `LogSoftmax` over the last axis (ONNX's default from opset 13) of a `[2, 5]` tensor:
+/// the logarithm of each row's softmax, finite even for logits far apart.
+#[test]
+fn log_softmax_gives_each_rows_log_probabilities() {
+    let graph = GraphProto {
+        node: vec![NodeProto::new("LogSoftmax", "logp", &["x"], &["y"])],
+        input: vec![ValueInfoProto::f32("x", &[Dim::Fixed(2), Dim::Fixed(5)])],
+        output: vec![ValueInfoProto::f32("y", &[])],
+        ..Default::default()
+    };
+    let imported = import(&ModelProto::new(graph, 13).encode_to_vec()).expect("imports");
+    let mut x = values(3, 10, -4.0, 4.0);
+    x[9] = 90.0;
+    let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
+    let expected: Vec<f64> = x
+        .chunks(5)
+        .flat_map(|row| {
+            let row: Vec<f64> = row.iter().map(|&v| v as f64).collect();
+            let max = row.iter().copied().fold(f64::MIN, f64::max);
+            let log_sum = max + row.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
+            row.into_iter().map(move |v| v - log_sum)
+        })
+        .collect();
+    assert_close(&y, &expected, 1e-5);
 }
