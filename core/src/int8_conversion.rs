@@ -3,8 +3,10 @@
 //!
 //! The int8 scheme and kernels it targets are [`crate::quant`].
 //!
-//! Float ops without an int8 kernel (the loss, layers kept in float) read dequantized
-//! values; an op that has neither an int8 kernel nor a place in the float part is an error.
+//! Float ops without an int8 kernel (the loss, layers kept in float, activations with no
+//! int8 form) read dequantized values, and each one an int8 value reaches is reported as a
+//! [`FloatFallback`]; an op that has neither an int8 kernel nor a place in the float part is
+//! an error, unless [`QuantizeOptions::allow_float`] keeps it in float too.
 
 use crate::graph::{Graph, GraphError, Node, TensorInfo};
 use crate::hyperparams::BatchNormConfig;
@@ -37,6 +39,24 @@ pub struct QuantizeOptions {
     pub trainable: BTreeSet<String>,
     /// Quantization-aware scaling of the trainable int8 layers' gradients.
     pub qas: bool,
+    /// Ops with no int8 form where they stand (a batch norm with no convolution before it)
+    /// run in float instead of refusing the model.
+    pub allow_float: bool,
+}
+
+/// A graph rewritten in int8, and the ops that stayed float on int8 input.
+pub struct Quantized {
+    pub graph: Graph,
+    pub float_fallbacks: Vec<FloatFallback>,
+}
+
+/// An op of the float graph that an int8 value reaches but that runs in float, reading it
+/// dequantized.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FloatFallback {
+    pub op: &'static str,
+    pub node: String,
+    pub reason: &'static str,
 }
 
 /// Why a graph could not be quantized.
@@ -95,7 +115,7 @@ pub fn quantize_graph(
     model: &Graph,
     ranges: &Ranges,
     options: &QuantizeOptions,
-) -> Result<Graph, QuantizeError> {
+) -> Result<Quantized, QuantizeError> {
     let mut c = Converter {
         src: model,
         dst: Graph::new(model.seed()),
@@ -103,13 +123,15 @@ pub fn quantize_graph(
         consumers: consumers(model),
         ranges,
         options,
+        float_fallbacks: Vec::new(),
+        from_int8: vec![false; model.tensors().len()],
     };
     let nodes = model.nodes();
     let mut i = 0;
     while i < nodes.len() {
         i += c.convert(i)?;
     }
-    Ok(c.dst)
+    Ok(Quantized { graph: c.dst, float_fallbacks: c.float_fallbacks })
 }
 
 /// For each tensor, the indices of the nodes that read it.
@@ -130,6 +152,9 @@ struct Converter<'a> {
     consumers: Vec<Vec<usize>>,
     ranges: &'a Ranges,
     options: &'a QuantizeOptions,
+    float_fallbacks: Vec<FloatFallback>,
+    /// Per source tensor: it held an int8 value, or a float op computed it from one.
+    from_int8: Vec<bool>,
 }
 
 /// An activation fused into the op before it.
@@ -225,7 +250,7 @@ impl<'a> Converter<'a> {
             Int8Form::Identity if input_is_int8 => {
                 self.values[node.outputs[0].index()] = self.values[node.inputs[0].index()];
             }
-            Int8Form::FoldedBatchNorm(_) if input_is_int8 => {
+            Int8Form::FoldedBatchNorm(_) if input_is_int8 && !self.options.allow_float => {
                 return Err(fuses_only("batch norm folds only into the convolution before it"));
             }
             // Nothing before it to fuse into (a pooling, say): a clamp in the input's units.
@@ -235,12 +260,31 @@ impl<'a> Converter<'a> {
                 self.same_params(node, |g, name, x| g.qclamp(name, x, act.bounds(p)))?;
             }
             // Kept float: weights the caller keeps in float, ops on float input, float ops.
-            Int8Form::Layer(_)
+            form @ (Int8Form::Layer(_)
             | Int8Form::SameQuantization(_)
             | Int8Form::Identity
             | Int8Form::FoldedBatchNorm(_)
             | Int8Form::Activation(_)
-            | Int8Form::Float => self.float_node(node)?,
+            | Int8Form::Float) => {
+                let from_int8 =
+                    node.inputs.iter().any(|&t| self.is_int8(t) || self.from_int8[t.index()]);
+                if from_int8 && !matches!(node.op, Op::CrossEntropy | Op::Mse) {
+                    for &t in &node.outputs {
+                        self.from_int8[t.index()] = true;
+                    }
+                    let reason = match form {
+                        Int8Form::Layer(_) => "its weights are kept in float as asked",
+                        Int8Form::FoldedBatchNorm(_) => {
+                            "a batch norm with no convolution before it to fold into"
+                        }
+                        Int8Form::Float => "it has no int8 kernel",
+                        _ => "its input is float",
+                    };
+                    let (op, node) = (node.op.kind(), node.name.clone());
+                    self.float_fallbacks.push(FloatFallback { op, node, reason });
+                }
+                self.float_node(node)?
+            }
         }
         Ok(1)
     }
@@ -332,6 +376,7 @@ impl<'a> Converter<'a> {
         match self.value(t)? {
             Value::Float(id) => Ok(id),
             Value::Int8(id, p) => {
+                self.from_int8[t.index()] = true;
                 let name = format!("{}.dequantized", self.src.tensor(t).name);
                 let f = self.dst.dequantize(&name, id, p)?;
                 // Later float readers share this one.

@@ -4,7 +4,7 @@
 //! errors quantizing gives on bad input.
 
 use sprout_core::format::{Metadata, ModelFile, Preprocessing};
-use sprout_core::int8_conversion::{quantize_graph, QuantizeError, QuantizeOptions};
+use sprout_core::int8_conversion::{quantize_graph, FloatFallback, QuantizeError, QuantizeOptions};
 use sprout_core::op::{ConvParams, Op, PoolParams};
 use sprout_core::ops::Int8Weights;
 use sprout_core::quant::{conv2d_s8, OutputQuant, QConv2dArgs, QuantParams, Requantize};
@@ -111,7 +111,7 @@ fn a_quantized_graph_runs_the_int8_kernels_and_tracks_the_float_logits() {
     let float = float_model(3);
     let model = as_model(&float);
     let ranges = calibrate(&model, &mut samples(32, 1), RangeMethod::MinMax).unwrap();
-    let int8 = quantize_graph(&float, &ranges, &QuantizeOptions::default()).unwrap();
+    let int8 = quantize_graph(&float, &ranges, &QuantizeOptions::default()).unwrap().graph;
     // Batch norms folded, activations fused: one int8 op per layer.
     let kinds: Vec<&str> = int8.nodes().iter().map(|n| n.op.kind()).collect();
     assert_eq!(
@@ -181,7 +181,7 @@ fn int8_weights_survive_the_model_file_bit_for_bit() {
     let float = float_model(4);
     let ranges =
         calibrate(&as_model(&float), &mut samples(8, 2), RangeMethod::Percentile(99.9)).unwrap();
-    let int8 = quantize_graph(&float, &ranges, &QuantizeOptions::default()).unwrap();
+    let int8 = quantize_graph(&float, &ranges, &QuantizeOptions::default()).unwrap().graph;
     let file = ModelFile::from_graph(&int8, as_model(&float).metadata);
     let back = sprout_core::load_model(&save_model(&file).unwrap()).unwrap().to_graph().unwrap();
     for name in ["stem.weight", "stem.bias", "stem.requant", "pw.weight", "head.requant"] {
@@ -218,6 +218,16 @@ fn an_op_without_an_int8_kernel_is_named() {
         err.to_string(),
         "batch_norm2d 'lonely_bn' has no int8 kernel: batch norm folds only into the convolution before it"
     );
+    // Allowed to, it runs in float on the dequantized pooling, and says so.
+    let allow = QuantizeOptions { allow_float: true, ..QuantizeOptions::default() };
+    let q = quantize_graph(&g, &ranges, &allow).unwrap();
+    let fallback = FloatFallback {
+        op: "batch_norm2d",
+        node: "lonely_bn".into(),
+        reason: "a batch norm with no convolution before it to fold into",
+    };
+    assert_eq!(q.float_fallbacks, [fallback]);
+    assert!(q.graph.nodes().iter().any(|n| matches!(n.op, Op::Dequantize(_))));
     // And a range the calibration never saw is named too.
     let partial = [("input".to_string(), (-1.0, 1.0))].into_iter().collect();
     let err = quantize_graph(&g, &partial, &QuantizeOptions::default()).err().unwrap();
@@ -456,7 +466,7 @@ fn an_activation_after_pooling_becomes_an_int8_clamp() {
     .into_iter()
     .map(|(n, r)| (n.to_string(), r))
     .collect();
-    let q = quantize_graph(&g, &ranges, &QuantizeOptions::default()).unwrap();
+    let q = quantize_graph(&g, &ranges, &QuantizeOptions::default()).unwrap().graph;
     let clamps: Vec<_> = q.nodes().iter().filter(|n| matches!(n.op, Op::QClamp(_))).collect();
     assert_eq!(clamps.len(), 2, "{:?}", q.nodes().iter().map(|n| n.op).collect::<Vec<_>>());
     let x: Vec<f32> = random(&mut SplitMix::new(9), BATCH * 3 * 64, -1.0, 1.0);

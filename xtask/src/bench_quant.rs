@@ -107,7 +107,7 @@ pub fn int8() -> Result<()> {
         let started = Instant::now();
         let mut calib = calibration(&mut classifier, &files.target)?;
         let settings = QuantizeSettings { method, ..QuantizeSettings::default() };
-        let file = quantize(&classifier, &mut calib, &settings)?;
+        let file = quantize(&classifier, &mut calib, &settings)?.file;
         let bytes = sprout_core::save_model(&file)?.len();
         let mut int8 = reload(&file)?;
         let what = format!("int8 classifier, {name} calibration ({bytes} B file)");
@@ -131,7 +131,7 @@ pub fn int8() -> Result<()> {
             qas,
             ..QuantizeSettings::default()
         };
-        reload(&quantize(&model, &mut calib, &settings)?)
+        reload(&quantize(&model, &mut calib, &settings)?.file)
     };
     let started = Instant::now();
     let mut model = int8_backbone(None, true)?;

@@ -43,8 +43,7 @@ fn int8_graph(model: &Model, trainable: &str) -> Result<Graph> {
     let mut data = DataSource::tensors(set, model.batch(), 0, false);
     let settings =
         QuantizeSettings { keep_float: Some(trainable.to_string()), ..QuantizeSettings::default() };
-    let file = quantize(model, &mut data, &settings)?;
-    Ok(file.to_graph()?)
+    Ok(quantize(model, &mut data, &settings)?.file.to_graph()?)
 }
 
 /// The comparison table for the float `model` (called `name`), training `trainable` with

@@ -12,7 +12,7 @@ use sprout_train::{
 };
 
 use crate::progress::{self, Unit};
-use crate::summary::{print_json, QuantizeSummary};
+use crate::summary::{print_json, FloatOp, QuantizeSummary};
 
 use crate::image_args::ResizeArgs;
 
@@ -50,6 +50,11 @@ pub struct QuantizeArgs {
     /// int8: train those layers without quantization-aware scaling of their gradients.
     #[arg(long, requires = "trainable_int8")]
     no_qas: bool,
+    /// int8: run ops with no int8 form where they stand (a batch norm with no convolution
+    /// before it) in float instead of refusing the model. Ops without an int8 kernel
+    /// (sigmoid, hard swish, products, concatenation) always run in float; each one is listed.
+    #[arg(long)]
+    allow_float: bool,
     /// The quantized model (written atomically).
     #[arg(short = 'o', long = "output", value_name = "OUT.sprout")]
     output: PathBuf,
@@ -106,6 +111,7 @@ fn check(args: &QuantizeArgs) -> Result<()> {
             ("--keep-float", args.keep_float.is_some()),
             ("--trainable-int8", args.trainable_int8.is_some()),
             ("--no-qas", args.no_qas),
+            ("--allow-float", args.allow_float),
         ];
         if let Some((flag, _)) = int8_only.iter().find(|(_, given)| *given) {
             bail!("{flag} applies to --dtype int8, not f16");
@@ -133,6 +139,7 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
         frozen_f16_bytes: None,
         calibration_samples: None,
         calibration_data: None,
+        float_ops: Vec::new(),
     };
     let quantized = match args.dtype {
         StorageType::F16 => to_f16(&file, &args.model, &mut summary)?,
@@ -143,6 +150,17 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
     summary.bytes = encoded.len();
     if args.json {
         return print_json(&summary);
+    }
+    if !summary.float_ops.is_empty() {
+        // One line per kind of op and reason; --json lists every node.
+        let mut kinds = std::collections::BTreeMap::<(&str, &str), usize>::new();
+        for f in &summary.float_ops {
+            *kinds.entry((f.op.as_str(), f.reason.as_str())).or_default() += 1;
+        }
+        println!("{} ops run in float on int8 input:", summary.float_ops.len());
+        for ((op, reason), count) in kinds {
+            println!("  {count} x {op}: {reason}");
+        }
     }
     if let (Some(f32_bytes), Some(f16_bytes)) = (summary.frozen_f32_bytes, summary.frozen_f16_bytes)
     {
@@ -199,6 +217,7 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
         keep_float: args.keep_float.clone(),
         trainable: args.trainable_int8.clone(),
         qas: !args.no_qas,
+        allow_float: args.allow_float,
     };
     let bar = progress::bar("calibrate", data.len() as u64, Unit::Images);
     let quantized = quantize_with_progress(&model, &mut data, &settings, &mut |done, total| {
@@ -206,7 +225,12 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
         bar.set_position(done as u64);
     })?;
     bar.finish_and_clear();
-    Ok(quantized)
+    summary.float_ops = quantized
+        .float_fallbacks
+        .into_iter()
+        .map(|f| FloatOp { op: f.op.into(), node: f.node, reason: f.reason.into() })
+        .collect();
+    Ok(quantized.file)
 }
 
 /// Bytes of the frozen parameters' values.

@@ -139,4 +139,14 @@ pub struct QuantizeSummary {
     /// int8: the calibration samples and where they came from; null for f16.
     pub calibration_samples: Option<usize>,
     pub calibration_data: Option<String>,
+    /// int8: the ops an int8 value reaches that run in float, and why.
+    pub float_ops: Vec<FloatOp>,
+}
+
+/// One entry of [`QuantizeSummary::float_ops`].
+#[derive(Serialize, Debug)]
+pub struct FloatOp {
+    pub op: String,
+    pub node: String,
+    pub reason: String,
 }

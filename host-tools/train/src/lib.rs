@@ -53,8 +53,8 @@ pub use model::{Inference, Model, Network, INFERENCE_BATCH};
 pub use plot::{render_png, render_svg, write_curves, CURVE_SIZE};
 pub use preprocess::{fit_of, image_input, ImageInput};
 pub use quantize::{
-    calibrate, calibrate_with_progress, quantize, quantize_with_progress, QuantizeSettings,
-    RangeMethod,
+    calibrate, calibrate_with_progress, quantize, quantize_with_progress, Int8Model,
+    QuantizeSettings, RangeMethod,
 };
 pub use run_folder::run_folder;
 pub use run_record::{RunRecord, RECORD_FILE};

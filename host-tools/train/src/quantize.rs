@@ -6,7 +6,9 @@ use crate::error::TrainError;
 use crate::model::Model;
 use crate::source::DataSource;
 use sprout_core::format::ModelFile;
-use sprout_core::int8_conversion::{quantize_graph, QuantizeOptions, Ranges};
+use sprout_core::int8_conversion::{
+    quantize_graph, FloatFallback, QuantizeError, QuantizeOptions, Ranges,
+};
 use sprout_core::op::Op;
 use sprout_core::{compile_inference, DType, Executor, Operand, TensorId};
 use sprout_cpu::Cpu;
@@ -25,6 +27,8 @@ pub enum RangeMethod {
 #[derive(Clone, Debug)]
 pub struct QuantizeSettings {
     pub method: RangeMethod,
+    /// Ops with no int8 form where they stand run in float instead of refusing the model.
+    pub allow_float: bool,
     /// `--trainable`-style choice of parameters whose layers stay float (e.g. `head`).
     pub keep_float: Option<String>,
     /// Choice of parameters whose int8 layers stay trainable in integer units.
@@ -35,7 +39,13 @@ pub struct QuantizeSettings {
 
 impl Default for QuantizeSettings {
     fn default() -> Self {
-        Self { method: RangeMethod::MinMax, keep_float: None, trainable: None, qas: true }
+        Self {
+            method: RangeMethod::MinMax,
+            allow_float: false,
+            keep_float: None,
+            trainable: None,
+            qas: true,
+        }
     }
 }
 
@@ -187,12 +197,18 @@ pub fn calibrate_with_progress(
         .collect())
 }
 
-/// Calibrates `model` on `data` and rewrites it in int8; returns the new model file.
+/// A model rewritten in int8, and the ops that run in float on int8 input.
+pub struct Int8Model {
+    pub file: ModelFile,
+    pub float_fallbacks: Vec<FloatFallback>,
+}
+
+/// Calibrates `model` on `data` and rewrites it in int8.
 pub fn quantize(
     model: &Model,
     data: &mut DataSource,
     settings: &QuantizeSettings,
-) -> Result<ModelFile, TrainError> {
+) -> Result<Int8Model, TrainError> {
     quantize_with_progress(model, data, settings, &mut |_, _| {})
 }
 
@@ -202,7 +218,7 @@ pub fn quantize_with_progress(
     data: &mut DataSource,
     settings: &QuantizeSettings,
     progress: &mut dyn FnMut(usize, usize),
-) -> Result<ModelFile, TrainError> {
+) -> Result<Int8Model, TrainError> {
     let names = |choice: &Option<String>| -> Result<BTreeSet<String>, TrainError> {
         let Some(choice) = choice else { return Ok(BTreeSet::new()) };
         let ids = sprout_zoo::select_trainable(&model.zoo, choice)?;
@@ -212,11 +228,18 @@ pub fn quantize_with_progress(
         keep_float: names(&settings.keep_float)?,
         trainable: names(&settings.trainable)?,
         qas: settings.qas,
+        allow_float: settings.allow_float,
     };
     let ranges = calibrate_with_progress(model, data, settings.method, progress)?;
-    let graph = quantize_graph(&model.zoo.graph, &ranges, &options)
-        .map_err(|e| TrainError::Mismatch(format!("cannot quantize the model: {e}")))?;
+    let quantized = quantize_graph(&model.zoo.graph, &ranges, &options).map_err(|e| {
+        let hint = match (&e, settings.allow_float) {
+            (QuantizeError::NoInt8Kernel { .. }, false) => " (allowing float keeps it in float)",
+            _ => "",
+        };
+        TrainError::Mismatch(format!("cannot quantize the model: {e}{hint}"))
+    })?;
     let mut metadata = model.metadata.clone();
     metadata.provenance = format!("{} quantized to int8", metadata.provenance);
-    Ok(ModelFile::from_graph(&graph, metadata))
+    let file = ModelFile::from_graph(&quantized.graph, metadata);
+    Ok(Int8Model { file, float_fallbacks: quantized.float_fallbacks })
 }
