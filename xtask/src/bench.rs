@@ -38,6 +38,12 @@ pub const SUITES: &[(&str, &str)] = &[
          DSP against scalar, on the QEMU board under -icount shift=0",
     ),
     (
+        "cpu",
+        "leafnet training steps (batch 1, 8, 32; head and all) and inference (batch 1, 32), the \
+         release CLI against PyTorch eager (SPROUT_BENCH_PYTHON, else python3) in the same run: \
+         img/s, peak RSS, one thread against all (`--reps N`, `--quick`)",
+    ),
+    (
         "data",
         "one head-only leafnet epoch through the release CLI on 2,000 generated 2048x1536 JPEG \
          photos: images/s and peak RSS, decoding and from the cache (`--photos N` for fewer)",
@@ -60,7 +66,7 @@ pub const RUN_COMMAND: &str = "bench-run";
 
 /// The suite list, as `cargo xtask bench` prints it.
 pub fn suites_help() -> String {
-    let mut help = String::from("Usage: cargo xtask bench <suite>\n\nSuites (release build; `data` times the release CLI):\n");
+    let mut help = String::from("Usage: cargo xtask bench <suite>\n\nSuites (release build; `cpu`, `data` and `serve` time the release CLI):\n");
     for (name, what) in SUITES {
         help.push_str(&format!("  {name:<9} {what}\n"));
     }

@@ -227,10 +227,10 @@ fn train_epoch(
     Ok((seconds, rss_mib))
 }
 
-/// Waits for `child`: whether it succeeded, and its peak resident memory in MiB (from the
+/// Waits for `child` (also for `bench cpu`): whether it succeeded, and its peak resident memory in MiB (from the
 /// kernel's accounting of that one process, not of earlier children such as cargo's).
 #[cfg(unix)]
-fn wait_measured(child: Child) -> Result<(bool, f64)> {
+pub(crate) fn wait_measured(child: Child) -> Result<(bool, f64)> {
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
     // SAFETY: `rusage` is plain data, zero is a valid value of it, and wait4 writes into the
@@ -238,7 +238,7 @@ fn wait_measured(child: Child) -> Result<(bool, f64)> {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     if waited != pid {
-        return Err(std::io::Error::last_os_error()).context("waiting for sprout train");
+        return Err(std::io::Error::last_os_error()).context("waiting for a benchmarked process");
     }
     let success = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
     // Linux reports kibibytes, macOS bytes.
@@ -247,8 +247,8 @@ fn wait_measured(child: Child) -> Result<(bool, f64)> {
 }
 
 #[cfg(not(unix))]
-fn wait_measured(_child: Child) -> Result<(bool, f64)> {
-    bail!("the data benchmark measures peak memory with wait4, on Unix only")
+pub(crate) fn wait_measured(_child: Child) -> Result<(bool, f64)> {
+    bail!("the benchmarks measure peak memory with wait4, on Unix only")
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! This file parses the command line and dispatches to one module per command.
 
 mod bench;
+mod bench_cpu;
 mod bench_data;
 mod bench_kernels;
 mod bench_quant;
@@ -58,6 +59,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         // Times the release CLI as a child: xtask's own profile does not matter.
+        ["bench", "cpu", options @ ..] => bench_cpu::run(&workspace_root(), options),
         ["bench", "data", options @ ..] => bench_data::run(&workspace_root(), options),
         ["bench", "serve", options @ ..] => bench_serve::run(&workspace_root(), options),
         ["bench", suite] if bench::is_suite(suite) => bench::run(&workspace_root(), suite),

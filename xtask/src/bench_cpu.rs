@@ -1,0 +1,579 @@
+//! `cargo xtask bench cpu`: LeafNet training steps (batch 1, 8 and 32; head-only and all) and
+//! inference (batch 1 and 32) on the desktop CPU, the release `sprout` CLI against PyTorch
+//! eager in the same run, with peak RSS and sprout's one-thread against all-threads speed.
+//!
+//! PyTorch runs `xtask/bench/leafnet.py`, LeafNet rebuilt under sprout's parameter names: it
+//! loads sprout's safetensors export and must reproduce `sprout run`'s logits before any
+//! ratio is reported. Both sides train with AdamW at the same learning rate and weight
+//! decay, with the same trainable split (a frozen backbone's batch norms use their running
+//! statistics on both), PyTorch on as many threads as sprout uses.
+//!
+//! Sprout's steady-state speed is the difference of two `sprout train` (or `sprout run`)
+//! processes that differ only in the number of samples, so start-up, graph compilation,
+//! validation and writing the model cancel out; PyTorch's is timed in-process after warm-up
+//! steps. Each side's number is the median over `--reps` repetitions; peak RSS is the
+//! largest over the processes of a configuration (PyTorch's includes its import).
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use safetensors::{tensor::TensorView, Dtype};
+use sprout_train::encode_npy;
+use sprout_zoo::leafnet::{CHANNELS, CLASS_NAMES, SIZE};
+
+use crate::bench_data::wait_measured;
+use crate::cmd::Cmd;
+
+/// The PyTorch side, relative to the workspace root.
+const SCRIPT: &str = "xtask/bench/leafnet.py";
+/// How to get what the script imports.
+const INSTALL: &str = "pip install torch numpy safetensors";
+/// Repetitions unless `--reps N` says otherwise.
+const DEFAULT_REPS: usize = 3;
+/// Images per timed span: the number of timed steps is this over the batch size.
+const IMAGES: usize = 256;
+/// The fewest timed steps at any batch size.
+const MIN_STEPS: usize = 4;
+/// Untimed steps before the timed ones (PyTorch), and the steps of sprout's shorter run.
+const WARMUP_STEPS: usize = 2;
+/// AdamW's learning rate and weight decay, on both sides.
+const LR: &str = "0.001";
+const WEIGHT_DECAY: &str = "0.01";
+/// The largest relative difference of PyTorch's logits to sprout's that still counts as the
+/// same model: max |a - b| over the largest deviation of sprout's logits from their mean
+/// over the samples (stricter than over the logits' size, which the head's bias can set).
+const TOLERANCE: f64 = 1e-4;
+/// Samples of the logits check.
+const CHECK_SAMPLES: usize = 4;
+/// Steps at batch 8, all parameters trained, that make the checked model: enough for batch
+/// norm's running statistics (momentum 0.1) to leave their initial values, so activations
+/// keep their scale and the logits depend on the input.
+const MODEL_STEPS: usize = 32;
+
+/// What a configuration times.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    /// Training steps with this `--trainable` choice (`head` or `all`).
+    Train(&'static str),
+    Infer,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Config {
+    mode: Mode,
+    batch: usize,
+}
+
+impl Config {
+    /// The start of every line about this configuration.
+    fn label(&self) -> String {
+        match self.mode {
+            Mode::Train(trainable) => format!("cpu leafnet train batch {} {trainable}", self.batch),
+            Mode::Infer => format!("cpu leafnet infer batch {}", self.batch),
+        }
+    }
+
+    /// Timed steps per repetition.
+    fn steps(&self) -> usize {
+        (IMAGES / self.batch).max(MIN_STEPS)
+    }
+
+    /// The script's `--mode`.
+    fn script_mode(&self) -> &'static str {
+        match self.mode {
+            Mode::Train(trainable) => trainable,
+            Mode::Infer => "infer",
+        }
+    }
+}
+
+/// The configurations measured: all of them, or with `--quick` one training step each way
+/// and one inference.
+fn configs(quick: bool) -> Vec<Config> {
+    let (train, infer): (&[usize], &[usize]) =
+        if quick { (&[8], &[32]) } else { (&[1, 8, 32], &[1, 32]) };
+    let mut configs = Vec::new();
+    for &batch in train {
+        for trainable in ["head", "all"] {
+            configs.push(Config { mode: Mode::Train(trainable), batch });
+        }
+    }
+    configs.extend(infer.iter().map(|&batch| Config { mode: Mode::Infer, batch }));
+    configs
+}
+
+#[derive(Debug, PartialEq)]
+struct Options {
+    reps: usize,
+    quick: bool,
+}
+
+const USAGE: &str = "usage: cargo xtask bench cpu [--reps N] [--quick]";
+
+fn parse_options(options: &[&str]) -> Result<Options> {
+    let mut parsed = Options { reps: DEFAULT_REPS, quick: false };
+    let mut rest = options.iter();
+    while let Some(&option) = rest.next() {
+        match option {
+            "--quick" => parsed.quick = true,
+            "--reps" => {
+                let n = rest.next().context(USAGE)?;
+                parsed.reps = n.parse().ok().filter(|&n| n >= 1).with_context(|| {
+                    format!("--reps takes a number of repetitions, at least 1, not `{n}`")
+                })?;
+            }
+            other => bail!("unknown option `{other}`\n{USAGE} (default {DEFAULT_REPS} reps)"),
+        }
+    }
+    Ok(parsed)
+}
+
+/// The median of `values` (the upper one of an even count).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// `cpu leafnet train batch 32 all: sprout 114.0 img/s, pytorch 264.0 img/s, ratio 0.43x`
+/// (sprout / PyTorch), or sprout's speed alone.
+fn speed_line(label: &str, sprout: f64, pytorch: Option<f64>) -> String {
+    match pytorch {
+        Some(p) => format!(
+            "{label}: sprout {sprout:.1} img/s, pytorch {p:.1} img/s, ratio {:.2}x",
+            sprout / p
+        ),
+        None => format!("{label}: sprout {sprout:.1} img/s"),
+    }
+}
+
+/// `cpu leafnet train batch 32 all peak RSS: sprout 103 MiB, pytorch 848 MiB`.
+fn memory_line(label: &str, sprout: f64, pytorch: Option<f64>) -> String {
+    match pytorch {
+        Some(p) => format!("{label} peak RSS: sprout {sprout:.0} MiB, pytorch {p:.0} MiB"),
+        None => format!("{label} peak RSS: sprout {sprout:.0} MiB"),
+    }
+}
+
+/// `cpu leafnet train batch 32 all threads: sprout 1 thread 60.0 img/s, 2 threads 114.0
+/// img/s, speedup 1.90x`.
+fn threads_line(label: &str, one: f64, all: f64, threads: usize) -> String {
+    format!(
+        "{label} threads: sprout 1 thread {one:.1} img/s, {threads} threads {all:.1} img/s, \
+         speedup {:.2}x",
+        all / one
+    )
+}
+
+/// The number after `key` on the line of `output` that starts with it.
+fn value(output: &str, key: &str) -> Result<f64> {
+    output
+        .lines()
+        .find_map(|line| line.strip_prefix(key)?.trim().parse().ok())
+        .with_context(|| format!("no `{key} NUMBER` line in:\n{output}"))
+}
+
+/// Images/s (median) and peak RSS in MiB.
+struct Measured {
+    img_per_s: f64,
+    peak_mib: f64,
+}
+
+/// `cargo xtask bench cpu [--reps N] [--quick]`.
+pub fn run(root: &Path, options: &[&str]) -> Result<()> {
+    let options = parse_options(options)?;
+    Cmd::cargo(root)
+        .args(["build", "--release", "--quiet", "--locked", "-p", "sprout-cli"])
+        .run()?;
+    let work = root.join("target/bench-cpu");
+    fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let bench = Bench {
+        sprout: root.join("target/release/sprout"),
+        script: root.join(SCRIPT),
+        work,
+        reps: options.reps,
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    // The model to check and to run inference on.
+    let model = bench.work.join("model.sprout");
+    let config = Config { mode: Mode::Train("all"), batch: 8 };
+    bench.sprout_train(config, MODEL_STEPS * config.batch, false, &model)?;
+    let weights = bench.work.join("model.safetensors");
+    let export =
+        [path(&model), "--format".into(), "safetensors".into(), "-o".into(), path(&weights)];
+    bench.sprout("export", &export, false)?;
+
+    let checked =
+        find_python().and_then(|python| bench.check(&python, &model, &weights).map(|()| python));
+    let python = match checked {
+        Ok(python) => Some(python),
+        Err(e) => {
+            println!("{e:#}\nprinting sprout's numbers only, without ratios");
+            None
+        }
+    };
+    println!(
+        "{threads} threads (sprout: the cores it may use; PyTorch: as many), AdamW lr {LR} \
+         weight decay {WEIGHT_DECAY}, medians of {} reps",
+        options.reps
+    );
+    for config in configs(options.quick) {
+        let label = config.label();
+        let all = bench.sprout_speed(config, &model, false)?;
+        let pytorch = python
+            .as_deref()
+            .map(|python| bench.pytorch_speed(python, config, &weights, threads))
+            .transpose()?;
+        println!("{}", speed_line(&label, all.img_per_s, pytorch.as_ref().map(|p| p.img_per_s)));
+        println!("{}", memory_line(&label, all.peak_mib, pytorch.as_ref().map(|p| p.peak_mib)));
+        if threads > 1 {
+            let one = bench.sprout_speed(config, &model, true)?;
+            println!("{}", threads_line(&label, one.img_per_s, all.img_per_s, threads));
+        }
+    }
+    Ok(())
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// The Python from `SPROUT_BENCH_PYTHON`, else `python3`, if it imports what the script needs.
+fn find_python() -> Result<String> {
+    let python = std::env::var("SPROUT_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let found = Command::new(&python)
+        .args(["-c", "import torch, numpy, safetensors"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ensure!(
+        found,
+        "PyTorch not found: `{python}` cannot import torch, numpy and safetensors. Install \
+         them (`{INSTALL}`) or set SPROUT_BENCH_PYTHON to a Python that has them"
+    );
+    Ok(python)
+}
+
+struct Bench {
+    sprout: PathBuf,
+    script: PathBuf,
+    work: PathBuf,
+    reps: usize,
+}
+
+impl Bench {
+    /// Runs `sprout SUBCOMMAND ARGS` (on one core when `pinned`), its output in a log file;
+    /// returns the wall time in seconds and the peak RSS in MiB.
+    fn sprout(&self, subcommand: &str, args: &[String], pinned: bool) -> Result<(f64, f64)> {
+        let log = self.work.join(format!("sprout-{subcommand}.log"));
+        let file = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let mut command = Command::new(&self.sprout);
+        command.arg(subcommand).args(args).stdin(Stdio::null());
+        command.stdout(file.try_clone()?).stderr(file);
+        if pinned {
+            pin_to_one_core(&mut command)?;
+        }
+        let started = Instant::now();
+        let child =
+            command.spawn().with_context(|| format!("running {}", self.sprout.display()))?;
+        let (success, peak_mib) = wait_measured(child)?;
+        let seconds = started.elapsed().as_secs_f64();
+        if !success {
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            bail!("sprout {subcommand} {} failed:\n{text}", args.join(" "));
+        }
+        Ok((seconds, peak_mib))
+    }
+
+    /// One epoch of `samples` samples of `config`'s training, writing the model to `output`.
+    fn sprout_train(
+        &self,
+        config: Config,
+        samples: usize,
+        pinned: bool,
+        output: &Path,
+    ) -> Result<(f64, f64)> {
+        let data = self.tensor_file(samples)?;
+        // Validation on the shortest file costs every run the same.
+        let val = self.tensor_file(WARMUP_STEPS * config.batch)?;
+        let out_dir = self.work.join("run");
+        if out_dir.exists() {
+            fs::remove_dir_all(&out_dir)?;
+        }
+        let mut args: Vec<String> =
+            "--zoo leafnet --epochs 1 --optimizer adamw".split(' ').map(String::from).collect();
+        for (flag, value) in [
+            ("--trainable", config.script_mode().to_string()),
+            ("--lr", LR.into()),
+            ("--weight-decay", WEIGHT_DECAY.into()),
+            ("--batch-size", config.batch.to_string()),
+            ("--data", path(&data)),
+            ("--val", path(&val)),
+            ("--out-dir", path(&out_dir)),
+            ("-o", path(output)),
+        ] {
+            args.extend([flag.to_string(), value]);
+        }
+        self.sprout("train", &args, pinned)
+    }
+
+    /// Sprout's steady-state speed: per repetition, the images of the longer run over the
+    /// extra seconds it took.
+    fn sprout_speed(&self, config: Config, model: &Path, pinned: bool) -> Result<Measured> {
+        let (short, long) =
+            (WARMUP_STEPS * config.batch, (WARMUP_STEPS + config.steps()) * config.batch);
+        let timed = |samples: usize| match config.mode {
+            Mode::Train(_) => {
+                self.sprout_train(config, samples, pinned, &self.work.join("out.sprout"))
+            }
+            Mode::Infer => {
+                let input = self.npy_file(samples)?;
+                let args = [
+                    path(model),
+                    "--input".into(),
+                    path(&input),
+                    "-o".into(),
+                    path(&self.work.join("logits.npy")),
+                    "--batch-size".into(),
+                    config.batch.to_string(),
+                ];
+                self.sprout("run", &args, pinned)
+            }
+        };
+        let (mut rates, mut peak_mib) = (Vec::new(), 0f64);
+        for _ in 0..self.reps {
+            let (t_short, m_short) = timed(short)?;
+            let (t_long, m_long) = timed(long)?;
+            peak_mib = peak_mib.max(m_short).max(m_long);
+            if t_long > t_short {
+                rates.push((long - short) as f64 / (t_long - t_short));
+            }
+        }
+        ensure!(
+            !rates.is_empty(),
+            "{}: the longer sprout run was never slower than the shorter one (noise?)",
+            config.label()
+        );
+        Ok(Measured { img_per_s: median(&mut rates), peak_mib })
+    }
+
+    /// PyTorch's speed for `config`, from one process of the script.
+    fn pytorch_speed(
+        &self,
+        python: &str,
+        config: Config,
+        weights: &Path,
+        threads: usize,
+    ) -> Result<Measured> {
+        let mut args = vec!["time".to_string(), "--weights".into(), path(weights)];
+        for (flag, n) in [
+            ("--batch", config.batch),
+            ("--steps", config.steps()),
+            ("--warmup", WARMUP_STEPS),
+            ("--reps", self.reps),
+            ("--threads", threads),
+        ] {
+            args.extend([flag.to_string(), n.to_string()]);
+        }
+        args.extend(
+            ["--mode", config.script_mode(), "--lr", LR, "--weight-decay", WEIGHT_DECAY]
+                .map(String::from),
+        );
+        let (output, peak_mib) = self.python(python, &args)?;
+        Ok(Measured { img_per_s: value(&output, "img_per_s")?, peak_mib })
+    }
+
+    /// Checks that PyTorch's LeafNet with `weights` gives sprout's logits for `model`.
+    fn check(&self, python: &str, model: &Path, weights: &Path) -> Result<()> {
+        let input = self.npy_file(CHECK_SAMPLES)?;
+        let logits = self.work.join("check-logits.npy");
+        let args = [path(model), "--input".into(), path(&input), "-o".into(), path(&logits)];
+        self.sprout("run", &args, false)?;
+        let args = [
+            "check",
+            "--weights",
+            &path(weights),
+            "--input",
+            &path(&input),
+            "--logits",
+            &path(&logits),
+        ]
+        .map(String::from);
+        let difference = value(&self.python(python, &args)?.0, "max_rel_diff")?;
+        ensure!(
+            difference <= TOLERANCE,
+            "PyTorch's LeafNet ({SCRIPT}) is not sprout's: logits differ by {difference:.1e} \
+             relative, over {TOLERANCE:.0e}"
+        );
+        println!("PyTorch's LeafNet matches sprout's: logits differ by {difference:.1e} relative");
+        Ok(())
+    }
+
+    /// Runs the script with `args`: its standard output and peak RSS in MiB.
+    fn python(&self, python: &str, args: &[String]) -> Result<(String, f64)> {
+        let script = &self.script;
+        let log = self.work.join("pytorch.log");
+        let file = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let mut child = Command::new(python)
+            .arg(script)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("running {python} {}", script.display()))?;
+        let mut output = String::new();
+        child.stdout.take().context("no pipe")?.read_to_string(&mut output)?;
+        let (success, peak_mib) = wait_measured(child)?;
+        if !success {
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            bail!("{python} {SCRIPT} {} failed:\n{text}", args.join(" "));
+        }
+        Ok((output, peak_mib))
+    }
+
+    /// `train-N.safetensors`: N samples x (float32 [N, 3, 64, 64]) and y (int64 [N]),
+    /// written once.
+    fn tensor_file(&self, samples: usize) -> Result<PathBuf> {
+        let file = self.work.join(format!("train-{samples}.safetensors"));
+        if !file.exists() {
+            let x: Vec<u8> = samples_x(samples).iter().flat_map(|v| v.to_le_bytes()).collect();
+            let y: Vec<u8> =
+                (0..samples).flat_map(|i| ((i % CLASS_NAMES.len()) as i64).to_le_bytes()).collect();
+            let tensors = [
+                ("x", TensorView::new(Dtype::F32, vec![samples, CHANNELS, SIZE, SIZE], &x)?),
+                ("y", TensorView::new(Dtype::I64, vec![samples], &y)?),
+            ];
+            let bytes = safetensors::serialize(tensors, None)?;
+            fs::write(&file, bytes).with_context(|| format!("writing {}", file.display()))?;
+        }
+        Ok(file)
+    }
+
+    /// `x-N.npy`: N input samples, written once.
+    fn npy_file(&self, samples: usize) -> Result<PathBuf> {
+        let file = self.work.join(format!("x-{samples}.npy"));
+        if !file.exists() {
+            let bytes = encode_npy(&[samples, CHANNELS, SIZE, SIZE], &samples_x(samples));
+            fs::write(&file, bytes).with_context(|| format!("writing {}", file.display()))?;
+        }
+        Ok(file)
+    }
+}
+
+/// `samples` LeafNet inputs of deterministic noise in [-1, 1).
+fn samples_x(samples: usize) -> Vec<f32> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    (0..samples * CHANNELS * SIZE * SIZE)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Restricts the child to the first core this process may use: the CPU backend sizes its
+/// thread pool by the cores it is allowed (`available_parallelism`), so it runs one thread.
+#[cfg(target_os = "linux")]
+fn pin_to_one_core(command: &mut Command) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: cpu_set_t is plain data (zero is an empty set); sched_getaffinity fills the
+    // local it is given, and CPU_ISSET / CPU_SET index within CPU_SETSIZE.
+    let one = unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            return Err(std::io::Error::last_os_error()).context("reading this process's cores");
+        }
+        let cpu = (0..libc::CPU_SETSIZE as usize)
+            .find(|&cpu| libc::CPU_ISSET(cpu, &allowed))
+            .context("this process may use no core")?;
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        one
+    };
+    // SAFETY: between fork and exec the closure only calls sched_setaffinity, which is
+    // async-signal-safe, on the child itself.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::sched_setaffinity(0, size, &one) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pin_to_one_core(_command: &mut Command) -> Result<()> {
+    bail!("the one-thread measurement pins sprout to a core with sched_setaffinity, on Linux only")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_read_the_way_scripts_expect() {
+        assert_eq!(
+            speed_line("cpu leafnet train batch 32 all", 114.0, Some(264.0)),
+            "cpu leafnet train batch 32 all: sprout 114.0 img/s, pytorch 264.0 img/s, ratio 0.43x"
+        );
+        assert_eq!(
+            speed_line("cpu leafnet infer batch 1", 99.04, None),
+            "cpu leafnet infer batch 1: sprout 99.0 img/s"
+        );
+        assert_eq!(
+            memory_line("cpu leafnet train batch 8 head", 44.2, Some(848.0)),
+            "cpu leafnet train batch 8 head peak RSS: sprout 44 MiB, pytorch 848 MiB"
+        );
+        assert_eq!(
+            threads_line("cpu leafnet infer batch 32", 50.0, 95.0, 2),
+            "cpu leafnet infer batch 32 threads: sprout 1 thread 50.0 img/s, 2 threads 95.0 \
+             img/s, speedup 1.90x"
+        );
+    }
+
+    #[test]
+    fn configurations_cover_the_issue_and_quick_is_a_subset() {
+        let all = configs(false);
+        let labels: Vec<String> = all.iter().map(Config::label).collect();
+        assert_eq!(labels.len(), 8);
+        assert!(labels.contains(&"cpu leafnet train batch 32 all".to_string()));
+        assert!(labels.contains(&"cpu leafnet infer batch 1".to_string()));
+        assert!(configs(true).iter().all(|c| all.contains(c)));
+        assert!(all.iter().all(|c| c.steps() * c.batch >= IMAGES.min(MIN_STEPS * c.batch)));
+    }
+
+    #[test]
+    fn options_medians_and_script_values() {
+        assert_eq!(parse_options(&[]).unwrap(), Options { reps: DEFAULT_REPS, quick: false });
+        assert_eq!(
+            parse_options(&["--quick", "--reps", "5"]).unwrap(),
+            Options { reps: 5, quick: true }
+        );
+        for bad in [&["--reps"][..], &["--reps", "0"], &["--fast"]] {
+            assert!(parse_options(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(median(&mut [9.0, 1.0, 2.0, 3.0, 100.0]), 3.0);
+        assert_eq!(value("torch 2\nimg_per_s 12.5\n", "img_per_s").unwrap(), 12.5);
+        assert!(value("img_per_s many", "img_per_s").is_err());
+    }
+
+    #[test]
+    fn generated_inputs_are_deterministic_and_in_range() {
+        let x = samples_x(2);
+        assert_eq!(x.len(), 2 * CHANNELS * SIZE * SIZE);
+        assert_eq!(x, samples_x(2));
+        assert!(x.iter().all(|v| (-1.0..1.0).contains(v)));
+    }
+}
