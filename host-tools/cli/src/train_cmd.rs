@@ -78,7 +78,9 @@ pub struct TrainArgs {
     /// [default: 16 for a zoo model; the batch size a .sprout file was recorded for].
     #[arg(long, value_name = "N", alias = "batch", value_parser = clap::value_parser!(u64).range(1..))]
     batch_size: Option<u64>,
-    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Epochs to train; 0 writes the initialised model (a fresh head, the weights taken with
+    /// --init-from) without training it.
+    #[arg(long, value_name = "N", default_value_t = 10)]
     epochs: u32,
     /// Keep the data order (class by class / file order).
     #[arg(long)]
