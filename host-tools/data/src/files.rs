@@ -151,7 +151,8 @@ fn process_alive(pid: u32) -> bool {
 
 /// Makes a rename in `folder` durable (on Unix; elsewhere a folder cannot be opened to sync
 /// and the rename is as durable as the system makes it).
-fn sync_folder(folder: &Path) -> io::Result<()> {
+/// Syncs `folder`, so that a rename into it survives a power cut (a no-op off Unix).
+pub fn sync_folder(folder: &Path) -> io::Result<()> {
     #[cfg(unix)]
     fs::File::open(folder)?.sync_all()?;
     #[cfg(not(unix))]

@@ -30,14 +30,15 @@ impl Staged {
         Ok(staged)
     }
 
-    /// Moves the file to `target` (creating its folder); when `target` exists already (the
-    /// same bytes, since names are hashes) the staged copy is dropped.
+    /// Moves the file to `target` (creating its folder) and syncs that folder, as
+    /// `sprout_data::write_atomic` does; when `target` exists already (the same bytes, since
+    /// names are hashes) the staged copy is dropped.
     pub fn place(self, target: &Path) -> std::io::Result<()> {
-        if let Some(folder) = target.parent() {
-            fs::create_dir_all(folder)?;
-        }
+        let folder = sprout_data::folder_of(target);
+        fs::create_dir_all(folder)?;
         if !target.exists() {
             fs::rename(&self.path, target)?;
+            sprout_data::sync_folder(folder)?;
         }
         Ok(())
     }
