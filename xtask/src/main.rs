@@ -9,6 +9,7 @@ mod bench_quant;
 mod bench_serve;
 mod boards;
 mod cmd;
+mod debian;
 mod demo;
 mod fuzz;
 mod on_device;

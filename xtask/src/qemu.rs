@@ -1,4 +1,4 @@
-//! Firmware under `qemu-system-arm`: finds QEMU (installing it with apt-get when missing),
+//! Firmware under `qemu-system-arm`: finds QEMU (installing its Debian package when missing),
 //! runs an ELF on the `mps2-an386` machine (Cortex-M4F) with semihosting, a timeout, bytes
 //! for its UART and optionally `-icount shift=0`, and decodes its defmt log with the ELF's
 //! own defmt table.
@@ -18,46 +18,15 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use defmt_decoder::{DecodeError, Table};
 
-use crate::cmd::Cmd;
+use crate::debian;
 
 /// The emulator and the machine sprout's CI firmware runs on.
 pub const QEMU: &str = "qemu-system-arm";
 pub const MACHINE: &str = "mps2-an386";
-/// The Debian package that holds it.
-const PACKAGE: &str = "qemu-system-arm";
 
-/// Returns once `qemu-system-arm` runs, installing it with apt-get (through `sudo` unless
-/// root) when it is missing.
+/// Returns once `qemu-system-arm` runs, installing it with apt-get when it is missing.
 pub fn ensure_installed(root: &Path) -> Result<()> {
-    if qemu_runs() {
-        return Ok(());
-    }
-    println!("{QEMU} is missing; installing {PACKAGE} with apt-get");
-    let as_root = Cmd::new("id", root).args(["-u"]).read().is_ok_and(|uid| uid.trim() == "0");
-    let apt = |args: &[&str]| match as_root {
-        true => Cmd::new("apt-get", root).args(args.iter().copied()),
-        false => Cmd::new("sudo", root).args(["apt-get"]).args(args.iter().copied()),
-    };
-    let installed =
-        apt(&["update", "-q"]).run().and_then(|()| apt(&["install", "-y", "-q", PACKAGE]).run());
-    match installed {
-        Ok(()) if qemu_runs() => Ok(()),
-        Ok(()) => bail!("apt-get installed {PACKAGE} but `{QEMU} --version` still fails"),
-        Err(error) => Err(error.context(format!(
-            "could not install {QEMU}; install it by hand with \
-             `sudo apt-get install -y {PACKAGE}` (Debian/Ubuntu) and run again"
-        ))),
-    }
-}
-
-fn qemu_runs() -> bool {
-    Command::new(QEMU)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
+    debian::ensure(root, &[debian::Tool { program: QEMU, package: "qemu-system-arm" }])
 }
 
 /// How to run a firmware image.
