@@ -18,6 +18,7 @@ pub const BINARIES: &[(&str, &str)] = &[
     ("qemu-mps2-an386", "board-check"),
     ("qemu-mps2-an386", "conformance"),
     ("qemu-mps2-an386", "bench"),
+    ("qemu-mps2-an386", "side-by-side"),
     ("qemu-mps2-an386", "leaf-trainer"),
     ("stm32f746g-disco", "hello-stm32f746g-disco"),
     ("stm32f746g-disco", "leaf-trainer-stm32f746g-disco"),
@@ -102,7 +103,7 @@ pub fn run_on_qemu(root: &Path) -> Result<()> {
 }
 
 /// `cargo xtask bench cortex-m`: builds the boards and prints the bench's insn/MAC lines,
-/// counted under `-icount shift=0`.
+/// counted under `-icount shift=0`, then LeafNet's convolutions side by side with CMSIS-NN.
 pub fn bench(root: &Path) -> Result<()> {
     qemu::ensure_installed(root)?;
     build(root, None)?;
@@ -110,7 +111,9 @@ pub fn bench(root: &Path) -> Result<()> {
     let options = Options { icount: true, timeout: Duration::from_secs(600), ..Options::default() };
     let run = qemu::run(&bench, &options)?;
     print_log(&run.log);
-    run.expect_success(&bench)
+    run.expect_success(&bench)?;
+    println!("\nleafnet's int8 convolutions, sprout against CMSIS-NN on the same data:");
+    crate::cmsis::side_by_side(root)
 }
 
 fn print_log(log: &[String]) {

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::cmd::Cmd;
 
@@ -26,30 +26,38 @@ pub fn ensure(root: &Path, tools: &[Tool]) -> Result<()> {
         return Ok(());
     }
     let packages: Vec<&str> = missing.iter().map(|tool| tool.package).collect();
+    install(root, &packages, &programs(&missing))?;
+    let still_missing: Vec<Tool> =
+        missing.iter().copied().filter(|tool| !runs(tool.program)).collect();
+    if !still_missing.is_empty() {
+        bail!(
+            "apt-get installed {} but {} still does not run (`PROGRAM --version` fails)",
+            packages.join(" "),
+            programs(&still_missing)
+        );
+    }
+    Ok(())
+}
+
+/// Installs `packages` in one apt-get call (through `sudo` unless root), for `what` (the
+/// missing things, as messages name them).
+pub fn install(root: &Path, packages: &[&str], what: &str) -> Result<()> {
     let listed = packages.join(" ");
-    println!("{} missing; installing {listed} with apt-get", programs(&missing));
+    println!("{what} missing; installing {listed} with apt-get");
     let as_root = Cmd::new("id", root).args(["-u"]).read().is_ok_and(|uid| uid.trim() == "0");
     let apt = |args: &[&str]| match as_root {
         true => Cmd::new("apt-get", root).args(args.iter().copied()),
         false => Cmd::new("sudo", root).args(["apt-get"]).args(args.iter().copied()),
     };
-    let installed = apt(&["update", "-q"])
+    apt(&["update", "-q"])
         .run()
-        .and_then(|()| apt(&["install", "-y", "-q"]).args(packages.iter().copied()).run());
-    let still_missing: Vec<Tool> =
-        missing.iter().copied().filter(|tool| !runs(tool.program)).collect();
-    match installed {
-        Ok(()) if still_missing.is_empty() => Ok(()),
-        Ok(()) => bail!(
-            "apt-get installed {listed} but {} still does not run (`PROGRAM --version` fails)",
-            programs(&still_missing)
-        ),
-        Err(error) => Err(error.context(format!(
-            "could not install {}; install by hand with `sudo apt-get install -y {listed}` \
-             (Debian/Ubuntu) and run again",
-            programs(&missing)
-        ))),
-    }
+        .and_then(|()| apt(&["install", "-y", "-q"]).args(packages.iter().copied()).run())
+        .with_context(|| {
+            format!(
+                "could not install {what}; install by hand with `sudo apt-get install -y \
+                 {listed}` (Debian/Ubuntu) and run again"
+            )
+        })
 }
 
 fn programs(tools: &[Tool]) -> String {

@@ -9,9 +9,11 @@ mod bench_quant;
 mod bench_serve;
 mod boards;
 mod cmd;
+mod cmsis;
 mod debian;
 mod demo;
 mod fuzz;
+mod int8_layers;
 mod on_device;
 mod qemu;
 mod test;
@@ -34,8 +36,11 @@ Commands:
           targets (installed if missing), rustfmt, clippy, the workspace tests,
           Miri over a reduced test set (nightly, installed if missing), the
           no_std builds and clippy for the microcontroller targets, and the
-          boards: built, run under QEMU (installed with apt-get if missing), and
-          their sizes compared with boards/sizes.expected (SPROUT_BLESS=1 updates it),
+          boards: built, run under QEMU (installed with apt-get if missing),
+          leafnet's int8 convolutions compared bit for bit with CMSIS-NN's
+          (../shared/peers/cmsis-nn or SPROUT_CMSIS_NN; arm-none-eabi-gcc installed
+          if missing), and their sizes compared with boards/sizes.expected
+          (SPROUT_BLESS=1 updates it),
           and the leaf head fine-tuned on the emulated microcontroller;
           `cargo xtask test STAGE...` runs only the named stages (see
           `cargo xtask test --list`)

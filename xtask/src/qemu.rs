@@ -38,11 +38,24 @@ pub struct Options {
     pub icount: bool,
     /// Wall-clock limit.
     pub timeout: Duration,
+    /// A file QEMU's loader places in the machine's memory before reset, and where.
+    pub load: Option<(PathBuf, u32)>,
+    /// The folder QEMU runs in: where the firmware's semihosting files go.
+    pub dir: Option<PathBuf>,
+    /// The firmware writes plain text (not defmt) to semihosting's console.
+    pub text_log: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { uart_input: Vec::new(), icount: false, timeout: Duration::from_secs(120) }
+        Self {
+            uart_input: Vec::new(),
+            icount: false,
+            timeout: Duration::from_secs(120),
+            load: None,
+            dir: None,
+            text_log: false,
+        }
     }
 }
 
@@ -164,13 +177,22 @@ fn defmt_table(elf: &Path) -> Result<Table> {
 
 /// Runs `elf` on the mps2-an386 machine with semihosting and decodes its defmt log.
 pub fn run(elf: &Path, options: &Options) -> Result<Run> {
-    let table = defmt_table(elf)?;
+    let table = if options.text_log { None } else { Some(defmt_table(elf)?) };
     let socket = uart_socket(elf);
     let _ = std::fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket)
         .with_context(|| format!("opening the UART socket {}", socket.display()))?;
     let mut command = command(elf, "chardev:uart", options.icount);
     command.arg("-chardev").arg(format!("socket,id=uart,path={}", socket.display()));
+    if let Some((file, address)) = &options.load {
+        let file = file.to_str().with_context(|| format!("{} is not UTF-8", file.display()))?;
+        // QEMU's option syntax doubles a comma inside a value.
+        let file = file.replace(',', ",,");
+        command.args(["-device", &format!("loader,file={file},addr={address:#x},force-raw=on")]);
+    }
+    if let Some(dir) = &options.dir {
+        command.current_dir(dir);
+    }
     let start = Instant::now();
     let mut child = command.spawn().with_context(|| format!("starting {QEMU}"))?;
     let defmt = drain(child.stdout.take().context("QEMU's stdout")?);
@@ -193,8 +215,12 @@ pub fn run(elf: &Path, options: &Options) -> Result<Run> {
         Some(uart) => join(uart)?,
         None => bail!("QEMU never connected to its UART socket\n{stderr}"),
     };
-    let log = decode(&table, &join(defmt)?)
-        .with_context(|| format!("decoding the defmt log of {}", elf.display()))?;
+    let output = join(defmt)?;
+    let log = match &table {
+        Some(table) => decode(table, &output)
+            .with_context(|| format!("decoding the defmt log of {}", elf.display()))?,
+        None => String::from_utf8_lossy(&output).lines().map(str::to_string).collect(),
+    };
     match code {
         Some(code) => Ok(Run { code, uart, log, stderr }),
         None => bail!(

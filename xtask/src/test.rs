@@ -80,6 +80,11 @@ const STAGES: &[Stage] = &[
         crate::boards::run_on_qemu,
     ),
     stage(
+        "cmsis-nn",
+        "boards: leafnet's int8 convolutions bit for bit against CMSIS-NN under QEMU",
+        crate::cmsis::side_by_side,
+    ),
+    stage(
         "sizes",
         "boards: flash/RAM sizes against boards/sizes.expected",
         crate::boards::check_sizes,
@@ -298,8 +303,8 @@ mod tests {
     }
 
     #[test]
-    fn thirteen_stages_and_the_first_installs_the_targets() {
-        assert_eq!(STAGES.len(), 13);
+    fn fourteen_stages_and_the_first_installs_the_targets() {
+        assert_eq!(STAGES.len(), 14);
         assert!(TARGETS.iter().all(|target| STAGES[0].title.contains(target)));
     }
 
