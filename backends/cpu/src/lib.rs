@@ -1,5 +1,5 @@
 //! sprout-cpu: the desktop CPU backend. Dense layers and convolutions run as GEMMs
-//! (`matrixmultiply`) over scoped threads, int8 layers over column matrices, pointwise
+//! (`matrixmultiply`) over a persistent thread pool, int8 layers over column matrices, pointwise
 //! activations as vectorized loops; every other kernel is the reference kernel,
 //! by [`inherit_reference!`] or explicitly.
 //!
@@ -19,6 +19,9 @@
 //! assert_eq!(y, [1.5, 1.5]);
 //! ```
 
+#[macro_use]
+mod simd;
+
 mod conv;
 mod dense;
 mod depthwise;
@@ -27,9 +30,13 @@ mod im2col;
 mod int8;
 mod parallel;
 mod pointwise;
+mod pool;
 mod window;
 
+use std::sync::Arc;
+
 use depthwise::is_depthwise;
+use pool::Pool;
 use sprout_core::backend::{
     Backend, ConvKernels, DenseKernels, Int8LayerKernels, PointwiseKernels,
 };
@@ -38,15 +45,16 @@ use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::reference::{self as r, Activation};
 use sprout_core::{inherit_reference, Host};
 
-/// The CPU backend: how many threads a kernel may use, and the im2col scratch buffer.
+/// The CPU backend: its thread pool, and the im2col scratch buffer.
 ///
 /// Allocation: the first convolution of each new, larger size grows the scratch buffer
 /// (to `threads` column matrices of the largest convolution); after one training step
-/// every later step reuses it and allocates nothing. Worker threads are scoped threads
-/// started per kernel call, only for kernels big enough to repay them.
+/// every later step reuses it and allocates nothing. The pool's `threads - 1` worker
+/// threads start with the backend, park between kernels and are woken only for kernels
+/// big enough to repay them; clones share the pool, dropping the last one stops it.
 #[derive(Clone, Debug)]
 pub struct Cpu {
-    threads: usize,
+    pool: Arc<Pool>,
     scratch: Vec<f32>,
     int8: int8::Int8Scratch,
 }
@@ -59,21 +67,22 @@ impl Cpu {
 
     /// A backend using at most `threads` threads (at least one).
     pub fn with_threads(threads: usize) -> Self {
-        Self { threads: threads.max(1), scratch: Vec::new(), int8: Default::default() }
+        let pool = Arc::new(Pool::new(threads));
+        Self { pool, scratch: Vec::new(), int8: Default::default() }
     }
 
     /// Threads a kernel may use.
     pub fn threads(&self) -> usize {
-        self.threads
+        self.pool.threads()
     }
+}
 
-    /// The scratch buffer, grown to at least `len` values.
-    fn scratch(&mut self, len: usize) -> &mut [f32] {
-        if self.scratch.len() < len {
-            self.scratch.resize(len, 0.0);
-        }
-        &mut self.scratch[..len]
+/// The first `len` values of `scratch`, grown to hold them.
+fn grow(scratch: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if scratch.len() < len {
+        scratch.resize(len, 0.0);
     }
+    &mut scratch[..len]
 }
 
 impl Default for Cpu {
@@ -109,13 +118,13 @@ impl PointwiseKernels for Cpu {
 
 impl DenseKernels for Cpu {
     fn linear(&mut self, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearDims) {
-        dense::linear(self.threads, x, w, b, y, d)
+        dense::linear(&self.pool, x, w, b, y, d)
     }
     fn linear_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], d: LinearDims) {
-        dense::linear_grad_input(self.threads, dy, w, dx, d)
+        dense::linear_grad_input(&self.pool, dy, w, dx, d)
     }
     fn linear_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], d: LinearDims) {
-        dense::linear_grad_weight(self.threads, dy, x, dw, d)
+        dense::linear_grad_weight(&self.pool, dy, x, dw, d)
     }
 }
 
@@ -129,27 +138,28 @@ impl ConvKernels for Cpu {
         g: &Conv2dGeometry,
     ) {
         if is_depthwise(g) {
-            return depthwise::conv2d(self.threads, x, w, b, y, g);
+            return depthwise::conv2d(&self.pool, x, w, b, y, g);
         }
-        let threads = self.threads;
-        let scratch = self.scratch(conv::batch_workers(threads, g) * conv::scratch_per_worker(g));
-        conv::conv2d(threads, scratch, x, w, b, y, g)
+        let len = conv::batch_workers(&self.pool, g) * conv::scratch_per_worker(g);
+        let scratch = grow(&mut self.scratch, len);
+        conv::conv2d(&self.pool, scratch, x, w, b, y, g)
     }
     fn conv2d_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
         if is_depthwise(g) {
-            return depthwise::conv2d_grad_input(self.threads, dy, w, dx, g);
+            return depthwise::conv2d_grad_input(&self.pool, dy, w, dx, g);
         }
-        let threads = self.threads;
-        let scratch = self.scratch(conv::batch_workers(threads, g) * conv::scratch_per_worker(g));
-        conv::conv2d_grad_input(threads, scratch, dy, w, dx, g)
+        let len = conv::batch_workers(&self.pool, g) * conv::scratch_per_worker(g);
+        let scratch = grow(&mut self.scratch, len);
+        conv::conv2d_grad_input(&self.pool, scratch, dy, w, dx, g)
     }
     fn conv2d_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], g: &Conv2dGeometry) {
         if is_depthwise(g) {
-            return depthwise::conv2d_grad_weight(self.threads, dy, x, dw, g);
+            let len = self.pool.threads() * depthwise::grad_weight_scratch(g);
+            let scratch = grow(&mut self.scratch, len);
+            return depthwise::conv2d_grad_weight(&self.pool, scratch, dy, x, dw, g);
         }
-        let threads = self.threads;
-        let scratch = self.scratch(conv::scratch_per_worker(g));
-        conv::conv2d_grad_weight(threads, scratch, dy, x, dw, g)
+        let scratch = grow(&mut self.scratch, conv::scratch_per_worker(g));
+        conv::conv2d_grad_weight(&self.pool, scratch, dy, x, dw, g)
     }
 }
 

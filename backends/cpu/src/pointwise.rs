@@ -137,35 +137,6 @@ fn zip_map_generic(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> 
     }
 }
 
-/// Defines `$name`, which runs `$generic` compiled for the widest vector extension the CPU
-/// has: AVX-512F, AVX2, else the baseline.
-macro_rules! multiversion {
-    ($name:ident = $generic:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?) => {
-        fn $name($($arg: $ty),*) $(-> $ret)? {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                fn avx512($($arg: $ty),*) $(-> $ret)? {
-                    $generic($($arg),*)
-                }
-                #[target_feature(enable = "avx2")]
-                fn avx2($($arg: $ty),*) $(-> $ret)? {
-                    $generic($($arg),*)
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU supports AVX-512F, checked just above.
-                    return unsafe { avx512($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU supports AVX2, checked just above.
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            $generic($($arg),*)
-        }
-    };
-}
-
 multiversion!(dot = dot_generic(a: &[f32], b: &[f32]) -> f32);
 multiversion!(map = map_generic(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32));
 multiversion!(zip_map = zip_map_generic(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32));
