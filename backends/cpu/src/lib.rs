@@ -28,6 +28,7 @@ mod depthwise;
 mod gemm;
 mod im2col;
 mod int8;
+mod norm;
 mod parallel;
 mod pointwise;
 mod pool;
@@ -38,9 +39,11 @@ use std::sync::Arc;
 use depthwise::is_depthwise;
 use pool::Pool;
 use sprout_core::backend::{
-    Backend, ConvKernels, DenseKernels, Int8LayerKernels, PointwiseKernels,
+    ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, Int8LayerKernels, NormKernels,
+    PointwiseKernels, Running, Saved, TrainStats,
 };
 use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
+use sprout_core::hyperparams::BatchNormConfig;
 use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::reference::{self as r, Activation};
 use sprout_core::{inherit_reference, Host};
@@ -95,8 +98,129 @@ impl Backend for Cpu {
     type Memory = Host;
 }
 
-inherit_reference!(Cpu: Vector, Activation, Pool, Norm, Dropout, Loss, Optimizer, Half, Int8,
+inherit_reference!(Cpu: Vector, Pool, Dropout, Loss, Optimizer, Half, Int8,
     Int8Training);
+
+/// Batch norm as per-channel vector sums split over channels, then element-wise passes
+/// split over samples (`norm`); the out-of-place forms copy, then work in place.
+impl NormKernels for Cpu {
+    fn batch_norm_train(
+        &mut self,
+        x: &[f32],
+        p: Affine<'_, Host>,
+        stats: TrainStats<'_, Host>,
+        y: &mut [f32],
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        y.copy_from_slice(x);
+        self.batch_norm_train_in_place(y, p, stats, d, cfg)
+    }
+    fn batch_norm_eval(
+        &mut self,
+        x: &[f32],
+        p: Affine<'_, Host>,
+        running: Running<'_, Host>,
+        y: &mut [f32],
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        y.copy_from_slice(x);
+        self.batch_norm_eval_in_place(y, p, running, d, cfg)
+    }
+    fn batch_norm_train_in_place(
+        &mut self,
+        x: &mut [f32],
+        p: Affine<'_, Host>,
+        s: TrainStats<'_, Host>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        let running = [s.running_mean, s.running_var];
+        let (mean, invstd) = (s.saved_mean, s.saved_invstd);
+        norm::train_in_place(&self.pool, x, p.gamma, p.beta, running, mean, invstd, d, cfg)
+    }
+    fn batch_norm_eval_in_place(
+        &mut self,
+        x: &mut [f32],
+        p: Affine<'_, Host>,
+        running: Running<'_, Host>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        let invstd = grow(&mut self.scratch, d.channels);
+        let channels =
+            norm::Channels { gamma: p.gamma, beta: p.beta, mean: running.mean, invstd: &[] };
+        norm::eval_in_place(&self.pool, x, channels, running.var, invstd, d, cfg)
+    }
+    fn batch_norm_apply(
+        &mut self,
+        x: &[f32],
+        p: Affine<'_, Host>,
+        saved: Saved<'_, Host>,
+        y: &mut [f32],
+        d: ChannelDims,
+    ) {
+        y.copy_from_slice(x);
+        let (gamma, beta, mean, invstd) = (p.gamma, p.beta, saved.mean, saved.invstd);
+        norm::normalize(&self.pool, y, d, norm::Channels { gamma, beta, mean, invstd })
+    }
+    fn batch_norm_grad_input(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        gamma: &[f32],
+        saved: Saved<'_, Host>,
+        dx: &mut [f32],
+        d: ChannelDims,
+    ) {
+        let (sum_dy, sum_xhat) = grow(&mut self.scratch, 2 * d.channels).split_at_mut(d.channels);
+        let (mean, invstd) = (saved.mean, saved.invstd);
+        norm::grad_sums(&self.pool, dy, x, mean, invstd, sum_dy, sum_xhat, d);
+        let sums = [&*sum_dy, &*sum_xhat];
+        norm::grad_input(&self.pool, dy, x, gamma, mean, invstd, sums, dx, d)
+    }
+    fn batch_norm_grad_params(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        saved: Saved<'_, Host>,
+        dgamma: &mut [f32],
+        dbeta: &mut [f32],
+        d: ChannelDims,
+    ) {
+        norm::grad_sums(&self.pool, dy, x, saved.mean, saved.invstd, dbeta, dgamma, d)
+    }
+}
+
+/// ReLU and ReLU6 are branch-free vectorized loops (`pointwise`), bit-identical to the
+/// reference's, whose conditional store per element mispredicts on real activations.
+impl ActivationKernels for Cpu {
+    fn relu(&mut self, x: &[f32], y: &mut [f32]) {
+        pointwise::relu(x, y)
+    }
+    fn relu6(&mut self, x: &[f32], y: &mut [f32]) {
+        pointwise::relu6(x, y)
+    }
+    fn relu_in_place(&mut self, x: &mut [f32]) {
+        pointwise::relu_in_place(x)
+    }
+    fn relu6_in_place(&mut self, x: &mut [f32]) {
+        pointwise::relu6_in_place(x)
+    }
+    fn relu_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
+        pointwise::relu_grad(y, dy, dx)
+    }
+    fn relu6_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
+        pointwise::relu6_grad(y, dy, dx)
+    }
+    fn relu_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
+        pointwise::relu_grad_in_place(y, dy)
+    }
+    fn relu6_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
+        pointwise::relu6_grad_in_place(y, dy)
+    }
+}
 
 /// The pointwise activations are one vectorized loop each and the broadcast factor's
 /// gradient a vectorized reduction (`pointwise`); `mul` is the reference's loop, which the
