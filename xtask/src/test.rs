@@ -193,13 +193,14 @@ const MIRI_TOOLCHAIN: &str = "nightly";
 /// What Miri runs: (crate, features, the arguments of its unit tests: name filters, none for
 /// all, `--skip`). Miri interprets every step, so the lists stay short: the planner whole,
 /// the link's frames and the file formats (not the 800 KB random-bytes sweep, which the
-/// `link_device` fuzz target does far faster), the CPU backend's two `unsafe` sites. The
+/// `link_device` fuzz target does far faster), the CPU backend's `unsafe` sites (the GEMM
+/// call, the multiversioned loops' feature-checked calls, the thread pool's job hand-off). The
 /// Cortex-M DSP kernels are inline ARM assembly, which Miri cannot run: the QEMU
 /// conformance stage checks them.
 const MIRI_TESTS: &[(&str, &str, &[&str])] = &[
     ("sprout-planner", "", &[]),
     ("sprout-core", "link", &["link::", "format::", "--skip", "random_bytes"]),
-    ("sprout-cpu", "", &["gemm::", "pointwise::tests::dot", "pointwise::tests::sigmoid"]),
+    ("sprout-cpu", "", &["gemm::", "pool::", "pointwise::tests::dot", "pointwise::tests::sigmoid"]),
 ];
 
 /// Runs [`MIRI_TESTS`] under Miri (installing the nightly toolchain's `miri` and `rust-src`
