@@ -1,11 +1,13 @@
 //! sprout-cpu: the desktop CPU backend. Dense layers and convolutions run as GEMMs
-//! (`matrixmultiply`) over a persistent thread pool, int8 layers over column matrices, pointwise
-//! activations as vectorized loops; every other kernel is the reference kernel,
-//! by [`inherit_reference!`] or explicitly.
+//! (`matrixmultiply`) over a persistent thread pool, int8 layers over column matrices; the
+//! activations (ReLU, ReLU6 and the pointwise family) and batch norm are vector loops
+//! compiled for AVX-512F / AVX2 / the baseline (NEON on aarch64), chosen at run time; every
+//! other kernel is the reference kernel, by [`inherit_reference!`] or explicitly.
 //!
 //! Convolutions lower to GEMM through im2col (pointwise ones multiply their input
-//! directly), except depthwise ones, which run direct loops per plane. The forward and
-//! input-gradient passes split the batch over threads, the rest split output rows.
+//! directly), except depthwise ones, which run direct vector loops per plane. The forward
+//! and input-gradient passes split the batch over threads, the rest split output rows or
+//! channels.
 //!
 //! ```
 //! use sprout_core::geometry::LinearDims;
