@@ -1,7 +1,8 @@
 //! `cargo xtask test`: everything CI checks, in order, stopping at the first failure:
-//! the microcontroller targets, rustfmt, clippy, the workspace tests, the no_std builds,
-//! the boards (built, run under QEMU, sizes compared with their snapshot), and the leaf
-//! head fine-tuned on the emulated microcontroller.
+//! the microcontroller targets, rustfmt, clippy, the workspace tests, Miri, the CPU
+//! backend's conformance on aarch64 under qemu-aarch64, the no_std builds, the boards
+//! (built, run under QEMU, sizes compared with their snapshot), and the leaf head fine-tuned
+//! on the emulated microcontroller.
 
 use std::path::Path;
 use std::time::Instant;
@@ -9,6 +10,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use crate::cmd::{Cmd, NotFound};
+use crate::debian::{self, Tool};
 use crate::format_duration;
 
 /// The microcontroller target every `no_std` crate must build for (Cortex-M4F/M7).
@@ -64,6 +66,11 @@ const STAGES: &[Stage] = &[
         "miri",
         "Miri over the planner, the link and formats, the CPU backend's unsafe (nightly)",
         miri,
+    ),
+    stage(
+        "aarch64",
+        "CPU backend conformance under qemu-aarch64 (NEON), sprout-cli built for aarch64",
+        aarch64,
     ),
     stage("no-std", "no_std builds (thumbv7em)", no_std_builds),
     stage("no-std-clippy", "no_std lints (clippy, thumbv7em)", no_std_clippy),
@@ -191,13 +198,14 @@ const MIRI_TOOLCHAIN: &str = "nightly";
 /// What Miri runs: (crate, features, the arguments of its unit tests: name filters, none for
 /// all, `--skip`). Miri interprets every step, so the lists stay short: the planner whole,
 /// the link's frames and the file formats (not the 800 KB random-bytes sweep, which the
-/// `link_device` fuzz target does far faster), the CPU backend's two `unsafe` sites. The
+/// `link_device` fuzz target does far faster), the CPU backend's `unsafe` sites (the GEMM
+/// call, the multiversioned loops' feature-checked calls, the thread pool's job hand-off). The
 /// Cortex-M DSP kernels are inline ARM assembly, which Miri cannot run: the QEMU
 /// conformance stage checks them.
 const MIRI_TESTS: &[(&str, &str, &[&str])] = &[
     ("sprout-planner", "", &[]),
     ("sprout-core", "link", &["link::", "format::", "--skip", "random_bytes"]),
-    ("sprout-cpu", "", &["gemm::", "pointwise::tests::dot", "pointwise::tests::sigmoid"]),
+    ("sprout-cpu", "", &["gemm::", "pool::", "pointwise::tests::dot", "pointwise::tests::sigmoid"]),
 ];
 
 /// Runs [`MIRI_TESTS`] under Miri (installing the nightly toolchain's `miri` and `rust-src`
@@ -228,6 +236,48 @@ fn miri(root: &Path) -> Result<()> {
             .run()?;
     }
     Ok(())
+}
+
+/// The Jetson's target, whose CPU runs the backend's NEON path.
+pub const AARCH64_TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// The cross linker (also the C compiler of build scripts) and the user-mode emulator.
+const AARCH64_TOOLS: &[Tool] = &[
+    Tool { program: "aarch64-linux-gnu-gcc", package: "gcc-aarch64-linux-gnu" },
+    Tool { program: "qemu-aarch64", package: "qemu-user" },
+];
+
+/// Where the cross toolchain keeps aarch64's C library, for qemu-aarch64's dynamic loader.
+const AARCH64_SYSROOT: &str = "/usr/aarch64-linux-gnu";
+
+/// The aarch64 stage: the CPU backend's unit tests and the conformance suite
+/// (`tests/tests/backend_cpu.rs`) cross-built and run under `qemu-aarch64`, then the CLI
+/// cross-built, so that it is known to link for the Jetson.
+fn aarch64(root: &Path) -> Result<()> {
+    ensure_target(root, AARCH64_TARGET)?;
+    debian::ensure(root, AARCH64_TOOLS)?;
+    let cross = |args: &[&str]| {
+        aarch64_env()
+            .into_iter()
+            .fold(Cmd::cargo(root).args(args.iter().copied()), |cmd, (key, value)| {
+                cmd.env(key, value)
+            })
+            .args(["--target", AARCH64_TARGET, "--locked"])
+    };
+    cross(&["test", "-p", "sprout-cpu", "--lib"]).run()?;
+    cross(&["test", "-p", "sprout-tests", "--test", "backend_cpu"]).run()?;
+    cross(&["build", "-p", "sprout-cli"]).run()
+}
+
+/// The environment of an aarch64 cross build whose tests run under `qemu-aarch64`.
+fn aarch64_env() -> [(&'static str, String); 4] {
+    let gcc = AARCH64_TOOLS[0].program;
+    [
+        ("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", gcc.into()),
+        ("CC_aarch64_unknown_linux_gnu", gcc.into()),
+        ("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER", AARCH64_TOOLS[1].program.into()),
+        ("QEMU_LD_PREFIX", AARCH64_SYSROOT.into()),
+    ]
 }
 
 fn no_std_builds(root: &Path) -> Result<()> {
@@ -278,6 +328,22 @@ fn no_std_args(krate: &str, features: &[&str]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aarch64_builds_link_with_the_cross_gcc_and_run_under_qemu() {
+        let env = aarch64_env();
+        let get = |key: &str| env.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str());
+        // Cargo reads these by the target's name, upper-cased (the cc crate's, as written).
+        let upper = AARCH64_TARGET.to_uppercase().replace('-', "_");
+        assert_eq!(get(&format!("CARGO_TARGET_{upper}_LINKER")), Some("aarch64-linux-gnu-gcc"));
+        assert_eq!(get(&format!("CARGO_TARGET_{upper}_RUNNER")), Some("qemu-aarch64"));
+        let cc = format!("CC_{}", AARCH64_TARGET.replace('-', "_"));
+        assert_eq!(get(&cc), Some("aarch64-linux-gnu-gcc"));
+        assert_eq!(get("QEMU_LD_PREFIX"), Some(AARCH64_SYSROOT));
+        // Every program the builds name is one the stage installs.
+        assert!(env.iter().all(|(k, v)| !k.ends_with("_LINKER") && !k.ends_with("_RUNNER")
+            || AARCH64_TOOLS.iter().any(|tool| tool.program == v)));
+    }
 
     #[test]
     fn finds_the_target_among_installed_ones() {

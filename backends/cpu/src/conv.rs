@@ -4,6 +4,7 @@
 use crate::gemm::{gemm, Mat};
 use crate::im2col::{col2im, col_cols, col_rows, im2col, is_pointwise};
 use crate::parallel::{for_each_chunk, workers};
+use crate::pool::Pool;
 use sprout_core::geometry::Conv2dGeometry;
 
 /// Scratch values one worker needs: a column matrix (none for pointwise convolutions).
@@ -16,8 +17,8 @@ pub fn scratch_per_worker(g: &Conv2dGeometry) -> usize {
 }
 
 /// Workers for the batch split of the forward and input-gradient passes.
-pub fn batch_workers(threads: usize, g: &Conv2dGeometry) -> usize {
-    workers(threads, g.n, g.macs())
+pub fn batch_workers(pool: &Pool, g: &Conv2dGeometry) -> usize {
+    workers(pool.threads(), g.n, g.macs())
 }
 
 /// The `[c_in/groups, h·w]` planes of sample `n`, group `group`.
@@ -45,7 +46,7 @@ fn weight_group<'a>(w: &'a [f32], group: usize, g: &Conv2dGeometry) -> Mat<'a> {
 
 /// `y = conv(x, w) + b`; `scratch` holds `batch_workers · scratch_per_worker` values.
 pub fn conv2d(
-    threads: usize,
+    pool: &Pool,
     scratch: &mut [f32],
     x: &[f32],
     w: &[f32],
@@ -53,65 +54,79 @@ pub fn conv2d(
     y: &mut [f32],
     g: &Conv2dGeometry,
 ) {
-    let workers = batch_workers(threads, g);
-    let inner = (threads / workers).max(1);
+    let workers = batch_workers(pool, g);
     let (cols, sample_len) = (col_cols(g), g.c_out * col_cols(g));
     let group_len = g.c_out_per_group() * cols;
-    for_each_chunk(workers, y, sample_len, scratch, scratch_per_worker(g), |first, ys, col| {
-        for (i, y_n) in ys.chunks_mut(sample_len).enumerate() {
-            for (group, y_g) in y_n.chunks_mut(group_len).enumerate() {
-                let beta = match b {
-                    Some(b) => {
-                        let b_g = &b[group * g.c_out_per_group()..];
-                        y_g.chunks_mut(cols).zip(b_g).for_each(|(plane, &v)| plane.fill(v));
-                        1.0
-                    }
-                    None => 0.0,
-                };
-                let x_cols = columns(input_group(x, first + i, group, g), col, g);
-                let x_cols = Mat::new(x_cols, col_rows(g), cols);
-                gemm(inner, weight_group(w, group, g), x_cols, beta, y_g);
+    for_each_chunk(
+        pool,
+        workers,
+        y,
+        sample_len,
+        scratch,
+        scratch_per_worker(g),
+        |first, ys, col| {
+            for (i, y_n) in ys.chunks_mut(sample_len).enumerate() {
+                for (group, y_g) in y_n.chunks_mut(group_len).enumerate() {
+                    let beta = match b {
+                        Some(b) => {
+                            let b_g = &b[group * g.c_out_per_group()..];
+                            y_g.chunks_mut(cols).zip(b_g).for_each(|(plane, &v)| plane.fill(v));
+                            1.0
+                        }
+                        None => 0.0,
+                    };
+                    let x_cols = columns(input_group(x, first + i, group, g), col, g);
+                    let x_cols = Mat::new(x_cols, col_rows(g), cols);
+                    gemm(pool, weight_group(w, group, g), x_cols, beta, y_g);
+                }
             }
-        }
-    });
+        },
+    );
 }
 
 /// `dx = convᵀ(dy, w)`: per group, columns `wᵀ·dy` scattered back by col2im.
 pub fn conv2d_grad_input(
-    threads: usize,
+    pool: &Pool,
     scratch: &mut [f32],
     dy: &[f32],
     w: &[f32],
     dx: &mut [f32],
     g: &Conv2dGeometry,
 ) {
-    let workers = batch_workers(threads, g);
-    let inner = (threads / workers).max(1);
+    let workers = batch_workers(pool, g);
     let cols = col_cols(g);
     let (sample_len, group_len) = (g.c_in * g.h * g.w, g.c_in_per_group() * g.h * g.w);
     let dy_group_len = g.c_out_per_group() * cols;
-    for_each_chunk(workers, dx, sample_len, scratch, scratch_per_worker(g), |first, dxs, col| {
-        for (i, dx_n) in dxs.chunks_mut(sample_len).enumerate() {
-            for (group, dx_g) in dx_n.chunks_mut(group_len).enumerate() {
-                let at = ((first + i) * g.groups + group) * dy_group_len;
-                let dy_g = Mat::new(&dy[at..][..dy_group_len], g.c_out_per_group(), cols);
-                let w_t = weight_group(w, group, g).t();
-                if is_pointwise(g) {
-                    gemm(inner, w_t, dy_g, 0.0, dx_g);
-                } else {
-                    gemm(inner, w_t, dy_g, 0.0, col);
-                    dx_g.fill(0.0);
-                    col2im(col, dx_g, g);
+    for_each_chunk(
+        pool,
+        workers,
+        dx,
+        sample_len,
+        scratch,
+        scratch_per_worker(g),
+        |first, dxs, col| {
+            for (i, dx_n) in dxs.chunks_mut(sample_len).enumerate() {
+                for (group, dx_g) in dx_n.chunks_mut(group_len).enumerate() {
+                    let at = ((first + i) * g.groups + group) * dy_group_len;
+                    let dy_g = Mat::new(&dy[at..][..dy_group_len], g.c_out_per_group(), cols);
+                    let w_t = weight_group(w, group, g).t();
+                    if is_pointwise(g) {
+                        gemm(pool, w_t, dy_g, 0.0, dx_g);
+                    } else {
+                        gemm(pool, w_t, dy_g, 0.0, col);
+                        dx_g.fill(0.0);
+                        col2im(col, dx_g, g);
+                    }
                 }
             }
-        }
-    });
+        },
+    );
 }
 
 /// `dw = Σₙ dy·colsᵀ`, samples in turn, each product's rows split over threads; `scratch`
 /// holds `scratch_per_worker` values.
 pub fn conv2d_grad_weight(
-    threads: usize,
+    pool: &Pool,
     scratch: &mut [f32],
     dy: &[f32],
     x: &[f32],
@@ -128,7 +143,7 @@ pub fn conv2d_grad_weight(
             let dy_g = Mat::new(&dy[at..][..dy_group_len], g.c_out_per_group(), cols);
             let x_cols = columns(input_group(x, n, group, g), scratch, g);
             let x_cols_t = Mat::new(x_cols, col_rows(g), cols).t();
-            gemm(threads, dy_g, x_cols_t, 1.0, dw_g);
+            gemm(pool, dy_g, x_cols_t, 1.0, dw_g);
         }
     }
 }

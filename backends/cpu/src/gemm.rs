@@ -2,6 +2,7 @@
 //! `sgemm`, with the rows of `C` split over threads.
 
 use crate::parallel::{for_each_chunk, workers};
+use crate::pool::Pool;
 
 /// A read-only strided matrix over a slice: element `(i, j)` is `data[i·row_stride +
 /// j·col_stride]`.
@@ -50,12 +51,12 @@ impl<'a> Mat<'a> {
 }
 
 /// `c = a·b + beta·c` for a row-major `c[a.rows, b.cols]`, with `c`'s rows split over up
-/// to `threads` threads. With `beta == 0` the old contents of `c` are ignored (NaN too).
-pub fn gemm(threads: usize, a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
+/// to `pool`'s threads. With `beta == 0` the old contents of `c` are ignored (NaN too).
+pub fn gemm(pool: &Pool, a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
     assert_eq!(a.cols, b.rows, "inner dimensions");
     assert_eq!(c.len(), a.rows * b.cols, "output length");
-    let workers = workers(threads, a.rows, a.rows * a.cols * b.cols);
-    for_each_chunk(workers, c, b.cols, &mut [], 0, |first, c_rows, _| {
+    let workers = workers(pool.threads(), a.rows, a.rows * a.cols * b.cols);
+    for_each_chunk(pool, workers, c, b.cols, &mut [], 0, |first, c_rows, _| {
         let rows = c_rows.len().checked_div(b.cols).unwrap_or(0);
         sgemm(a.rows(first, rows), b, beta, c_rows);
     });
@@ -109,18 +110,18 @@ mod tests {
         let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]; // [2, 3]
         let b = [1.0, 0.0, -1.0, 2.0, 0.5, 1.0]; // [3, 2]
         let mut c = [f32::NAN; 4];
-        gemm(1, Mat::new(&a, 2, 3), Mat::new(&b, 3, 2), 0.0, &mut c);
+        gemm(&Pool::new(1), Mat::new(&a, 2, 3), Mat::new(&b, 3, 2), 0.0, &mut c);
         assert_eq!(c, [0.5, 7.0, 2.0, 16.0]);
         // aᵀ·a is [3, 3]; accumulate onto ones with beta 1.
         let mut c = [1.0; 9];
-        gemm(2, Mat::new(&a, 2, 3).t(), Mat::new(&a, 2, 3), 1.0, &mut c);
+        gemm(&Pool::new(2), Mat::new(&a, 2, 3).t(), Mat::new(&a, 2, 3), 1.0, &mut c);
         assert_eq!(c, [18.0, 23.0, 28.0, 23.0, 30.0, 37.0, 28.0, 37.0, 46.0]);
     }
 
     #[test]
     fn an_empty_inner_dimension_scales_the_output() {
         let mut c = [f32::NAN, f32::NAN];
-        gemm(1, Mat::new(&[], 2, 0), Mat::new(&[], 0, 1), 0.0, &mut c);
+        gemm(&Pool::new(1), Mat::new(&[], 2, 0), Mat::new(&[], 0, 1), 0.0, &mut c);
         assert_eq!(c, [0.0, 0.0]);
     }
 

@@ -1,11 +1,13 @@
 //! sprout-cpu: the desktop CPU backend. Dense layers and convolutions run as GEMMs
-//! (`matrixmultiply`) over scoped threads, int8 layers over column matrices, pointwise
-//! activations as vectorized loops; every other kernel is the reference kernel,
-//! by [`inherit_reference!`] or explicitly.
+//! (`matrixmultiply`) over a persistent thread pool, int8 layers over column matrices; the
+//! activations (ReLU, ReLU6 and the pointwise family) and batch norm are vector loops
+//! compiled for AVX-512F / AVX2 / the baseline (NEON on aarch64), chosen at run time; every
+//! other kernel is the reference kernel, by [`inherit_reference!`] or explicitly.
 //!
 //! Convolutions lower to GEMM through im2col (pointwise ones multiply their input
-//! directly), except depthwise ones, which run direct loops per plane. The forward and
-//! input-gradient passes split the batch over threads, the rest split output rows.
+//! directly), except depthwise ones, which run direct vector loops per plane. The forward
+//! and input-gradient passes split the batch over threads, the rest split output rows or
+//! channels.
 //!
 //! ```
 //! use sprout_core::geometry::LinearDims;
@@ -19,34 +21,45 @@
 //! assert_eq!(y, [1.5, 1.5]);
 //! ```
 
+#[macro_use]
+mod simd;
+
 mod conv;
 mod dense;
 mod depthwise;
 mod gemm;
 mod im2col;
 mod int8;
+mod norm;
 mod parallel;
 mod pointwise;
+mod pool;
 mod window;
 
+use std::sync::Arc;
+
 use depthwise::is_depthwise;
+use pool::Pool;
 use sprout_core::backend::{
-    Backend, ConvKernels, DenseKernels, Int8LayerKernels, PointwiseKernels,
+    ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, Int8LayerKernels, NormKernels,
+    PointwiseKernels, Running, Saved, TrainStats,
 };
 use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
+use sprout_core::hyperparams::BatchNormConfig;
 use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::reference::{self as r, Activation};
 use sprout_core::{inherit_reference, Host};
 
-/// The CPU backend: how many threads a kernel may use, and the im2col scratch buffer.
+/// The CPU backend: its thread pool, and the im2col scratch buffer.
 ///
 /// Allocation: the first convolution of each new, larger size grows the scratch buffer
 /// (to `threads` column matrices of the largest convolution); after one training step
-/// every later step reuses it and allocates nothing. Worker threads are scoped threads
-/// started per kernel call, only for kernels big enough to repay them.
+/// every later step reuses it and allocates nothing. The pool's `threads - 1` worker
+/// threads start with the backend, park between kernels and are woken only for kernels
+/// big enough to repay them; clones share the pool, dropping the last one stops it.
 #[derive(Clone, Debug)]
 pub struct Cpu {
-    threads: usize,
+    pool: Arc<Pool>,
     scratch: Vec<f32>,
     int8: int8::Int8Scratch,
 }
@@ -59,21 +72,22 @@ impl Cpu {
 
     /// A backend using at most `threads` threads (at least one).
     pub fn with_threads(threads: usize) -> Self {
-        Self { threads: threads.max(1), scratch: Vec::new(), int8: Default::default() }
+        let pool = Arc::new(Pool::new(threads));
+        Self { pool, scratch: Vec::new(), int8: Default::default() }
     }
 
     /// Threads a kernel may use.
     pub fn threads(&self) -> usize {
-        self.threads
+        self.pool.threads()
     }
+}
 
-    /// The scratch buffer, grown to at least `len` values.
-    fn scratch(&mut self, len: usize) -> &mut [f32] {
-        if self.scratch.len() < len {
-            self.scratch.resize(len, 0.0);
-        }
-        &mut self.scratch[..len]
+/// The first `len` values of `scratch`, grown to hold them.
+fn grow(scratch: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if scratch.len() < len {
+        scratch.resize(len, 0.0);
     }
+    &mut scratch[..len]
 }
 
 impl Default for Cpu {
@@ -86,8 +100,129 @@ impl Backend for Cpu {
     type Memory = Host;
 }
 
-inherit_reference!(Cpu: Vector, Activation, Pool, Norm, Dropout, Loss, Optimizer, Half, Int8,
+inherit_reference!(Cpu: Vector, Pool, Dropout, Loss, Optimizer, Half, Int8,
     Int8Training);
+
+/// Batch norm as per-channel vector sums split over channels, then element-wise passes
+/// split over samples (`norm`); the out-of-place forms copy, then work in place.
+impl NormKernels for Cpu {
+    fn batch_norm_train(
+        &mut self,
+        x: &[f32],
+        p: Affine<'_, Host>,
+        stats: TrainStats<'_, Host>,
+        y: &mut [f32],
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        y.copy_from_slice(x);
+        self.batch_norm_train_in_place(y, p, stats, d, cfg)
+    }
+    fn batch_norm_eval(
+        &mut self,
+        x: &[f32],
+        p: Affine<'_, Host>,
+        running: Running<'_, Host>,
+        y: &mut [f32],
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        y.copy_from_slice(x);
+        self.batch_norm_eval_in_place(y, p, running, d, cfg)
+    }
+    fn batch_norm_train_in_place(
+        &mut self,
+        x: &mut [f32],
+        p: Affine<'_, Host>,
+        s: TrainStats<'_, Host>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        let running = [s.running_mean, s.running_var];
+        let (mean, invstd) = (s.saved_mean, s.saved_invstd);
+        norm::train_in_place(&self.pool, x, p.gamma, p.beta, running, mean, invstd, d, cfg)
+    }
+    fn batch_norm_eval_in_place(
+        &mut self,
+        x: &mut [f32],
+        p: Affine<'_, Host>,
+        running: Running<'_, Host>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        let invstd = grow(&mut self.scratch, d.channels);
+        let channels =
+            norm::Channels { gamma: p.gamma, beta: p.beta, mean: running.mean, invstd: &[] };
+        norm::eval_in_place(&self.pool, x, channels, running.var, invstd, d, cfg)
+    }
+    fn batch_norm_apply(
+        &mut self,
+        x: &[f32],
+        p: Affine<'_, Host>,
+        saved: Saved<'_, Host>,
+        y: &mut [f32],
+        d: ChannelDims,
+    ) {
+        y.copy_from_slice(x);
+        let (gamma, beta, mean, invstd) = (p.gamma, p.beta, saved.mean, saved.invstd);
+        norm::normalize(&self.pool, y, d, norm::Channels { gamma, beta, mean, invstd })
+    }
+    fn batch_norm_grad_input(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        gamma: &[f32],
+        saved: Saved<'_, Host>,
+        dx: &mut [f32],
+        d: ChannelDims,
+    ) {
+        let (sum_dy, sum_xhat) = grow(&mut self.scratch, 2 * d.channels).split_at_mut(d.channels);
+        let (mean, invstd) = (saved.mean, saved.invstd);
+        norm::grad_sums(&self.pool, dy, x, mean, invstd, sum_dy, sum_xhat, d);
+        let sums = [&*sum_dy, &*sum_xhat];
+        norm::grad_input(&self.pool, dy, x, gamma, mean, invstd, sums, dx, d)
+    }
+    fn batch_norm_grad_params(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        saved: Saved<'_, Host>,
+        dgamma: &mut [f32],
+        dbeta: &mut [f32],
+        d: ChannelDims,
+    ) {
+        norm::grad_sums(&self.pool, dy, x, saved.mean, saved.invstd, dbeta, dgamma, d)
+    }
+}
+
+/// ReLU and ReLU6 are branch-free vectorized loops (`pointwise`), bit-identical to the
+/// reference's, whose conditional store per element mispredicts on real activations.
+impl ActivationKernels for Cpu {
+    fn relu(&mut self, x: &[f32], y: &mut [f32]) {
+        pointwise::relu(x, y)
+    }
+    fn relu6(&mut self, x: &[f32], y: &mut [f32]) {
+        pointwise::relu6(x, y)
+    }
+    fn relu_in_place(&mut self, x: &mut [f32]) {
+        pointwise::relu_in_place(x)
+    }
+    fn relu6_in_place(&mut self, x: &mut [f32]) {
+        pointwise::relu6_in_place(x)
+    }
+    fn relu_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
+        pointwise::relu_grad(y, dy, dx)
+    }
+    fn relu6_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
+        pointwise::relu6_grad(y, dy, dx)
+    }
+    fn relu_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
+        pointwise::relu_grad_in_place(y, dy)
+    }
+    fn relu6_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
+        pointwise::relu6_grad_in_place(y, dy)
+    }
+}
 
 /// The pointwise activations are one vectorized loop each and the broadcast factor's
 /// gradient a vectorized reduction (`pointwise`); `mul` is the reference's loop, which the
@@ -109,13 +244,13 @@ impl PointwiseKernels for Cpu {
 
 impl DenseKernels for Cpu {
     fn linear(&mut self, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearDims) {
-        dense::linear(self.threads, x, w, b, y, d)
+        dense::linear(&self.pool, x, w, b, y, d)
     }
     fn linear_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], d: LinearDims) {
-        dense::linear_grad_input(self.threads, dy, w, dx, d)
+        dense::linear_grad_input(&self.pool, dy, w, dx, d)
     }
     fn linear_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], d: LinearDims) {
-        dense::linear_grad_weight(self.threads, dy, x, dw, d)
+        dense::linear_grad_weight(&self.pool, dy, x, dw, d)
     }
 }
 
@@ -129,27 +264,28 @@ impl ConvKernels for Cpu {
         g: &Conv2dGeometry,
     ) {
         if is_depthwise(g) {
-            return depthwise::conv2d(self.threads, x, w, b, y, g);
+            return depthwise::conv2d(&self.pool, x, w, b, y, g);
         }
-        let threads = self.threads;
-        let scratch = self.scratch(conv::batch_workers(threads, g) * conv::scratch_per_worker(g));
-        conv::conv2d(threads, scratch, x, w, b, y, g)
+        let len = conv::batch_workers(&self.pool, g) * conv::scratch_per_worker(g);
+        let scratch = grow(&mut self.scratch, len);
+        conv::conv2d(&self.pool, scratch, x, w, b, y, g)
     }
     fn conv2d_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
         if is_depthwise(g) {
-            return depthwise::conv2d_grad_input(self.threads, dy, w, dx, g);
+            return depthwise::conv2d_grad_input(&self.pool, dy, w, dx, g);
         }
-        let threads = self.threads;
-        let scratch = self.scratch(conv::batch_workers(threads, g) * conv::scratch_per_worker(g));
-        conv::conv2d_grad_input(threads, scratch, dy, w, dx, g)
+        let len = conv::batch_workers(&self.pool, g) * conv::scratch_per_worker(g);
+        let scratch = grow(&mut self.scratch, len);
+        conv::conv2d_grad_input(&self.pool, scratch, dy, w, dx, g)
     }
     fn conv2d_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], g: &Conv2dGeometry) {
         if is_depthwise(g) {
-            return depthwise::conv2d_grad_weight(self.threads, dy, x, dw, g);
+            let len = self.pool.threads() * depthwise::grad_weight_scratch(g);
+            let scratch = grow(&mut self.scratch, len);
+            return depthwise::conv2d_grad_weight(&self.pool, scratch, dy, x, dw, g);
         }
-        let threads = self.threads;
-        let scratch = self.scratch(conv::scratch_per_worker(g));
-        conv::conv2d_grad_weight(threads, scratch, dy, x, dw, g)
+        let scratch = grow(&mut self.scratch, conv::scratch_per_worker(g));
+        conv::conv2d_grad_weight(&self.pool, scratch, dy, x, dw, g)
     }
 }
 

@@ -1,8 +1,13 @@
-//! Splitting independent work over scoped threads: the output is cut into whole items
-//! (rows, samples, planes) and each worker gets a contiguous run of them and its own scratch.
+//! Splitting independent work over the backend's thread pool: the output is cut into whole
+//! items (rows, samples, planes) and each worker takes a contiguous run of them with its own
+//! scratch.
 
-/// Multiply-accumulates below which a worker is not worth its thread's start-up cost.
-const MIN_WORK_PER_WORKER: usize = 1 << 18;
+use std::sync::Mutex;
+
+use crate::pool::Pool;
+
+/// Multiply-accumulates below which a worker is not worth waking.
+const MIN_WORK_PER_WORKER: usize = 1 << 16;
 
 /// How many workers share `items` independent items worth `work` multiply-accumulates in
 /// all, given `threads`: at least one, at most one per item.
@@ -11,9 +16,10 @@ pub fn workers(threads: usize, items: usize, work: usize) -> usize {
 }
 
 /// Cuts `out` into items of `item_len` values and runs `f(first_item, out_chunk, scratch)`
-/// on `workers` scoped threads (inline when one), each over a contiguous run of items and
-/// with its own `scratch_len` values of `scratch`.
+/// over `workers` contiguous runs of items on `pool` (inline when one), each run with its
+/// own `scratch_len` values of `scratch`.
 pub fn for_each_chunk<F>(
+    pool: &Pool,
     workers: usize,
     out: &mut [f32],
     item_len: usize,
@@ -30,18 +36,21 @@ pub fn for_each_chunk<F>(
         f(0, out, &mut scratch[..scratch_len]);
         return;
     }
-    std::thread::scope(|scope| {
-        let (mut out, mut scratch) = (out, scratch);
-        let mut first = 0;
-        while !out.is_empty() {
-            let take = (per_worker * item_len).min(out.len());
-            let (chunk, rest) = out.split_at_mut(take);
-            let (piece, spare) = scratch.split_at_mut(scratch_len);
-            (out, scratch) = (rest, spare);
-            let f = &f;
-            scope.spawn(move || f(first, chunk, piece));
-            first += per_worker;
-        }
+    // What is left to hand out: the rest of the output, of the scratch, and its first item.
+    let rest = Mutex::new((out, scratch, 0));
+    pool.run(workers - 1, &|| loop {
+        let (chunk, piece, first) = {
+            let mut rest = rest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (out, scratch, first) = std::mem::take(&mut *rest);
+            if out.is_empty() {
+                return;
+            }
+            let (chunk, out) = out.split_at_mut((per_worker * item_len).min(out.len()));
+            let (piece, scratch) = scratch.split_at_mut(scratch_len);
+            *rest = (out, scratch, first + per_worker);
+            (chunk, piece, first)
+        };
+        f(first, chunk, piece);
     });
 }
 
@@ -60,15 +69,31 @@ mod tests {
 
     #[test]
     fn every_item_is_visited_once_with_its_own_scratch() {
-        let mut out = vec![0.0; 7 * 3];
-        let mut scratch = vec![0.0; 3 * 2];
-        for_each_chunk(3, &mut out, 3, &mut scratch, 2, |first, chunk, piece| {
-            assert_eq!(piece.len(), 2);
-            for (i, item) in chunk.chunks_mut(3).enumerate() {
-                item.fill((first + i) as f32);
-            }
-        });
-        let expected: Vec<f32> = (0..7).flat_map(|i| [i as f32; 3]).collect();
-        assert_eq!(out, expected);
+        let pool = Pool::new(3);
+        for scratch_len in [0, 2] {
+            let mut out = vec![0.0; 7 * 3];
+            let mut scratch = vec![0.0; 3 * scratch_len];
+            for_each_chunk(
+                &pool,
+                3,
+                &mut out,
+                3,
+                &mut scratch,
+                scratch_len,
+                |first, chunk, piece| {
+                    assert_eq!(piece.len(), scratch_len);
+                    piece.fill(first as f32);
+                    for (i, item) in chunk.chunks_mut(3).enumerate() {
+                        item.fill((first + i) as f32);
+                    }
+                },
+            );
+            let expected: Vec<f32> = (0..7).flat_map(|i| [i as f32; 3]).collect();
+            assert_eq!(out, expected);
+            // Runs start at items 0, 3 and 6, each writing its own piece.
+            let pieces: Vec<f32> =
+                [0.0, 3.0, 6.0].iter().flat_map(|&v| vec![v; scratch_len]).collect();
+            assert_eq!(scratch, pieces);
+        }
     }
 }

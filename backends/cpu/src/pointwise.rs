@@ -1,5 +1,5 @@
-//! Pointwise activations (sigmoid, hard sigmoid, hard swish, leaky ReLU) and their
-//! gradients as branch-free loops the compiler vectorizes, and the factor gradient of the
+//! Pointwise activations (ReLU, ReLU6, sigmoid, hard sigmoid, hard swish, leaky ReLU) and
+//! their gradients as branch-free loops the compiler vectorizes, and the factor gradient of the
 //! element-wise product as a dot product over partial sums. (The product itself stays the
 //! reference's: its loop already vectorizes and streams memory at the same speed.)
 //!
@@ -131,44 +131,107 @@ fn map_generic(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32) {
 }
 
 #[inline(always)]
+fn map_in_place_generic(y: &mut [f32], f: impl Fn(f32) -> f32) {
+    for v in y.iter_mut() {
+        *v = f(*v);
+    }
+}
+
+#[inline(always)]
+fn zip_map_in_place_generic(a: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+    for (v, &a) in y.iter_mut().zip(a) {
+        *v = f(a, *v);
+    }
+}
+
+#[inline(always)]
 fn zip_map_generic(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) {
     for ((out, &a), &b) in y.iter_mut().zip(a).zip(b) {
         *out = f(a, b);
     }
 }
 
-/// Defines `$name`, which runs `$generic` compiled for the widest vector extension the CPU
-/// has: AVX-512F, AVX2, else the baseline.
-macro_rules! multiversion {
-    ($name:ident = $generic:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?) => {
-        fn $name($($arg: $ty),*) $(-> $ret)? {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                fn avx512($($arg: $ty),*) $(-> $ret)? {
-                    $generic($($arg),*)
-                }
-                #[target_feature(enable = "avx2")]
-                fn avx2($($arg: $ty),*) $(-> $ret)? {
-                    $generic($($arg),*)
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU supports AVX-512F, checked just above.
-                    return unsafe { avx512($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU supports AVX2, checked just above.
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            $generic($($arg),*)
-        }
-    };
-}
-
 multiversion!(dot = dot_generic(a: &[f32], b: &[f32]) -> f32);
 multiversion!(map = map_generic(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32));
 multiversion!(zip_map = zip_map_generic(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32));
+multiversion!(map_in_place = map_in_place_generic(y: &mut [f32], f: impl Fn(f32) -> f32));
+multiversion!(zip_map_in_place = zip_map_in_place_generic(a: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32));
+
+/// ReLU: `x < 0 ? 0 : x`, as the reference (NaN passes).
+#[inline(always)]
+fn relu_value(x: f32) -> f32 {
+    if x < 0.0 {
+        0.0
+    } else {
+        x
+    }
+}
+
+/// ReLU6: `clamp(x, 0, 6)`, as the reference (NaN passes).
+#[inline(always)]
+fn relu6_value(x: f32) -> f32 {
+    x.clamp(0.0, 6.0)
+}
+
+/// `dy` where ReLU's output `y > 0`, else 0.
+#[inline(always)]
+fn relu_gate(y: f32, dy: f32) -> f32 {
+    if y > 0.0 {
+        dy
+    } else {
+        0.0
+    }
+}
+
+/// `dy` where ReLU6's output lies strictly between 0 and 6, else 0.
+#[inline(always)]
+fn relu6_gate(y: f32, dy: f32) -> f32 {
+    if y > 0.0 && y < 6.0 {
+        dy
+    } else {
+        0.0
+    }
+}
+
+/// `y = relu(x)`.
+pub fn relu(x: &[f32], y: &mut [f32]) {
+    map(x, y, relu_value)
+}
+
+/// `y = relu6(x)`.
+pub fn relu6(x: &[f32], y: &mut [f32]) {
+    map(x, y, relu6_value)
+}
+
+/// `x = relu(x)`.
+pub fn relu_in_place(x: &mut [f32]) {
+    map_in_place(x, relu_value)
+}
+
+/// `x = relu6(x)`.
+pub fn relu6_in_place(x: &mut [f32]) {
+    map_in_place(x, relu6_value)
+}
+
+/// `dx = dy` where `y > 0`, else 0.
+pub fn relu_grad(y: &[f32], dy: &[f32], dx: &mut [f32]) {
+    zip_map(y, dy, dx, relu_gate)
+}
+
+/// `dx = dy` where `0 < y < 6`, else 0.
+pub fn relu6_grad(y: &[f32], dy: &[f32], dx: &mut [f32]) {
+    zip_map(y, dy, dx, relu6_gate)
+}
+
+/// [`relu_grad`] over `dy`.
+pub fn relu_grad_in_place(y: &[f32], dy: &mut [f32]) {
+    zip_map_in_place(y, dy, relu_gate)
+}
+
+/// [`relu6_grad`] over `dy`.
+pub fn relu6_grad_in_place(y: &[f32], dy: &mut [f32]) {
+    zip_map_in_place(y, dy, relu6_gate)
+}
 
 #[cfg(test)]
 mod tests {
@@ -206,6 +269,49 @@ mod tests {
         let mut y = [f32::NAN];
         activation(Activation::Sigmoid, &[x], &mut y);
         y[0]
+    }
+
+    /// Every ReLU kernel, in and out of place, equals the reference's value by value, edge
+    /// cases (the thresholds, NaN, signed zeros, infinities) included.
+    #[test]
+    fn relu_kernels_match_the_reference_bit_for_bit() {
+        use sprout_core::reference as r;
+        let mut x: Vec<f32> = (0..103).map(|i| (i as f32 - 40.0) * 0.17).collect();
+        x.extend([0.0, -0.0, 6.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 5.999_999]);
+        let dy: Vec<f32> = (0..x.len()).map(|i| 1.0 + i as f32).collect();
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        type Map = fn(&[f32], &mut [f32]);
+        type InPlace = fn(&mut [f32]);
+        type Grad = fn(&[f32], &[f32], &mut [f32]);
+        type GradInPlace = fn(&[f32], &mut [f32]);
+        let forward: [(Map, Map, InPlace, InPlace); 2] = [
+            (relu, r::relu, relu_in_place, r::relu_in_place),
+            (relu6, r::relu6, relu6_in_place, r::relu6_in_place),
+        ];
+        for (ours, theirs, ours_in_place, theirs_in_place) in forward {
+            let (mut a, mut b) = (vec![1.0; x.len()], vec![2.0; x.len()]);
+            ours(&x, &mut a);
+            theirs(&x, &mut b);
+            assert_eq!(bits(&a), bits(&b));
+            let (mut a, mut b) = (x.clone(), x.clone());
+            ours_in_place(&mut a);
+            theirs_in_place(&mut b);
+            assert_eq!(bits(&a), bits(&b));
+        }
+        let backward: [(Grad, Grad, GradInPlace, GradInPlace); 2] = [
+            (relu_grad, r::relu_grad, relu_grad_in_place, r::relu_grad_in_place),
+            (relu6_grad, r::relu6_grad, relu6_grad_in_place, r::relu6_grad_in_place),
+        ];
+        for (ours, theirs, ours_in_place, theirs_in_place) in backward {
+            let (mut a, mut b) = (vec![1.0; x.len()], vec![2.0; x.len()]);
+            ours(&x, &dy, &mut a);
+            theirs(&x, &dy, &mut b);
+            assert_eq!(bits(&a), bits(&b));
+            let (mut a, mut b) = (dy.clone(), dy.clone());
+            ours_in_place(&x, &mut a);
+            theirs_in_place(&x, &mut b);
+            assert_eq!(bits(&a), bits(&b));
+        }
     }
 
     #[test]

@@ -1,0 +1,234 @@
+//! A persistent pool of worker threads that share one job at a time with the calling
+//! thread: kernels wake parked workers instead of spawning threads on every call.
+//!
+//! A job is a closure that pulls work from a shared source until none is left, so any
+//! number of participants (the caller alone included) finishes it: helpers that wake late
+//! find nothing to do, and a call from inside a job (or while another thread's job runs)
+//! simply runs the closure on its own thread.
+
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+/// A job as the workers see it: its lifetime is erased, and [`Pool::run`] does not return
+/// before every worker that picked it up has finished with it.
+type Job = &'static (dyn Fn() + Sync);
+
+/// What the caller and the workers share, under one lock.
+#[derive(Default)]
+struct State {
+    /// The job of the current call, while helpers may still join it.
+    job: Option<Job>,
+    /// How many more workers may join the current job.
+    seats: usize,
+    /// Workers inside the current job.
+    running: usize,
+    /// Counts calls, so that a worker joins each job at most once.
+    generation: u64,
+    /// The first panic of a worker inside the current job.
+    panic: Option<Box<dyn Any + Send>>,
+    /// Set when the pool is dropped: workers return.
+    shutdown: bool,
+}
+
+/// The lock, the workers' wake-up signal and the caller's all-done signal.
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    done: Condvar,
+}
+
+impl Shared {
+    /// The state; a poisoned lock is taken over (no code panics while holding it).
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// `threads - 1` parked worker threads plus the caller; dropping the pool stops and joins
+/// the workers.
+pub struct Pool {
+    shared: std::sync::Arc<Shared>,
+    /// Held by the thread whose job the workers serve.
+    busy: Mutex<()>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// A pool of `threads` threads in all (the caller and `threads - 1` workers).
+    pub fn new(threads: usize) -> Self {
+        let shared = std::sync::Arc::new(Shared::default());
+        let workers = (1..threads.max(1))
+            .map(|i| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("sprout-cpu-{i}"))
+                    .spawn(move || work(&shared))
+                    .expect("starting a sprout-cpu worker thread")
+            })
+            .collect();
+        Self { shared, busy: Mutex::new(()), workers }
+    }
+
+    /// Threads a job may run on, the caller's included.
+    pub fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs `job` on the calling thread and on up to `helpers` workers at once, returning
+    /// when every one of them has returned. `job` must pull its work from a shared source
+    /// until none is left: it runs on the caller alone when the workers are busy with
+    /// another call (a nested one included). A panic in any participant is raised here,
+    /// after all of them have finished.
+    pub fn run(&self, helpers: usize, job: &(dyn Fn() + Sync)) {
+        let helpers = helpers.min(self.workers.len());
+        let _busy = match self.busy.try_lock() {
+            Ok(guard) if helpers > 0 => guard,
+            _ => return job(),
+        };
+        // SAFETY: only the lifetime is changed. Workers call the job only after taking a
+        // seat below and before leaving `running`; this function clears the job and waits
+        // for `running` to reach zero before it returns or unwinds, so no worker uses the
+        // reference after the borrow ends.
+        let erased: Job = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), Job>(job) };
+        {
+            let mut state = self.shared.lock();
+            state.job = Some(erased);
+            state.seats = helpers;
+            state.generation = state.generation.wrapping_add(1);
+        }
+        self.shared.wake.notify_all();
+        let own = panic::catch_unwind(AssertUnwindSafe(job));
+        let worker_panic = {
+            let mut state = self.shared.lock();
+            state.job = None;
+            state.seats = 0;
+            while state.running > 0 {
+                state = self.shared.done.wait(state).unwrap_or_else(PoisonError::into_inner);
+            }
+            state.panic.take()
+        };
+        if let Err(payload) = own {
+            panic::resume_unwind(payload);
+        }
+        if let Some(payload) = worker_panic {
+            panic::resume_unwind(payload);
+        }
+    }
+}
+
+/// A worker: parks until a new job has a free seat, runs it, and reports back.
+fn work(shared: &Shared) {
+    let mut seen = 0u64;
+    loop {
+        let job = {
+            let mut state = shared.lock();
+            loop {
+                if state.shutdown {
+                    return;
+                }
+                if state.generation != seen {
+                    seen = state.generation;
+                    if let (Some(job), true) = (state.job, state.seats > 0) {
+                        state.seats -= 1;
+                        state.running += 1;
+                        break job;
+                    }
+                }
+                state = shared.wake.wait(state).unwrap_or_else(PoisonError::into_inner);
+            }
+        };
+        let result = panic::catch_unwind(AssertUnwindSafe(job));
+        let mut state = shared.lock();
+        if let Err(payload) = result {
+            state.panic.get_or_insert(payload);
+        }
+        state.running -= 1;
+        if state.running == 0 {
+            shared.done.notify_all();
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.lock().shutdown = true;
+        self.shared.wake.notify_all();
+        for worker in self.workers.drain(..) {
+            // A worker only ends by returning (jobs' panics are caught), so join succeeds.
+            let _ = worker.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("threads", &self.threads()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Runs `items` unit tasks through `pool`, pulling them from a shared counter; returns
+    /// how many ran and on how many distinct threads.
+    fn pull(pool: &Pool, helpers: usize, items: usize) -> (usize, usize) {
+        let next = AtomicUsize::new(0);
+        let done = AtomicUsize::new(0);
+        let threads = Mutex::new(HashSet::new());
+        pool.run(helpers, &|| {
+            let mut mine = 0;
+            while next.fetch_add(1, Ordering::Relaxed) < items {
+                done.fetch_add(1, Ordering::Relaxed);
+                mine += 1;
+                // Long enough for a worker to wake and take part.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            if mine > 0 {
+                threads.lock().unwrap().insert(std::thread::current().id());
+            }
+        });
+        (done.into_inner(), threads.into_inner().unwrap().len())
+    }
+
+    #[test]
+    fn every_task_runs_once_and_workers_help() {
+        let pool = Pool::new(3);
+        assert_eq!(pool.threads(), 3);
+        for _ in 0..3 {
+            let (done, threads) = pull(&pool, 2, 40);
+            assert_eq!(done, 40);
+            assert!((1..=3).contains(&threads), "{threads} threads");
+        }
+        // No helpers wanted: the caller alone.
+        assert_eq!(pull(&pool, 0, 5), (5, 1));
+    }
+
+    #[test]
+    fn a_nested_call_runs_on_its_own_thread() {
+        let pool = Pool::new(2);
+        let total = AtomicUsize::new(0);
+        pool.run(1, &|| {
+            let (done, threads) = pull(&pool, 1, 3);
+            assert_eq!((done, threads), (3, 1));
+            total.fetch_add(done, Ordering::Relaxed);
+        });
+        assert!(matches!(total.into_inner(), 3 | 6));
+    }
+
+    #[test]
+    fn a_panic_reaches_the_caller_and_the_pool_keeps_working() {
+        let pool = Pool::new(2);
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+            pool.run(1, &|| panic!("task failed"));
+        }));
+        let message = caught.unwrap_err();
+        assert_eq!(message.downcast_ref::<&str>(), Some(&"task failed"));
+        assert_eq!(pull(&pool, 1, 4).0, 4);
+    }
+}
