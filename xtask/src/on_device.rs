@@ -10,7 +10,9 @@
 //!
 //! `cargo xtask test` runs it on a small set made from scratch ([`prepare_ci`]): a short
 //! pretraining on the source domain's photos of the three target classes, so the whole
-//! stage stays within a few minutes.
+//! stage stays within a few minutes. It then boots the board again and has `sprout serve`
+//! drive it ([`through_service`]): registered by its port, trained on a data set, its
+//! checkpoint pulled into the registry as a new version and pushed back.
 //! `cargo xtask demo` runs it with the demo's own backbone.
 
 use std::path::{Path, PathBuf};
@@ -188,11 +190,93 @@ pub fn bundle_for_device(root: &Path, sprout: &str, backbone: &Path, work: &Path
     Ok(leaf)
 }
 
-/// `cargo xtask test`'s stage: CI's fine-tune on the firmware the boards stage built.
+/// `cargo xtask test`'s stage: CI's fine-tune on the firmware the boards stage built, then
+/// the same board driven by the service.
 pub fn test(root: &Path) -> Result<()> {
     let leaf = leaf_files(&root.join(CI_DIR));
     let sprout = ci_sprout(root)?;
-    fine_tune(root, &sprout, &crate::boards::elf(root, "leaf-trainer"), &leaf).map(|_| ())
+    let elf = crate::boards::elf(root, "leaf-trainer");
+    fine_tune(root, &sprout, &elf, &leaf)?;
+    let emulation = Emulation::start(&elf)?;
+    let result = through_service(root, &sprout, &emulation.port_spec(), &leaf);
+    let log = emulation.stop()?;
+    if result.is_err() {
+        println!("--- device log ---");
+        for line in &log {
+            println!("  {line}");
+        }
+    }
+    result
+}
+
+/// Epochs the board trains for when the service drives it.
+const SERVICE_EPOCHS: u32 = 3;
+
+/// `sprout serve` around the board on `port`: the int8 model becomes version 1 of `leaf`,
+/// the board is registered on its port (the service checks it runs that version's bundle),
+/// trains for [`SERVICE_EPOCHS`] on the device photos' validation split (21 photos, every
+/// fifth of a class held out again), and a pull must register version 2 with the device's
+/// record, whose checkpoint a push then sends back.
+fn through_service(root: &Path, sprout: &str, port: &str, leaf: &Leaf) -> Result<()> {
+    use crate::bench_serve::{finished_job, multipart, read_photos, Client, Service};
+    let started = Instant::now();
+    let work = root.join(CI_DIR).join("serve");
+    if work.exists() {
+        std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
+    }
+    let data = work.join("data");
+    let token = Cmd::new(sprout, root)
+        .args(["serve", "token", "create", "--scope", "admin", "--data-dir"])
+        .args([data.to_string_lossy().into_owned()])
+        .read()?
+        .trim()
+        .to_string();
+    let service = Service::start(Path::new(sprout), &data, &work.join("serve.log"))?;
+    let client = Client { base: service.base.clone(), token };
+    let agent = Client::agent();
+    let json =
+        |value: serde_json::Value| Some(("application/json", value.to_string().into_bytes()));
+    let post = |path: &str, value: serde_json::Value, status: u16| -> Result<serde_json::Value> {
+        Ok(serde_json::from_str(&client.expect(&agent, "POST", path, json(value), status)?)?)
+    };
+    let model =
+        std::fs::read(&leaf.model).with_context(|| format!("reading {}", leaf.model.display()))?;
+    let body = Some(("application/octet-stream", model));
+    client.expect(&agent, "POST", "/api/v1/models/leaf/versions", body, 201)?;
+    let board = serde_json::json!({"name": "qemu", "port": port, "model": "leaf"});
+    let board = post("/api/v1/boards", board, 201)?;
+    println!("the service registered the board: {board}");
+    let classes: Vec<&str> = TARGET_CLASSES.split(',').collect();
+    post("/api/v1/datasets", serde_json::json!({"name": "device", "classes": classes}), 201)?;
+    let (kind, body) = multipart(&read_photos(&leaf.data, &["val"])?);
+    client.expect(&agent, "POST", "/api/v1/datasets/device/images", Some((&kind, body)), 200)?;
+    let minutes = std::time::Duration::from_secs(300);
+    let request = serde_json::json!({"dataset": "device", "epochs": SERVICE_EPOCHS});
+    let trained = post("/api/v1/boards/qemu/train", request, 201)?;
+    finished_job(&client, &agent, &trained, minutes)?;
+    let pulled = post("/api/v1/boards/qemu/pull", serde_json::json!({}), 201)?;
+    let pulled = finished_job(&client, &agent, &pulled, minutes)?;
+    if pulled["version"] != 2 {
+        bail!("the pull registered no version 2: {pulled}");
+    }
+    let leaf_model: serde_json::Value =
+        serde_json::from_str(&client.expect(&agent, "GET", "/api/v1/models/leaf", None, 200)?)?;
+    let metrics = &leaf_model["versions"][1]["metrics"];
+    // The board keeps its best epoch's checkpoint.
+    let epoch = metrics["device_epoch"].as_u64().unwrap_or(0);
+    if metrics["board"] != "qemu" || !(1..=u64::from(SERVICE_EPOCHS)).contains(&epoch) {
+        bail!("version 2 does not record the board's training: {leaf_model}");
+    }
+    let pushed =
+        post("/api/v1/boards/qemu/push", serde_json::json!({"model": "leaf", "version": 2}), 201)?;
+    finished_job(&client, &agent, &pushed, minutes)?;
+    println!(
+        "the service trained the board {SERVICE_EPOCHS} epochs, pulled version 2 (epoch \
+         {epoch}, device held-out accuracy {}) and pushed it back in {}",
+        metrics["device_accuracy"],
+        format_duration(started.elapsed())
+    );
+    Ok(())
 }
 
 /// What a fine-tune on the device reached.

@@ -88,6 +88,13 @@ struct TrainArgs {
     /// Add to the samples already on the device instead of replacing them.
     #[arg(long)]
     keep_samples: bool,
+    /// Also print progress as JSON lines on standard error (as `sprout train
+    /// --progress-json`): {"event":"start",first,epochs,batches,batch_size}, then whenever
+    /// a poll sees a later epoch finished {"event":"batch",epoch,batch,loss} and
+    /// {"event":"epoch",epoch,train_loss,val_accuracy} (an epoch counts as one batch of the
+    /// whole training split).
+    #[arg(long)]
+    progress_json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -177,8 +184,24 @@ fn train(args: &TrainArgs) -> Result<()> {
     bar.finish_and_clear();
 
     let config = TrainingConfig { epochs: args.epochs, learning_rate: args.lr };
+    let progress_line = |line: serde_json::Value| {
+        if args.progress_json {
+            eprintln!("{line}");
+        }
+    };
+    progress_line(serde_json::json!({"event": "start", "first": 0, "epochs": args.epochs,
+        "batches": 1, "batch_size": samples.count(Split::Train)}));
     let bar = progress::bar("train", u64::from(args.epochs), Unit::Epochs);
+    let mut reported = 0;
     let last = device.train(config, Duration::from_millis(500), |progress| {
+        // Told once per epoch reached (a slow poll may see several epochs pass at once).
+        if progress.epoch > reported {
+            reported = progress.epoch;
+            progress_line(serde_json::json!({"event": "batch", "epoch": reported, "batch": 0,
+                "loss": progress.loss}));
+            progress_line(serde_json::json!({"event": "epoch", "epoch": reported,
+                "train_loss": progress.loss, "val_accuracy": progress.accuracy}));
+        }
         bar.set_position(u64::from(progress.epoch));
         bar.set_message(match progress.accuracy {
             Some(a) => format!("acc {:.1}%", 100.0 * a),

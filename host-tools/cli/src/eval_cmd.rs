@@ -9,6 +9,7 @@ use clap::Args;
 use sprout_bundle::apply_device_checkpoint;
 use sprout_train::{open_eval_data, read_kind, FileKind, Inference, Model};
 
+use crate::backend_args::BackendArgs;
 use crate::progress::{self, Unit};
 use crate::summary::{print_json, ClassSummary, DeviceCheckpointSummary, EvalSummary};
 
@@ -41,6 +42,8 @@ pub struct EvalArgs {
     resize: ResizeArgs,
     #[command(flatten)]
     passes: PassArgs,
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 pub fn run(args: &EvalArgs) -> Result<()> {
@@ -63,6 +66,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let mut data =
         open_eval_data(&mut model, &args.data, &args.resize.pipeline(), args.resize.asked())?;
     let mut inference = Inference::new(&model)?;
+    args.backend.announce();
     let bar = progress::bar("eval", data.len() as u64, Unit::Images);
     let metrics = inference.evaluate_with_progress(&mut data, &mut |done, _| {
         bar.set_position(done as u64);

@@ -1,6 +1,7 @@
 //! `sprout`: the command line of the sprout runtime. This file holds the command-line
 //! definitions and dispatches to one module per command.
 
+mod backend_args;
 mod bundle_cmd;
 mod data_cmd;
 mod device_cmd;

@@ -8,6 +8,7 @@ use clap::Args;
 use sprout_data::{load_resized, Rng};
 use sprout_train::{argmax, expect_kind, image_input, softmax, FileKind, Inference, Model};
 
+use crate::backend_args::BackendArgs;
 use crate::pass_args::PassArgs;
 use crate::summary::{print_json, ClassProbability, PredictSummary, Prediction};
 
@@ -30,6 +31,8 @@ pub struct PredictArgs {
     resize: ResizeArgs,
     #[command(flatten)]
     passes: PassArgs,
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 pub fn run(args: &PredictArgs) -> Result<()> {
@@ -44,6 +47,7 @@ pub fn run(args: &PredictArgs) -> Result<()> {
         input.eval.apply(&resized, &mut Rng::new(0), &mut x);
     }
     let batch = args.passes.pass_size(args.images.len());
+    args.backend.announce();
     let logits = Inference::new(&model.with_batch(batch)?)?.run(&x)?;
     let names = &model.metadata.class_names;
     let predictions: Vec<Prediction> = args

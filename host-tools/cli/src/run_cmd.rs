@@ -8,6 +8,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use sprout_train::{check_output, encode_npy, read_npy, write_atomic, Inference, Network};
 
+use crate::backend_args::BackendArgs;
 use crate::pass_args::PassArgs;
 
 #[derive(Args, Debug)]
@@ -23,6 +24,8 @@ pub struct RunArgs {
     output: PathBuf,
     #[command(flatten)]
     passes: PassArgs,
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -38,6 +41,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let samples = shape[0];
     let batch = args.passes.pass_size(samples);
+    args.backend.announce();
     let y = Inference::of_network(&network, batch)?.run(&x)?;
     let dims: Vec<usize> = [samples].into_iter().chain(network.output_dims()).collect();
     write_atomic(&args.output, &encode_npy(&dims, &y))?;

@@ -32,6 +32,13 @@ pub struct ServeArgs {
     /// when a job is created); a job estimated above what is left is refused.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     memory_limit: Option<usize>,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key. Plain HTTP sent to
+    /// the port is then not answered.
+    #[arg(long, value_name = "CERT.pem", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of --tls-cert.
+    #[arg(long, value_name = "KEY.pem", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -75,6 +82,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             config.runners = args.runners as usize;
             config.max_body_bytes = args.max_body;
             config.memory_limit = args.memory_limit.map(|b| b as u64);
+            config.tls = args.tls_cert.clone().zip(args.tls_key.clone());
             sprout_serve::serve(config)
         }
     }

@@ -17,6 +17,7 @@ use sprout_train::{
 };
 use sprout_zoo::Architecture;
 
+use crate::backend_args::BackendArgs;
 use crate::image_args::PipelineArgs;
 use crate::progress::{self, Unit};
 use crate::summary::{print_json, EpochSummary, LossScaleSummary, TrainSummary};
@@ -125,6 +126,8 @@ pub struct TrainArgs {
     progress_json: bool,
     #[command(flatten)]
     images: PipelineArgs,
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -302,6 +305,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             eprintln!("{line}");
         }
     };
+    args.backend.announce();
     let outcome = train(&model, &mut data, &mut val, &options, &mut |event| match event {
         TrainEvent::Start { first, epochs: total, batches } => {
             progress_line(serde_json::json!({"event": "start", "first": first, "epochs": total,

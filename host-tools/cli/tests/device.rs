@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use common::{fails, ok};
 use sprout_core::checksum::CRC32;
 use sprout_core::format::device_checkpoint::{self as checkpoint, CheckpointInfo};
-use sprout_core::link::Split;
+use sprout_core::link::{DeviceApp, Split, TrainingState};
 use sprout_device::write_checkpoint_file;
 use support::fake_app::{spawn_tcp_device, FakeApp, CLASSES, MODEL_HASH, SHAPE};
 
@@ -152,12 +152,27 @@ fn train_gives_up_on_a_hung_device_and_at_the_deadline() {
         "gave up on query progress: no progress for 0.3 s (stall timeout)",
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    // Giving up, the host told the device to stop.
+    assert_eq!(app.lock().unwrap().progress().state, TrainingState::Stopped);
     fails(
         &[&train[..], &["--deadline", "0.4s", "--stall-timeout", "none", "--keep-samples"]]
             .concat(),
         "the deadline of 0.4 s passed",
     );
     fails(&[&train[..], &["--deadline", "5d"]].concat(), "unknown unit 'd'");
+}
+
+#[test]
+fn train_decodes_images_within_max_memory() {
+    let folder = tempfile::tempdir().unwrap();
+    let data = leaves(folder.path());
+    let (app, port) = device(Vec::new());
+    let train = ["device", "train", "--port", &port, "--data", data.to_str().unwrap()];
+    // A 16x16 photo needs 768 bytes of RGB, and its decoder more.
+    fails(&[&["--max-memory", "700"][..], &train].concat(), "over the memory limit of 700 bytes");
+    assert!(app.lock().unwrap().samples.is_empty());
+    ok(&[&["--max-memory", "64K"][..], &train, &["--epochs", "1"]].concat());
+    assert_eq!(app.lock().unwrap().samples.len(), 15);
 }
 
 #[test]

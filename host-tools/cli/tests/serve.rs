@@ -1,16 +1,25 @@
 //! `sprout serve` driven over HTTP as a client would: tokens and scopes, bad requests,
 //! uploads, a fine-tuning job that registers a version and predicts, promotion and
-//! rollback, cancel, and a data set that cannot be deleted under a job.
+//! rollback, cancel, and a data set that cannot be deleted under a job; boards (fake
+//! devices behind the real link) trained, pulled into the registry and pushed to; HTTPS.
 
 mod common;
+#[path = "../../device/tests/support/mod.rs"]
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ok, s, tiny_model, Scratch};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+
+use common::{fails, ok, s, tiny_model, Scratch};
 use serde_json::{json, Value};
+use sprout_core::format::device_checkpoint::{self as checkpoint, CheckpointInfo};
+use sprout_core::link::Split;
+use support::fake_app::{spawn_tcp_device, FakeApp, CLASSES, MODEL_HASH};
 
 /// A running service on a free loopback port, killed on drop.
 struct Server {
@@ -661,4 +670,203 @@ fn a_zip_archive_of_class_folders_uploads_and_refuses_escaping_names() {
         detail["dataset"]["classes"],
         json!([{"name": "healthy", "images": 1}, {"name": "rust", "images": 1}])
     );
+}
+
+/// A fake board (the device tests' app behind the real link, on a local TCP port) running a
+/// bundle of model `model_hash`, holding `checkpoint`.
+fn fake_board(model_hash: u64, checkpoint: Vec<u8>) -> (Arc<Mutex<FakeApp>>, String) {
+    let mut app = FakeApp::new(checkpoint);
+    app.model_hash = model_hash;
+    let app = Arc::new(Mutex::new(app));
+    let port = spawn_tcp_device(app.clone(), |_| false);
+    (app, format!("tcp:127.0.0.1:{port}"))
+}
+
+/// A checkpoint of `bundle`'s model as a device writes it: epoch 3, accuracy 0.75, a state
+/// of made-up float values.
+fn device_checkpoint_of(bundle: &[u8]) -> Vec<u8> {
+    let (header, _) = sprout_core::format::bundle::read_header(bundle).unwrap();
+    let len = header.state.len as usize;
+    let mut state: Vec<u8> =
+        (0..len / 4).flat_map(|i| (0.01 * (i % 13) as f32 - 0.06).to_le_bytes()).collect();
+    state.resize(len, 0);
+    let info = CheckpointInfo {
+        model_hash: header.model_hash,
+        epoch: 3,
+        progress: sprout_core::Progress { updates: 30, micro_batches: 30, pending: 0 },
+        accuracy: 0.75,
+    };
+    let mut bytes = vec![0; checkpoint::CHECKPOINT_HEADER_BYTES + len];
+    checkpoint::encode(&info, &state, &mut bytes).unwrap();
+    bytes
+}
+
+#[test]
+fn boards_train_and_pull_into_the_registry_and_take_pushed_versions() {
+    let scratch = Scratch::new("serve-boards");
+    let data = scratch.path("data");
+    let (admin, trainer) = (token(&data, "admin"), token(&data, "train"));
+    let server = Server::start(&data, &[]);
+    upload_base(&server, &trainer, &scratch);
+    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 5));
+    let (status, bundle) = server.call(
+        "GET",
+        "/api/v1/models/base/versions/1/file?format=bundle",
+        Some(&trainer),
+        None,
+    );
+    assert_eq!(status, 200);
+    let model_hash = sprout_core::format::bundle::read_header(&bundle).unwrap().0.model_hash;
+    let pulled = device_checkpoint_of(&bundle);
+    let (bench, port) = fake_board(model_hash, pulled.clone());
+
+    // Registering: an admin's, a port under /dev/ or tcp:, a board running the bundle's model.
+    let register = |token: &str, name: &str, port: &str| {
+        let body = json!({"name": name, "port": port, "model": "base"});
+        server.json("POST", "/api/v1/boards", Some(token), Some(body))
+    };
+    // (Without a body: a refused request's unread body may cost the client its connection.)
+    assert_eq!(server.call("POST", "/api/v1/boards", Some(&trainer), None).0, 403);
+    let (status, body) = register(&admin, "bench", "/etc/passwd");
+    assert_eq!(status, 422, "{body}");
+    let (_, other_model) = fake_board(MODEL_HASH, Vec::new());
+    let (status, body) = register(&admin, "other", &other_model);
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("runs model"), "{body}");
+    let (status, body) = register(&admin, "gone", "tcp:127.0.0.1:9");
+    assert_eq!(status, 502, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("tcp:127.0.0.1:9"), "{body}");
+    let (status, board) = register(&admin, "bench", &port);
+    assert_eq!(status, 201, "{board}");
+    assert_eq!(board["classes"], json!(CLASSES));
+    assert_eq!(board["model_hash"], format!("{model_hash:#018x}"));
+    assert_eq!(register(&admin, "bench", &port).0, 409);
+
+    // Training on the board: a job sending every image, every fifth of a class held out.
+    let (status, job) = server.json(
+        "POST",
+        "/api/v1/boards/bench/train",
+        Some(&trainer),
+        Some(json!({"dataset": "leaves", "epochs": 3})),
+    );
+    assert_eq!(status, 201, "{job}");
+    assert_eq!((job["board"].as_str(), job["request"].is_null()), (Some("bench"), true));
+    let id = job["id"].as_i64().unwrap();
+    let job = server.wait_for(id, &trainer, &["succeeded", "failed"]);
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let epochs: Vec<Value> = server
+        .events(id, &trainer)
+        .into_iter()
+        .filter(|e| e["kind"] == "epoch")
+        .map(|e| e["data"]["epoch"].clone())
+        .collect();
+    assert!(!epochs.is_empty() && epochs.last() == Some(&json!(3)), "{epochs:?}");
+    let (_, dataset) = server.json("GET", "/api/v1/datasets/leaves", Some(&trainer), None);
+    let counts: Vec<u64> = dataset["dataset"]["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["images"].as_u64().unwrap())
+        .collect();
+    {
+        let app = bench.lock().unwrap();
+        let held_out = app.samples.iter().filter(|(_, split, _)| *split == Split::Validation);
+        assert_eq!(app.samples.len() as u64, counts.iter().sum::<u64>());
+        assert_eq!(held_out.count() as u64, counts.iter().map(|n| n / 5).sum::<u64>());
+    }
+
+    // Pulling: version 2 of base is version 1 with the board's trained tensors.
+    let (status, job) =
+        server.json("POST", "/api/v1/boards/bench/pull", Some(&trainer), Some(json!({})));
+    assert_eq!(status, 201, "{job}");
+    let job = server.wait_for(job["id"].as_i64().unwrap(), &trainer, &["succeeded", "failed"]);
+    assert_eq!((job["status"].as_str(), job["version"].as_u64()), (Some("succeeded"), Some(2)));
+    let (_, model) = server.json("GET", "/api/v1/models/base", Some(&trainer), None);
+    let metrics = &model["versions"][1]["metrics"];
+    assert_eq!(
+        (metrics["board"].as_str(), metrics["device_epoch"].as_u64()),
+        (Some("bench"), Some(3)),
+        "{model}"
+    );
+    let file = |version: u32| {
+        let path = format!("/api/v1/models/base/versions/{version}/file");
+        server.call("GET", &path, Some(&trainer), None).1
+    };
+    let mut expected = sprout_train::Model::from_bytes(&file(1), Path::new("v1")).unwrap();
+    sprout_bundle::apply_device_checkpoint(&mut expected, &bundle, &pulled).unwrap();
+    let expected = sprout_core::ModelFile::from_graph(&expected.zoo.graph, expected.metadata);
+    assert!(file(2) == sprout_core::save_model(&expected).unwrap(), "v2 is not v1 + checkpoint");
+
+    // Pushing: version 2's checkpoint reaches a second board with the same firmware; a
+    // version no board made has none to push.
+    let (shelf, shelf_port) = fake_board(model_hash, Vec::new());
+    assert_eq!(register(&admin, "shelf", &shelf_port).0, 201);
+    let push = |version: u32| {
+        let body = json!({"model": "base", "version": version});
+        server.json("POST", "/api/v1/boards/shelf/push", Some(&trainer), Some(body))
+    };
+    let (status, body) = push(1);
+    assert_eq!(status, 422, "{body}");
+    let (status, job) = push(2);
+    assert_eq!(status, 201, "{job}");
+    let job = server.wait_for(job["id"].as_i64().unwrap(), &trainer, &["succeeded", "failed"]);
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert!(shelf.lock().unwrap().checkpoint == pulled, "the pushed checkpoint differs");
+
+    let (_, doc) = server.json("GET", "/api/v1/openapi.json", None, None);
+    assert!(doc["paths"]["/api/v1/boards/{name}/pull"]["post"].is_object(), "{doc}");
+    let (status, boards) = server.json("GET", "/api/v1/boards", Some(&trainer), None);
+    assert_eq!((status, boards.as_array().unwrap().len()), (200, 2));
+    assert_eq!(server.call("DELETE", "/api/v1/boards/shelf", Some(&trainer), None).0, 403);
+    assert_eq!(server.call("DELETE", "/api/v1/boards/shelf", Some(&admin), None).0, 204);
+    assert_eq!(server.call("GET", "/api/v1/boards/shelf", Some(&admin), None).0, 404);
+}
+
+#[test]
+fn tls_answers_https_ignores_plain_http_and_names_bad_files() {
+    use std::io::{Read, Write};
+    let scratch = Scratch::new("serve-tls");
+    let data = scratch.path("data");
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (scratch.path("cert.pem"), scratch.path("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.key_pair.serialize_pem()).unwrap();
+    let other_key = scratch.path("other-key.pem");
+    std::fs::write(&other_key, rcgen::KeyPair::generate().unwrap().serialize_pem()).unwrap();
+    let serve = |cert: &Path, key: &Path, needle: &str| {
+        let args = ["serve", "--data-dir", s(&data), "--listen", "127.0.0.1:0"];
+        fails(&[&args[..], &["--tls-cert", s(cert), "--tls-key", s(key)]].concat(), needle);
+    };
+    serve(&scratch.path("missing.pem"), &key, "cannot read the TLS certificate");
+    serve(&key, &key, "no certificate in it");
+    serve(&cert, &cert, "no usable private key");
+    serve(&cert, &other_key, "cannot serve the certificate");
+
+    let server = Server::start(&data, &["--tls-cert", s(&cert), "--tls-key", s(&key)]);
+    let address = server.base.strip_prefix("https://").expect("an https address").to_string();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(made.cert.der().clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = "localhost".try_into().unwrap();
+    let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut tls = rustls::StreamOwned::new(connection, TcpStream::connect(&address).unwrap());
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    // The server may close without a TLS close_notify: what was read counts.
+    let _ = tls.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("\"ok\""), "{answer}");
+
+    let mut plain = TcpStream::connect(&address).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    plain.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut reply = Vec::new();
+    let _ = plain.read_to_end(&mut reply);
+    assert!(!reply.starts_with(b"HTTP/"), "plain HTTP was answered: {reply:?}");
 }

@@ -47,6 +47,14 @@ fn train_eval_predict_run_and_bad_inputs() {
     );
     let out = ok(&["predict", s(&trained), s(&image)]);
     assert!(out.contains("healthy") && out.contains("rust") && out.contains('%'), "{out}");
+    // `--backend auto` (the default) names the backend it picked; `cpu` says nothing.
+    for (backend, named) in [("auto", true), ("cpu", false)] {
+        let out = common::sprout(&["predict", s(&trained), s(&image), "--backend", backend]);
+        let stderr = common::text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let line = "backend: cpu (auto: this build has no CUDA backend)";
+        assert_eq!(stderr.contains(line), named, "--backend {backend}: {stderr}");
+    }
 
     // Five samples: more than the recorded batch of 4, run in two chunks.
     let x: Vec<f32> = (0..5 * 3 * 16 * 16).map(|i| (i % 7) as f32 / 7.0).collect();

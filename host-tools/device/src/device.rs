@@ -17,6 +17,9 @@ use crate::error::LinkError;
 use crate::port::{Port, PortSpec};
 
 type LinkClient = Client<Port, StdClock>;
+
+/// How long the stop sent after giving up on training may take.
+const STOP_GRACE_MS: u32 = 2_000;
 type LinkResult<T> = Result<T, ClientError<std::io::Error>>;
 
 /// How to reach a device and how hard to try.
@@ -120,8 +123,37 @@ impl Device {
 
     /// Starts training and polls its progress every `poll` until it ends, telling
     /// `progress` each report; returns the last one. Training that reports the same epoch,
-    /// step and state for the stall timeout counts as stalled.
+    /// step and state for the stall timeout counts as stalled. When the host gives up (the
+    /// deadline passed, or training stalled) it asks the device to stop, for at most two
+    /// seconds more, so the device is not left training for no one.
     pub fn train(
+        &mut self,
+        config: TrainingConfig,
+        poll: Duration,
+        progress: impl FnMut(&TrainingProgress),
+    ) -> Result<TrainingProgress, LinkError> {
+        let result = self.poll_training(config, poll, progress);
+        let gave_up = matches!(
+            &result,
+            Err(LinkError::Link {
+                source: ClientError::TimedOut { .. } | ClientError::Stalled { .. },
+                ..
+            })
+        );
+        if gave_up {
+            let watch = self.client.watch();
+            let grace = Limits { deadline_ms: Some(STOP_GRACE_MS), stall_ms: None };
+            self.client.set_watch(Some(Watch::start(grace, self.clock.now_ms())));
+            // The timeout is what the caller hears; a device that does not take the stop
+            // either is no worse off than before.
+            let _ = self.client.stop_training();
+            self.client.set_watch(watch);
+        }
+        result
+    }
+
+    /// [`Device::train`] up to its end or the first failure.
+    fn poll_training(
         &mut self,
         config: TrainingConfig,
         poll: Duration,

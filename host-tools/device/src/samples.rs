@@ -82,6 +82,6 @@ impl SampleSet {
         let path = &self.parts[part].0.samples[i].0;
         let SampleShape { width, height } = self.shape;
         let (width, height) = (u32::from(width), u32::from(height));
-        Ok(load_resized(path, width, height, ResizeMode::Squash, &Limits::default())?.into_raw())
+        Ok(load_resized(path, width, height, ResizeMode::Squash, &Limits::current())?.into_raw())
     }
 }

@@ -7,6 +7,8 @@
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -124,10 +126,16 @@ fn training_stuck_at_one_step_is_a_stall() {
 }
 
 #[test]
-fn training_that_never_ends_meets_the_deadline() {
+fn training_that_never_ends_meets_the_deadline_and_is_stopped() {
     let mut step = 0;
+    let stopped = Arc::new(AtomicBool::new(false));
+    let told = stopped.clone();
     let port = scripted(move |request| match request {
         Request::StartTraining(_) => Act::Answer(Response::Ack),
+        Request::StopTraining => {
+            told.store(true, Ordering::SeqCst);
+            Act::Answer(Response::Ack)
+        }
         _ => {
             step += 1;
             running(step)
@@ -137,6 +145,7 @@ fn training_that_never_ends_meets_the_deadline() {
     let error = train(&mut device);
     let needle = "the deadline of 0.4 s passed";
     assert_timed_out(&error, RequestKind::QueryProgress, Limit::Deadline, needle);
+    assert!(stopped.load(Ordering::SeqCst), "the host gave up without stopping the device");
 }
 
 #[test]

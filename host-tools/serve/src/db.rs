@@ -76,6 +76,24 @@ const MIGRATIONS: &[&str] = &[
         at INTEGER NOT NULL
     );
     CREATE INDEX job_events_job ON job_events (job_id, id);",
+    // 2: boards (their port, the registry version their firmware's bundle was made from,
+    // what they said when registered), board training jobs, and the device checkpoint a
+    // version pulled from a board came from.
+    "CREATE TABLE boards (
+        name TEXT PRIMARY KEY,
+        port TEXT NOT NULL,
+        baud INTEGER,
+        model TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        bundle TEXT NOT NULL,
+        model_hash TEXT NOT NULL,
+        classes TEXT NOT NULL,
+        sample_width INTEGER NOT NULL,
+        sample_height INTEGER NOT NULL,
+        created INTEGER NOT NULL
+    );
+    ALTER TABLE jobs ADD COLUMN board TEXT;
+    ALTER TABLE model_versions ADD COLUMN device_checkpoint TEXT;",
 ];
 
 /// The schema version this build writes.

@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 
 use crate::api::AppState;
 use crate::auth::{Access, Read, Train};
+use crate::boards::BoardTask;
 use crate::db::now;
 use crate::error::{ApiError, ErrorBody, Json};
 use crate::{datasets, estimate, models, names};
@@ -34,6 +35,16 @@ pub enum Optimizer {
     #[default]
     Sgd,
     Adamw,
+}
+
+/// Where a job trains, as `sprout train --backend`: `auto` (CUDA when the build has it and
+/// a GPU is present, else the CPU; the job's log says which) or `cpu`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    #[default]
+    Auto,
+    Cpu,
 }
 
 fn default_trainable() -> String {
@@ -70,13 +81,16 @@ pub struct JobRequest {
     pub batch_size: Option<u32>,
     #[serde(default)]
     pub seed: u64,
+    #[serde(default)]
+    pub backend: Backend,
     /// Make the new version current when the job succeeds (a model's first version always
     /// becomes current).
     #[serde(default)]
     pub promote: bool,
 }
 
-/// A job as the API shows it.
+/// A job as the API shows it: a fine-tuning job (`request`) or a board's (`board`,
+/// `board_task`; its `dataset` is empty unless it trains).
 #[derive(Serialize, ToSchema)]
 pub struct JobInfo {
     pub id: i64,
@@ -89,7 +103,12 @@ pub struct JobInfo {
     pub estimate_bytes: u64,
     /// The model version the job registered.
     pub version: Option<u32>,
-    pub request: JobRequest,
+    /// What a fine-tuning job was asked (null for a board's job).
+    pub request: Option<JobRequest>,
+    /// The board a board's job talks to (null for a fine-tuning job).
+    pub board: Option<String>,
+    /// What a board's job does.
+    pub board_task: Option<BoardTask>,
     /// Unix seconds.
     pub created: i64,
     pub started: Option<i64>,
@@ -104,19 +123,19 @@ pub fn is_terminal(status: &str) -> bool {
 /// Job `id`, or 404.
 pub fn load(state: &AppState, id: i64) -> Result<JobInfo, ApiError> {
     let found = state.db.lock().query_row(
-        "SELECT id, dataset, model, status, error, estimate_bytes, version, request, created, started, finished \
+        "SELECT id, dataset, model, status, error, estimate_bytes, version, request, created, started, finished, board \
          FROM jobs WHERE id = ?1",
         [id],
         |r| {
             Ok((
                 (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?),
-                (r.get::<_, String>(7)?, r.get(8)?, r.get(9)?, r.get(10)?),
+                (r.get::<_, String>(7)?, r.get(8)?, r.get(9)?, r.get(10)?, r.get(11)?),
             ))
         },
     );
     let (
         (id, dataset, model, status, error, estimate_bytes, version),
-        (request, created, started, finished),
+        (request, created, started, finished, board),
     ) = match found {
         Ok(row) => row,
         Err(rusqlite::Error::QueryReturnedNoRows) => {
@@ -124,7 +143,10 @@ pub fn load(state: &AppState, id: i64) -> Result<JobInfo, ApiError> {
         }
         Err(other) => return Err(other.into()),
     };
-    let request = serde_json::from_str(&request).map_err(ApiError::internal)?;
+    let (request, board_task) = match board {
+        None => (Some(serde_json::from_str(&request).map_err(ApiError::internal)?), None),
+        Some(_) => (None, Some(serde_json::from_str(&request).map_err(ApiError::internal)?)),
+    };
     Ok(JobInfo {
         id,
         dataset,
@@ -134,6 +156,8 @@ pub fn load(state: &AppState, id: i64) -> Result<JobInfo, ApiError> {
         estimate_bytes,
         version,
         request,
+        board,
+        board_task,
         created,
         started,
         finished,

@@ -73,6 +73,12 @@ impl Layout {
         self.models().join(format!("{hash}.sprout"))
     }
 
+    /// A device bundle or device checkpoint by its hash: `models/abcd....bundle`,
+    /// `models/abcd....ckpt` (`extension`).
+    pub fn device_file(&self, hash: &str, extension: &str) -> PathBuf {
+        self.models().join(format!("{hash}.{extension}"))
+    }
+
     /// Job `id`'s folder: `data/` (its snapshot of the data set), `run/` (the run folder)
     /// and `model.sprout` (the trained model).
     pub fn job(&self, id: i64) -> PathBuf {

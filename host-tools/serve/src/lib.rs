@@ -9,6 +9,7 @@
 
 mod api;
 mod auth;
+mod boards;
 mod datasets;
 mod db;
 mod error;
@@ -22,6 +23,7 @@ mod openapi;
 mod predict;
 mod runner;
 mod store;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -47,6 +49,8 @@ pub struct Config {
     /// Memory the jobs running at once may use together (`None`: what the system reports
     /// available when a job is created).
     pub memory_limit: Option<u64>,
+    /// HTTPS with this PEM certificate chain and private key (`None`: plain HTTP).
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Config {
@@ -59,14 +63,20 @@ impl Config {
             runners: 1,
             max_body_bytes: 256 << 20,
             memory_limit: None,
+            tls: None,
         }
     }
 }
 
 /// Runs the service until Ctrl-C or SIGTERM (then at most [`GRACE`] longer): opens (and migrates) the data folder, resumes
-/// interrupted jobs, starts the runners, prints `listening on http://ADDR` on standard output
-/// once the socket is bound.
+/// interrupted jobs, starts the runners, prints `listening on http://ADDR` (`https://` with
+/// TLS) on standard output once the socket is bound.
 pub fn serve(config: Config) -> anyhow::Result<()> {
+    // A bad certificate or key is refused before anything else happens.
+    let tls = match &config.tls {
+        Some((cert, key)) => Some(tls::server_config(cert, key)?),
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -83,25 +93,40 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let address = listener.local_addr().context("the bound socket has no address")?;
-        println!("listening on http://{address}");
-        use std::io::Write;
-        std::io::stdout().flush().context("cannot write to standard output")?;
-        let stop = Arc::new(tokio::sync::Notify::new());
-        let stopping = Arc::clone(&stop);
-        let server = axum::serve(listener, api::router(Arc::clone(&state)))
-            .with_graceful_shutdown(async move { stopping.notified().await });
-        // Event streams of running jobs stay open: after the signal, requests in flight get
-        // a grace period, then the process exits (its jobs resume on the next start).
-        tokio::select! {
-            result = server => result.context("the HTTP server failed"),
-            () = async {
-                shutdown().await;
-                stop.notify_one();
-                tokio::time::sleep(GRACE).await;
-            } => Ok(()),
+        match tls {
+            Some(tls) => {
+                let listener = tls::TlsListener::new(listener, tls)
+                    .context("the bound socket has no address")?;
+                run(listener, "https", state).await
+            }
+            None => run(listener, "http", state).await,
         }
     })
+}
+
+/// Serves the API on `listener` (reached by `scheme`) until Ctrl-C or SIGTERM.
+async fn run<L>(listener: L, scheme: &str, state: api::AppState) -> anyhow::Result<()>
+where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+{
+    let address = listener.local_addr().context("the bound socket has no address")?;
+    println!("listening on {scheme}://{address}");
+    use std::io::Write;
+    std::io::stdout().flush().context("cannot write to standard output")?;
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stopping = Arc::clone(&stop);
+    let server = axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(async move { stopping.notified().await });
+    // Event streams of running jobs stay open: after the signal, requests in flight get
+    // a grace period, then the process exits (its jobs resume on the next start).
+    tokio::select! {
+        result = server => result.context("the HTTP server failed"),
+        () = async {
+            shutdown().await;
+            stop.notify_one();
+            tokio::time::sleep(GRACE).await;
+        } => Ok(()),
+    }
 }
 
 /// How long requests in flight may take to finish after Ctrl-C or SIGTERM.

@@ -326,7 +326,7 @@ pub async fn download(
 
 /// The model at `path` converted by `sprout COMMAND... MODEL -o FILE` (`export` or
 /// `bundle`) into a file in `tmp/`; `what` names the result in errors.
-async fn convert(
+pub async fn convert(
     state: &AppState,
     path: &Path,
     command: &[&str],

@@ -4,7 +4,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::{api, datasets, error, events, jobs, models, predict};
+use crate::{api, boards, datasets, error, events, jobs, models, predict};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -15,6 +15,8 @@ use crate::{api, datasets, error, events, jobs, models, predict};
         jobs::create, jobs::list, jobs::get, jobs::cancel, events::stream,
         models::list, models::get, models::upload, models::promote, models::rollback, models::download,
         predict::predict,
+        boards::register, boards::list, boards::get_board, boards::delete, boards::train_job,
+        boards::push_job, boards::pull_job,
     ),
     components(schemas(error::ErrorBody)),
     modifiers(&Bearer),

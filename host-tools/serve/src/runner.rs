@@ -16,8 +16,9 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use crate::api::AppState;
+use crate::boards::{self, BoardTask};
 use crate::db::now;
-use crate::jobs::{Base, JobRequest, Optimizer};
+use crate::jobs::{Backend, Base, JobRequest, Optimizer};
 use crate::models;
 
 /// How often a job's batch progress is stored at most.
@@ -127,7 +128,7 @@ pub fn start(state: &AppState, count: usize) {
             .name(format!("runner-{index}"))
             .spawn(move || loop {
                 match claim(&state) {
-                    Ok(Some((id, request))) => run(&state, id, &request),
+                    Ok(Some((id, task))) => run(&state, id, &task),
                     Ok(None) => state.runners.wait(),
                     Err(error) => {
                         eprintln!("runner {index}: {error:#}");
@@ -139,29 +140,47 @@ pub fn start(state: &AppState, count: usize) {
     }
 }
 
-/// Takes the oldest queued job, marking it running.
-fn claim(state: &AppState) -> anyhow::Result<Option<(i64, JobRequest)>> {
+/// What a runner took from the queue.
+enum Task {
+    Train(JobRequest),
+    /// A board's job: the board's name and what to do.
+    Board(String, BoardTask),
+}
+
+/// Takes the oldest queued job, marking it running; a board's job waits while another job
+/// of the same board runs (one conversation with a board at a time).
+fn claim(state: &AppState) -> anyhow::Result<Option<(i64, Task)>> {
     let claimed = state.db.lock().query_row(
         "UPDATE jobs SET status = 'running', started = COALESCE(started, ?1) \
-         WHERE id = (SELECT id FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1) \
-         RETURNING id, request",
+         WHERE id = (SELECT id FROM jobs WHERE status = 'queued' AND (board IS NULL OR board \
+         NOT IN (SELECT board FROM jobs WHERE status = 'running' AND board IS NOT NULL)) \
+         ORDER BY id LIMIT 1) \
+         RETURNING id, request, board",
         [now()],
-        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, Option<String>>(2)?)),
     );
-    let (id, request) = match claimed {
+    let (id, request, board) = match claimed {
         Ok(row) => row,
         Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(None),
         Err(other) => return Err(other.into()),
     };
     state.hub.record(&state.db, id, "status", json!({"status": "running"}))?;
-    let request =
-        serde_json::from_str(&request).with_context(|| format!("job {id}: stored request"))?;
-    Ok(Some((id, request)))
+    let stored = || format!("job {id}: stored request");
+    let task = match board {
+        None => Task::Train(serde_json::from_str(&request).with_context(stored)?),
+        Some(board) => Task::Board(board, serde_json::from_str(&request).with_context(stored)?),
+    };
+    Ok(Some((id, task)))
 }
 
 /// Runs job `id` to its end and records how it ended.
-fn run(state: &AppState, id: i64, request: &JobRequest) {
-    let (status, error, version) = match train(state, id, request) {
+fn run(state: &AppState, id: i64, task: &Task) {
+    let ended = match task {
+        Task::Train(request) => train(state, id, request),
+        Task::Board(board, task) => boards::run(state, id, board, task),
+    };
+    let (status, error, version) = match ended {
+        Ok(Ended::Done) => ("succeeded", None, None),
         Ok(Ended::Succeeded(version)) => ("succeeded", None, Some(version)),
         Ok(Ended::Cancelled) => ("cancelled", None, None),
         Err(error) => ("failed", Some(format!("{error:#}")), None),
@@ -184,15 +203,25 @@ fn run(state: &AppState, id: i64, request: &JobRequest) {
 }
 
 /// How a job's process ended, when it did not fail.
-enum Ended {
+pub enum Ended {
+    /// It registered this version.
     Succeeded(u32),
+    /// It ended well without registering a version (a board's training or push).
+    Done,
     Cancelled,
 }
 
 /// The job's snapshot of its data set: `jobs/<id>/data/<class>/<hash>.<ext>`, hard links
 /// to the stored images (copies across file systems), made once, so a resumed job sees the
-/// very same files even if the data set changed.
-fn snapshot(state: &AppState, id: i64, dataset: &str) -> anyhow::Result<PathBuf> {
+/// very same files even if the data set changed. With `hold_out` (a board's job, whose
+/// device splits nothing itself), every fifth image of each class goes to `val/<class>/`,
+/// the others to `train/<class>/`.
+pub fn snapshot(
+    state: &AppState,
+    id: i64,
+    dataset: &str,
+    hold_out: bool,
+) -> anyhow::Result<PathBuf> {
     let data = state.layout.job(id).join("data");
     if data.exists() {
         return Ok(data);
@@ -204,8 +233,15 @@ fn snapshot(state: &AppState, id: i64, dataset: &str) -> anyhow::Result<PathBuf>
     }
     let images = crate::datasets::image_paths(state, dataset)
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for (class, file, source) in images {
-        let folder = partial.join(&class);
+        let index = seen.entry(class.clone()).or_default();
+        let folder = match hold_out {
+            false => partial.join(&class),
+            true if *index % 5 == 4 => partial.join("val").join(&class),
+            true => partial.join("train").join(&class),
+        };
+        *index += 1;
         fs::create_dir_all(&folder)
             .with_context(|| format!("cannot create {}", folder.display()))?;
         let target = folder.join(file);
@@ -262,6 +298,11 @@ fn arguments(
         Optimizer::Adamw => "adamw",
     };
     args.extend(["--optimizer".into(), optimizer.into()]);
+    let backend = match request.backend {
+        Backend::Auto => "auto",
+        Backend::Cpu => "cpu",
+    };
+    args.extend(["--backend".into(), backend.into()]);
     if let Some(lr) = request.lr {
         args.extend(["--lr".into(), lr.to_string()]);
     }
@@ -285,7 +326,7 @@ fn arguments(
 
 /// Prepares and runs job `id`'s process; registers its model when it succeeds.
 fn train(state: &AppState, id: i64, request: &JobRequest) -> anyhow::Result<Ended> {
-    let data = snapshot(state, id, &request.dataset)?;
+    let data = snapshot(state, id, &request.dataset, false)?;
     let run = state.layout.job(id).join("run");
     let resume = last_checkpoint(&run);
     if resume.is_none() && run.exists() {
@@ -301,8 +342,32 @@ fn train(state: &AppState, id: i64, request: &JobRequest) -> anyhow::Result<Ende
         )?;
     }
     let args = arguments(state, id, request, &data, &run, resume.as_deref())?;
+    let Some(summary) = run_child(state, id, &args)? else {
+        return Ok(Ended::Cancelled);
+    };
+    let summary: Value =
+        serde_json::from_str(&summary).context("sprout train printed no JSON summary")?;
+    let metrics = json!({
+        "best_accuracy": summary["best_accuracy"],
+        "final_accuracy": summary["final_accuracy"],
+        "final_loss": summary["final_loss"],
+        "epochs_run": summary["epochs_run"],
+        "samples": summary["samples"],
+        "seconds": summary["seconds"],
+    });
+    let model_name = request.model.clone().unwrap_or_else(|| request.dataset.clone());
+    let output = state.layout.job(id).join("model.sprout");
+    let version =
+        models::register(state, &model_name, &output, Some(id), &metrics, request.promote)
+            .map_err(|e| anyhow::anyhow!("cannot register the model: {}", e.message))?;
+    Ok(Ended::Succeeded(version))
+}
+
+/// Runs `sprout ARGS` as job `id`'s process, its standard error turned into events, until
+/// it exits: its standard output when it succeeded, `None` when the job was cancelled.
+pub fn run_child(state: &AppState, id: i64, args: &[String]) -> anyhow::Result<Option<String>> {
     let mut command = Command::new(&state.sprout);
-    command.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     die_with_parent(&mut command);
     let mut child =
         command.spawn().with_context(|| format!("cannot start {}", state.sprout.display()))?;
@@ -320,10 +385,10 @@ fn train(state: &AppState, id: i64, request: &JobRequest) -> anyhow::Result<Ende
         progress.line(&line)?;
     }
     let cancelled = state.runners.finished(id);
-    let status = child.wait().context("cannot wait for the training process")?;
+    let status = child.wait().context("cannot wait for the job's process")?;
     let summary = summary.join().unwrap_or_default();
     if cancelled {
-        return Ok(Ended::Cancelled);
+        return Ok(None);
     }
     if !status.success() {
         use std::os::unix::process::ExitStatusExt;
@@ -332,24 +397,9 @@ fn train(state: &AppState, id: i64, request: &JobRequest) -> anyhow::Result<Ende
             Some(signal) => format!("killed by signal {signal}"),
             None => format!("exited with {status}"),
         };
-        anyhow::bail!("sprout train {why}: {}", progress.tail.join(" | "));
+        anyhow::bail!("sprout {} {why}: {}", args[0], progress.tail.join(" | "));
     }
-    let summary: Value =
-        serde_json::from_str(&summary).context("sprout train printed no JSON summary")?;
-    let metrics = json!({
-        "best_accuracy": summary["best_accuracy"],
-        "final_accuracy": summary["final_accuracy"],
-        "final_loss": summary["final_loss"],
-        "epochs_run": summary["epochs_run"],
-        "samples": summary["samples"],
-        "seconds": summary["seconds"],
-    });
-    let model_name = request.model.clone().unwrap_or_else(|| request.dataset.clone());
-    let output = state.layout.job(id).join("model.sprout");
-    let version =
-        models::register(state, &model_name, &output, Some(id), &metrics, request.promote)
-            .map_err(|e| anyhow::anyhow!("cannot register the model: {}", e.message))?;
-    Ok(Ended::Succeeded(version))
+    Ok(Some(summary))
 }
 
 /// Makes the child die with the runner thread that started it (Linux), so a killed service

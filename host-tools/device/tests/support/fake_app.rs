@@ -22,6 +22,8 @@ pub const CLASSES: [&str; 3] = ["healthy", "leaf_spot", "rust"];
 pub const SHAPE: SampleShape = SampleShape { width: 16, height: 16 };
 
 pub struct FakeApp {
+    /// The model hash it announces ([`MODEL_HASH`] unless a test sets a bundle's).
+    pub model_hash: u64,
     /// Complete samples, in arrival order.
     pub samples: Vec<(u16, Split, Vec<u8>)>,
     partial: Vec<u8>,
@@ -49,6 +51,7 @@ impl FakeApp {
             accuracy: None,
         };
         let mut app = Self {
+            model_hash: MODEL_HASH,
             samples: Vec::new(),
             partial: Vec::new(),
             checkpoint: Vec::new(),
@@ -76,7 +79,7 @@ impl FakeApp {
 impl DeviceApp for FakeApp {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
-            model_hash: MODEL_HASH,
+            model_hash: self.model_hash,
             classes: CLASSES.len() as u16,
             sample: SHAPE,
             samples: self.samples.len() as u32,

@@ -1,0 +1,558 @@
+//! Boards around the box: microcontroller boards running sprout's firmware, registered by
+//! their port (a serial device or `tcp:HOST:PORT`) with the registry version their
+//! firmware's bundle was made from, and the jobs that talk to them through `sprout device`
+//! child processes: push a version's device checkpoint, train on a data set's images, pull
+//! the board's checkpoint back into the registry as a new version.
+
+use std::path::Path;
+
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sprout_core::format::bundle;
+use sprout_core::link::{Limits, RetryPolicy};
+use sprout_device::{ConnectOptions, Device, PortSpec};
+use sprout_train::Model;
+use utoipa::ToSchema;
+
+use crate::api::AppState;
+use crate::auth::{Access, Admin, Read, Train};
+use crate::db::now;
+use crate::error::{ApiError, ErrorBody, Json};
+use crate::jobs::{self, JobInfo};
+use crate::runner::{self, Ended};
+use crate::store::{sha256, Staged};
+use crate::{datasets, models, names};
+
+/// Baud rate of a serial board registered without one.
+const DEFAULT_BAUD: u32 = 115_200;
+/// How long the hello at registration may take.
+const HELLO_DEADLINE_MS: u32 = 10_000;
+
+/// `POST /api/v1/boards`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewBoard {
+    pub name: String,
+    /// `tcp:HOST:PORT` or a serial device under `/dev/`.
+    pub port: String,
+    /// Baud rate of a serial port (default 115200).
+    pub baud: Option<u32>,
+    /// The registry model whose bundle the board's firmware runs.
+    pub model: String,
+    /// Its version (default: the current one).
+    pub version: Option<u32>,
+}
+
+/// A registered board.
+#[derive(Serialize, ToSchema)]
+pub struct BoardInfo {
+    pub name: String,
+    pub port: String,
+    pub baud: Option<u32>,
+    pub model: String,
+    pub version: u32,
+    /// SHA-256 of the device bundle made from that version (`sprout bundle`).
+    pub bundle: String,
+    /// The model hash the board announced (and the bundle's), `0x` and 16 hex digits.
+    pub model_hash: String,
+    /// The board's class names, in label order.
+    pub classes: Vec<String>,
+    pub sample_width: u32,
+    pub sample_height: u32,
+    /// Unix seconds.
+    pub created: i64,
+    /// The board's queued or running jobs, oldest first.
+    pub jobs: Vec<i64>,
+}
+
+fn default_epochs() -> u16 {
+    10
+}
+
+/// `POST /api/v1/boards/{name}/train`: a job sending the data set's images (every fifth
+/// of each class held out for validation) and training on the board.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrainOnBoard {
+    pub dataset: String,
+    #[serde(default = "default_epochs")]
+    pub epochs: u16,
+    /// Learning rate of the first epoch (the device's own when absent).
+    pub lr: Option<f32>,
+    /// Add to the samples already on the board instead of replacing them.
+    #[serde(default)]
+    pub keep_samples: bool,
+}
+
+/// `POST /api/v1/boards/{name}/push`: a job sending a version's device checkpoint (one a
+/// pull brought back) for the board to keep.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PushToBoard {
+    pub model: String,
+    /// Default: the current version, fixed when the job is created.
+    pub version: Option<u32>,
+}
+
+/// `POST /api/v1/boards/{name}/pull`: a job pulling the board's checkpoint, applying it to
+/// the version the board's bundle was made from and registering the result.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PullFromBoard {
+    /// The model the new version joins (default: the board's model).
+    pub model: Option<String>,
+    /// Make the new version current (a model's first version always becomes current).
+    #[serde(default)]
+    pub promote: bool,
+}
+
+/// What a board's job does, as stored and shown in the job's `board_task`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum BoardTask {
+    Train(TrainOnBoard),
+    Push(PushToBoard),
+    Pull(PullFromBoard),
+}
+
+/// Board `name`, or 404.
+fn load(state: &AppState, name: &str) -> Result<BoardInfo, ApiError> {
+    let db = state.db.lock();
+    let found = db.query_row(
+        "SELECT port, baud, model, version, bundle, model_hash, classes, sample_width, \
+         sample_height, created FROM boards WHERE name = ?1",
+        [name],
+        |r| {
+            Ok((
+                (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?),
+                (r.get(5)?, r.get::<_, String>(6)?, r.get(7)?, r.get(8)?, r.get(9)?),
+            ))
+        },
+    );
+    let (
+        (port, baud, model, version, bundle),
+        (model_hash, classes, sample_width, sample_height, created),
+    ) = match found {
+        Ok(row) => row,
+        Err(rusqlite::Error::QueryReturnedNoRows) => {
+            return Err(ApiError::not_found(format!("board '{name}'")))
+        }
+        Err(other) => return Err(other.into()),
+    };
+    let jobs = db
+        .prepare(
+            "SELECT id FROM jobs WHERE board = ?1 AND status IN ('queued', 'running') ORDER BY id",
+        )?
+        .query_map([name], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    Ok(BoardInfo {
+        name: name.to_string(),
+        port,
+        baud,
+        model,
+        version,
+        bundle,
+        model_hash,
+        classes: serde_json::from_str(&classes).map_err(ApiError::internal)?,
+        sample_width,
+        sample_height,
+        created,
+        jobs,
+    })
+}
+
+/// The port a client named, checked: `tcp:HOST:PORT`, or a serial device under `/dev/`
+/// (nothing else on the box is opened as a port).
+fn port_spec(port: &str, baud: Option<u32>) -> Result<PortSpec, ApiError> {
+    let spec = PortSpec::parse(port, baud.unwrap_or(DEFAULT_BAUD));
+    match &spec {
+        PortSpec::Tcp(address) if !address.contains(':') => {
+            Err(ApiError::invalid(format!("port '{port}' is not tcp:HOST:PORT")))
+        }
+        PortSpec::Tcp(_) if baud.is_some() => {
+            Err(ApiError::invalid(format!("baud applies to serial ports, not to {port}")))
+        }
+        PortSpec::Serial { path, .. }
+            if !path.starts_with("/dev/") || path.contains("/../") || path.contains('\0') =>
+        {
+            Err(ApiError::invalid(format!(
+                "port '{port}' is neither tcp:HOST:PORT nor a serial device under /dev/"
+            )))
+        }
+        _ => Ok(spec),
+    }
+}
+
+/// What a board says about itself.
+struct Hello {
+    model_hash: u64,
+    classes: Vec<String>,
+    width: u32,
+    height: u32,
+}
+
+/// Says hello to the board on `spec`, or a 502 naming the port when it does not answer as
+/// sprout's firmware.
+fn hello(spec: PortSpec) -> Result<Hello, ApiError> {
+    let port = spec.name();
+    let unreachable = |e: sprout_device::LinkError| {
+        ApiError::new(StatusCode::BAD_GATEWAY, format!("the board on {port} does not answer: {e}"))
+    };
+    let options = ConnectOptions {
+        policy: RetryPolicy::default(),
+        reconnects: 0,
+        limits: Limits { deadline_ms: Some(HELLO_DEADLINE_MS), stall_ms: None },
+    };
+    let mut device = Device::connect(spec, options).map_err(unreachable)?;
+    let classes = device.class_names().map_err(unreachable)?;
+    let info = device.info();
+    Ok(Hello {
+        model_hash: info.model_hash,
+        classes,
+        width: u32::from(info.sample.width),
+        height: u32::from(info.sample.height),
+    })
+}
+
+#[utoipa::path(post, path = "/api/v1/boards", tag = "boards", request_body = NewBoard,
+    description = "Registers a board: makes the device bundle of the model version (as `sprout bundle` does), says hello to the board and checks that it runs that bundle's model.",
+    responses((status = 201, body = BoardInfo), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 502, body = ErrorBody)))]
+pub async fn register(
+    _: Access<Admin>,
+    State(state): State<AppState>,
+    Json(request): Json<NewBoard>,
+) -> Result<(StatusCode, axum::Json<BoardInfo>), ApiError> {
+    names::check("board", &request.name)?;
+    let spec = port_spec(&request.port, request.baud)?;
+    if load(&state, &request.name).is_ok() {
+        return Err(ApiError::conflict(format!("board '{}' exists already", request.name)));
+    }
+    let version = models::resolve_version(&state, &request.model, request.version)?;
+    let model = state.layout.model(&models::version_hash(&state, &request.model, version)?);
+    let bytes = models::convert(&state, &model, &["bundle"], "a device bundle").await?;
+    let (header, _) = bundle::read_header(&bytes).map_err(ApiError::internal)?;
+    let bundle_model = header.model_hash;
+    let bundle_hash = sha256(&bytes);
+    Staged::write(&state.layout.tmp(), "bundle", &bytes)?
+        .place(&state.layout.device_file(&bundle_hash, "bundle"))?;
+    let Hello { model_hash, classes, width, height } =
+        tokio::task::spawn_blocking(move || hello(spec)).await.map_err(ApiError::internal)??;
+    if model_hash != bundle_model {
+        return Err(ApiError::invalid(format!(
+            "the board on {} runs model {model_hash:#018x}, but version {version} of '{}' \
+             bundles to model {bundle_model:#018x}: register it with the version its firmware \
+             was built from",
+            request.port, request.model
+        )));
+    }
+    let inserted = state.db.lock().execute(
+        "INSERT OR IGNORE INTO boards (name, port, baud, model, version, bundle, model_hash, \
+         classes, sample_width, sample_height, created) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        rusqlite::params![
+            request.name,
+            request.port,
+            request.baud,
+            request.model,
+            version,
+            bundle_hash,
+            format!("{model_hash:#018x}"),
+            serde_json::to_string(&classes).map_err(ApiError::internal)?,
+            width,
+            height,
+            now()
+        ],
+    )?;
+    if inserted == 0 {
+        return Err(ApiError::conflict(format!("board '{}' exists already", request.name)));
+    }
+    Ok((StatusCode::CREATED, axum::Json(load(&state, &request.name)?)))
+}
+
+#[utoipa::path(get, path = "/api/v1/boards", tag = "boards", responses((status = 200, body = [BoardInfo])))]
+pub async fn list(
+    _: Access<Read>,
+    State(state): State<AppState>,
+) -> Result<axum::Json<Vec<BoardInfo>>, ApiError> {
+    let names: Vec<String> = {
+        let db = state.db.lock();
+        let mut statement = db.prepare("SELECT name FROM boards ORDER BY name")?;
+        let rows = statement.query_map([], |r| r.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    Ok(axum::Json(names.iter().map(|name| load(&state, name)).collect::<Result<_, _>>()?))
+}
+
+#[utoipa::path(get, path = "/api/v1/boards/{name}", tag = "boards",
+    responses((status = 200, body = BoardInfo), (status = 404, body = ErrorBody)))]
+pub async fn get_board(
+    _: Access<Read>,
+    State(state): State<AppState>,
+    UrlPath(name): UrlPath<String>,
+) -> Result<axum::Json<BoardInfo>, ApiError> {
+    Ok(axum::Json(load(&state, &name)?))
+}
+
+#[utoipa::path(delete, path = "/api/v1/boards/{name}", tag = "boards",
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn delete(
+    _: Access<Admin>,
+    State(state): State<AppState>,
+    UrlPath(name): UrlPath<String>,
+) -> Result<StatusCode, ApiError> {
+    let board = load(&state, &name)?;
+    if !board.jobs.is_empty() {
+        return Err(ApiError::conflict(format!(
+            "board '{name}' has job(s) {:?} queued or running: cancel them or wait",
+            board.jobs
+        )));
+    }
+    state.db.lock().execute("DELETE FROM boards WHERE name = ?1", [&name])?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The board routes, merged into the service's router.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/boards", get(list).post(register))
+        .route("/api/v1/boards/{name}", get(get_board).delete(delete))
+        .route("/api/v1/boards/{name}/train", post(train_job))
+        .route("/api/v1/boards/{name}/push", post(push_job))
+        .route("/api/v1/boards/{name}/pull", post(pull_job))
+}
+
+/// Queues `task` as a job of `board` (its `dataset` and `model` columns as given).
+fn queue(
+    state: &AppState,
+    board: &str,
+    dataset: &str,
+    model: &str,
+    task: &BoardTask,
+) -> Result<(StatusCode, axum::Json<JobInfo>), ApiError> {
+    let id = {
+        let db = state.db.lock();
+        db.execute(
+            "INSERT INTO jobs (dataset, model, request, status, estimate_bytes, created, board) \
+             VALUES (?1, ?2, ?3, 'queued', 0, ?4, ?5)",
+            rusqlite::params![
+                dataset,
+                model,
+                serde_json::to_string(task).map_err(ApiError::internal)?,
+                now(),
+                board
+            ],
+        )?;
+        db.last_insert_rowid()
+    };
+    state.hub.record(&state.db, id, "status", json!({"status": "queued"}))?;
+    state.runners.wake();
+    Ok((StatusCode::CREATED, axum::Json(jobs::load(state, id)?)))
+}
+
+#[utoipa::path(post, path = "/api/v1/boards/{name}/train", tag = "boards", request_body = TrainOnBoard,
+    description = "Queues a job that sends the data set's images to the board and trains there (`sprout device train`); follow it at /api/v1/jobs/{id}/events.",
+    responses((status = 201, body = JobInfo), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn train_job(
+    _: Access<Train>,
+    State(state): State<AppState>,
+    UrlPath(name): UrlPath<String>,
+    Json(request): Json<TrainOnBoard>,
+) -> Result<(StatusCode, axum::Json<JobInfo>), ApiError> {
+    let board = load(&state, &name)?;
+    if request.epochs == 0 {
+        return Err(ApiError::invalid("epochs must be at least 1"));
+    }
+    if request.lr.is_some_and(|lr| !(lr.is_finite() && lr > 0.0)) {
+        return Err(ApiError::invalid("lr must be a positive number"));
+    }
+    let dataset = datasets::get_info(&state, &request.dataset)?;
+    if let Some(class) = dataset.classes.iter().find(|c| !board.classes.contains(&c.name)) {
+        return Err(ApiError::invalid(format!(
+            "class '{}' of data set '{}' is not one of board '{name}''s classes ({})",
+            class.name,
+            request.dataset,
+            board.classes.join(", ")
+        )));
+    }
+    if dataset.images == 0 {
+        return Err(ApiError::invalid(format!("data set '{}' has no images", request.dataset)));
+    }
+    let task = BoardTask::Train(request.clone());
+    queue(&state, &name, &request.dataset, &board.model, &task)
+}
+
+#[utoipa::path(post, path = "/api/v1/boards/{name}/push", tag = "boards", request_body = PushToBoard,
+    description = "Queues a job that sends the device checkpoint of a version pulled from a board (`sprout device push`) for this board to keep.",
+    responses((status = 201, body = JobInfo), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn push_job(
+    _: Access<Train>,
+    State(state): State<AppState>,
+    UrlPath(name): UrlPath<String>,
+    Json(mut request): Json<PushToBoard>,
+) -> Result<(StatusCode, axum::Json<JobInfo>), ApiError> {
+    load(&state, &name)?;
+    let version = models::resolve_version(&state, &request.model, request.version)?;
+    device_checkpoint(&state, &request.model, version)?.ok_or_else(|| {
+        ApiError::invalid(format!(
+            "version {version} of '{}' holds no device checkpoint (only versions pulled from \
+             a board do): a model reaches a board in its firmware's bundle",
+            request.model
+        ))
+    })?;
+    request.version = Some(version);
+    let model = request.model.clone();
+    queue(&state, &name, "", &model, &BoardTask::Push(request))
+}
+
+#[utoipa::path(post, path = "/api/v1/boards/{name}/pull", tag = "boards", request_body = PullFromBoard,
+    description = "Queues a job that pulls the board's checkpoint (`sprout device pull`), applies it to the version the board's bundle was made from and registers the result as the next version of `model`.",
+    responses((status = 201, body = JobInfo), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn pull_job(
+    _: Access<Train>,
+    State(state): State<AppState>,
+    UrlPath(name): UrlPath<String>,
+    Json(mut request): Json<PullFromBoard>,
+) -> Result<(StatusCode, axum::Json<JobInfo>), ApiError> {
+    let board = load(&state, &name)?;
+    let model = request.model.get_or_insert(board.model).clone();
+    names::check("model", &model)?;
+    queue(&state, &name, "", &model, &BoardTask::Pull(request))
+}
+
+/// The device checkpoint file hash of `model`'s `version`, when a pull made it.
+fn device_checkpoint(
+    state: &AppState,
+    model: &str,
+    version: u32,
+) -> Result<Option<String>, ApiError> {
+    Ok(state.db.lock().query_row(
+        "SELECT device_checkpoint FROM model_versions WHERE model = ?1 AND version = ?2",
+        rusqlite::params![model, version],
+        |r| r.get(0),
+    )?)
+}
+
+/// `--port PORT [--baud BAUD]` of `board`.
+fn port_arguments(board: &BoardInfo) -> Vec<String> {
+    let mut args = vec!["--port".to_string(), board.port.clone()];
+    if let Some(baud) = board.baud {
+        args.extend(["--baud".to_string(), baud.to_string()]);
+    }
+    args
+}
+
+/// Runs board job `id` on `board` (on a runner's thread).
+pub fn run(state: &AppState, id: i64, board: &str, task: &BoardTask) -> anyhow::Result<Ended> {
+    let board = load(state, board).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let folder = state.layout.job(id);
+    std::fs::create_dir_all(&folder)?;
+    let path = |p: &Path| p.display().to_string();
+    let mut args: Vec<String> = vec!["device".into()];
+    match task {
+        BoardTask::Train(request) => {
+            let data = runner::snapshot(state, id, &request.dataset, true)?;
+            args.push("train".into());
+            args.extend(port_arguments(&board));
+            args.extend(["--data".into(), path(&data), "--epochs".into()]);
+            args.push(request.epochs.to_string());
+            if let Some(lr) = request.lr {
+                args.extend(["--lr".into(), lr.to_string()]);
+            }
+            if request.keep_samples {
+                args.push("--keep-samples".into());
+            }
+            args.push("--progress-json".into());
+        }
+        BoardTask::Push(request) => {
+            let version = request.version.ok_or_else(|| anyhow::anyhow!("unresolved version"))?;
+            let hash = device_checkpoint(state, &request.model, version)
+                .map_err(|e| anyhow::anyhow!("{}", e.message))?
+                .ok_or_else(|| anyhow::anyhow!("the version lost its device checkpoint"))?;
+            args.push("push".into());
+            args.extend(port_arguments(&board));
+            args.push(path(&state.layout.device_file(&hash, "ckpt")));
+        }
+        BoardTask::Pull(_) => {
+            args.push("pull".into());
+            args.extend(port_arguments(&board));
+            let bundle = state.layout.device_file(&board.bundle, "bundle");
+            args.extend(["--bundle".into(), path(&bundle)]);
+            args.extend(["-o".into(), path(&folder.join("device.ckpt"))]);
+        }
+    }
+    let Some(output) = runner::run_child(state, id, &args)? else {
+        return Ok(Ended::Cancelled);
+    };
+    for line in output.lines() {
+        state.hub.record(&state.db, id, "log", json!({"line": line}))?;
+    }
+    match task {
+        BoardTask::Pull(request) => {
+            register_pulled(state, id, &board, request).map(Ended::Succeeded)
+        }
+        _ => Ok(Ended::Done),
+    }
+}
+
+/// Applies the checkpoint job `id` pulled from `board` to the version the board's bundle
+/// was made from and registers the result (keeping the checkpoint beside it, for pushes).
+fn register_pulled(
+    state: &AppState,
+    id: i64,
+    board: &BoardInfo,
+    request: &PullFromBoard,
+) -> anyhow::Result<u32> {
+    let api = |e: ApiError| anyhow::anyhow!("{}", e.message);
+    let folder = state.layout.job(id);
+    let sealed = std::fs::read(folder.join("device.ckpt"))?;
+    let checkpoint = sprout_device::read_checkpoint_file(&folder.join("device.ckpt"))?;
+    let base =
+        state.layout.model(&models::version_hash(state, &board.model, board.version).map_err(api)?);
+    let mut model = Model::open(&base)?;
+    let bundle = std::fs::read(state.layout.device_file(&board.bundle, "bundle"))?;
+    let info = sprout_bundle::apply_device_checkpoint(&mut model, &bundle, &checkpoint)?;
+    let file = sprout_core::ModelFile::from_graph(&model.zoo.graph, model.metadata.clone());
+    let bytes = sprout_core::save_model(&file)
+        .map_err(|e| anyhow::anyhow!("cannot encode the model: {e}"))?;
+    let output = folder.join("model.sprout");
+    sprout_train::write_atomic(&output, &bytes)?;
+    let checkpoint_hash = sha256(&sealed);
+    Staged::write(&state.layout.tmp(), "checkpoint", &sealed)?
+        .place(&state.layout.device_file(&checkpoint_hash, "ckpt"))?;
+    let metrics = json!({
+        "board": board.name,
+        "base_version": board.version,
+        "device_epoch": info.epoch,
+        "device_updates": info.progress.updates,
+        "device_accuracy": info.accuracy,
+    });
+    let model_name = request.model.clone().unwrap_or_else(|| board.model.clone());
+    let version =
+        models::register(state, &model_name, &output, Some(id), &metrics, request.promote)
+            .map_err(api)?;
+    state.db.lock().execute(
+        "UPDATE model_versions SET device_checkpoint = ?3 WHERE model = ?1 AND version = ?2",
+        rusqlite::params![model_name, version, checkpoint_hash],
+    )?;
+    Ok(version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::port_spec;
+
+    #[test]
+    fn ports_are_tcp_addresses_or_serial_devices() {
+        assert!(port_spec("tcp:127.0.0.1:4444", None).is_ok());
+        assert!(port_spec("/dev/ttyACM0", Some(9600)).is_ok());
+        for bad in ["tcp:localhost", "/etc/passwd", "ttyACM0", "/dev/../etc/shadow"] {
+            let error = port_spec(bad, None).err().unwrap();
+            assert!(error.message.contains(bad), "{}", error.message);
+        }
+        assert!(port_spec("tcp:127.0.0.1:4444", Some(9600)).is_err());
+    }
+}
