@@ -202,20 +202,27 @@ fn snapshot(state: &AppState, id: i64, dataset: &str) -> anyhow::Result<PathBuf>
         fs::remove_dir_all(&partial)
             .with_context(|| format!("cannot remove {}", partial.display()))?;
     }
+    link_images(state, dataset, &partial)?;
+    fs::rename(&partial, &data).with_context(|| format!("cannot create {}", data.display()))?;
+    Ok(data)
+}
+
+/// Links (copies across file systems) the images of data set `dataset` into
+/// `folder/<class>/<hash>.<ext>`.
+pub fn link_images(state: &AppState, dataset: &str, folder: &Path) -> anyhow::Result<()> {
     let images = crate::datasets::image_paths(state, dataset)
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     for (class, file, source) in images {
-        let folder = partial.join(&class);
-        fs::create_dir_all(&folder)
-            .with_context(|| format!("cannot create {}", folder.display()))?;
-        let target = folder.join(file);
+        let class_folder = folder.join(&class);
+        fs::create_dir_all(&class_folder)
+            .with_context(|| format!("cannot create {}", class_folder.display()))?;
+        let target = class_folder.join(file);
         if fs::hard_link(&source, &target).is_err() {
             fs::copy(&source, &target)
                 .with_context(|| format!("cannot copy {}", source.display()))?;
         }
     }
-    fs::rename(&partial, &data).with_context(|| format!("cannot create {}", data.display()))?;
-    Ok(data)
+    Ok(())
 }
 
 /// The newest `checkpoint-epoch-NNN.ckpt` of a run folder.
