@@ -112,13 +112,13 @@ fn parse(options: &[&str]) -> Result<(u64, Option<PathBuf>)> {
 }
 
 /// The service as a child process, killed on drop.
-struct Service {
+pub struct Service {
     child: Child,
-    base: String,
+    pub base: String,
 }
 
 impl Service {
-    fn start(sprout: &Path, data: &Path, log: &Path) -> Result<Self> {
+    pub fn start(sprout: &Path, data: &Path, log: &Path) -> Result<Self> {
         let log = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let mut child = Command::new(sprout)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
@@ -147,13 +147,13 @@ impl Drop for Service {
 
 /// Requests with the bearer token; each thread makes its own (one kept-alive connection).
 #[derive(Clone)]
-struct Client {
-    base: String,
-    token: String,
+pub struct Client {
+    pub base: String,
+    pub token: String,
 }
 
 impl Client {
-    fn agent() -> ureq::Agent {
+    pub fn agent() -> ureq::Agent {
         ureq::Agent::config_builder().http_status_as_error(false).build().into()
     }
 
@@ -179,7 +179,7 @@ impl Client {
     }
 
     /// [`Client::call`] that must answer `expected`.
-    fn expect(
+    pub fn expect(
         &self,
         agent: &ureq::Agent,
         method: &str,
@@ -196,7 +196,7 @@ impl Client {
 }
 
 /// A multipart body of `(class, file name, bytes)` parts and its content type.
-fn multipart(parts: &[(String, String, Vec<u8>)]) -> (String, Vec<u8>) {
+pub fn multipart(parts: &[(String, String, Vec<u8>)]) -> (String, Vec<u8>) {
     let boundary = "sprout-bench-4c1d";
     let mut body = Vec::new();
     for (class, name, bytes) in parts {
@@ -208,10 +208,10 @@ fn multipart(parts: &[(String, String, Vec<u8>)]) -> (String, Vec<u8>) {
     (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
-/// The photos under `dir/<split>/<class>/` as `(class, name, bytes)`.
-fn read_photos(dir: &Path) -> Result<Vec<(String, String, Vec<u8>)>> {
+/// The photos under `dir/<split>/<class>/` of `splits` as `(class, name, bytes)`.
+pub fn read_photos(dir: &Path, splits: &[&str]) -> Result<Vec<(String, String, Vec<u8>)>> {
     let mut photos = Vec::new();
-    for split in ["train", "val"] {
+    for split in splits {
         let mut classes: Vec<_> = fs::read_dir(dir.join(split))?.collect::<Result<_, _>>()?;
         classes.sort_by_key(|e| e.file_name());
         for class in classes {
@@ -233,7 +233,7 @@ fn read_photos(dir: &Path) -> Result<Vec<(String, String, Vec<u8>)>> {
 /// Uploads the photos, trains a leafnet head on them through a job and creates the
 /// uploaders' data sets; returns the photos.
 fn prepare(client: &Client, dir: &Path) -> Result<Vec<(String, String, Vec<u8>)>> {
-    let photos = read_photos(dir)?;
+    let photos = read_photos(dir, &["train", "val"])?;
     let mut classes: Vec<&str> = photos.iter().map(|p| p.0.as_str()).collect();
     classes.sort_unstable();
     classes.dedup();

@@ -11,6 +11,7 @@ mod boards;
 mod cmd;
 mod debian;
 mod demo;
+mod fleet;
 mod fuzz;
 mod on_device;
 mod qemu;
@@ -36,7 +37,9 @@ Commands:
           no_std builds and clippy for the microcontroller targets, and the
           boards: built, run under QEMU (installed with apt-get if missing), and
           their sizes compared with boards/sizes.expected (SPROUT_BLESS=1 updates it),
-          and the leaf head fine-tuned on the emulated microcontroller;
+          the leaf head fine-tuned on the emulated microcontroller, and a
+          federated fine-tuning run on Flower (3 sprout serve boxes, 3 rounds;
+          flwr is installed into target/fleet-venv with pip if missing);
           `cargo xtask test STAGE...` runs only the named stages (see
           `cargo xtask test --list`)
   fuzz    run the libFuzzer targets of fuzz/targets (cargo-fuzz, installed if

@@ -1,7 +1,8 @@
 //! `cargo xtask test`: everything CI checks, in order, stopping at the first failure:
 //! the microcontroller targets, rustfmt, clippy, the workspace tests, the no_std builds,
-//! the boards (built, run under QEMU, sizes compared with their snapshot), and the leaf
-//! head fine-tuned on the emulated microcontroller.
+//! the boards (built, run under QEMU, sizes compared with their snapshot), the leaf
+//! head fine-tuned on the emulated microcontroller, and a federated fine-tuning run on
+//! Flower's deployment engine across three local `sprout serve` boxes.
 
 use std::path::Path;
 use std::time::Instant;
@@ -88,6 +89,11 @@ const STAGES: &[Stage] = &[
         "on-device",
         "leaf head fine-tuned on the device under QEMU, pulled, evaluated",
         crate::on_device::test,
+    ),
+    stage(
+        "fleet",
+        "federated fine-tuning on Flower: 3 sprout serve boxes, 3 rounds (flwr in target/fleet-venv)",
+        crate::fleet::test,
     ),
 ];
 
