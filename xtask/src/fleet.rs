@@ -177,6 +177,7 @@ fn pretrain(root: &Path, sprout: &Path, work: &Path) -> Result<PathBuf> {
     Cmd::new(&sprout, root)
         .args(["train", "--zoo", MODEL, "--epochs", "3", "--batch-size", "8", "--data"])
         .args([photos.display().to_string(), "-o".into(), base.display().to_string()])
+        .args(["--out-dir".into(), work.join("pretrain-run").display().to_string()])
         .run()?;
     Ok(base)
 }
