@@ -12,6 +12,7 @@ mod cmd;
 mod cmsis;
 mod debian;
 mod demo;
+mod fleet;
 mod fuzz;
 mod int8_layers;
 mod on_device;
@@ -34,14 +35,17 @@ Commands:
           microcontroller under QEMU with the checkpoint pulled back and evaluated
   test    everything CI checks: the thumbv7em-none-eabihf and thumbv6m-none-eabi
           targets (installed if missing), rustfmt, clippy, the workspace tests,
-          Miri over a reduced test set (nightly, installed if missing), the
-          no_std builds and clippy for the microcontroller targets, and the
+          Miri over a reduced test set (nightly, installed if missing), the CPU
+          backend's tests on aarch64 under qemu-aarch64 (cross tools installed if
+          missing), the no_std builds and clippy for the microcontroller targets, and the
           boards: built, run under QEMU (installed with apt-get if missing),
           leafnet's int8 convolutions compared bit for bit with CMSIS-NN's
           (../shared/peers/cmsis-nn or SPROUT_CMSIS_NN; arm-none-eabi-gcc installed
           if missing), and their sizes compared with boards/sizes.expected
-          (SPROUT_BLESS=1 updates it),
-          and the leaf head fine-tuned on the emulated microcontroller;
+          (SPROUT_BLESS=1 updates it), the leaf head fine-tuned on the emulated
+          microcontroller, and a federated fine-tuning run on Flower (3 sprout
+          serve boxes, 3 rounds; flwr is installed into target/fleet-venv with
+          pip if missing);
           `cargo xtask test STAGE...` runs only the named stages (see
           `cargo xtask test --list`)
   fuzz    run the libFuzzer targets of fuzz/targets (cargo-fuzz, installed if

@@ -1,8 +1,9 @@
 //! `cargo xtask test`: everything CI checks, in order, stopping at the first failure:
 //! the microcontroller targets, rustfmt, clippy, the workspace tests, Miri, the CPU
 //! backend's conformance on aarch64 under qemu-aarch64, the no_std builds, the boards
-//! (built, run under QEMU, sizes compared with their snapshot), and the leaf head fine-tuned
-//! on the emulated microcontroller.
+//! (built, run under QEMU, compared bit for bit with CMSIS-NN, sizes compared with their
+//! snapshot), the leaf head fine-tuned on the emulated microcontroller, and a federated
+//! fine-tuning run on Flower's deployment engine across three local `sprout serve` boxes.
 
 use std::path::Path;
 use std::time::Instant;
@@ -100,6 +101,11 @@ const STAGES: &[Stage] = &[
         "on-device",
         "leaf head fine-tuned on the device under QEMU, pulled, evaluated",
         crate::on_device::test,
+    ),
+    stage(
+        "fleet",
+        "federated fine-tuning on Flower: 3 sprout serve boxes, 3 rounds (flwr in target/fleet-venv)",
+        crate::fleet::test,
     ),
 ];
 

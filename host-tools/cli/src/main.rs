@@ -106,6 +106,8 @@ enum Command {
     Convert(onnx_cmd::ConvertArgs),
     /// Export a .sprout model's inference graph to ONNX, or its weights to safetensors.
     Export(onnx_cmd::ExportArgs),
+    /// Apply safetensors weights (by name, shapes checked) onto a .sprout model.
+    ImportWeights(onnx_cmd::ImportWeightsArgs),
     /// Train on a device running sprout's firmware, pull or push its checkpoint.
     ///
     /// The device is a serial port or tcp:HOST:PORT (QEMU): `device train` sends a data
@@ -186,6 +188,7 @@ fn main() -> ExitCode {
         Command::Quantize(args) => quantize_cmd::run(args),
         Command::Convert(args) => onnx_cmd::convert(args),
         Command::Export(args) => onnx_cmd::export(args),
+        Command::ImportWeights(args) => onnx_cmd::import_weights(args),
         Command::Device(args) => device_cmd::run(args),
         Command::Bundle(args) => bundle_cmd::run(args),
         Command::Flash(args) => flash_cmd::run(args),

@@ -1,5 +1,6 @@
-//! `sprout convert` and `sprout export`: ONNX models into `.sprout` files, and `.sprout`
-//! models out to ONNX or safetensors (weights under their PyTorch names). Class names and
+//! `sprout convert`, `sprout export` and `sprout import-weights`: ONNX models into `.sprout`
+//! files, `.sprout` models out to ONNX or safetensors (weights under their PyTorch names),
+//! and safetensors weights back onto a `.sprout` model. Class names and
 //! preprocessing travel in ONNX `metadata_props` (see `sprout_onnx::metadata`), and
 //! `convert`'s flags override them.
 
@@ -10,7 +11,7 @@ use clap::{Args, ValueEnum};
 use sprout_core::{load_model, save_model, Metadata};
 use sprout_onnx::{
     export_onnx_with_metadata, export_safetensors, graph_weights, import_with, metadata,
-    state_dict, ImportOptions,
+    read_safetensors, state_dict, with_weights, ImportOptions,
 };
 use sprout_train::{check_output, fit_of, read_kind, write_atomic, FileKind};
 
@@ -69,6 +70,43 @@ pub struct ExportArgs {
     /// The file to write.
     #[arg(short, long, value_name = "FILE", alias = "out")]
     output: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ImportWeightsArgs {
+    /// The `.sprout` model whose weights are replaced.
+    #[arg(value_name = "MODEL.sprout")]
+    model: PathBuf,
+    /// Weights by name (e.g. from `sprout export --format safetensors`, PyTorch's
+    /// `save_file(model.state_dict())`, or a federated average): every tensor must be one of
+    /// the model's parameters or buffers with its shape, F32, all values finite; the others
+    /// keep their values.
+    #[arg(long, value_name = "FILE.safetensors")]
+    weights: PathBuf,
+    /// The model to write.
+    #[arg(short, long, value_name = "FILE", alias = "out")]
+    output: PathBuf,
+}
+
+pub fn import_weights(args: &ImportWeightsArgs) -> Result<()> {
+    check_output(&args.output, &[("MODEL", &args.model), ("--weights", &args.weights)])?;
+    let bytes = read_kind(&args.model, FileKind::Model, "a .sprout model")?;
+    let model =
+        load_model(&bytes).with_context(|| format!("could not load '{}'", args.model.display()))?;
+    let weights = read_kind(&args.weights, FileKind::Safetensors, "a safetensors file")?;
+    let tensors = read_safetensors(&weights)
+        .with_context(|| format!("could not read '{}'", args.weights.display()))?;
+    let (updated, applied) = with_weights(&model, &tensors).with_context(|| {
+        format!("could not apply '{}' to '{}'", args.weights.display(), args.model.display())
+    })?;
+    write_atomic(&args.output, &save_model(&updated)?)?;
+    println!(
+        "applied {applied} tensors of '{}' to '{}': '{}'",
+        args.weights.display(),
+        args.model.display(),
+        args.output.display()
+    );
+    Ok(())
 }
 
 pub fn convert(args: &ConvertArgs) -> Result<()> {

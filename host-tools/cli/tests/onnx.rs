@@ -1,6 +1,7 @@
-//! `sprout convert` and `sprout export` end to end: an ONNX model written here converts
-//! to a `.sprout` file that runs to hand-computed outputs; a zoo model exports to ONNX and
-//! safetensors and comes back equal; errors exit non-zero and leave no file behind.
+//! `sprout convert`, `sprout export` and `sprout import-weights` end to end: an ONNX model
+//! written here converts to a `.sprout` file that runs to hand-computed outputs; a zoo model
+//! exports to ONNX and safetensors and comes back equal; safetensors weights apply back by
+//! name; errors exit non-zero and leave no file behind.
 
 mod common;
 
@@ -185,4 +186,46 @@ fn an_unsupported_op_fails_with_its_name_and_leaves_no_file() {
     assert_eq!(output.status.code(), Some(1));
     assert!(!onnx_out.exists());
     assert_eq!(scratch.files(), ["junk.onnx", "lstm.onnx", "lstm.sprout"]);
+}
+
+#[test]
+fn import_weights_applies_safetensors_by_name_and_refuses_mismatches() {
+    let scratch = Scratch::new("import-weights");
+    let model = scratch.path("tiny.sprout");
+    common::tiny_model(&model);
+    let exported = scratch.path("tiny.safetensors");
+    let output = sprout(&["export", s(&model), "--format", "safetensors", "-o", s(&exported)]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let mut head: Vec<_> = sprout_onnx::read_safetensors(&std::fs::read(&exported).unwrap())
+        .unwrap()
+        .into_iter()
+        .filter(|(name, _, _)| name.starts_with("classifier"))
+        .collect();
+    head.iter_mut().for_each(|(_, _, v)| v.iter_mut().for_each(|x| *x = 0.5));
+    let weights = scratch.path("head.safetensors");
+    std::fs::write(&weights, sprout_onnx::export_safetensors(&head).unwrap()).unwrap();
+
+    let out = scratch.path("out.sprout");
+    let output = sprout(&["import-weights", s(&model), "--weights", s(&weights), "-o", s(&out)]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("applied 2 tensors"));
+    let graph = load_model(&std::fs::read(&out).unwrap()).unwrap().to_graph().unwrap();
+    let weights_out = sprout_onnx::graph_weights(&graph);
+    assert_eq!(weights_out["classifier.weight"], vec![0.5; 24]);
+    let before = sprout_onnx::graph_weights(
+        &load_model(&std::fs::read(&model).unwrap()).unwrap().to_graph().unwrap(),
+    );
+    assert_eq!(weights_out["features.0.weight"], before["features.0.weight"]);
+
+    let bad = scratch.path("bad.safetensors");
+    let wrong = [("classifier.bias".to_string(), vec![4], vec![0.0; 4])];
+    std::fs::write(&bad, sprout_onnx::export_safetensors(&wrong).unwrap()).unwrap();
+    let refused = scratch.path("refused.sprout");
+    let output = sprout(&["import-weights", s(&model), "--weights", s(&bad), "-o", s(&refused)]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = text(&output.stderr);
+    assert!(err.contains("'classifier.bias'") && err.contains("shape [4]"), "{err}");
+    assert!(!refused.exists());
+    let output = sprout(&["import-weights", s(&model), "--weights", s(&weights), "-o", s(&model)]);
+    assert_eq!(output.status.code(), Some(1), "the model is never overwritten");
 }

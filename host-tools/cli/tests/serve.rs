@@ -869,4 +869,125 @@ fn tls_answers_https_ignores_plain_http_and_names_bad_files() {
     let mut reply = Vec::new();
     let _ = plain.read_to_end(&mut reply);
     assert!(!reply.starts_with(b"HTTP/"), "plain HTTP was answered: {reply:?}");
+
+/// The tensors of a safetensors download, by name.
+fn tensors(bytes: &[u8]) -> std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)> {
+    sprout_onnx::read_safetensors(bytes).unwrap().into_iter().map(|(n, s, v)| (n, (s, v))).collect()
+}
+
+#[test]
+fn weights_download_as_safetensors_upload_onto_a_version_and_evaluate() {
+    let scratch = Scratch::new("serve-params");
+    let data = scratch.path("data");
+    let trainer = token(&data, "train");
+    let reader = token(&data, "read");
+    let server = Server::start(&data, &[]);
+    let photos = photos(&scratch, 4);
+    upload_dataset(&server, &trainer, "leaves", &photos);
+    upload_base(&server, &trainer, &scratch);
+    let file = "/api/v1/models/base/versions/1/file?format=safetensors";
+    let (status, all) = server.call("GET", file, Some(&reader), None);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&all));
+    let all = tensors(&all);
+    let names: Vec<&str> = all.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        ["classifier.bias", "classifier.weight", "features.0.bias", "features.0.weight"]
+    );
+    assert_eq!(all["classifier.weight"].0, [3, 8]);
+    let (status, head) = server.call("GET", &format!("{file}&trainable=head"), Some(&reader), None);
+    assert_eq!(status, 200);
+    let head = tensors(&head);
+    assert_eq!(head.keys().collect::<Vec<_>>(), ["classifier.bias", "classifier.weight"]);
+    assert_eq!(head["classifier.weight"], all["classifier.weight"]);
+    let (status, error) = server.json(
+        "GET",
+        "/api/v1/models/base/versions/1/file?format=onnx&trainable=head",
+        Some(&reader),
+        None,
+    );
+    assert_eq!(status, 422, "{error}");
+
+    // A zero head: every logit 0, so the loss is ln 3 on any image.
+    let zero: Vec<(String, Vec<usize>, Vec<f32>)> = head
+        .iter()
+        .map(|(name, (shape, values))| (name.clone(), shape.clone(), vec![0.0; values.len()]))
+        .collect();
+    let zero_bytes = sprout_onnx::export_safetensors(&zero).unwrap();
+    let evaluate = "/api/v1/models/base/versions/1/evaluate?dataset=leaves";
+    let body = Some(("application/octet-stream", zero_bytes.clone()));
+    let (status, bytes) = server.call("POST", evaluate, Some(&reader), body);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let zeroed: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(zeroed["samples"], photos.len(), "{zeroed}");
+    assert_eq!(zeroed["weights_applied"], 2);
+    assert!((zeroed["loss"].as_f64().unwrap() - 3f64.ln()).abs() < 1e-5, "{zeroed}");
+    let (status, own) = server.json("POST", evaluate, Some(&reader), None);
+    assert_eq!(status, 200, "{own}");
+    assert_eq!(own["weights_applied"], 0);
+    assert!((own["loss"].as_f64().unwrap() - 3f64.ln()).abs() > 1e-4, "its own head: {own}");
+    assert!((0.0..=1.0).contains(&own["accuracy"].as_f64().unwrap()));
+
+    // Uploading the zero head makes version 2; the rest is version 1's.
+    let weights = "/api/v1/models/base/versions/1/weights";
+    let body = Some(("application/octet-stream", zero_bytes.clone()));
+    let (status, _) = server.call("POST", weights, Some(&reader), body.clone());
+    assert_eq!(status, 403, "read scope cannot register versions");
+    let (status, bytes) = server.call("POST", weights, Some(&trainer), body);
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&bytes));
+    let applied: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(applied, json!({"model": "base", "base_version": 1, "version": 2, "tensors": 2}));
+    let (_, v2) = server.call(
+        "GET",
+        "/api/v1/models/base/versions/2/file?format=safetensors",
+        Some(&reader),
+        None,
+    );
+    let v2 = tensors(&v2);
+    assert_eq!(v2["classifier.weight"].1, vec![0.0; 24]);
+    assert_eq!(v2["features.0.weight"], all["features.0.weight"]);
+    let (_, model) = server.json("GET", "/api/v1/models/base", Some(&reader), None);
+    assert_eq!(model["current_version"], 1, "not promoted: {model}");
+    let (_, same) = server.json(
+        "POST",
+        "/api/v1/models/base/versions/2/evaluate?dataset=leaves",
+        Some(&reader),
+        None,
+    );
+    assert_eq!(same["loss"], zeroed["loss"]);
+
+    // Bad weights are refused naming the tensor; nothing is registered.
+    let bad = |name: &str, shape: Vec<usize>, values: Vec<f32>| {
+        sprout_onnx::export_safetensors(&[(name.to_string(), shape, values)]).unwrap()
+    };
+    let cases = [
+        (bad("classifier.weight", vec![8, 3], vec![0.0; 24]), "'classifier.weight': shape [8, 3]"),
+        (bad("classifier.bias", vec![3], vec![0.0, f32::NAN, 0.0]), "'classifier.bias': value NaN"),
+        (bad("head.weight", vec![1], vec![0.0]), "'head.weight': the model has no parameter"),
+        (b"not safetensors".to_vec(), "cannot be applied"),
+        (Vec::new(), "no tensors"),
+    ];
+    for (body, words) in cases {
+        let body = Some(("application/octet-stream", body));
+        let (status, bytes) = server.call("POST", weights, Some(&trainer), body);
+        let text = String::from_utf8_lossy(&bytes);
+        assert_eq!(status, 422, "{text}");
+        assert!(text.contains(words), "{words}: {text}");
+    }
+    let (_, model) = server.json("GET", "/api/v1/models/base", Some(&reader), None);
+    assert_eq!(model["versions"].as_array().unwrap().len(), 2);
+    let body =
+        Some(("application/octet-stream", bad("classifier.bias", vec![3], vec![f32::INFINITY; 3])));
+    let (status, bytes) = server.call("POST", evaluate, Some(&reader), body);
+    assert_eq!(status, 422, "{}", String::from_utf8_lossy(&bytes));
+    let (status, _) = server.json(
+        "POST",
+        "/api/v1/models/base/versions/1/evaluate?dataset=nothing",
+        Some(&reader),
+        None,
+    );
+    assert_eq!(status, 404);
+    let (status, _) =
+        server.json("POST", "/api/v1/models/base/versions/9/weights", Some(&trainer), None);
+    assert_eq!(status, 404);
 }

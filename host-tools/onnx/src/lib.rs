@@ -1,5 +1,6 @@
 //! sprout-onnx: ONNX import into a sprout [`Graph`](sprout_core::Graph) and export of a
-//! graph's inference part to ONNX (opset 13) and its weights to safetensors.
+//! graph's inference part to ONNX (opset 13) and its weights to safetensors, and back
+//! (named safetensors weights applied onto a graph, with checks).
 //!
 //! Initializer names are weight names both ways, so a head fine-tuned on the device
 //! loads straight back into PyTorch by name (`load_state_dict` from the safetensors file,
@@ -16,6 +17,7 @@ mod fold;
 pub mod import;
 pub mod metadata;
 pub mod proto;
+pub mod weights_in;
 
 pub use error::OnnxError;
 pub use export::{
@@ -24,3 +26,4 @@ pub use export::{
 };
 pub use import::{import, import_with, ImportOptions, Imported};
 pub use metadata::{metadata_props, read_metadata_props};
+pub use weights_in::{apply_state_dict, read_safetensors, with_weights};

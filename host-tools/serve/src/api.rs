@@ -19,7 +19,7 @@ use crate::events::Hub;
 use crate::layout::Layout;
 use crate::predict::Predictors;
 use crate::runner::Runners;
-use crate::{boards, datasets, events, jobs, models, openapi, predict, Config};
+use crate::{boards, datasets, events, jobs, models, openapi, params, predict, Config};
 
 /// Everything the handlers and runners share.
 pub struct State {
@@ -162,6 +162,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/models/{name}", get(models::get))
         .route("/api/v1/models/{name}/versions", post(models::upload))
         .route("/api/v1/models/{name}/versions/{version}/file", get(models::download))
+        .route("/api/v1/models/{name}/versions/{version}/weights", post(params::apply))
+        .route("/api/v1/models/{name}/versions/{version}/evaluate", post(params::evaluate))
         .route("/api/v1/models/{name}/promote", post(models::promote))
         .route("/api/v1/models/{name}/rollback", post(models::rollback))
         .route("/api/v1/models/{name}/predict", post(predict::predict))

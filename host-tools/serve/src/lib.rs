@@ -20,6 +20,7 @@ mod layout;
 mod models;
 mod names;
 mod openapi;
+mod params;
 mod predict;
 mod runner;
 mod store;

@@ -63,15 +63,19 @@ pub enum Format {
     Onnx,
     /// The device bundle `sprout bundle` makes (head training on the device, batch 8).
     Bundle,
+    /// The parameters and buffers under their names (see `params.rs`).
+    Safetensors,
 }
 
 /// `?format=` of a download.
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct Download {
-    /// `sprout` (default), `onnx` or `bundle`.
+    /// `sprout` (default), `onnx`, `bundle` or `safetensors`.
     #[serde(default)]
     pub format: Format,
+    /// With `safetensors`: only the parameters this `--trainable` choice selects (e.g. `head`).
+    pub trainable: Option<String>,
 }
 
 /// 404 for model `name`'s missing `version`.
@@ -133,7 +137,7 @@ pub fn register(
 }
 
 /// [`register`] for bytes in memory, which must be a `.sprout` model (422 otherwise).
-fn register_bytes(
+pub fn register_bytes(
     state: &AppState,
     name: &str,
     bytes: &[u8],
@@ -297,7 +301,7 @@ pub async fn rollback(
 }
 
 #[utoipa::path(get, path = "/api/v1/models/{name}/versions/{version}/file", tag = "models", params(Download),
-    description = "The version's .sprout file, its ONNX export, or a device bundle of it.",
+    description = "The version's .sprout file, its ONNX export, a device bundle of it, or its weights as safetensors (optionally only the `trainable` selection).",
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 404, body = ErrorBody)))]
 pub async fn download(
     _: Access<Read>,
@@ -306,6 +310,9 @@ pub async fn download(
     query: Result<Query<Download>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if query.trainable.is_some() && query.format != Format::Safetensors {
+        return Err(ApiError::invalid("trainable selects weights of format=safetensors only"));
+    }
     let path = state.layout.model(&version_hash(&state, &name, version)?);
     let (bytes, extension) = match query.format {
         Format::Sprout => (tokio::fs::read(&path).await?, "sprout"),
@@ -313,6 +320,11 @@ pub async fn download(
             (convert(&state, &path, &["export", "--format", "onnx"], "ONNX").await?, "onnx")
         }
         Format::Bundle => (convert(&state, &path, &["bundle"], "a device bundle").await?, "bundle"),
+        Format::Safetensors => {
+            let trainable = query.trainable.clone();
+            let export = move || crate::params::safetensors(&path, trainable.as_deref());
+            (tokio::task::spawn_blocking(export).await.map_err(ApiError::internal)??, "safetensors")
+        }
     };
     Response::builder()
         .header(header::CONTENT_TYPE, "application/octet-stream")

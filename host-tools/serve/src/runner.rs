@@ -231,27 +231,40 @@ pub fn snapshot(
         fs::remove_dir_all(&partial)
             .with_context(|| format!("cannot remove {}", partial.display()))?;
     }
+    link_images(state, dataset, &partial, hold_out)?;
+    fs::rename(&partial, &data).with_context(|| format!("cannot create {}", data.display()))?;
+    Ok(data)
+}
+
+/// Links (copies across file systems) the images of data set `dataset` into
+/// `folder/<class>/<hash>.<ext>`, or with `hold_out` every fifth image of a class into
+/// `folder/val/<class>/` and the rest into `folder/train/<class>/`.
+pub fn link_images(
+    state: &AppState,
+    dataset: &str,
+    folder: &Path,
+    hold_out: bool,
+) -> anyhow::Result<()> {
     let images = crate::datasets::image_paths(state, dataset)
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (class, file, source) in images {
         let index = seen.entry(class.clone()).or_default();
-        let folder = match hold_out {
-            false => partial.join(&class),
-            true if *index % 5 == 4 => partial.join("val").join(&class),
-            true => partial.join("train").join(&class),
+        let class_folder = match hold_out {
+            false => folder.join(&class),
+            true if *index % 5 == 4 => folder.join("val").join(&class),
+            true => folder.join("train").join(&class),
         };
         *index += 1;
-        fs::create_dir_all(&folder)
-            .with_context(|| format!("cannot create {}", folder.display()))?;
-        let target = folder.join(file);
+        fs::create_dir_all(&class_folder)
+            .with_context(|| format!("cannot create {}", class_folder.display()))?;
+        let target = class_folder.join(file);
         if fs::hard_link(&source, &target).is_err() {
             fs::copy(&source, &target)
                 .with_context(|| format!("cannot copy {}", source.display()))?;
         }
     }
-    fs::rename(&partial, &data).with_context(|| format!("cannot create {}", data.display()))?;
-    Ok(data)
+    Ok(())
 }
 
 /// The newest `checkpoint-epoch-NNN.ckpt` of a run folder.

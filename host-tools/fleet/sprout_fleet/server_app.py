@@ -1,0 +1,132 @@
+"""The Flower ServerApp: federated averaging of a sprout model's trainable parameters
+across boxes. It takes the starting parameters from one box's model, runs FedAvg for the
+configured rounds (each box fine-tunes through its `sprout serve`, then every box evaluates
+the average on its validation photos), reports the global accuracy per round and installs
+the final parameters on every box as a new, promoted version.
+
+Run config: see `[tool.flwr.app.config]` in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from logging import INFO
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.common import log
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+
+app = ServerApp()
+
+
+class Report:
+    """Logs each round's global evaluation and appends it to the summary file, if any."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.round = 0
+        if path:
+            open(path, "w", encoding="utf-8").close()
+
+    def write(self, entry: dict) -> None:
+        if self.path:
+            with open(self.path, "a", encoding="utf-8") as file:
+                file.write(json.dumps(entry) + "\n")
+
+    def evaluated(self, records: list[RecordDict], weighted_by: str) -> MetricRecord:
+        """FedAvg's metric aggregation (a weighted mean), reported as it happens."""
+        metrics = aggregate_metricrecords(records, weighted_by)
+        self.round += 1
+        samples = sum(int(next(iter(r.metric_records.values()))[weighted_by]) for r in records)
+        log(
+            INFO,
+            "fleet round %d: global accuracy %.1f%%, loss %.4f on %d validation images of %d boxes",
+            self.round,
+            100 * float(metrics["accuracy"]),
+            float(metrics["loss"]),
+            samples,
+            len(records),
+        )
+        self.write(
+            {
+                "round": self.round,
+                "accuracy": float(metrics["accuracy"]),
+                "loss": float(metrics["loss"]),
+                "samples": samples,
+                "boxes": len(records),
+            }
+        )
+        return metrics
+
+
+def wait_for_nodes(grid: Grid, count: int, timeout: float) -> list[int]:
+    """The connected nodes once at least `count` are, waiting at most `timeout` seconds."""
+    started = time.monotonic()
+    while len(nodes := list(grid.get_node_ids())) < count:
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"only {len(nodes)} of {count} boxes connected in {timeout} s")
+        time.sleep(1)
+    return nodes
+
+
+def ask(grid: Grid, nodes: list[int], action: str, content: RecordDict, timeout: float) -> list[Message]:
+    """Sends `query.ACTION` to `nodes`; the replies, each of which must have succeeded."""
+    messages = [Message(content, dst_node_id=n, message_type=f"{MessageType.QUERY}.{action}") for n in nodes]
+    replies = list(grid.send_and_receive(messages, timeout=timeout))
+    failed = [f"node {r.metadata.src_node_id}: {r.error.reason}" for r in replies if r.has_error()]
+    if failed or len(replies) != len(nodes):
+        raise RuntimeError(f"{action}: {len(replies)} of {len(nodes)} boxes answered; {failed}")
+    return replies
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    config = context.run_config
+    trainable = str(config["trainable"])
+    timeout = float(config["round-timeout"])
+    min_nodes = int(config["min-nodes"])
+    report = Report(str(config["summary-file"]))
+
+    nodes = wait_for_nodes(grid, min_nodes, timeout)
+    selection = ConfigRecord({"trainable": trainable})
+    first = ask(grid, nodes[:1], "parameters", RecordDict({"config": selection}), timeout)[0]
+    initial = first.content.array_records["arrays"]
+    log(INFO, "starting from node %d's model: %d tensors (%s)", nodes[0], len(initial), trainable)
+
+    strategy = FedAvg(
+        fraction_train=float(config["fraction-train"]),
+        fraction_evaluate=float(config["fraction-evaluate"]),
+        min_train_nodes=min_nodes,
+        min_evaluate_nodes=min_nodes,
+        min_available_nodes=min_nodes,
+        evaluate_metrics_aggr_fn=report.evaluated,
+    )
+    train_config = ConfigRecord(
+        {
+            "trainable": trainable,
+            "local-epochs": int(config["local-epochs"]),
+            "lr": float(config["lr"]),
+            "batch-size": int(config["batch-size"]),
+            "optimizer": str(config["optimizer"]),
+        }
+    )
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=initial,
+        num_rounds=int(config["num-server-rounds"]),
+        timeout=timeout,
+        train_config=train_config,
+        evaluate_config=selection,
+    )
+
+    final = RecordDict({"arrays": result.arrays, "config": selection})
+    boxes = list(grid.get_node_ids())
+    installed = []
+    for reply in ask(grid, boxes, "install", final, timeout):
+        version = int(reply.content.metric_records["metrics"]["version"])
+        installed.append({"node": reply.metadata.src_node_id, "version": version})
+        log(INFO, "fleet installed the global model on node %d as version %d", installed[-1]["node"], version)
+    report.write({"installed": installed})

@@ -1,0 +1,368 @@
+//! `cargo xtask test fleet`: federated fine-tuning on Flower's deployment engine over
+//! loopback. Three boxes, each a `sprout serve` with its own data folder, token and leaf
+//! photos (another seed or domain each), a `flower-superlink` and one `flower-supernode`
+//! per box run `host-tools/fleet` for three rounds; the stage checks the global accuracy of
+//! every round and that every box registered and promoted the final model. Every process
+//! is stopped at the end, also when something fails.
+
+use std::fs;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+
+use crate::bench_serve::{multipart, read_photos, Client, Service};
+use crate::cmd::Cmd;
+
+/// What the virtual environment gets: Flower pinned (its API moves between releases).
+const PYTHON_PACKAGES: [&str; 3] = ["flwr==1.42.0", "numpy>=1.26,<3", "safetensors>=0.4,<1"];
+const BOXES: usize = 3;
+const ROUNDS: usize = 3;
+/// The model every box federates.
+const MODEL: &str = "leafnet";
+/// Photo size and images per class (train and validation together) of each box.
+const SIZE: &str = "32";
+const PER_CLASS: &str = "15";
+/// How long `flwr run` may take.
+const RUN_LIMIT: Duration = Duration::from_secs(900);
+
+/// The stage.
+pub fn test(root: &Path) -> Result<()> {
+    let python = venv(root)?;
+    Cmd::cargo(root).args(["build", "--quiet", "--locked", "-p", "sprout-cli"]).run()?;
+    let sprout = root.join("target/debug/sprout");
+    let work = root.join("target/fleet-test");
+    if work.exists() {
+        fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
+    }
+    fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let base = pretrain(root, &sprout, &work)?;
+    let mut processes = Processes::default();
+    let boxes: Vec<EdgeBox> = (0..BOXES)
+        .map(|i| EdgeBox::start(root, &sprout, &work.join(format!("box-{i}")), i, &base))
+        .collect::<Result<_>>()?;
+    let bin = python.parent().context("the venv's bin folder")?;
+    // The SuperLink and SuperNodes start `flower-superexec` and the apps from PATH.
+    let path = std::env::join_paths(
+        std::iter::once(bin.to_path_buf())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )?;
+    let link = free_port()?;
+    let home = |name: &str| work.join("flwr").join(name);
+    processes.spawn(
+        Command::new(bin.join("flower-superlink"))
+            .args(["--insecure", "--disable-runtime-dependency-installation"])
+            .args(["--host", "127.0.0.1", "--port", &link.to_string()])
+            .env("PATH", &path)
+            .env("FLWR_HOME", home("superlink")),
+        &work.join("superlink.log"),
+    )?;
+    for (i, b) in boxes.iter().enumerate() {
+        let config = format!(
+            "url='{}' token='{}' model='{MODEL}' dataset='train' val-dataset='val'",
+            b.client.base, b.client.token
+        );
+        processes.spawn(
+            Command::new(bin.join("flower-supernode"))
+                .args(["--insecure", "--superlink", &format!("127.0.0.1:{link}")])
+                .args(["--host", "127.0.0.1", "--port", &free_port()?.to_string()])
+                .args(["--node-config", &config])
+                .env("PATH", &path)
+                .env("FLWR_HOME", home(&format!("supernode-{i}"))),
+            &work.join(format!("supernode-{i}.log")),
+        )?;
+    }
+    wait_for_port(link, Duration::from_secs(180))
+        .with_context(|| format!("see {}", work.join("superlink.log").display()))?;
+    let cli_home = home("cli");
+    fs::create_dir_all(&cli_home)?;
+    fs::write(
+        cli_home.join("config.toml"),
+        format!(
+            "[superlink]\ndefault = \"fleet\"\n\n[superlink.fleet]\naddress = \"127.0.0.1:{link}\"\ninsecure = true\n"
+        ),
+    )?;
+    let summary = work.join("summary.jsonl");
+    let run_config = format!(
+        "num-server-rounds={ROUNDS} min-nodes={BOXES} local-epochs=2 summary-file='{}'",
+        summary.display()
+    );
+    let started = Instant::now();
+    let mut run = Command::new(bin.join("flwr"));
+    run.args(["run", &root.join("host-tools/fleet").display().to_string(), "fleet", "--stream"])
+        .args(["--run-config", &run_config])
+        .env("PATH", &path)
+        .env("FLWR_HOME", &cli_home);
+    let finished = processes.run(run, &work.join("flwr-run.log"), RUN_LIMIT, &summary)?;
+    let lines = read_summary(&summary)?;
+    for line in &lines {
+        if let Some(round) = line["round"].as_u64() {
+            println!(
+                "fleet round {round}: global accuracy {:.1}%, loss {:.4} ({} validation images, {} boxes)",
+                100.0 * line["accuracy"].as_f64().unwrap_or(f64::NAN),
+                line["loss"].as_f64().unwrap_or(f64::NAN),
+                line["samples"],
+                line["boxes"],
+            );
+        }
+    }
+    ensure!(
+        finished,
+        "flwr run did not finish in {RUN_LIMIT:?}: see the logs in {}",
+        work.display()
+    );
+    check(&lines, &boxes).with_context(|| {
+        let log = fs::read_to_string(work.join("flwr-run.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!("the federation's log ends (all logs in {}):\n{}", work.display(), tail.join("\n"))
+    })?;
+    println!(
+        "fleet: {BOXES} boxes, {ROUNDS} rounds in {:.0} s; every box promoted the global model",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The venv's python under `target/fleet-venv`, made and filled with [`PYTHON_PACKAGES`]
+/// by pip when they do not import.
+fn venv(root: &Path) -> Result<PathBuf> {
+    let dir = root.join("target/fleet-venv");
+    let python = dir.join("bin/python");
+    let check =
+        "import flwr, numpy, safetensors; assert flwr.__version__ == '1.42.0', flwr.__version__";
+    let ready = |python: &Path| {
+        Command::new(python)
+            .args(["-c", check])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if python.exists() && ready(&python) {
+        return Ok(python);
+    }
+    if !python.exists() {
+        Cmd::new("python3", root)
+            .args(["-m", "venv", &dir.display().to_string()])
+            .run()
+            .context("making the Flower venv needs python3 with its venv module (apt-get install python3-venv)")?;
+    }
+    Cmd::new(&python.display().to_string(), root)
+        .args(["-m", "pip", "install", "--quiet"])
+        .args(PYTHON_PACKAGES)
+        .run()
+        .context("installing Flower into target/fleet-venv (needs the package index)")?;
+    ensure!(
+        ready(&python),
+        "{} cannot import flwr 1.42.0, numpy and safetensors",
+        python.display()
+    );
+    Ok(python)
+}
+
+/// A leafnet pretrained briefly on source-domain photos: the model every box starts from.
+fn pretrain(root: &Path, sprout: &Path, work: &Path) -> Result<PathBuf> {
+    let sprout = sprout.display().to_string();
+    let photos = work.join("pretrain");
+    Cmd::new(&sprout, root)
+        .args(["data", "leaves", "--domain", "source", "--classes", "healthy,leaf_spot,rust"])
+        .args(["--per-class", "30", "--size", SIZE, "--seed", "100", "-o"])
+        .args([photos.display().to_string()])
+        .run()?;
+    let base = work.join("base.sprout");
+    Cmd::new(&sprout, root)
+        .args(["train", "--zoo", MODEL, "--epochs", "3", "--batch-size", "8", "--data"])
+        .args([photos.display().to_string(), "-o".into(), base.display().to_string()])
+        .args(["--out-dir".into(), work.join("pretrain-run").display().to_string()])
+        .run()?;
+    Ok(base)
+}
+
+/// One edge box: its service and the client of its API.
+struct EdgeBox {
+    _service: Service,
+    client: Client,
+}
+
+impl EdgeBox {
+    /// Box `index` in `dir`: photos of its own seed (box 0 the source domain, the others
+    /// the target domain), a train and a val data set, and the base model as version 1.
+    fn start(root: &Path, sprout: &Path, dir: &Path, index: usize, base: &Path) -> Result<Self> {
+        let program = sprout.display().to_string();
+        let photos = dir.join("photos");
+        let domain = if index == 0 { "source" } else { "target" };
+        Cmd::new(&program, root)
+            .args(["data", "leaves", "--domain", domain, "--classes", "healthy,leaf_spot,rust"])
+            .args(["--per-class", PER_CLASS, "--size", SIZE, "--seed", &index.to_string(), "-o"])
+            .args([photos.display().to_string()])
+            .run()?;
+        let data = dir.join("data");
+        let token = Cmd::new(&program, root)
+            .args(["serve", "token", "create", "--scope", "train", "--data-dir"])
+            .args([data.display().to_string()])
+            .read()?
+            .trim()
+            .to_string();
+        let service = Service::start(sprout, &data, &dir.join("serve.log"))?;
+        let client = Client { base: service.base.clone(), token };
+        let agent = Client::agent();
+        for split in ["train", "val"] {
+            let body =
+                format!(r#"{{"name": "{split}", "classes": ["healthy", "leaf_spot", "rust"]}}"#);
+            let json = Some(("application/json", body.into_bytes()));
+            client.expect(&agent, "POST", "/api/v1/datasets", json, 201)?;
+            let (kind, body) = multipart(&read_photos(&photos, &[split])?);
+            let path = format!("/api/v1/datasets/{split}/images");
+            client.expect(&agent, "POST", &path, Some((&kind, body)), 200)?;
+        }
+        let model = fs::read(base).with_context(|| format!("reading {}", base.display()))?;
+        let path = format!("/api/v1/models/{MODEL}/versions");
+        client.expect(&agent, "POST", &path, Some(("application/octet-stream", model)), 201)?;
+        Ok(Self { _service: service, client })
+    }
+}
+
+/// The summary's JSON lines (none when the file is missing).
+fn read_summary(path: &Path) -> Result<Vec<Value>> {
+    let Ok(text) = fs::read_to_string(path) else { return Ok(Vec::new()) };
+    text.lines()
+        .map(|line| {
+            serde_json::from_str(line).with_context(|| format!("{}: `{line}`", path.display()))
+        })
+        .collect()
+}
+
+/// Every round reported a global accuracy from every box, and every box's current version
+/// of the model is the one the ServerApp installed.
+fn check(lines: &[Value], boxes: &[EdgeBox]) -> Result<()> {
+    let rounds: Vec<&Value> = lines.iter().filter(|l| l["round"].is_u64()).collect();
+    ensure!(
+        rounds.len() == ROUNDS,
+        "{} of {ROUNDS} rounds were evaluated: {lines:?}",
+        rounds.len()
+    );
+    for round in &rounds {
+        let accuracy = round["accuracy"].as_f64().unwrap_or(f64::NAN);
+        ensure!((0.0..=1.0).contains(&accuracy), "round accuracy {accuracy}: {round}");
+        ensure!(round["boxes"] == BOXES, "not every box evaluated: {round}");
+    }
+    let installed = lines
+        .iter()
+        .find_map(|l| l["installed"].as_array())
+        .context("the ServerApp installed the global model on no box")?;
+    ensure!(installed.len() == BOXES, "installed on {} boxes: {installed:?}", installed.len());
+    let mut versions: Vec<u64> = installed.iter().filter_map(|i| i["version"].as_u64()).collect();
+    let agent = Client::agent();
+    for b in boxes {
+        let text = b.client.expect(&agent, "GET", &format!("/api/v1/models/{MODEL}"), None, 200)?;
+        let model: Value = serde_json::from_str(&text)?;
+        let current = model["current_version"].as_u64().context("no current version")?;
+        let Some(at) = versions.iter().position(|&v| v == current) else {
+            bail!(
+                "box {} has version {current} current, not the installed one ({versions:?})",
+                b.client.base
+            );
+        };
+        versions.remove(at);
+    }
+    Ok(())
+}
+
+/// Waits until something accepts connections on loopback `port` (Python starts slowly).
+fn wait_for_port(port: u16, limit: Duration) -> Result<()> {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        ensure!(start.elapsed() < limit, "nothing listens on port {port} after {limit:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Ok(())
+}
+
+/// A port free on loopback now.
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The Flower processes, each in its own process group, all stopped on drop.
+#[derive(Default)]
+struct Processes(Vec<Child>);
+
+impl Processes {
+    /// Starts `command` with its output in `log`.
+    fn spawn(&mut self, command: &mut Command, log: &Path) -> Result<()> {
+        let out = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        // SAFETY: between fork and exec the closure only calls prctl, which is
+        // async-signal-safe: the child gets SIGTERM if xtask dies without its Drop.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {command:?}"))?;
+        self.0.push(child);
+        Ok(())
+    }
+
+    /// Runs `command` (output in `log`, echoed when it fails) for at most `limit`;
+    /// whether it exited with success and left the summary.
+    fn run(
+        &mut self,
+        mut command: Command,
+        log: &Path,
+        limit: Duration,
+        summary: &Path,
+    ) -> Result<bool> {
+        println!("$ {command:?}");
+        self.spawn(&mut command, log)?;
+        let start = Instant::now();
+        let mut child = self.0.pop().context("the run's process")?;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break Some(status);
+            }
+            if start.elapsed() > limit {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        self.0.push(child);
+        match status {
+            Some(status) if status.success() && summary.exists() => Ok(true),
+            Some(status) => {
+                let text = fs::read_to_string(log).unwrap_or_default();
+                bail!("flwr run failed ({status}):\n{text}");
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in &self.0 {
+            // SAFETY: kill has no memory effects; the group is the one this child leads
+            // (process_group(0)), so its app processes stop with it and nothing else does.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for child in &mut self.0 {
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            // SAFETY: as above; the child is not reaped yet, so its group id is still ours.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+        }
+    }
+}
