@@ -869,6 +869,7 @@ fn tls_answers_https_ignores_plain_http_and_names_bad_files() {
     let mut reply = Vec::new();
     let _ = plain.read_to_end(&mut reply);
     assert!(!reply.starts_with(b"HTTP/"), "plain HTTP was answered: {reply:?}");
+}
 
 /// The tensors of a safetensors download, by name.
 fn tensors(bytes: &[u8]) -> std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)> {
