@@ -279,6 +279,13 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         KernelCall::QGlobalAvgPool(d) => k.global_avg_pool_s8(o.read()?, o.write()?, d),
         KernelCall::CopyI8(_) => k.copy_i8(o.read()?, o.write()?),
         KernelCall::QClamp(act, _) => k.clamp_s8(o.read()?, o.write()?, act),
+        KernelCall::QLut(_) => k.lut_s8(o.read()?, o.read()?, o.write()?),
+        KernelCall::QMul { rescale, dims, broadcast } => {
+            k.mul_s8(o.read()?, o.read()?, o.write()?, &rescale, dims, broadcast)
+        }
+        KernelCall::QConcat { dims, rescale } => {
+            k.concat_s8(o.read()?, o.read()?, o.write()?, dims, &rescale)
+        }
         KernelCall::RoundWeights(_) => {
             let (w_bar, _scale) = (o.f32()?, o.f32()?);
             k.round_weights(w_bar, o.write()?)

@@ -1,5 +1,6 @@
 //! Post-training int8 conversion: a float graph rewritten as int8 ops, batch norms folded and
-//! activations fused, with per-channel weights and calibrated per-tensor activations.
+//! clamps fused, other activations as look-up tables, with per-channel weights and
+//! calibrated per-tensor activations.
 //!
 //! The int8 scheme and kernels it targets are [`crate::quant`].
 //!
@@ -11,11 +12,12 @@
 use crate::graph::{Graph, GraphError, Node, TensorInfo};
 use crate::hyperparams::BatchNormConfig;
 use crate::ops::{
-    Int8Clamp, Int8Form, Int8Layer, Int8Same, Int8Weights, Op, QAddParams, QConvParams,
-    QLinearParams,
+    Int8Clamp, Int8Form, Int8Layer, Int8Same, Int8Weights, Op, QAddParams, QConcatParams,
+    QConvParams, QLinearParams, QLutParams, QMulParams,
 };
 use crate::quant::{
-    quantize_weight, symmetric_scale, AddRescale, QuantError, QuantParams, Requantize, FULL_RANGE,
+    lut_table, quantize_weight, symmetric_scale, AddRescale, ConcatRescale, MulRescale, QuantError,
+    QuantParams, Requantize, Rescale, FULL_RANGE,
 };
 use crate::shape::Shape;
 use crate::tensor::{DType, TensorId};
@@ -259,12 +261,42 @@ impl<'a> Converter<'a> {
                 let p = self.int8(node.inputs[0])?.1;
                 self.same_params(node, |g, name, x| g.qclamp(name, x, act.bounds(p)))?;
             }
+            // An element-wise function: a table from the input's units to the output's.
+            Int8Form::Table(f) if input_is_int8 => {
+                let (x, input) = self.int8(node.inputs[0])?;
+                let output = self.params_of(node.outputs[0])?;
+                let codes = lut_table(|v| f.apply(v), input, output).map(i32::from).to_vec();
+                let name = format!("{}.table", node.name);
+                let table = self.dst.int_parameter(&name, Shape::d1(256), DType::I8, codes)?;
+                let params = QLutParams { f, input, output };
+                self.new_params(node, output, |g, name| g.qlut(name, x, table, params))?;
+            }
+            Int8Form::Mul if self.int8_operands(node) => {
+                let (a, pa) = self.int8(node.inputs[0])?;
+                let (b, pb) = self.int8(node.inputs[1])?;
+                let py = self.params_of(node.outputs[0])?;
+                let rescale = MulRescale::new(pa, pb, py).map_err(|e| self.bad(node, e))?;
+                let params = QMulParams { rescale, a: pa, b: pb };
+                self.new_params(node, py, |g, name| g.qmul(name, a, b, params))?;
+            }
+            Int8Form::Concat(p) if self.int8_operands(node) => {
+                let (a, pa) = self.int8(node.inputs[0])?;
+                let (b, pb) = self.int8(node.inputs[1])?;
+                let py = self.params_of(node.outputs[0])?;
+                let moved = |x| Rescale::new(x, py).map_err(|e| self.bad(node, e));
+                let rescale = ConcatRescale { a: moved(pa)?, b: moved(pb)? };
+                let params = QConcatParams { axis: p.axis, rescale };
+                self.new_params(node, py, |g, name| g.qconcat(name, a, b, params))?;
+            }
             // Kept float: weights the caller keeps in float, ops on float input, float ops.
             form @ (Int8Form::Layer(_)
             | Int8Form::SameQuantization(_)
             | Int8Form::Identity
             | Int8Form::FoldedBatchNorm(_)
             | Int8Form::Activation(_)
+            | Int8Form::Table(_)
+            | Int8Form::Mul
+            | Int8Form::Concat(_)
             | Int8Form::Float) => {
                 let from_int8 =
                     node.inputs.iter().any(|&t| self.is_int8(t) || self.from_int8[t.index()]);
@@ -287,6 +319,14 @@ impl<'a> Converter<'a> {
             }
         }
         Ok(1)
+    }
+
+    /// Whether a node of several operands runs in int8: one operand is int8 and every
+    /// other one is int8 or has a calibrated range to be quantized with.
+    fn int8_operands(&self, node: &Node) -> bool {
+        let ready =
+            |&t: &TensorId| self.is_int8(t) || self.ranges.contains_key(&self.src.tensor(t).name);
+        node.inputs.iter().any(|&t| self.is_int8(t)) && node.inputs.iter().all(ready)
     }
 
     fn keeps_float(&self, node: &Node) -> bool {
@@ -432,6 +472,20 @@ impl<'a> Converter<'a> {
         let name = self.src.tensor(y).name.clone();
         let id = record(&mut self.dst, &name, x)?;
         self.values[y.index()] = Some(Value::Int8(id, p));
+        Ok(())
+    }
+
+    /// An int8 op whose output has quantization `params` of its own.
+    fn new_params(
+        &mut self,
+        node: &Node,
+        params: QuantParams,
+        record: impl FnOnce(&mut Graph, &str) -> Result<TensorId, GraphError>,
+    ) -> Result<(), QuantizeError> {
+        let y = node.outputs[0];
+        let name = self.src.tensor(y).name.clone();
+        let id = record(&mut self.dst, &name)?;
+        self.values[y.index()] = Some(Value::Int8(id, params));
         Ok(())
     }
 

@@ -6,7 +6,7 @@ use crate::geometry::{
     ChannelDims, ConcatDims, Conv2dGeometry, GeometryError, LinearDims, Pool2dGeometry, RowDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
-use crate::quant::{AddRescale, QuantParams};
+use crate::quant::{AddRescale, ConcatRescale, MulRescale, QuantParams};
 use crate::reference::Activation;
 use crate::tensor::DType;
 
@@ -236,6 +236,15 @@ kernels! {
         71 => LogSoftmax(dims: RowDims),
         /// `y, dy → dx`: `dy − exp(y) · Σ dy` per row.
         72 => LogSoftmaxGrad(dims: RowDims),
+        // ---- int8 tables, products and joins ----
+        /// `x (i8), table (i8 [256]) → y (i8)`: `y = table[x + 128]`.
+        73 => QLut(len: usize),
+        /// `a (i8 [outer, channels, inner]), b (i8) → y (i8)`: the product, `b` of `a`'s size
+        /// or, `broadcast`, one factor per `[outer, channels]`.
+        74 => QMul { rescale: MulRescale, dims: ChannelDims, broadcast: bool },
+        /// `a (i8), b (i8) → y (i8)`: per outer index, `a`'s block then `b`'s, each moved to
+        /// the output's quantization.
+        75 => QConcat { dims: ConcatDims, rescale: ConcatRescale },
     }
 }
 
@@ -452,6 +461,19 @@ impl KernelCall {
                 s.read(d.part_len(false)).read(d.part_len(true)).write(d.len())
             }
             KernelCall::ConcatGrad { dims: d, second } => s.read(d.len()).write(d.part_len(second)),
+            KernelCall::QLut(n) => {
+                s.read_as(DType::I8, n).read_as(DType::I8, 256).write_as(DType::I8, n)
+            }
+            KernelCall::QMul { dims: d, broadcast, .. } => {
+                let factor = if broadcast { d.outer * d.channels } else { d.len() };
+                s.read_as(DType::I8, d.len())
+                    .read_as(DType::I8, factor)
+                    .write_as(DType::I8, d.len())
+            }
+            KernelCall::QConcat { dims: d, .. } => s
+                .read_as(DType::I8, d.part_len(false))
+                .read_as(DType::I8, d.part_len(true))
+                .write_as(DType::I8, d.len()),
         }
     }
 
@@ -478,8 +500,11 @@ impl KernelCall {
             | KernelCall::DequantizeWeights(d)
             | KernelCall::ChannelScale { dims: d, .. }
             | KernelCall::Mul { dims: d, .. }
+            | KernelCall::QMul { dims: d, .. }
             | KernelCall::MulGradFactor(d) => d.check(),
-            KernelCall::Concat(d) | KernelCall::ConcatGrad { dims: d, .. } => d.check(),
+            KernelCall::Concat(d)
+            | KernelCall::ConcatGrad { dims: d, .. }
+            | KernelCall::QConcat { dims: d, .. } => d.check(),
             KernelCall::BiasGrad(d)
             | KernelCall::GlobalAvgPool(d)
             | KernelCall::GlobalAvgPoolGrad(d)
@@ -529,6 +554,7 @@ impl KernelCall {
             | KernelCall::RoundBias(_)
             | KernelCall::QClampGrad(..)
             | KernelCall::QClamp(..)
+            | KernelCall::QLut(_)
             | KernelCall::Activation(..)
             | KernelCall::ActivationGrad(..) => Ok(()),
         }
@@ -598,7 +624,10 @@ impl KernelCall {
             | KernelCall::QAdd(_, _, n)
             | KernelCall::RoundBias(n)
             | KernelCall::QClampGrad(_, n)
-            | KernelCall::QClamp(_, n) => n,
+            | KernelCall::QClamp(_, n)
+            | KernelCall::QLut(n) => n,
+            KernelCall::QMul { dims: d, .. } => d.len(),
+            KernelCall::QConcat { dims: d, .. } => d.len(),
             KernelCall::RoundWeights(d)
             | KernelCall::DequantizeWeights(d)
             | KernelCall::ChannelScale { dims: d, .. } => d.len(),
@@ -699,6 +728,9 @@ impl KernelCall {
             KernelCall::MulGradFactor(_) => "mul_grad_factor",
             KernelCall::Concat(_) => "concat",
             KernelCall::ConcatGrad { .. } => "concat_grad",
+            KernelCall::QLut(_) => "qlut",
+            KernelCall::QMul { .. } => "qmul",
+            KernelCall::QConcat { .. } => "qconcat",
         }
     }
 }

@@ -6,7 +6,7 @@
 //! [`crate::ops`] also generates the dispatch of each op to its rules.
 
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
-use crate::quant::{AddRescale, QuantParams};
+use crate::quant::{AddRescale, ConcatRescale, MulRescale, QuantParams};
 use crate::reference::{Activation, HardSigmoidParams, LeakyReluParams};
 use core::fmt;
 
@@ -47,6 +47,31 @@ pub struct QAddParams {
     /// The output's quantization (the rescale folds it in; the backward pass reads it).
     pub output: QuantParams,
     pub act: (i8, i8),
+}
+
+/// An int8 element-wise function through a 256-entry table: the float function the table
+/// holds and the quantizations it maps between (the backward pass reads them).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QLutParams {
+    pub f: Activation,
+    pub input: QuantParams,
+    pub output: QuantParams,
+}
+
+/// An int8 product: TFLite's precomputed rescaling and both operands' quantizations (the
+/// backward pass reads them).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QMulParams {
+    pub rescale: MulRescale,
+    pub a: QuantParams,
+    pub b: QuantParams,
+}
+
+/// An int8 concatenation: the axis and each operand's move to the output's quantization.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QConcatParams {
+    pub axis: usize,
+    pub rescale: ConcatRescale,
 }
 
 /// An int8 convolution: its geometry settings, the quantization of its input and output,
@@ -310,6 +335,15 @@ macro_rules! op_table {
             65 => LogSoftmax: softmax::LogSoftmax,
             /// `y, dy → dx`: its gradient, from the output.
             66 => LogSoftmaxGrad: softmax::LogSoftmaxGrad,
+            /// `x (i8), table (i8 [256]) → y (i8)`: sigmoid, hard sigmoid, hard swish or
+            /// leaky ReLU in int8, `y = table[x + 128]`, the output in its own quantization.
+            67 => QLut(QLutParams): int8::lut::QLut,
+            /// `a (i8 [N, C, ...]), b (i8) → y (i8)`: the product, `b` of `a`'s shape or one
+            /// factor per channel (squeeze-excitation, `x · sigmoid(x)`).
+            68 => QMul(QMulParams): int8::mul::QMul,
+            /// `a (i8), b (i8) → y (i8)`: joined along `axis`, each moved to the output's
+            /// quantization.
+            69 => QConcat(QConcatParams): int8::concat::QConcat,
         }
     };
 }

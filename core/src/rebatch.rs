@@ -36,7 +36,7 @@ impl Graph {
                 return Err(invalid(&node.name, "only a forward graph can be rebatched".into()));
             }
             let carries = node.inputs.first().is_some_and(|x| batched[x.index()])
-                || (matches!(node.op, Op::Add | Op::Concat(_))
+                || (matches!(node.op, Op::Add | Op::Concat(_) | Op::QConcat(_))
                     && node.inputs.iter().any(|x| batched[x.index()]));
             // Losses are scalars; batch norm's saved statistics are per channel.
             let scalar = matches!(node.op, Op::CrossEntropy | Op::Mse);

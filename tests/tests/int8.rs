@@ -479,3 +479,130 @@ fn an_activation_after_pooling_becomes_an_int8_clamp() {
     }
     assert!(pooled.iter().any(|&p| (p as i8) < pool.zero_point as i8), "some values are clamped");
 }
+
+/// MobileNetV3's and EfficientNet's patterns: hard swish after a layer, a squeeze-excitation
+/// (pooling, dense, hard sigmoid, per-channel product), SiLU as `x · sigmoid(x)`, a channel
+/// concatenation and a leaky ReLU.
+fn excitation_model(seed: u64) -> Graph {
+    let mut g = Graph::new(seed);
+    let x = g.input("input", Shape::d4(BATCH, 3, 8, 8)).unwrap();
+    let labels = g.labels("labels", BATCH).unwrap();
+    let same = ConvParams { stride: (1, 1), padding: (1, 1), groups: 1 };
+    let h = nn::conv2d(&mut g, "stem", x, 4, 3, same, true).unwrap();
+    let h = g.hard_swish("stem_act", h).unwrap();
+    let squeezed = g.global_avg_pool("se_pool", h).unwrap();
+    let gate = nn::linear(&mut g, "se_fc", squeezed, 4).unwrap();
+    let gate = g.hard_sigmoid("se_gate", gate, 1.0 / 6.0, 0.5).unwrap();
+    let excited = g.mul("se_mul", h, gate).unwrap();
+    let c = nn::conv2d(&mut g, "conv", excited, 4, 3, same, true).unwrap();
+    let s = g.sigmoid("silu_gate", c).unwrap();
+    let silu = g.mul("silu", c, s).unwrap();
+    let joined = g.concat("join", excited, silu, 1).unwrap();
+    let leaky = g.leaky_relu("leaky", joined, 0.1).unwrap();
+    let pooled = g.global_avg_pool("pool", leaky).unwrap();
+    let logits = nn::linear(&mut g, "head", pooled, 3).unwrap();
+    g.cross_entropy("loss", logits, labels).unwrap();
+    g
+}
+
+/// The int8 values in an output's bytes.
+fn int8_values(out: &[u8]) -> Vec<i8> {
+    bytemuck::cast_slice(out).to_vec()
+}
+
+#[test]
+fn tables_products_and_joins_keep_a_real_architecture_in_int8() {
+    let float = excitation_model(5);
+    let ranges = calibrate(&as_model(&float), &mut samples(32, 2), RangeMethod::MinMax).unwrap();
+    let q = quantize_graph(&float, &ranges, &QuantizeOptions::default()).unwrap();
+    assert_eq!(q.float_fallbacks, []);
+    let kinds: Vec<&str> = q.graph.nodes().iter().map(|n| n.op.kind()).collect();
+    let count = |kind| kinds.iter().filter(|&&k| k == kind).count();
+    assert_eq!((count("qlut"), count("qmul"), count("qconcat")), (4, 2, 1), "{kinds:?}");
+    assert_eq!(count("dequantize"), 1, "only the logits leave int8: {kinds:?}");
+
+    let params = |name: &str| {
+        let &(lo, hi) = ranges.get(name).unwrap();
+        QuantParams::from_min_max(lo, hi).unwrap()
+    };
+    let x = random(&mut SplitMix::new(11), BATCH * 3 * 64, -1.0, 1.0);
+    let names = ["stem", "stem_act", "se_gate", "se_mul", "conv", "silu_gate", "silu", "join"];
+    let out = infer(&q.graph, &x, &[&names[..], &["head.dequantized"]].concat());
+    let v: Vec<Vec<i8>> = out.iter().map(|o| int8_values(o)).collect();
+    let (stem, act) = (params("stem"), params("stem_act"));
+    // The table holds the float function of every int8 value: hard swish exactly so.
+    let swish = |x: f32| x * (x + 3.0).clamp(0.0, 6.0) / 6.0;
+    for (&s, &a) in v[0].iter().zip(&v[1]) {
+        assert_eq!(a, act.quantize(swish(stem.dequantize(s))), "stem {s}");
+    }
+    // Products and joins round the real result to one step of the output.
+    let within_a_step = |got: i8, real: f32, p: QuantParams| {
+        let error = (p.dequantize(got) - real).abs();
+        assert!(error <= p.scale * 1.01, "{} vs {real} (scale {})", p.dequantize(got), p.scale);
+    };
+    let (gate, excited) = (params("se_gate"), params("se_mul"));
+    for (i, &e) in v[3].iter().enumerate() {
+        let real = act.dequantize(v[1][i]) * gate.dequantize(v[2][i / 64]);
+        within_a_step(e, real, excited);
+    }
+    let (c, s, silu) = (params("conv"), params("silu_gate"), params("silu"));
+    for ((&ci, &si), &yi) in v[4].iter().zip(&v[5]).zip(&v[6]) {
+        within_a_step(yi, c.dequantize(ci) * s.dequantize(si), silu);
+    }
+    let join = params("join");
+    for (i, &j) in v[7].iter().enumerate() {
+        let (sample, at) = (i / 512, i % 512);
+        let real = match at < 256 {
+            true => excited.dequantize(v[3][sample * 256 + at]),
+            false => silu.dequantize(v[6][sample * 256 + at - 256]),
+        };
+        within_a_step(j, real, join);
+    }
+    // And the logits stay close to the float model's.
+    let float_logits: Vec<f32> = bytemuck::cast_slice(&infer(&float, &x, &["head"])[0]).to_vec();
+    let int8_logits: Vec<f32> = bytemuck::cast_slice(&out[8]).to_vec();
+    let span = float_logits.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (a, b) in int8_logits.iter().zip(&float_logits) {
+        assert!((a - b).abs() <= 0.1 * span, "int8 {a} vs float {b} (span {span})");
+    }
+}
+
+/// The gradient of `loss` with respect to the parameter `param` of `graph`, on `x` and labels.
+fn gradient(graph: &Graph, param: &str, x: &[f32], labels: &[i32]) -> Vec<f32> {
+    let (loss, p) = (graph.find("loss").unwrap(), graph.find(param).unwrap());
+    let d = differentiate(graph, loss, &[p]).unwrap();
+    let grad = d.gradients[0].1;
+    let plan = compile_outputs(&d.graph, &[grad], Mode::Train).unwrap();
+    let mut memory = plan.initial_memory(&d.graph);
+    let mut exec = Executor::new(plan.view(), Reference).unwrap();
+    let mut regions = memory.regions();
+    regions.write(&plan.operand("input").unwrap(), x).unwrap();
+    regions.write(&plan.operand("labels").unwrap(), labels).unwrap();
+    exec.run(&mut regions).unwrap();
+    regions.read::<f32>(&plan.binding_of(grad).unwrap().operand).unwrap().to_vec()
+}
+
+/// A trainable int8 stem under tables, products and a join: its gradient (in integer
+/// units, so divided by each channel's scale) points where the float model's does.
+#[test]
+fn gradients_flow_through_tables_products_and_joins_like_the_float_ops() {
+    let float = excitation_model(5);
+    let ranges = calibrate(&as_model(&float), &mut samples(32, 2), RangeMethod::MinMax).unwrap();
+    let options = QuantizeOptions {
+        trainable: ["stem.weight".to_string()].into(),
+        qas: false,
+        ..QuantizeOptions::default()
+    };
+    let int8 = quantize_graph(&float, &ranges, &options).unwrap().graph;
+    let x = random(&mut SplitMix::new(12), BATCH * 3 * 64, -1.0, 1.0);
+    let labels = [0, 1, 2, 1];
+    let want = gradient(&float, "stem.weight", &x, &labels);
+    let got = gradient(&int8, "stem.weight", &x, &labels);
+    let scales = f32s(&int8, "stem.weight_scale");
+    let per_channel = want.len() / scales.len();
+    let got: Vec<f32> = got.iter().enumerate().map(|(i, g)| g / scales[i / per_channel]).collect();
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| f64::from(x * y)).sum::<f64>();
+    let cosine = dot(&got, &want) / (dot(&got, &got) * dot(&want, &want)).sqrt();
+    // Measured 0.93: rounding and saturated units make up the rest.
+    assert!(cosine > 0.9, "cosine {cosine} between the int8 and the float gradient");
+}

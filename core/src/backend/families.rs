@@ -8,7 +8,7 @@ use crate::geometry::{
     ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
-use crate::quant::{AddRescale, QLayerArgs, QuantParams};
+use crate::quant::{AddRescale, ConcatRescale, MulRescale, QLayerArgs, QuantParams};
 use crate::reference::Activation;
 use half::f16;
 
@@ -362,6 +362,27 @@ pub trait Int8Kernels: Backend {
     fn copy_i8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>);
     /// `y = clamp(x, act)`: a standalone ReLU or ReLU6 in the input's units.
     fn clamp_s8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>, act: (i8, i8));
+    /// `y = table[x + 128]`: an element-wise function through its 256-entry table.
+    fn lut_s8(&mut self, x: In<'_, Self, i8>, table: In<'_, Self, i8>, y: Out<'_, Self, i8>);
+    /// `y = a · b` in the real domain; `b` of `a`'s size or, `broadcast`, per channel.
+    fn mul_s8(
+        &mut self,
+        a: In<'_, Self, i8>,
+        b: In<'_, Self, i8>,
+        y: Out<'_, Self, i8>,
+        rescale: &MulRescale,
+        d: ChannelDims,
+        broadcast: bool,
+    );
+    /// `y` = per outer index, `a`'s block then `b`'s, in the output's quantization.
+    fn concat_s8(
+        &mut self,
+        a: In<'_, Self, i8>,
+        b: In<'_, Self, i8>,
+        y: Out<'_, Self, i8>,
+        d: ConcatDims,
+        rescale: &ConcatRescale,
+    );
 }
 
 /// Int8 convolutions and dense layers, bit-exact with the reference.

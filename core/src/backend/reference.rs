@@ -9,7 +9,9 @@ use crate::geometry::{
     ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
-use crate::quant::{self as q, AddRescale, QConv2dArgs, QLinearArgs, QuantParams};
+use crate::quant::{
+    self as q, AddRescale, ConcatRescale, MulRescale, QConv2dArgs, QLinearArgs, QuantParams,
+};
 use crate::reference::{self as r, Activation};
 use half::f16;
 
@@ -348,6 +350,23 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Int8>> Int8Kernels for
     fn clamp_s8(&mut self, x: &[i8], y: &mut [i8], act: (i8, i8)) {
         y.copy_from_slice(x);
         q::clamp_s8(y, act)
+    }
+    fn lut_s8(&mut self, x: &[i8], table: &[i8], y: &mut [i8]) {
+        q::lut_s8(x, table, y)
+    }
+    fn mul_s8(
+        &mut self,
+        a: &[i8],
+        b: &[i8],
+        y: &mut [i8],
+        rescale: &MulRescale,
+        d: ChannelDims,
+        broadcast: bool,
+    ) {
+        q::mul_s8(a, b, y, rescale, d, broadcast)
+    }
+    fn concat_s8(&mut self, a: &[i8], b: &[i8], y: &mut [i8], d: ConcatDims, r: &ConcatRescale) {
+        q::concat_s8(a, b, y, d, r)
     }
 }
 

@@ -301,6 +301,9 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::RoundBias(_)
         | KernelCall::QClampGrad(..)
         | KernelCall::QClamp(..)
+        | KernelCall::QLut(_)
+        | KernelCall::QMul { .. }
+        | KernelCall::QConcat { .. }
         | KernelCall::Activation(..)
         | KernelCall::ActivationGrad(..)
         | KernelCall::Mul { .. }

@@ -8,6 +8,7 @@ use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
 use crate::op::{ConcatGradParams, ConcatParams};
 use crate::ops::lowering::{Lowered, Lowering};
+use crate::ops::Vjp;
 use crate::shape::Shape;
 use crate::tensor::TensorId;
 use alloc::vec;
@@ -19,31 +20,16 @@ impl OpRules for Concat {
     type Params = ConcatParams;
     const NAME: &'static str = "concat";
     const OPERANDS: OperandCounts = OperandCounts::exactly(2, 0, 1);
-    const GRADIENT: Gradient<ConcatParams> = Gradient::Flows {
-        inputs: &[0, 1],
-        vjp: |p, cx| {
-            for (i, what, second) in [(0, "grad_a", false), (1, "grad_b", true)] {
-                if cx.want(i).is_some() {
-                    let x = cx.input(i);
-                    let op = Op::ConcatGrad(ConcatGradParams { axis: p.axis, second });
-                    let grad = cx.backward(what, op, vec![cx.dy], x)?;
-                    cx.contribute(x, grad);
-                }
-            }
-            Ok(())
-        },
-    };
+    const GRADIENT: Gradient<ConcatParams> =
+        Gradient::Flows { inputs: &[0, 1], vjp: |p, cx| vjp(p.axis, cx) };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
-    fn int8(_: ConcatParams) -> Int8Form {
-        Int8Form::Float
+    fn int8(p: ConcatParams) -> Int8Form {
+        Int8Form::Concat(p)
     }
 
     fn lower(p: ConcatParams, cx: &Lowering<'_>) -> Lowered {
-        let (outer, inner) = around(cx.output(0), p.axis);
-        let block = |s: Shape| s.dim(p.axis).unwrap_or(0) * inner;
-        let dims = ConcatDims { outer, first: block(cx.input(0)), second: block(cx.input(1)) };
-        cx.all(KernelCall::Concat(dims))
+        cx.all(KernelCall::Concat(concat_dims(cx.output(0), cx.input(0), cx.input(1), p.axis)))
     }
 }
 
@@ -73,6 +59,26 @@ impl OpRules for ConcatGrad {
     }
 }
 
+/// The gradient of a concatenation along `axis` (float or int8): each operand's part of `dy`.
+pub(super) fn vjp(axis: usize, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
+    for (i, what, second) in [(0, "grad_a", false), (1, "grad_b", true)] {
+        if cx.want(i).is_some() {
+            let x = cx.input(i);
+            let op = Op::ConcatGrad(ConcatGradParams { axis, second });
+            let grad = cx.backward(what, op, vec![cx.dy], x)?;
+            cx.contribute(x, grad);
+        }
+    }
+    Ok(())
+}
+
+/// The dimensions of two tensors joined along `axis` into `y`, for the kernels.
+pub(super) fn concat_dims(y: Shape, a: Shape, b: Shape, axis: usize) -> ConcatDims {
+    let (outer, inner) = around(y, axis);
+    let block = |s: Shape| s.dim(axis).unwrap_or(0) * inner;
+    ConcatDims { outer, first: block(a), second: block(b) }
+}
+
 /// The products of the dimensions before and after `axis`.
 fn around(s: Shape, axis: usize) -> (usize, usize) {
     let dims = s.dims();
@@ -92,22 +98,35 @@ impl Graph {
     ) -> Result<TensorId, GraphError> {
         let op = Op::Concat(ConcatParams { axis });
         let (as_, bs) = (self.float(op, name, a)?, self.float(op, name, b)?);
-        let (ad, bd) = (as_.dims(), bs.dims());
-        let joinable = axis >= 1
-            && axis < ad.len()
-            && ad.len() == bd.len()
-            && ad.iter().zip(bd).enumerate().all(|(i, (x, y))| i == axis || x == y);
-        let joined = ad.get(axis).zip(bd.get(axis)).and_then(|(x, y)| x.checked_add(*y));
-        let (true, Some(joined)) = (joinable, joined) else {
-            return Err(mismatch(
-                op,
-                name,
-                "operands must have the same rank and equal dimensions but along the axis, \
-                 which must not be the batch axis 0",
-                as_,
-                bs,
-            ));
-        };
-        self.record_one(name, op, vec![a, b], as_.with_dim(axis, joined))
+        let shape = joined(op, name, as_, bs, axis)?;
+        self.record_one(name, op, vec![a, b], shape)
     }
+}
+
+/// The shape of `a` and `b` joined along `axis` by `op`, or the error saying why they
+/// cannot be.
+pub(super) fn joined(
+    op: Op,
+    name: &str,
+    as_: Shape,
+    bs: Shape,
+    axis: usize,
+) -> Result<Shape, GraphError> {
+    let (ad, bd) = (as_.dims(), bs.dims());
+    let joinable = axis >= 1
+        && axis < ad.len()
+        && ad.len() == bd.len()
+        && ad.iter().zip(bd).enumerate().all(|(i, (x, y))| i == axis || x == y);
+    let joined = ad.get(axis).zip(bd.get(axis)).and_then(|(x, y)| x.checked_add(*y));
+    let (true, Some(joined)) = (joinable, joined) else {
+        return Err(mismatch(
+            op,
+            name,
+            "operands must have the same rank and equal dimensions but along the axis, \
+             which must not be the batch axis 0",
+            as_,
+            bs,
+        ));
+    };
+    Ok(as_.with_dim(axis, joined))
 }

@@ -19,8 +19,8 @@ impl OpRules for HardSigmoid {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
-    fn int8(_: HardSigmoidParams) -> Int8Form {
-        Int8Form::Float
+    fn int8(p: HardSigmoidParams) -> Int8Form {
+        Int8Form::Table(Activation::HardSigmoid(p))
     }
 
     fn lower(p: HardSigmoidParams, cx: &Lowering<'_>) -> Lowered {

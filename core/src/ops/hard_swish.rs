@@ -19,7 +19,7 @@ impl OpRules for HardSwish {
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
     fn int8((): ()) -> Int8Form {
-        Int8Form::Float
+        Int8Form::Table(Activation::HardSwish)
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {

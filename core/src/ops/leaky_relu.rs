@@ -18,8 +18,8 @@ impl OpRules for LeakyRelu {
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
-    fn int8(_: LeakyReluParams) -> Int8Form {
-        Int8Form::Float
+    fn int8(p: LeakyReluParams) -> Int8Form {
+        Int8Form::Table(Activation::LeakyRelu(p))
     }
 
     fn lower(p: LeakyReluParams, cx: &Lowering<'_>) -> Lowered {

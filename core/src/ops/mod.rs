@@ -35,7 +35,8 @@ mod vjp;
 
 pub use crate::op::{
     ChannelScaleParams, ConcatGradParams, ConcatParams, ConvParams, Op, PoolParams, QAddParams,
-    QAvgPoolParams, QConvParams, QLinearParams, RoundBiasParams, RoundWeightsParams, UnknownOpTag,
+    QAvgPoolParams, QConcatParams, QConvParams, QLinearParams, QLutParams, QMulParams,
+    RoundBiasParams, RoundWeightsParams, UnknownOpTag,
 };
 pub use int8::Int8Weights;
 pub use lowering::Mode;
@@ -45,6 +46,7 @@ pub(crate) use vjp::{grad_spec, Vjp};
 use crate::graph::GraphError;
 use crate::hyperparams::BatchNormConfig;
 use crate::op::{bind, op_table, payload};
+use crate::reference::Activation;
 use core::fmt;
 use core::ops::RangeInclusive;
 
@@ -147,6 +149,12 @@ pub(crate) enum Int8Form {
     /// A batch norm that folds into the convolution before it; alone on an int8 input it
     /// is an error.
     FoldedBatchNorm(BatchNormConfig),
+    /// An element-wise function: on an int8 input it becomes a `QLut` of its values.
+    Table(Activation),
+    /// An element-wise product: on int8 operands it becomes `QMul`.
+    Mul,
+    /// A concatenation: on int8 operands it becomes `QConcat` in the output's quantization.
+    Concat(ConcatParams),
 }
 
 /// The int8 layer op a layer with weights becomes.

@@ -39,18 +39,25 @@ impl OpRules for Mul {
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
     fn int8((): ()) -> Int8Form {
-        Int8Form::Float
+        Int8Form::Mul
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        let len = cx.numel();
-        let broadcast = cx.input(1).numel() != len;
-        let dims = match broadcast {
-            true => channel_dims(cx.output(0)),
-            false => ChannelDims { outer: 1, channels: 1, inner: len },
-        };
+        let (dims, broadcast) = mul_dims(cx);
         cx.all(KernelCall::Mul { dims, broadcast })
     }
+}
+
+/// The dimensions of a product (float or int8) and whether its second operand is a
+/// per-channel factor.
+pub(super) fn mul_dims(cx: &Lowering<'_>) -> (ChannelDims, bool) {
+    let len = cx.numel();
+    let broadcast = cx.input(1).numel() != len;
+    let dims = match broadcast {
+        true => channel_dims(cx.output(0)),
+        false => ChannelDims { outer: 1, channels: 1, inner: len },
+    };
+    (dims, broadcast)
 }
 
 /// `dy [N, C, ...], a → db [N, C]`: `db[n, c] = Σ dy[n, c, …] · a[n, c, …]`.
@@ -74,7 +81,7 @@ impl OpRules for MulGradFactor {
 
 /// Whether `factor` holds one value per channel of `of` (`[N, C, ...]`): its first two
 /// dimensions are `of`'s and any further ones are 1.
-fn is_channel_factor(factor: Shape, of: Shape) -> bool {
+pub(super) fn is_channel_factor(factor: Shape, of: Shape) -> bool {
     let (f, o) = (factor.dims(), of.dims());
     o.len() >= 2 && f.len() >= 2 && f[..2] == o[..2] && f[2..].iter().all(|&d| d == 1)
 }

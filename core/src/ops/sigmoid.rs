@@ -20,7 +20,7 @@ impl OpRules for Sigmoid {
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
     fn int8((): ()) -> Int8Form {
-        Int8Form::Float
+        Int8Form::Table(Activation::Sigmoid)
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {

@@ -1,12 +1,13 @@
-//! Int8 reference kernels: convolution, dense, add, pooling and clamps over quantized
-//! tensors, with `i32` accumulation and TFLite's fixed-point requantization.
+//! Int8 reference kernels: convolution, dense, add, product, concatenation, pooling, clamps
+//! and look-up tables over quantized tensors, with `i32` accumulation and TFLite's
+//! fixed-point requantization.
 //!
 //! Accumulators wrap like the `int32` registers they model; for int8 data that cannot happen
 //! below 2^16 multiply-accumulates per output. Pooling and clamps keep the input's
 //! quantization parameters, as TFLite requires of them.
 
-use super::params::{clamp_to, QuantError, QuantParams, Requantize};
-use crate::geometry::{ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry};
+use super::params::{clamp_to, QuantError, QuantParams, Requantize, FULL_RANGE};
+use crate::geometry::{ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, Pool2dGeometry};
 use crate::memory::{Host, Memory};
 use crate::reference::layout::input_coord;
 
@@ -186,6 +187,139 @@ pub fn add_s8(a: &[i8], b: &[i8], y: &mut [i8], rescale: &AddRescale, act: (i8, 
     debug_assert_eq!(b.len(), y.len());
     for ((out, &a), &b) in y.iter_mut().zip(a).zip(b) {
         *out = rescale.add(a, b, act);
+    }
+}
+
+/// TFLite's int8 multiplication rescaling: `y = Requantize(a.scale · b.scale / y.scale)
+/// .apply((a − a_zp) · (b − b_zp)) + y_zp`, saturated to int8.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct MulRescale {
+    out: Requantize,
+    a_zp: i32,
+    b_zp: i32,
+    y_zp: i32,
+}
+
+impl MulRescale {
+    /// The rescaling for `y = a · b`; every parameter set must pass [`QuantParams::new`].
+    pub fn new(a: QuantParams, b: QuantParams, y: QuantParams) -> Result<Self, QuantError> {
+        for p in [a, b, y] {
+            QuantParams::new(p.scale, p.zero_point)?;
+        }
+        let m = f64::from(a.scale) * f64::from(b.scale) / f64::from(y.scale);
+        Ok(Self {
+            out: Requantize::new(m)?,
+            a_zp: a.zero_point,
+            b_zp: b.zero_point,
+            y_zp: y.zero_point,
+        })
+    }
+
+    fn mul(&self, a: i8, b: i8) -> i8 {
+        let product = (i32::from(a) - self.a_zp) * (i32::from(b) - self.b_zp);
+        clamp_to(self.out.apply(product).saturating_add(self.y_zp), FULL_RANGE)
+    }
+}
+
+/// `y = a · b` element-wise in the real domain (see [`MulRescale`]); with `broadcast`, `b`
+/// holds one factor per `[outer, channels]` that scales `inner` values of `a`
+/// (squeeze-excitation), else `b` has `a`'s length.
+pub fn mul_s8(
+    a: &[i8],
+    b: &[i8],
+    y: &mut [i8],
+    rescale: &MulRescale,
+    d: ChannelDims,
+    broadcast: bool,
+) {
+    debug_assert_eq!((a.len(), y.len()), (d.len(), d.len()));
+    if !broadcast {
+        for ((out, &a), &b) in y.iter_mut().zip(a).zip(b) {
+            *out = rescale.mul(a, b);
+        }
+        return;
+    }
+    debug_assert_eq!(b.len(), d.outer * d.channels);
+    if d.inner == 0 {
+        return;
+    }
+    for ((ys, xs), &factor) in y.chunks_exact_mut(d.inner).zip(a.chunks_exact(d.inner)).zip(b) {
+        for (out, &a) in ys.iter_mut().zip(xs) {
+            *out = rescale.mul(a, factor);
+        }
+    }
+}
+
+/// One operand of an int8 concatenation moved to the output's quantization:
+/// `Requantize(x.scale / y.scale).apply(q − x_zp) + y_zp`, saturated to int8.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Rescale {
+    multiplier: Requantize,
+    x_zp: i32,
+    y_zp: i32,
+}
+
+impl Rescale {
+    /// The rescaling from `x`'s quantization to `y`'s; both must pass [`QuantParams::new`].
+    pub fn new(x: QuantParams, y: QuantParams) -> Result<Self, QuantError> {
+        for p in [x, y] {
+            QuantParams::new(p.scale, p.zero_point)?;
+        }
+        let multiplier = Requantize::new(f64::from(x.scale) / f64::from(y.scale))?;
+        Ok(Self { multiplier, x_zp: x.zero_point, y_zp: y.zero_point })
+    }
+
+    fn apply(&self, xs: &[i8], ys: &mut [i8]) {
+        for (out, &q) in ys.iter_mut().zip(xs) {
+            let moved = self.multiplier.apply(i32::from(q) - self.x_zp);
+            *out = clamp_to(moved.saturating_add(self.y_zp), FULL_RANGE);
+        }
+    }
+}
+
+/// Both operands' rescalings to the output's quantization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ConcatRescale {
+    pub a: Rescale,
+    pub b: Rescale,
+}
+
+/// `y` = per outer index, `a`'s block then `b`'s, each moved to the output's quantization
+/// (TFLite's int8 concatenation).
+pub fn concat_s8(a: &[i8], b: &[i8], y: &mut [i8], d: ConcatDims, rescale: &ConcatRescale) {
+    debug_assert_eq!((a.len(), b.len(), y.len()), (d.part_len(false), d.part_len(true), d.len()));
+    let row = d.first + d.second;
+    if row == 0 {
+        return;
+    }
+    let (mut a, mut b) = (a, b);
+    for ys in y.chunks_exact_mut(row) {
+        let (ya, yb) = ys.split_at_mut(d.first);
+        let (head, rest) = a.split_at(d.first.min(a.len()));
+        rescale.a.apply(head, ya);
+        a = rest;
+        let (head, rest) = b.split_at(d.second.min(b.len()));
+        rescale.b.apply(head, yb);
+        b = rest;
+    }
+}
+
+/// The look-up table of an element-wise function `f` from `input`'s quantization to
+/// `output`'s: entry `q + 128` holds `output.quantize(f(input.dequantize(q)))`.
+pub fn lut_table(f: impl Fn(f32) -> f32, input: QuantParams, output: QuantParams) -> [i8; 256] {
+    core::array::from_fn(|i| output.quantize(f(input.dequantize((i as i32 - 128) as i8))))
+}
+
+/// `y[i] = table[x[i] + 128]`: an element-wise function of int8 values through its
+/// 256-entry table (see [`lut_table`]); a table of another length leaves `y` alone.
+pub fn lut_s8(x: &[i8], table: &[i8], y: &mut [i8]) {
+    debug_assert_eq!(x.len(), y.len());
+    let Ok(table) = <&[i8; 256]>::try_from(table) else { return };
+    for (out, &q) in y.iter_mut().zip(x) {
+        *out = table[usize::from(q as u8 ^ 0x80)];
     }
 }
 
@@ -592,5 +726,68 @@ mod tests {
         let mut x = [0.0; 4];
         dequantize_slice(&q, p, &mut x);
         assert_eq!(x, [0.0, 0.5, -1.0, 64.0]);
+    }
+
+    #[test]
+    fn a_table_maps_every_int8_value_and_a_table_of_another_length_does_nothing() {
+        let (input, output) =
+            (QuantParams::new(0.05, -10).unwrap(), QuantParams::new(0.01, 3).unwrap());
+        let table = lut_table(|x| 0.5 * x, input, output);
+        let x: [i8; 256] = core::array::from_fn(|i| (i as i32 - 128) as i8);
+        let mut y = [0i8; 256];
+        lut_s8(&x, &table, &mut y);
+        for (&q, &got) in x.iter().zip(&y) {
+            assert_eq!(got, output.quantize(0.5 * input.dequantize(q)), "x {q}");
+        }
+        assert_eq!((y[0], y[255]), (-128, 127), "the ends saturate");
+        let mut untouched = [7i8; 4];
+        lut_s8(&[1, 2, 3, 4], &table[..255], &mut untouched);
+        assert_eq!(untouched, [7; 4]);
+    }
+
+    #[test]
+    fn products_round_the_real_product_to_the_nearest_step() {
+        let (a, b) =
+            (QuantParams::new(0.04, 5).unwrap(), QuantParams::new(1.0 / 255.0, -128).unwrap());
+        let y = QuantParams::new(0.03, -2).unwrap();
+        let rescale = MulRescale::new(a, b, y).unwrap();
+        let mut rng = SplitMix::new(4);
+        let (xs, factors) = (random_i8s::<24>(&mut rng), random_i8s::<6>(&mut rng));
+        let d = ChannelDims { outer: 2, channels: 3, inner: 4 };
+        let mut got = [0i8; 24];
+        mul_s8(&xs, &factors, &mut got, &rescale, d, true);
+        for (i, &q) in got.iter().enumerate() {
+            let real = a.dequantize(xs[i]) * b.dequantize(factors[i / 4]);
+            let expected = y.quantize(real);
+            assert!((i32::from(q) - i32::from(expected)).abs() <= 1, "{i}: {q} vs {expected}");
+        }
+        let mut same = [0i8; 24];
+        let ys = random_i8s::<24>(&mut rng);
+        mul_s8(&xs, &ys, &mut same, &rescale, d, false);
+        for ((&q, &x), &f) in same.iter().zip(&xs).zip(&ys) {
+            let expected = y.quantize(a.dequantize(x) * b.dequantize(f));
+            assert!((i32::from(q) - i32::from(expected)).abs() <= 1, "{q} vs {expected}");
+        }
+    }
+
+    #[test]
+    fn a_join_copies_operands_of_the_output_quantization_and_rescales_the_others() {
+        let y = QuantParams::new(0.05, 4).unwrap();
+        let other = QuantParams::new(0.02, -30).unwrap();
+        let rescale =
+            ConcatRescale { a: Rescale::new(y, y).unwrap(), b: Rescale::new(other, y).unwrap() };
+        let mut rng = SplitMix::new(5);
+        let (a, b) = (random_i8s::<12>(&mut rng), random_i8s::<8>(&mut rng));
+        let d = ConcatDims { outer: 2, first: 6, second: 4 };
+        let mut joined = [0i8; 20];
+        concat_s8(&a, &b, &mut joined, d, &rescale);
+        for o in 0..2 {
+            assert_eq!(joined[o * 10..][..6], a[o * 6..][..6], "the same quantization copies");
+            // Fixed-point rescaling rounds twice (TFLite's too): within one step.
+            for (i, &q) in joined[o * 10 + 6..][..4].iter().enumerate() {
+                let expected = y.quantize(other.dequantize(b[o * 4 + i]));
+                assert!((i32::from(q) - i32::from(expected)).abs() <= 1, "outer {o}, {i}");
+            }
+        }
     }
 }

@@ -12,9 +12,10 @@ pub mod params;
 mod testing;
 
 pub use kernels::{
-    add_s8, avg_pool2d_s8, clamp_s8, conv2d_s8, dequantize_slice, global_avg_pool_s8, linear_s8,
-    max_pool2d_s8, quantize_slice, relu6_s8, relu_s8, AddRescale, OutputQuant, QConv2dArgs,
-    QLayerArgs, QLinearArgs, Requantization,
+    add_s8, avg_pool2d_s8, clamp_s8, concat_s8, conv2d_s8, dequantize_slice, global_avg_pool_s8,
+    linear_s8, lut_s8, lut_table, max_pool2d_s8, mul_s8, quantize_slice, relu6_s8, relu_s8,
+    AddRescale, ConcatRescale, MulRescale, OutputQuant, QConv2dArgs, QLayerArgs, QLinearArgs,
+    Requantization, Rescale,
 };
 pub use params::{
     quantize_symmetric, quantize_weight, symmetric_scale, QuantError, QuantParams, Requantize,

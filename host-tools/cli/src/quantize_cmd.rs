@@ -52,7 +52,7 @@ pub struct QuantizeArgs {
     no_qas: bool,
     /// int8: run ops with no int8 form where they stand (a batch norm with no convolution
     /// before it) in float instead of refusing the model. Ops without an int8 kernel
-    /// (sigmoid, hard swish, products, concatenation) always run in float; each one is listed.
+    /// (softmax, say) always run in float; each one is listed.
     #[arg(long)]
     allow_float: bool,
     /// The quantized model (written atomically).
