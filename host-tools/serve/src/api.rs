@@ -19,7 +19,7 @@ use crate::events::Hub;
 use crate::layout::Layout;
 use crate::predict::Predictors;
 use crate::runner::Runners;
-use crate::{datasets, events, jobs, models, openapi, predict, Config};
+use crate::{datasets, events, jobs, models, openapi, predict, web, Config};
 
 /// Everything the handlers and runners share.
 pub struct State {
@@ -165,6 +165,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/models/{name}/promote", post(models::promote))
         .route("/api/v1/models/{name}/rollback", post(models::rollback))
         .route("/api/v1/models/{name}/predict", post(predict::predict))
+        .merge(web::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(limit))
