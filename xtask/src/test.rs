@@ -1,7 +1,7 @@
 //! `cargo xtask test`: everything CI checks, in order, stopping at the first failure:
-//! the microcontroller targets, rustfmt, clippy, the workspace tests, the no_std builds,
-//! the boards (built, run under QEMU, sizes compared with their snapshot), and the leaf
-//! head fine-tuned on the emulated microcontroller.
+//! the microcontroller targets, rustfmt, clippy, the workspace tests, the service's web page
+//! in headless Chromium, the no_std builds, the boards (built, run under QEMU, sizes compared
+//! with their snapshot), and the leaf head fine-tuned on the emulated microcontroller.
 
 use std::path::Path;
 use std::time::Instant;
@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use crate::cmd::{Cmd, NotFound};
+use crate::debian::{self, Tool};
 use crate::format_duration;
 
 /// The microcontroller target every `no_std` crate must build for (Cortex-M4F/M7).
@@ -60,6 +61,7 @@ const STAGES: &[Stage] = &[
     stage("fmt", "formatting (cargo fmt --check)", fmt),
     stage("clippy", "lints (cargo clippy, host, all targets)", clippy),
     stage("tests", "tests (cargo test --workspace)", workspace_tests),
+    stage("web", "the sprout serve web page in headless Chromium over WebDriver", web_page),
     stage(
         "miri",
         "Miri over the planner, the link and formats, the CPU backend's unsafe (nightly)",
@@ -180,6 +182,22 @@ fn workspace_tests(root: &Path) -> Result<()> {
     Cmd::cargo(root).args(["test", "--workspace", "--locked"]).run()
 }
 
+/// The programs the browser test drives, and their Debian packages.
+const BROWSER: [Tool; 2] = [
+    Tool { program: "chromium", package: "chromium" },
+    Tool { program: "chromedriver", package: "chromium-driver" },
+];
+
+/// Installs Chromium and its WebDriver when missing, then runs the browser test of the
+/// service's page, which may not skip here (`SPROUT_REQUIRE_BROWSER`).
+fn web_page(root: &Path) -> Result<()> {
+    debian::ensure(root, &BROWSER)?;
+    Cmd::cargo(root)
+        .args(["test", "-p", "sprout-cli", "--test", "web", "--locked"])
+        .env("SPROUT_REQUIRE_BROWSER", "1")
+        .run()
+}
+
 /// The nightly toolchain Miri comes with.
 const MIRI_TOOLCHAIN: &str = "nightly";
 
@@ -298,8 +316,8 @@ mod tests {
     }
 
     #[test]
-    fn thirteen_stages_and_the_first_installs_the_targets() {
-        assert_eq!(STAGES.len(), 13);
+    fn fourteen_stages_and_the_first_installs_the_targets() {
+        assert_eq!(STAGES.len(), 14);
         assert!(TARGETS.iter().all(|target| STAGES[0].title.contains(target)));
     }
 
