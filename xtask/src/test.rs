@@ -1,9 +1,10 @@
 //! `cargo xtask test`: everything CI checks, in order, stopping at the first failure:
-//! the microcontroller targets, rustfmt, clippy, the workspace tests, Miri, the CPU
-//! backend's conformance on aarch64 under qemu-aarch64, the no_std builds, the boards
-//! (built, run under QEMU, compared bit for bit with CMSIS-NN, sizes compared with their
-//! snapshot), the leaf head fine-tuned on the emulated microcontroller, and a federated
-//! fine-tuning run on Flower's deployment engine across three local `sprout serve` boxes.
+//! the microcontroller targets, rustfmt, clippy, the workspace tests, the service's web page
+//! in headless Chromium, Miri, the CPU backend's conformance on aarch64 under qemu-aarch64,
+//! the no_std builds, the boards (built, run under QEMU, compared bit for bit with CMSIS-NN,
+//! sizes compared with their snapshot), the leaf head fine-tuned on the emulated
+//! microcontroller, and a federated fine-tuning run on Flower's deployment engine across
+//! three local `sprout serve` boxes.
 
 use std::path::Path;
 use std::time::Instant;
@@ -63,6 +64,7 @@ const STAGES: &[Stage] = &[
     stage("fmt", "formatting (cargo fmt --check)", fmt),
     stage("clippy", "lints (cargo clippy, host, all targets)", clippy),
     stage("tests", "tests (cargo test --workspace)", workspace_tests),
+    stage("web", "the sprout serve web page in headless Chromium over WebDriver", web_page),
     stage(
         "miri",
         "Miri over the planner, the link and formats, the CPU backend's unsafe (nightly)",
@@ -196,6 +198,22 @@ fn clippy(root: &Path) -> Result<()> {
 
 fn workspace_tests(root: &Path) -> Result<()> {
     Cmd::cargo(root).args(["test", "--workspace", "--locked"]).run()
+}
+
+/// The programs the browser test drives, and their Debian packages.
+const BROWSER: [Tool; 2] = [
+    Tool { program: "chromium", package: "chromium" },
+    Tool { program: "chromedriver", package: "chromium-driver" },
+];
+
+/// Installs Chromium and its WebDriver when missing, then runs the browser test of the
+/// service's page, which may not skip here (`SPROUT_REQUIRE_BROWSER`).
+fn web_page(root: &Path) -> Result<()> {
+    debian::ensure(root, &BROWSER)?;
+    Cmd::cargo(root)
+        .args(["test", "-p", "sprout-cli", "--test", "web", "--locked"])
+        .env("SPROUT_REQUIRE_BROWSER", "1")
+        .run()
 }
 
 /// The nightly toolchain Miri comes with.

@@ -9,13 +9,13 @@ mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 
-use common::{fails, ok, s, tiny_model, Scratch};
+use common::{fails, ok, s, serve_token as token, start_serve, tiny_model, Scratch};
 use serde_json::{json, Value};
 use sprout_core::format::device_checkpoint::{self as checkpoint, CheckpointInfo};
 use sprout_core::link::Split;
@@ -30,17 +30,7 @@ struct Server {
 
 impl Server {
     fn start(data: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sprout"))
-            .args(["serve", "--data-dir", s(data), "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let base =
-            line.trim().strip_prefix("listening on ").expect("the address is printed").to_string();
+        let (child, base) = start_serve(data, extra);
         let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
         Self { child, base, agent }
     }
@@ -124,11 +114,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A token of `scope` for the data folder.
-fn token(data: &Path, scope: &str) -> String {
-    ok(&["serve", "token", "create", "--data-dir", s(data), "--scope", scope]).trim().to_string()
 }
 
 /// A multipart body of `(field, file name, bytes)` parts, with its content type.

@@ -19,7 +19,7 @@ use crate::events::Hub;
 use crate::layout::Layout;
 use crate::predict::Predictors;
 use crate::runner::Runners;
-use crate::{boards, datasets, events, jobs, models, openapi, params, predict, Config};
+use crate::{boards, datasets, events, jobs, models, openapi, params, predict, web, Config};
 
 /// Everything the handlers and runners share.
 pub struct State {
@@ -168,6 +168,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/models/{name}/rollback", post(models::rollback))
         .route("/api/v1/models/{name}/predict", post(predict::predict))
         .merge(boards::routes())
+        .merge(web::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(limit))

@@ -2,7 +2,8 @@
 //! an OpenAPI document at `/api/v1/openapi.json`, `/healthz`) over a data folder holding an
 //! SQLite database and content-addressed files: labelled image data sets, a persistent queue
 //! of fine-tuning jobs that run as child `sprout train` processes and survive restarts, and a
-//! model registry with versions, promotion and batched predictions.
+//! model registry with versions, promotion and batched predictions; and a web page at `/`
+//! for all of it.
 //!
 //! The service calls the `sprout` binary it is part of ([`Config::sprout`]) for training, so
 //! a crashing or out-of-memory job never takes the API down.
@@ -25,6 +26,7 @@ mod predict;
 mod runner;
 mod store;
 mod tls;
+mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

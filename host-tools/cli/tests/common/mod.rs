@@ -3,8 +3,9 @@
 //! uses a part of it.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 use sprout_core::format::Preprocessing;
 use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
@@ -103,4 +104,26 @@ pub fn values(seed: u32, n: usize) -> Vec<f32> {
                 - 1.0
         })
         .collect()
+}
+
+/// Starts `sprout serve` on data folder `data` at a free loopback port (with `extra`
+/// options): the child, and its base URL once it listens.
+pub fn start_serve(data: &Path, extra: &[&str]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sprout"))
+        .args(["serve", "--data-dir", s(data), "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let base =
+        line.trim().strip_prefix("listening on ").expect("the address is printed").to_string();
+    (child, base)
+}
+
+/// A token of `scope` for data folder `data`.
+pub fn serve_token(data: &Path, scope: &str) -> String {
+    ok(&["serve", "token", "create", "--data-dir", s(data), "--scope", scope]).trim().to_string()
 }
