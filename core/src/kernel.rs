@@ -3,7 +3,8 @@
 //! operands. The backend traits that run them are [`crate::Kernels`].
 
 use crate::geometry::{
-    ChannelDims, ConcatDims, Conv2dGeometry, GeometryError, LinearDims, Pool2dGeometry, RowDims,
+    ChannelDims, ConcatDims, Conv2dGeometry, GeometryError, LinearDims, PermuteDims,
+    Pool2dGeometry, RowDims, SliceDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, QuantParams};
@@ -236,6 +237,13 @@ kernels! {
         71 => LogSoftmax(dims: RowDims),
         /// `y, dy → dx`: `dy − exp(y) · Σ dy` per row.
         72 => LogSoftmaxGrad(dims: RowDims),
+        // ---- layout ----
+        /// `x → y`: `x` with its axes reordered (a transpose; its gradient is the inverse).
+        79 => Transpose(dims: PermuteDims),
+        /// `x → y`: per outer index, a run of `x`'s block (a slice of one axis).
+        80 => Slice(dims: SliceDims),
+        /// `x → y`: per outer index, zeros with `x`'s block in the run (the converse).
+        81 => Pad(dims: SliceDims),
     }
 }
 
@@ -452,6 +460,9 @@ impl KernelCall {
                 s.read(d.part_len(false)).read(d.part_len(true)).write(d.len())
             }
             KernelCall::ConcatGrad { dims: d, second } => s.read(d.len()).write(d.part_len(second)),
+            KernelCall::Transpose(d) => s.read(d.len()).write(d.len()),
+            KernelCall::Slice(d) => s.read(d.whole_len()).write(d.part_len()),
+            KernelCall::Pad(d) => s.read(d.part_len()).write(d.whole_len()),
         }
     }
 
@@ -480,6 +491,8 @@ impl KernelCall {
             | KernelCall::Mul { dims: d, .. }
             | KernelCall::MulGradFactor(d) => d.check(),
             KernelCall::Concat(d) | KernelCall::ConcatGrad { dims: d, .. } => d.check(),
+            KernelCall::Transpose(d) => d.check(),
+            KernelCall::Slice(d) | KernelCall::Pad(d) => d.check(),
             KernelCall::BiasGrad(d)
             | KernelCall::GlobalAvgPool(d)
             | KernelCall::GlobalAvgPoolGrad(d)
@@ -612,7 +625,11 @@ impl KernelCall {
             KernelCall::ActivationGrad(_, n) => 3 * n,
             KernelCall::Mul { dims: d, .. } => d.len(),
             KernelCall::MulGradFactor(d) => 2 * d.len(),
-            KernelCall::Concat(_) | KernelCall::ConcatGrad { .. } => 0,
+            KernelCall::Concat(_)
+            | KernelCall::ConcatGrad { .. }
+            | KernelCall::Transpose(_)
+            | KernelCall::Slice(_)
+            | KernelCall::Pad(_) => 0,
         };
         flops as u64
     }
@@ -699,6 +716,9 @@ impl KernelCall {
             KernelCall::MulGradFactor(_) => "mul_grad_factor",
             KernelCall::Concat(_) => "concat",
             KernelCall::ConcatGrad { .. } => "concat_grad",
+            KernelCall::Transpose(_) => "transpose",
+            KernelCall::Slice(_) => "slice",
+            KernelCall::Pad(_) => "pad",
         }
     }
 }
