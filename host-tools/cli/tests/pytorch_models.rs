@@ -1,6 +1,6 @@
 //! Real architectures as PyTorch exports them (`tests/fixtures/pytorch`, made by its
 //! `generate.py`): MobileNetV2, MobileNetV3-Small, ResNet-18, SqueezeNet 1.1,
-//! EfficientNet-B0 and a classic conv -> pool -> ReLU CNN, narrowed and randomly
+//! EfficientNet-B0, ShuffleNetV2 and a classic conv -> pool -> ReLU CNN, narrowed and randomly
 //! initialised, each from both exporters (TorchScript-based and dynamo-based). Every one
 //! converts and its logits equal PyTorch's; one SGD step on the TorchScript export moves
 //! every parameter as PyTorch's own step did; sprout's ONNX export of each reads back equal.
@@ -143,6 +143,7 @@ fn every_architecture_quantizes_naming_the_ops_that_stay_float() {
             "mobilenet_v3_small" => &["hard_swish", "hard_sigmoid", "mul"],
             "efficientnet_b0" => &["sigmoid", "mul"],
             "squeezenet1_1" => &["concat"],
+            "shufflenet_v2" => &["concat", "slice", "transpose"],
             _ => &[],
         };
         assert!(
