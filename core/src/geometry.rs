@@ -170,6 +170,73 @@ impl ChannelDims {
     }
 }
 
+/// A tensor of up to four dimensions with its axes reordered: axis `i` of the output is
+/// axis `perm[i]` of the input. A lower rank is padded in front with size-1 axes that stay
+/// in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PermuteDims {
+    /// The input's dimensions.
+    pub dims: [usize; 4],
+    pub perm: [usize; 4],
+}
+
+impl PermuteDims {
+    pub fn len(&self) -> usize {
+        self.dims.iter().product()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The output's dimensions.
+    pub fn output_dims(&self) -> [usize; 4] {
+        core::array::from_fn(|i| self.dims[self.perm[i] % 4])
+    }
+
+    /// Checks that `perm` names each of the four axes once.
+    pub fn check(&self) -> Result<(), GeometryError> {
+        let mut seen = [false; 4];
+        for &a in &self.perm {
+            match seen.get_mut(a) {
+                Some(s) if !*s => *s = true,
+                _ => return Err("the permutation must name each axis once"),
+            }
+        }
+        counts(&[&self.dims])
+    }
+}
+
+/// A run of one axis cut out of a tensor, each seen as `[outer, block]`: per outer index,
+/// `len` elements from `start` of the input's `whole` (the axis length, start and run
+/// length, each times everything after the axis).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct SliceDims {
+    pub outer: usize,
+    pub whole: usize,
+    pub start: usize,
+    pub len: usize,
+}
+
+impl SliceDims {
+    /// Elements of the whole tensor.
+    pub fn whole_len(&self) -> usize {
+        self.outer * self.whole
+    }
+    /// Elements of the cut-out part.
+    pub fn part_len(&self) -> usize {
+        self.outer * self.len
+    }
+
+    /// Checks that the run lies inside the axis.
+    pub fn check(&self) -> Result<(), GeometryError> {
+        match self.start.checked_add(self.len) {
+            Some(end) if end <= self.whole => counts(&[&[self.outer, self.whole]]),
+            _ => Err("the slice runs past the end of its axis"),
+        }
+    }
+}
+
 /// Two tensors joined along one axis, each seen as `[outer, block]`: `first` and `second`
 /// are the elements one outer index holds of each (the axis length times everything after
 /// it), and the joined tensor holds `first + second` per outer index.

@@ -3,7 +3,8 @@
 //! operands. The backend traits that run them are [`crate::Kernels`].
 
 use crate::geometry::{
-    ChannelDims, ConcatDims, Conv2dGeometry, GeometryError, LinearDims, Pool2dGeometry, RowDims,
+    ChannelDims, ConcatDims, Conv2dGeometry, GeometryError, LinearDims, PermuteDims,
+    Pool2dGeometry, RowDims, SliceDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, ConcatRescale, MulRescale, QuantParams};
@@ -245,6 +246,13 @@ kernels! {
         /// `a (i8), b (i8) → y (i8)`: per outer index, `a`'s block then `b`'s, each moved to
         /// the output's quantization.
         75 => QConcat { dims: ConcatDims, rescale: ConcatRescale },
+        // ---- layout ----
+        /// `x → y`: `x` with its axes reordered (a transpose; its gradient is the inverse).
+        79 => Transpose(dims: PermuteDims),
+        /// `x → y`: per outer index, a run of `x`'s block (a slice of one axis).
+        80 => Slice(dims: SliceDims),
+        /// `x → y`: per outer index, zeros with `x`'s block in the run (the converse).
+        81 => Pad(dims: SliceDims),
     }
 }
 
@@ -474,6 +482,9 @@ impl KernelCall {
                 .read_as(DType::I8, d.part_len(false))
                 .read_as(DType::I8, d.part_len(true))
                 .write_as(DType::I8, d.len()),
+            KernelCall::Transpose(d) => s.read(d.len()).write(d.len()),
+            KernelCall::Slice(d) => s.read(d.whole_len()).write(d.part_len()),
+            KernelCall::Pad(d) => s.read(d.part_len()).write(d.whole_len()),
         }
     }
 
@@ -505,6 +516,8 @@ impl KernelCall {
             KernelCall::Concat(d)
             | KernelCall::ConcatGrad { dims: d, .. }
             | KernelCall::QConcat { dims: d, .. } => d.check(),
+            KernelCall::Transpose(d) => d.check(),
+            KernelCall::Slice(d) | KernelCall::Pad(d) => d.check(),
             KernelCall::BiasGrad(d)
             | KernelCall::GlobalAvgPool(d)
             | KernelCall::GlobalAvgPoolGrad(d)
@@ -641,7 +654,11 @@ impl KernelCall {
             KernelCall::ActivationGrad(_, n) => 3 * n,
             KernelCall::Mul { dims: d, .. } => d.len(),
             KernelCall::MulGradFactor(d) => 2 * d.len(),
-            KernelCall::Concat(_) | KernelCall::ConcatGrad { .. } => 0,
+            KernelCall::Concat(_)
+            | KernelCall::ConcatGrad { .. }
+            | KernelCall::Transpose(_)
+            | KernelCall::Slice(_)
+            | KernelCall::Pad(_) => 0,
         };
         flops as u64
     }
@@ -731,6 +748,9 @@ impl KernelCall {
             KernelCall::QLut(_) => "qlut",
             KernelCall::QMul { .. } => "qmul",
             KernelCall::QConcat { .. } => "qconcat",
+            KernelCall::Transpose(_) => "transpose",
+            KernelCall::Slice(_) => "slice",
+            KernelCall::Pad(_) => "pad",
         }
     }
 }

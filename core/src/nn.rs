@@ -12,17 +12,23 @@ use alloc::format;
 use libm::sqrtf;
 
 /// A per-tensor seed: the graph's seed mixed with a hash (FNV-1a) of the tensor's name.
-fn seed_for(graph: &Graph, name: &str) -> u64 {
+fn seed_for(seed: u64, name: &str) -> u64 {
     let hash = name
         .bytes()
         .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3));
-    splitmix64(graph.seed() ^ hash)
+    splitmix64(seed ^ hash)
 }
 
 /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`, PyTorch's default for conv and linear weights and
 /// biases, seeded by the graph's seed and the tensor's name (as every layer here is).
 pub fn uniform(graph: &Graph, name: &str, fan_in: usize) -> Init {
-    Init::Uniform { bound: 1.0 / sqrtf(fan_in.max(1) as f32), seed: seed_for(graph, name) }
+    uniform_seeded(graph.seed(), name, fan_in)
+}
+
+/// [`uniform`] drawn from `seed` (and the tensor's name) instead of the graph's seed: a
+/// layer added to a recorded graph takes the seed its user chose.
+pub fn uniform_seeded(seed: u64, name: &str, fan_in: usize) -> Init {
+    Init::Uniform { bound: 1.0 / sqrtf(fan_in.max(1) as f32), seed: seed_for(seed, name) }
 }
 
 /// A fully connected layer `[N, in] → [N, out]`.

@@ -31,6 +31,21 @@ pub struct ConcatGradParams {
     pub second: bool,
 }
 
+/// A reordering of a tensor's axes: axis `i` of the output is axis `perm[i]` of the input.
+/// Entries from the tensor's rank on are unused (`perm[i] = i`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TransposeParams {
+    pub perm: [u8; crate::shape::MAX_RANK],
+}
+
+/// A run of one axis (never the batch axis, 0) from `start`: the part a slice takes, or
+/// where a padding puts its input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SliceParams {
+    pub axis: usize,
+    pub start: usize,
+}
+
 /// A pooling window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PoolParams {
@@ -204,7 +219,7 @@ macro_rules! op_table {
             10 => Dropout(DropoutConfig): dropout::Dropout,
             /// `x → y` with the same number of elements (flatten is a reshape).
             11 => Reshape: reshape::Reshape,
-            /// `x[N,C] → y[N,C]`, row-wise.
+            /// `x[N, ..., C] → y`, over the last axis.
             12 => Softmax: softmax::Softmax,
             /// `logits[N,C], labels[N] (i32) → loss[]`, mean over the batch.
             13 => CrossEntropy: loss::CrossEntropy,
@@ -331,7 +346,7 @@ macro_rules! op_table {
             /// `x (i8) → y (i8)`: a ReLU or ReLU6 alone (after a pooling, say), a clamp to
             /// `(low, high)` in the input's units, which the output keeps.
             64 => QClamp((i8, i8)): int8::add::QClamp,
-            /// `x[N,C] → y`: row-wise log-softmax.
+            /// `x[N, ..., C] → y`: log-softmax over the last axis.
             65 => LogSoftmax: softmax::LogSoftmax,
             /// `y, dy → dx`: its gradient, from the output.
             66 => LogSoftmaxGrad: softmax::LogSoftmaxGrad,
@@ -344,6 +359,13 @@ macro_rules! op_table {
             /// `a (i8), b (i8) → y (i8)`: joined along `axis`, each moved to the output's
             /// quantization.
             69 => QConcat(QConcatParams): int8::concat::QConcat,
+            /// `x → y`: `x` with its axes reordered, the batch axis first.
+            73 => Transpose(TransposeParams): transpose::Transpose,
+            /// `x → y`: the run of `axis` from `start` that `y`'s length along it takes.
+            74 => Slice(SliceParams): slice::Slice,
+            /// `x → y`: zeros along `axis` with `x` from `start` (`y`'s length along it):
+            /// asymmetric zero padding, and the gradient of a slice.
+            75 => Pad(SliceParams): slice::Pad,
         }
     };
 }

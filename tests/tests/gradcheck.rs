@@ -326,6 +326,92 @@ fn concat_refuses_the_batch_axis_and_unequal_dimensions() {
     }
 }
 
+#[test]
+fn transpose_by_every_permutation_that_keeps_the_batch_axis() {
+    let perms: [&[usize]; 7] = [
+        &[0, 2, 1],
+        &[0, 1, 3, 2],
+        &[0, 2, 1, 3],
+        &[0, 2, 3, 1],
+        &[0, 3, 1, 2],
+        &[0, 3, 2, 1],
+        &[0, 1, 2],
+    ];
+    for seed in SEEDS {
+        let mut r = Rand::new(seed);
+        let four = nchw(&mut r, 3, 1, 4);
+        for perm in perms {
+            let shape = match perm.len() {
+                3 => Shape::new(&[four.dims()[0], four.dims()[1], four.dims()[3]]).unwrap(),
+                _ => four,
+            };
+            let mut g = Graph::new(seed);
+            let x = random_param(&mut g, &mut r, "x", shape);
+            let y = g.transpose("transpose", x, perm).unwrap();
+            let dims: Vec<usize> = perm.iter().map(|&a| shape.dims()[a]).collect();
+            assert_eq!(g.shape(y).dims(), dims);
+            let loss = mse_to_random_target(&mut g, &mut r, y);
+            pass(check_gradients(&format!("transpose {shape} by {perm:?}"), &g, loss, &[x]));
+        }
+    }
+}
+
+#[test]
+fn transpose_and_slice_refuse_the_batch_axis_and_what_does_not_fit() {
+    let mut g = Graph::new(1);
+    let x = g.input("x", Shape::d4(2, 3, 4, 5)).unwrap();
+    for perm in [&[1, 0, 2, 3][..], &[0, 1, 2], &[0, 1, 1, 3]] {
+        let err = g.transpose("t", x, perm).unwrap_err().to_string();
+        assert!(err.contains("batch axis 0 first"), "{perm:?}: {err}");
+    }
+    for (axis, start, len) in [(0, 0, 1), (1, 2, 2), (3, 0, 0), (4, 0, 1)] {
+        let err = g.slice("s", x, axis, start, len).unwrap_err().to_string();
+        assert!(err.contains("do not lie inside"), "{axis} {start} {len}: {err}");
+    }
+    for axis in [0, 4] {
+        let err = g.pad("p", x, axis, 1, 1).unwrap_err().to_string();
+        assert!(err.contains("cannot pad axis"), "{axis}: {err}");
+    }
+}
+
+#[test]
+fn zero_padding_of_every_axis_but_the_batch() {
+    for seed in SEEDS {
+        let mut r = Rand::new(seed);
+        let shape = nchw(&mut r, 3, 1, 4);
+        for axis in 1..4 {
+            let mut g = Graph::new(seed);
+            let x = random_param(&mut g, &mut r, "x", shape);
+            let (before, after) = (r.int(0, 2), r.int(0, 2));
+            let y = g.pad("pad", x, axis, before, after).unwrap();
+            assert_eq!(g.shape(y), shape.with_dim(axis, shape.dims()[axis] + before + after));
+            let loss = mse_to_random_target(&mut g, &mut r, y);
+            let name = format!("pad {shape} axis {axis} by {before}, {after}");
+            pass(check_gradients(&name, &g, loss, &[x]));
+        }
+    }
+}
+
+#[test]
+fn slices_of_every_axis_but_the_batch() {
+    for seed in SEEDS {
+        let mut r = Rand::new(seed);
+        let shape = nchw(&mut r, 3, 2, 5);
+        for axis in 1..4 {
+            let mut g = Graph::new(seed);
+            let x = random_param(&mut g, &mut r, "x", shape);
+            let whole = shape.dims()[axis];
+            let start = r.int(0, whole - 1);
+            let len = r.int(1, whole - start);
+            let y = g.slice("slice", x, axis, start, len).unwrap();
+            assert_eq!(g.shape(y), shape.with_dim(axis, len));
+            let loss = mse_to_random_target(&mut g, &mut r, y);
+            let name = format!("slice {shape} axis {axis} {start}..{}", start + len);
+            pass(check_gradients(&name, &g, loss, &[x]));
+        }
+    }
+}
+
 // ---- pooling ----
 
 fn pool(kernel: (usize, usize), stride: (usize, usize), padding: (usize, usize)) -> PoolParams {

@@ -5,7 +5,8 @@ use super::args::{Affine, ParamUpdate, Running, Saved, TrainStats};
 use super::{Backend, In, Out};
 use crate::error::KernelError;
 use crate::geometry::{
-    ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,
+    ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, PermuteDims, Pool2dGeometry, RowDims,
+    SliceDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, ConcatRescale, MulRescale, QLayerArgs, QuantParams};
@@ -91,6 +92,12 @@ pub trait VectorKernels: Backend {
         d: ConcatDims,
         second: bool,
     );
+    /// `y` = per outer index, a run of `x`'s block.
+    fn slice(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, d: SliceDims);
+    /// `y` = per outer index, zeros with `x`'s block in the run (the converse of a slice).
+    fn pad(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, d: SliceDims);
+    /// `y` = `x` with its axes reordered.
+    fn transpose(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, d: PermuteDims);
 }
 
 /// ReLU and ReLU6, out of place and in place, and their gradients.

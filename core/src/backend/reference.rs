@@ -6,7 +6,8 @@ use super::families::*;
 use super::{family, Backend, Host, InheritReference};
 use crate::error::KernelError;
 use crate::geometry::{
-    ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,
+    ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, PermuteDims, Pool2dGeometry, RowDims,
+    SliceDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{
@@ -75,6 +76,15 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Vector>> VectorKernels
     }
     fn concat_grad(&mut self, dy: &[f32], part: &mut [f32], d: ConcatDims, second: bool) {
         r::concat_grad(dy, part, d, second)
+    }
+    fn slice(&mut self, x: &[f32], y: &mut [f32], d: SliceDims) {
+        r::slice(x, y, d)
+    }
+    fn pad(&mut self, x: &[f32], y: &mut [f32], d: SliceDims) {
+        r::pad(x, y, d)
+    }
+    fn transpose(&mut self, x: &[f32], y: &mut [f32], d: PermuteDims) {
+        r::transpose(x, y, d)
     }
 }
 

@@ -310,6 +310,9 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::MulGradFactor(_)
         | KernelCall::Concat(_)
         | KernelCall::ConcatGrad { .. }
+        | KernelCall::Transpose(_)
+        | KernelCall::Slice(_)
+        | KernelCall::Pad(_)
         | KernelCall::DequantizeWeights(_)
         | KernelCall::ChannelScale { .. } => None,
     }

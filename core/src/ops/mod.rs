@@ -30,13 +30,15 @@ mod pool;
 mod relu;
 mod reshape;
 mod sigmoid;
+mod slice;
 mod softmax;
+mod transpose;
 mod vjp;
 
 pub use crate::op::{
     ChannelScaleParams, ConcatGradParams, ConcatParams, ConvParams, Op, PoolParams, QAddParams,
     QAvgPoolParams, QConcatParams, QConvParams, QLinearParams, QLutParams, QMulParams,
-    RoundBiasParams, RoundWeightsParams, UnknownOpTag,
+    RoundBiasParams, RoundWeightsParams, SliceParams, TransposeParams, UnknownOpTag,
 };
 pub use int8::Int8Weights;
 pub use lowering::Mode;

@@ -1,9 +1,12 @@
-//! Row-wise softmax and log-softmax and their gradients, which read the forward output.
+//! Softmax and log-softmax over the last axis (every other axis indexes a row) and their
+//! gradients, which read the forward output.
 
 use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
+use crate::geometry::RowDims;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::ops::lowering::{row_dims, Lowered, Lowering};
+use crate::ops::lowering::{dim, Lowered, Lowering};
+use crate::shape::Shape;
 use crate::tensor::TensorId;
 use alloc::vec;
 
@@ -24,7 +27,7 @@ impl OpRules for Softmax {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(KernelCall::Softmax(row_dims(cx.input(0))))
+        cx.all(KernelCall::Softmax(last_axis_rows(cx.input(0))))
     }
 }
 
@@ -42,7 +45,7 @@ impl OpRules for SoftmaxGrad {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(KernelCall::SoftmaxGrad(row_dims(cx.input(0))))
+        cx.all(KernelCall::SoftmaxGrad(last_axis_rows(cx.input(0))))
     }
 }
 
@@ -63,7 +66,7 @@ impl OpRules for LogSoftmax {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(KernelCall::LogSoftmax(row_dims(cx.input(0))))
+        cx.all(KernelCall::LogSoftmax(last_axis_rows(cx.input(0))))
     }
 }
 
@@ -81,21 +84,35 @@ impl OpRules for LogSoftmaxGrad {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(KernelCall::LogSoftmaxGrad(row_dims(cx.input(0))))
+        cx.all(KernelCall::LogSoftmaxGrad(last_axis_rows(cx.input(0))))
     }
 }
 
 impl Graph {
-    /// Row-wise softmax of `x[N,C]`.
+    /// Softmax of `x[N, ..., C]` over its last axis.
     pub fn softmax(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
-        let xs = self.float_rank(Op::Softmax, name, x, 2)?;
+        let xs = self.rows(Op::Softmax, name, x)?;
         self.record_one(name, Op::Softmax, vec![x], xs)
     }
 
-    /// Row-wise log-softmax of `x[N,C]` (log-probabilities; a cross-entropy loss on them
+    /// Log-softmax of `x[N, ..., C]` over its last axis (log-probabilities; a cross-entropy loss on them
     /// trains as it would on `x`).
     pub fn log_softmax(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
-        let xs = self.float_rank(Op::LogSoftmax, name, x, 2)?;
+        let xs = self.rows(Op::LogSoftmax, name, x)?;
         self.record_one(name, Op::LogSoftmax, vec![x], xs)
     }
+
+    /// The shape of a softmax's operand: `[N, C]`, or `[N, ..., C]` with a row per index
+    /// of the axes before the last.
+    fn rows(&self, op: Op, name: &str, x: TensorId) -> Result<Shape, GraphError> {
+        let rank = self.shape(x).rank().clamp(2, crate::shape::MAX_RANK);
+        self.float_rank(op, name, x, rank)
+    }
+}
+
+/// `[..., C]` as rows of `C`: one per index of the axes before the last.
+fn last_axis_rows(s: Shape) -> RowDims {
+    let rank = s.rank();
+    let rows = s.dims()[..rank.saturating_sub(1)].iter().product();
+    RowDims { rows, cols: dim(s, rank.saturating_sub(1)) }
 }

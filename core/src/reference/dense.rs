@@ -2,7 +2,7 @@
 //! vector helpers (add, copy, fill).
 
 use super::layout::{channel_indices, row, row_mut};
-use crate::geometry::{ChannelDims, ConcatDims, LinearDims};
+use crate::geometry::{ChannelDims, ConcatDims, LinearDims, PermuteDims, SliceDims};
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(a, b)| a * b).sum()
@@ -91,6 +91,48 @@ pub fn concat_grad(dy: &[f32], part: &mut [f32], d: ConcatDims, second: bool) {
     let (start, len) = if second { (d.first, d.second) } else { (0, d.first) };
     for (part, dy) in part.chunks_exact_mut(len).zip(dy.chunks_exact(d.first + d.second)) {
         part.copy_from_slice(&dy[start..start + len]);
+    }
+}
+
+/// Per outer index, the `len` elements of `x` from `start` (a slice of one axis).
+pub fn slice(x: &[f32], y: &mut [f32], d: SliceDims) {
+    debug_assert_eq!((x.len(), y.len()), (d.whole_len(), d.part_len()));
+    for (y, x) in y.chunks_exact_mut(d.len.max(1)).zip(x.chunks_exact(d.whole.max(1))) {
+        y.copy_from_slice(&x[d.start..d.start + d.len]);
+    }
+}
+
+/// Per outer index, zeros with `x` in the run (the converse of [`slice`], and its gradient).
+pub fn pad(x: &[f32], y: &mut [f32], d: SliceDims) {
+    debug_assert_eq!((x.len(), y.len()), (d.part_len(), d.whole_len()));
+    for (y, x) in y.chunks_exact_mut(d.whole.max(1)).zip(x.chunks_exact(d.len.max(1))) {
+        y.fill(0.0);
+        y[d.start..d.start + d.len].copy_from_slice(x);
+    }
+}
+
+/// `y` = `x` with its axes reordered (a transpose); its own inverse permutation undoes it.
+pub fn transpose(x: &[f32], y: &mut [f32], d: PermuteDims) {
+    debug_assert_eq!((x.len(), y.len()), (d.len(), d.len()));
+    let mut stride = [0; 4];
+    let mut s = 1;
+    for a in (0..4).rev() {
+        stride[a] = s;
+        s *= d.dims[a];
+    }
+    let step: [usize; 4] = core::array::from_fn(|i| stride[d.perm[i] % 4]);
+    let out = d.output_dims();
+    let mut rows = y.chunks_exact_mut(out[3].max(1));
+    for i in 0..out[0] {
+        for j in 0..out[1] {
+            for k in 0..out[2] {
+                let base = i * step[0] + j * step[1] + k * step[2];
+                let Some(row) = rows.next() else { return };
+                for (l, v) in row.iter_mut().enumerate() {
+                    *v = x[base + l * step[3]];
+                }
+            }
+        }
     }
 }
 

@@ -40,7 +40,7 @@ pub struct TrainArgs {
     fresh: Option<String>,
     /// With --model: replace its last classifier (the dense layer or 1x1 convolution
     /// feeding the logits) with a fresh one for N classes (without N: as many as the data
-    /// folder has classes); train only it with --trainable head.
+    /// folder has classes), initialised from --seed; train only it with --trainable head.
     #[arg(long, value_name = "N", requires = "model", num_args = 0..=1,
           value_parser = clap::value_parser!(u64).range(1..))]
     new_head: Option<Option<u64>>,
@@ -216,7 +216,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
                         args.data.display()
                     ),
                 };
-                model.new_head(classes)?;
+                model.new_head(classes, args.seed)?;
                 eprintln!("new head for {classes} classes on {}", path.display());
             }
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());

@@ -287,15 +287,43 @@ fn export_node(graph: &Graph, node: &Node, out: &mut GraphProto) -> Result<(), O
                 NodeProto::new("Reshape", n, &[inputs[0], &s], &[&y])
             }
         }
-        Op::Softmax => {
-            NodeProto::new("Softmax", n, &inputs, &[&y]).with(AttributeProto::int("axis", 1))
-        }
-        Op::LogSoftmax => {
-            NodeProto::new("LogSoftmax", n, &inputs, &[&y]).with(AttributeProto::int("axis", 1))
+        Op::Softmax | Op::LogSoftmax => {
+            // Over the last axis: opset 13's meaning of `axis`, which sprout exports.
+            let last = graph.shape(node.inputs[0]).rank().saturating_sub(1) as i64;
+            NodeProto::new(
+                if node.op == Op::Softmax { "Softmax" } else { "LogSoftmax" },
+                n,
+                &inputs,
+                &[&y],
+            )
+            .with(AttributeProto::int("axis", last))
         }
         Op::Detach => NodeProto::new("Identity", n, &inputs, &[&y]),
         Op::Concat(p) => NodeProto::new("Concat", n, &inputs, &[&y])
             .with(AttributeProto::int("axis", p.axis as i64)),
+        Op::Pad(p) => {
+            let (from, to) = (graph.shape(node.inputs[0]), graph.shape(node.outputs[0]));
+            let rank = from.rank();
+            let mut pads = vec![0i64; 2 * rank];
+            let grown = to.dim(p.axis).unwrap_or(0).saturating_sub(from.dim(p.axis).unwrap_or(0));
+            pads[p.axis] = p.start as i64;
+            pads[rank + p.axis] = grown.saturating_sub(p.start) as i64;
+            let s = constant("pads", TensorProto::i64("", &[pads.len() as i64], &pads));
+            NodeProto::new("Pad", n, &[inputs[0], &s], &[&y])
+        }
+        Op::Slice(p) => {
+            let len = graph.shape(node.outputs[0]).dim(p.axis).unwrap_or(0);
+            let mut one =
+                |suffix: &str, v: usize| constant(suffix, TensorProto::i64("", &[1], &[v as i64]));
+            let (s, e, a) =
+                (one("starts", p.start), one("ends", p.start + len), one("axes", p.axis));
+            NodeProto::new("Slice", n, &[inputs[0], &s, &e, &a], &[&y])
+        }
+        Op::Transpose(p) => {
+            let rank = graph.shape(node.inputs[0]).rank();
+            let perm: Vec<i64> = p.perm[..rank].iter().map(|&a| i64::from(a)).collect();
+            NodeProto::new("Transpose", n, &inputs, &[&y]).with(AttributeProto::ints("perm", &perm))
+        }
         other => return Err(OnnxError::NotExportable { op: other.kind(), node: n.into() }),
     };
     out.node.push(onnx);

@@ -273,6 +273,64 @@ pub(crate) fn permutation(perm: Option<&[i64]>, rank: usize) -> Result<Vec<usize
     Ok(perm)
 }
 
+/// A transpose of `dims` by `perm` in its fewest axes: size-1 axes but the batch axis (0)
+/// dropped, and axes that stay neighbours, in order, merged into one (never into the batch
+/// axis). Returns the merged input's dims and the permutation of them.
+pub(crate) fn merged_permutation(dims: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let kept: Vec<usize> = perm.iter().copied().filter(|&a| a == 0 || dims[a] != 1).collect();
+    let mut order = kept.clone();
+    order.sort_unstable();
+    let rank_of = |a: usize| order.iter().position(|&b| b == a).unwrap_or(0);
+    // Runs of input axes, in output order.
+    let mut runs: Vec<Vec<usize>> = Vec::new();
+    for &a in &kept {
+        match runs.last_mut() {
+            Some(run) if run[0] != 0 && rank_of(run[run.len() - 1]) + 1 == rank_of(a) => {
+                run.push(a)
+            }
+            _ => runs.push(vec![a]),
+        }
+    }
+    let mut by_input: Vec<usize> = (0..runs.len()).collect();
+    by_input.sort_by_key(|&r| runs[r][0]);
+    let merged = by_input.iter().map(|&r| runs[r].iter().map(|&a| dims[a]).product()).collect();
+    let perm =
+        (0..runs.len()).map(|r| by_input.iter().position(|&s| s == r).unwrap_or(0)).collect();
+    (merged, perm)
+}
+
+/// The `(start, end)` each axis of `dims` keeps under ONNX `Slice`'s `starts`, `ends`,
+/// `axes` and `steps` (negative indices count from the end, ranges are clamped; only
+/// steps of 1 are supported).
+pub(crate) fn slice_ranges(
+    dims: &[usize],
+    starts: &[i64],
+    ends: &[i64],
+    axes: Option<&[i64]>,
+    steps: Option<&[i64]>,
+) -> Result<Vec<(usize, usize)>, String> {
+    let n = starts.len();
+    if ends.len() != n || axes.is_some_and(|a| a.len() != n) || steps.is_some_and(|s| s.len() != n)
+    {
+        return Err(format!(
+            "starts {starts:?}, ends {ends:?}, axes {axes:?} and steps {steps:?} differ in length"
+        ));
+    }
+    let mut ranges: Vec<(usize, usize)> = dims.iter().map(|&d| (0, d)).collect();
+    for (k, (&s, &e)) in starts.iter().zip(ends).enumerate() {
+        let a = axis(axes.map_or(k as i64, |a| a[k]), dims.len())?;
+        let step = steps.map_or(1, |s| s[k]);
+        if step != 1 {
+            return Err(format!("step {step} is not supported (1 is)"));
+        }
+        let len = dims[a] as i64;
+        let clamp = |i: i64| (if i < 0 { i + len } else { i }).clamp(0, len) as usize;
+        let (lo, hi) = (clamp(s), clamp(e));
+        ranges[a] = (lo, hi.max(lo));
+    }
+    Ok(ranges)
+}
+
 /// `perm` (default: reversed axes) applied to a constant, moving its data.
 fn transpose(c: &Const, perm: Option<&[i64]>) -> Result<Const, String> {
     let rank = c.dims.len();
@@ -388,25 +446,7 @@ fn slice(
     steps: Option<&[i64]>,
 ) -> Result<Const, String> {
     let rank = data.dims.len();
-    let n = starts.len();
-    if ends.len() != n || axes.is_some_and(|a| a.len() != n) || steps.is_some_and(|s| s.len() != n)
-    {
-        return Err(format!(
-            "starts {starts:?}, ends {ends:?}, axes {axes:?} and steps {steps:?} differ in length"
-        ));
-    }
-    let mut ranges: Vec<(usize, usize)> = data.dims.iter().map(|&d| (0, d)).collect();
-    for (k, (&s, &e)) in starts.iter().zip(ends).enumerate() {
-        let a = axis(axes.map_or(k as i64, |a| a[k]), rank)?;
-        let step = steps.map_or(1, |s| s[k]);
-        if step != 1 {
-            return Err(format!("step {step} is not supported (1 is)"));
-        }
-        let len = data.dims[a] as i64;
-        let clamp = |i: i64| (if i < 0 { i + len } else { i }).clamp(0, len) as usize;
-        let (lo, hi) = (clamp(s), clamp(e));
-        ranges[a] = (lo, hi.max(lo));
-    }
+    let ranges = slice_ranges(&data.dims, starts, ends, axes, steps)?;
     let dims: Vec<usize> = ranges.iter().map(|&(lo, hi)| hi - lo).collect();
     let n = numel(&dims)?;
     let pick = |i: usize| {

@@ -9,6 +9,7 @@ use prost::Message;
 use sprout_core::format::{Metadata, ModelFile, Preprocessing};
 use sprout_core::hyperparams::{BatchNormConfig, DropoutConfig};
 use sprout_core::op::{ConvParams, PoolParams};
+use sprout_core::shape::MAX_RANK;
 use sprout_core::{Graph, GraphError, Init, Shape, TensorId};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -728,6 +729,8 @@ impl<'m> Importer<'m> {
             "Softmax" => self.softmax(&ctx, Graph::softmax),
             "LogSoftmax" => self.softmax(&ctx, Graph::log_softmax),
             "Concat" => self.concat(&ctx),
+            "Split" => self.split(&ctx),
+            "Slice" => self.slice(&ctx),
             "Cast" => self.cast(&ctx),
             "Dropout" => self.dropout(&ctx),
             "Identity" => self.identity(&ctx),
@@ -782,14 +785,27 @@ impl<'m> Importer<'m> {
         let groups = ctx.int("group", 1)?;
         let stride = ctx.pair("strides", Some((1, 1)))?;
         let own = ctx.pads((h, w_in), (kh, kw), stride)?;
+        let [t, l, b, r]: [usize; 4] = std::array::from_fn(|i| own[i] + pre[i]);
+        // The convolution pads each side equally; a zero padding op adds what one side has
+        // more (`auto_pad` SAME with stride 2, TensorFlow's exports).
+        let padding = (t.min(b), l.min(r));
         let params = ConvParams {
             stride,
-            padding: ctx.symmetric(std::array::from_fn(|i| own[i] + pre[i]))?,
+            padding,
             groups: usize::try_from(groups)
                 .map_err(|_| ctx.err(format!("group {groups} must be positive")))?,
         };
         let out = ctx.output()?;
-        let x = self.view(ctx, x, &unpadded(&dims, pre), out)?;
+        let mut x = self.view(ctx, x, &unpadded(&dims, pre), out)?;
+        for (axis, before, after) in [(2, t, b), (3, l, r)] {
+            let least = before.min(after);
+            if before != after {
+                x = self
+                    .g
+                    .pad(&format!("{out}.pad{axis}"), x, axis, before - least, after - least)
+                    .map_err(ctx.graph())?;
+            }
+        }
         let wt = self.weight(&w, Shape::d4(o, cg, kh, kw), w.f32()?.to_vec(), false)?;
         let b = match self.constant(ctx, 2)? {
             Some(b) => Some(self.vector(ctx, &b, o, false)?),
@@ -801,9 +817,16 @@ impl<'m> Importer<'m> {
     }
 
     /// `Pad` with zeros (mode `constant`, value 0) of the two spatial axes of an NCHW
-    /// tensor: kept aside for the `Conv` that reads it.
+    /// tensor: kept aside for the `Conv` that reads it (pads in a row add up).
     fn pad(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let (x, dims) = self.act(ctx, 0)?;
+        let name = ctx.input(0).ok_or_else(|| ctx.err("input 0 is missing"))?;
+        let (x, dims, prior) = match self.value(ctx, name)? {
+            Value::Padded { id, dims, pads } => (*id, dims.clone(), *pads),
+            _ => {
+                let (x, dims) = self.act(ctx, 0)?;
+                (x, dims, [0; 4])
+            }
+        };
         if dims.len() != 4 {
             return Err(ctx.err(format!("input must be NCHW (4-D), it has shape {dims:?}")));
         }
@@ -829,9 +852,10 @@ impl<'m> Importer<'m> {
         }
         let pads = [t as usize, l as usize, b as usize, r as usize];
         let out = ctx.output()?;
-        let id = self.view(ctx, x, &dims, out)?;
+        let id = self.view(ctx, x, &unpadded(&dims, prior), out)?;
         let padded =
             vec![dims[0], dims[1], dims[2] + pads[0] + pads[2], dims[3] + pads[1] + pads[3]];
+        let pads = std::array::from_fn(|i| pads[i] + prior[i]);
         self.values.insert(out.into(), Value::Padded { id, dims: padded, pads });
         Ok(())
     }
@@ -1226,16 +1250,18 @@ impl<'m> Importer<'m> {
         Ok(())
     }
 
-    /// `Add` of two computed tensors of the same shape; `Mul` of the same shape or of a
-    /// `[N, C, ...]` tensor and a `[N, C, 1, ...]` factor on either side (squeeze-excitation).
+    /// `Add` or `Sub` of two computed tensors of the same shape (`a - b` is `a + (-1 · b)`);
+    /// `Mul` of the same shape or of a `[N, C, ...]` tensor and a `[N, C, 1, ...]` factor on
+    /// either side (squeeze-excitation).
     fn tensor_arithmetic(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
         let ((a, ad), (b, bd)) = (self.act(ctx, 0)?, self.act(ctx, 1)?);
         let out = ctx.output()?;
         let dims = match ctx.op_type {
-            "Add" if ad == bd => ad.clone(),
-            "Add" => {
+            "Add" | "Sub" if ad == bd => ad.clone(),
+            "Add" | "Sub" => {
                 return Err(ctx.err(format!(
-                    "operands must have the same shape (sprout's Add of two computed tensors does not broadcast), they have {ad:?} and {bd:?}"
+                    "operands must have the same shape (sprout's {} of two computed tensors does not broadcast), they have {ad:?} and {bd:?}",
+                    ctx.op_type
                 )))
             }
             // ONNX broadcasts from the right: only equal ranks keep N and C aligned.
@@ -1248,13 +1274,17 @@ impl<'m> Importer<'m> {
             "Mul" => bd.clone(),
             op => {
                 return Err(ctx.err(format!(
-                    "{op} of two computed tensors is not supported (only by a constant)"
+                    "{op} of two computed tensors (shapes {ad:?} and {bd:?}) is not supported (only by a constant)"
                 )))
             }
         };
+        let b = match ctx.op_type {
+            "Sub" => self.affine(ctx, &format!("{out}.negated"), b, &bd, &[-1.0], &[0.0])?,
+            _ => b,
+        };
         let a = self.view(ctx, a, &ad, &format!("{out}.a"))?;
         let b = self.view(ctx, b, &bd, &format!("{out}.b"))?;
-        let y = if ctx.op_type == "Add" { self.g.add(out, a, b) } else { self.g.mul(out, a, b) }
+        let y = if ctx.op_type == "Mul" { self.g.mul(out, a, b) } else { self.g.add(out, a, b) }
             .map_err(ctx.graph())?;
         self.define(out, y, dims);
         Ok(())
@@ -1301,6 +1331,12 @@ impl<'m> Importer<'m> {
             return Ok(());
         }
         let (x, _) = self.act(ctx, 0)?;
+        if dims.len() > MAX_RANK {
+            // Beyond sprout's rank (a channel shuffle's 5-D view): the data stays under its
+            // own shape until a node that reads it reshapes it.
+            self.define(out, x, dims);
+            return Ok(());
+        }
         let shape = Shape::new(&dims).map_err(|e| ctx.err(e.to_string()))?;
         let y = if self.g.shape(x) == shape {
             x
@@ -1358,24 +1394,54 @@ impl<'m> Importer<'m> {
         self.constant(ctx, 1)?.map(|c| c.i64().map(<[i64]>::to_vec)).transpose()
     }
 
-    /// `Transpose` that moves only size-1 axes (the non-1 axes keep their order): a reshape.
+    /// `Transpose` that keeps the batch axis first: a reshape when it moves only size-1
+    /// axes, else sprout's transpose of as few merged axes as the reordering needs (at most
+    /// four: ShuffleNet's 5-D channel shuffle is a 3-D one).
     fn transpose(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let dims = self.dims(ctx)?;
+        let (x, dims) = self.act(ctx, 0)?;
         let perm = fold::permutation(ctx.ints("perm"), dims.len()).map_err(|e| ctx.err(e))?;
-        let moved: Vec<usize> = perm.iter().copied().filter(|&a| dims[a] != 1).collect();
-        if moved.windows(2).any(|w| w[0] > w[1]) {
-            return Err(ctx.err(format!(
-                "perm {perm:?} on shape {dims:?} reorders data: sprout has no transpose op (a Transpose that moves only size-1 axes is a reshape and is supported)"
-            )));
-        }
-        self.reshaped(ctx, perm.iter().map(|&a| dims[a]).collect())
+        let out = ctx.output()?;
+        let name = self.staging(out, true);
+        let (y, dims) = self.permuted(ctx, x, &dims, &perm, &name)?;
+        self.define(out, y, dims);
+        Ok(())
     }
 
-    /// `Softmax` over the last axis (later axes of size 1 allowed); before opset 13, over
-    /// the input flattened to 2-D at `axis`.
-    /// `Softmax` or `LogSoftmax` (`op` records it over rows): over the last axis, or from
-    /// opset 13 on, an axis followed only by size-1 axes; before 13, everything from the axis
-    /// on as one row.
+    /// `x` (ONNX shape `dims`) with its axes reordered by `perm`, recorded as `name`;
+    /// returns the tensor and its ONNX shape.
+    fn permuted(
+        &mut self,
+        ctx: &Ctx,
+        x: TensorId,
+        dims: &[usize],
+        perm: &[usize],
+        name: &str,
+    ) -> Result<(TensorId, Vec<usize>), OnnxError> {
+        let out_dims: Vec<usize> = perm.iter().map(|&a| dims[a]).collect();
+        if perm.first().is_some_and(|&a| a != 0) {
+            return Err(ctx.err(format!(
+                "perm {perm:?} on shape {dims:?} moves the batch axis 0: sprout keeps it first"
+            )));
+        }
+        let (merged, merged_perm) = fold::merged_permutation(dims, perm);
+        if merged_perm.iter().enumerate().all(|(i, &a)| i == a) {
+            // Only size-1 axes move: the data stays as it is.
+            return Ok((x, out_dims));
+        }
+        if merged.len() > MAX_RANK {
+            return Err(ctx.err(format!(
+                "perm {perm:?} on shape {dims:?} reorders {} blocks of axes: sprout's transpose takes at most {MAX_RANK}",
+                merged.len()
+            )));
+        }
+        let x = self.view(ctx, x, &merged, name)?;
+        let y = self.g.transpose(name, x, &merged_perm).map_err(ctx.graph())?;
+        Ok((y, out_dims))
+    }
+
+    /// `Softmax` or `LogSoftmax` (`op` records it over the last axis): before opset 13,
+    /// over everything from `axis` on as one row; from 13 on, over `axis`, which a
+    /// transpose moves last (and back) when larger axes follow it.
     fn softmax(
         &mut self,
         ctx: &Ctx,
@@ -1385,20 +1451,104 @@ impl<'m> Importer<'m> {
         let legacy = self.opset < 13;
         let axis = ctx.int("axis", if legacy { 1 } else { -1 })?;
         let a = fold::axis(axis, dims.len()).map_err(|e| ctx.err(e))?;
-        if !legacy && dims[a + 1..].iter().any(|&d| d != 1) {
+        let out = ctx.output()?;
+        if a == 0 && !legacy {
             return Err(ctx.err(format!(
-                "only a {} over the last axis (or one followed by size-1 axes) is supported, found axis {axis} on shape {dims:?}",
+                "a {} over the batch axis 0 (shape {dims:?}) is not supported",
                 ctx.op_type
             )));
         }
-        let (rows, cols) = match legacy {
-            true => (dims[..a].iter().product(), dims[a..].iter().product()),
-            false => (dims[..a].iter().product(), dims[a]),
+        let trailing = dims[a + 1..].iter().all(|&d| d == 1);
+        if legacy || trailing {
+            let cols = if legacy { dims[a..].iter().product() } else { dims[a] };
+            // Rows keep the batch axis first, so that the graph rebatches.
+            let view = match a {
+                0 => vec![1, cols],
+                1 => vec![dims[0], cols],
+                _ => vec![dims[0], dims[1..a].iter().product(), cols],
+            };
+            let x = self.view(ctx, x, &view, out)?;
+            let name = self.staging(out, view != dims);
+            let y = op(&mut self.g, &name, x).map_err(ctx.graph())?;
+            self.define(out, y, dims);
+            return Ok(());
+        }
+        if dims[a] == 1 {
+            return Err(ctx.err(format!(
+                "a {} over axis {axis} of size 1 (shape {dims:?}) is constant: not supported",
+                ctx.op_type
+            )));
+        }
+        let to_last: Vec<usize> = (0..dims.len()).filter(|&i| i != a).chain([a]).collect();
+        let (t, t_dims) = self.permuted(ctx, x, &dims, &to_last, &format!("{out}.to_last"))?;
+        let y = op(&mut self.g, &format!("{out}.rows"), t).map_err(ctx.graph())?;
+        let mut back = vec![0; to_last.len()];
+        for (i, &p) in to_last.iter().enumerate() {
+            back[p] = i;
+        }
+        let name = self.staging(out, true);
+        let (y, _) = self.permuted(ctx, y, &t_dims, &back, &name)?;
+        self.define(out, y, dims);
+        Ok(())
+    }
+
+    /// `Split` of a computed tensor along an axis other than the batch axis, one slice per
+    /// output: sizes from `split` (an attribute before opset 13, an input from it on), else
+    /// `num_outputs` (opset 18) or as many equal parts as outputs.
+    fn split(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, dims) = self.act(ctx, 0)?;
+        let a = fold::axis(ctx.int("axis", 0)?, dims.len()).map_err(|e| ctx.err(e))?;
+        let outs = &ctx.node.output;
+        let given: Option<Vec<i64>> = match self.opset < 13 {
+            true => ctx.ints("split").map(<[i64]>::to_vec),
+            false => self.constant(ctx, 1)?.map(|c| c.i64().map(<[i64]>::to_vec)).transpose()?,
         };
+        let sizes: Vec<usize> = match given {
+            Some(s) => s.iter().map(|&v| usize::try_from(v).unwrap_or(0)).collect(),
+            None => {
+                let parts = outs.len().max(1);
+                let each = dims[a].div_ceil(parts);
+                (0..parts).map(|i| each.min(dims[a].saturating_sub(i * each))).collect()
+            }
+        };
+        if sizes.len() != outs.len() || sizes.iter().sum::<usize>() != dims[a] {
+            return Err(ctx.err(format!(
+                "split {sizes:?} into {} outputs does not add up to axis {a} of shape {dims:?}",
+                outs.len()
+            )));
+        }
+        let x = self.view(ctx, x, &dims, &format!("{}.split", ctx.output()?))?;
+        let mut start = 0;
+        for (out, &len) in outs.iter().zip(&sizes) {
+            if !out.is_empty() {
+                let y = self.g.slice(out, x, a, start, len).map_err(ctx.graph())?;
+                self.define_sprout(out, y);
+            }
+            start += len;
+        }
+        Ok(())
+    }
+
+    /// `Slice` of a computed tensor (constant `starts`, `ends`, `axes`, steps of 1): a
+    /// slice per axis it cuts; the batch axis is never cut.
+    fn slice(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, dims) = self.act(ctx, 0)?;
+        let ints = |i: usize| -> Result<Option<Vec<i64>>, OnnxError> {
+            self.constant(ctx, i)?.map(|c| c.i64().map(<[i64]>::to_vec)).transpose()
+        };
+        let (starts, ends) = (ints(1)?.unwrap_or_default(), ints(2)?.unwrap_or_default());
+        let (axes, steps) = (ints(3)?, ints(4)?);
+        let ranges = fold::slice_ranges(&dims, &starts, &ends, axes.as_deref(), steps.as_deref())
+            .map_err(|e| ctx.err(e))?;
         let out = ctx.output()?;
-        let x = self.view(ctx, x, &[rows, cols], out)?;
-        let name = self.staging(out, dims.len() != 2);
-        let y = op(&mut self.g, &name, x).map_err(ctx.graph())?;
+        let cuts: Vec<usize> = (0..dims.len()).filter(|&a| ranges[a] != (0, dims[a])).collect();
+        let mut y = self.view(ctx, x, &dims, out)?;
+        for (k, &a) in cuts.iter().enumerate() {
+            let (lo, hi) = ranges[a];
+            let name = if k + 1 == cuts.len() { out.to_string() } else { format!("{out}.{a}") };
+            y = self.g.slice(&name, y, a, lo, hi - lo).map_err(ctx.graph())?;
+        }
+        let dims = ranges.iter().map(|&(lo, hi)| hi - lo).collect();
         self.define(out, y, dims);
         Ok(())
     }

@@ -200,7 +200,9 @@ fn plan_job(
         )));
     }
     if request.new_head {
-        model.new_head(classes.len()).map_err(|e| ApiError::invalid(e.to_string()))?;
+        model
+            .new_head(classes.len(), request.seed)
+            .map_err(|e| ApiError::invalid(e.to_string()))?;
     }
     let origin = std::path::Path::new(&request.dataset);
     model

@@ -260,9 +260,9 @@ impl Model {
 
     /// Replaces the classifier feeding the logits with a fresh one for `classes` classes
     /// (see [`with_new_head`]), which becomes the head; the class names become placeholders
-    /// that a folder data set names.
-    pub fn new_head(&mut self, classes: usize) -> Result<(), TrainError> {
-        let (graph, head) = with_new_head(&self.zoo.graph, self.zoo.logits, classes)?;
+    /// that a folder data set names. `seed` draws the new classifier's initial values.
+    pub fn new_head(&mut self, classes: usize, seed: u64) -> Result<(), TrainError> {
+        let (graph, head) = with_new_head(&self.zoo.graph, self.zoo.logits, classes, seed)?;
         self.zoo.graph = graph;
         self.zoo.head = head;
         self.metadata.class_names = (0..classes).map(|i| i.to_string()).collect();

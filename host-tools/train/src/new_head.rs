@@ -13,13 +13,15 @@ fn refuse(detail: String) -> TrainError {
 }
 
 /// `graph` with the classifier producing `logits` (`[N, classes]`) resized to `classes`
-/// outputs and initialised afresh ([`nn::uniform`]). Between that classifier and the
+/// outputs and initialised afresh from `seed` ([`nn::uniform_seeded`], not the graph's
+/// own seed, so that `--seed` chooses the new head). Between that classifier and the
 /// logits, only layers that keep the class axis (1) may stand: activations, pooling,
 /// flattening. Returns the new graph and the classifier's parameters (the new head).
 pub fn with_new_head(
     graph: &Graph,
     logits: TensorId,
     classes: usize,
+    seed: u64,
 ) -> Result<(Graph, Vec<TensorId>), TrainError> {
     if classes == 0 {
         return Err(refuse("a classifier needs at least 1 class".into()));
@@ -66,7 +68,7 @@ pub fn with_new_head(
     for t in [Some(weight), bias].into_iter().flatten() {
         let info = &mut tensors[t.index()];
         info.shape = resize(info.shape);
-        info.init = Some(nn::uniform(graph, &info.name, fan_in));
+        info.init = Some(nn::uniform_seeded(seed, &info.name, fan_in));
     }
     for &t in &chain {
         let info = &mut tensors[t.index()];
@@ -92,7 +94,7 @@ mod tests {
         let y = nn::conv2d(&mut g, "classifier.1", x, 6, 1, ONE, true).unwrap();
         let y = g.relu("classifier.2", y).unwrap();
         let logits = g.global_avg_pool("pool", y).unwrap();
-        let (new, head) = with_new_head(&g, logits, 3).unwrap();
+        let (new, head) = with_new_head(&g, logits, 3, 7).unwrap();
         assert_eq!(new.shape(logits).dims(), [2, 3]);
         assert_eq!(new.shape(head[0]).dims(), [3, 4, 1, 1]);
         assert_eq!(new.shape(head[1]).dims(), [3]);
@@ -103,7 +105,20 @@ mod tests {
         let x = g.input("x", Shape::d4(2, 4, 3, 3)).unwrap();
         let y = nn::conv2d(&mut g, "a", x, 6, 3, ONE, true).unwrap();
         let logits = g.global_avg_pool("pool", y).unwrap();
-        let error = with_new_head(&g, logits, 3).err().unwrap().to_string();
+        let error = with_new_head(&g, logits, 3, 7).err().unwrap().to_string();
         assert!(error.contains("'a' (conv2d) changes the class axis"), "{error}");
+    }
+
+    #[test]
+    fn the_new_head_is_drawn_from_the_seed_given_not_the_graphs() {
+        let head_init = |graph_seed: u64, seed: u64| {
+            let mut g = Graph::new(graph_seed);
+            let x = g.input("x", Shape::d2(2, 4)).unwrap();
+            let logits = nn::linear(&mut g, "fc", x, 5).unwrap();
+            let (new, head) = with_new_head(&g, logits, 3, seed).unwrap();
+            head.iter().map(|&t| new.tensor(t).init.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(head_init(1, 9), head_init(2, 9));
+        assert_ne!(head_init(1, 9), head_init(1, 10));
     }
 }

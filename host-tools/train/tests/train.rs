@@ -432,7 +432,7 @@ fn a_new_head_resizes_the_classifier_and_keeps_the_backbone() {
     let file = |model: &Model| ModelFile::from_graph(&model.zoo.graph, model.metadata.clone());
     let before = file(&model);
     let mut headed = model.clone();
-    headed.new_head(3).unwrap();
+    headed.new_head(3, 11).unwrap();
     assert_eq!(headed.classes(), 3);
     assert_eq!(headed.metadata.class_names, ["0", "1", "2"]);
     let after = file(&headed);
@@ -446,11 +446,18 @@ fn a_new_head_resizes_the_classifier_and_keeps_the_backbone() {
     assert_eq!(f32_weight(&after, "classifier.1.weight").len(), 3 * in_features);
     // Seeded: the same new head twice.
     let mut again = model.clone();
-    again.new_head(3).unwrap();
+    again.new_head(3, 11).unwrap();
     assert_eq!(
         f32_weight(&file(&again), "classifier.1.weight"),
         f32_weight(&after, "classifier.1.weight")
     );
-    let error = model.clone().new_head(0).unwrap_err().to_string();
+    // Another seed, another head.
+    let mut other = model.clone();
+    other.new_head(3, 12).unwrap();
+    assert_ne!(
+        f32_weight(&file(&other), "classifier.1.weight"),
+        f32_weight(&after, "classifier.1.weight")
+    );
+    let error = model.clone().new_head(0, 11).unwrap_err().to_string();
     assert!(error.contains("--new-head"), "{error}");
 }
