@@ -393,8 +393,8 @@ mod tests {
     }
 
     #[test]
-    fn fourteen_stages_and_the_first_installs_the_targets() {
-        assert_eq!(STAGES.len(), 14);
+    fn seventeen_stages_and_the_first_installs_the_targets() {
+        assert_eq!(STAGES.len(), 17);
         assert!(TARGETS.iter().all(|target| STAGES[0].title.contains(target)));
     }
 

@@ -53,7 +53,10 @@ impl Server {
             Some((kind, bytes)) => {
                 self.agent.run(request.header("Content-Type", kind).body(bytes).unwrap())
             }
-            None => self.agent.run(request.body(()).unwrap()),
+            // An explicit empty body: a bodiless request sent without a length leaves the
+            // service a body it never reads, and it then closes the kept-alive connection
+            // under the client's feet.
+            None => self.agent.run(request.header("Content-Length", "0").body(()).unwrap()),
         };
         let mut response = response.unwrap();
         let status = response.status().as_u16();
