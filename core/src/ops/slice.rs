@@ -2,7 +2,7 @@
 //! `chunk`), and `Pad`, its converse: zeros along one axis with the tensor in a run of it
 //! (asymmetric zero padding). Each is the other's gradient.
 
-use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
+use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute, Vjp};
 use crate::builder::invalid;
 use crate::geometry::SliceDims;
 use crate::graph::{Graph, GraphError};
@@ -21,17 +21,8 @@ impl OpRules for Slice {
     type Params = SliceParams;
     const NAME: &'static str = "slice";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const GRADIENT: Gradient<SliceParams> = Gradient::Flows {
-        inputs: &[0],
-        vjp: |p, cx| {
-            if cx.want(0).is_some() {
-                let x = cx.input(0);
-                let grad = cx.backward("grad", Op::Pad(p), vec![cx.dy], x)?;
-                cx.contribute(x, grad);
-            }
-            Ok(())
-        },
-    };
+    const GRADIENT: Gradient<SliceParams> =
+        Gradient::Flows { inputs: &[0], vjp: |p, cx| gradient_through(Op::Pad(p), cx) };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
     fn int8(_: SliceParams) -> Int8Form {
@@ -50,17 +41,8 @@ impl OpRules for Pad {
     type Params = SliceParams;
     const NAME: &'static str = "pad";
     const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
-    const GRADIENT: Gradient<SliceParams> = Gradient::Flows {
-        inputs: &[0],
-        vjp: |p, cx| {
-            if cx.want(0).is_some() {
-                let x = cx.input(0);
-                let grad = cx.backward("grad", Op::Slice(p), vec![cx.dy], x)?;
-                cx.contribute(x, grad);
-            }
-            Ok(())
-        },
-    };
+    const GRADIENT: Gradient<SliceParams> =
+        Gradient::Flows { inputs: &[0], vjp: |p, cx| gradient_through(Op::Slice(p), cx) };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
     fn int8(_: SliceParams) -> Int8Form {
@@ -70,6 +52,16 @@ impl OpRules for Pad {
     fn lower(p: SliceParams, cx: &Lowering<'_>) -> Lowered {
         cx.all(KernelCall::Pad(slice_dims(p, cx.output(0), cx.input(0))))
     }
+}
+
+/// The gradient of a slice or a pad: `op`, its converse, applied to the output's gradient.
+fn gradient_through(op: Op, cx: &mut Vjp<'_>) -> Result<(), GraphError> {
+    if cx.want(0).is_some() {
+        let x = cx.input(0);
+        let grad = cx.backward("grad", op, vec![cx.dy], x)?;
+        cx.contribute(x, grad);
+    }
+    Ok(())
 }
 
 /// The kernel's view of the slice of `whole` that is `part`. A hostile file's shapes may
