@@ -179,8 +179,11 @@ impl Quantization {
         let (x_zp, y_zp, act) = match corner {
             true => (-128, 127, FULL_RANGE),
             false => {
+                // Activation bounds half the time, the full int8 range (no bounds but
+                // int8's, a path of its own in the DSP requantization) otherwise.
                 let lo = ((rng.next_u64() % 64) as i32 - 128) as i8;
-                ((rng.next_u64() % 256) as i32 - 128, (rng.next_u64() % 21) as i32 - 10, (lo, 120))
+                let act = if rng.next_u64().is_multiple_of(2) { (lo, 120) } else { FULL_RANGE };
+                ((rng.next_u64() % 256) as i32 - 128, (rng.next_u64() % 21) as i32 - 10, act)
             }
         };
         Self { multipliers, bias, x_zp, y_zp, act }

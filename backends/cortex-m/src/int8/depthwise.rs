@@ -6,7 +6,7 @@
 //! Each plane is first copied into a stack buffer with its padding filled with the input
 //! zero point, so every output sees a full window: `Σ (x − zp)·w = Σ x·w − zp·Σ w` lets
 //! the zero point leave the inner loop, and the padding contributes `(zp − zp)·w = 0`.
-//! At stride 1 several output rows are summed as one run over the padded plane. Planes
+//! Sums of several output rows are requantized in one run straight into the output. Planes
 //! too large for the buffer (or zero points outside int8) take a per-output path that
 //! sums only the in-bounds taps.
 
@@ -90,50 +90,47 @@ impl Channel<'_> {
         self.quant.finish(acc)
     }
 
-    /// One output row from a padded plane: the window of output `i` starts at column
-    /// `i · stride` of `rows[0]`, whose kernel rows lie `pitch` apart.
-    fn row<E: Engine>(
-        &self,
-        rows: &[i8],
-        pitch: usize,
-        g: &Conv2dGeometry,
-        ys: &mut [i8],
-        sums: &mut [i32; SUMS],
-    ) {
-        let stride = g.stride.1;
-        let taps = <&[i8; 9]>::try_from(self.ws).ok().filter(|_| (g.kh, g.kw) == (3, 3));
-        for (chunk, ys) in ys.chunks_mut(SUMS).enumerate() {
-            let rows = &rows[chunk * SUMS * stride..];
-            let sums = &mut sums[..ys.len()];
-            match taps {
-                Some(taps) => E::sums_3x3(rows, pitch, taps, stride, sums),
-                None => sums_any(rows, pitch, self.ws, g.kw, stride, sums),
-            }
-            E::finish_run(&self.quant, self.raw_start, sums, ys, self.most);
-        }
-    }
-
-    /// Whole output rows at stride 1 from a padded plane (`rows` starts at the first
-    /// one's window), summed as one run: output `(j, ox)` is entry `j · pitch + ox` of the
-    /// run, and the `pitch − out_w` entries between rows are computed and dropped, so a
-    /// plane costs a few engine calls instead of two per row.
-    fn rows_flat<E: Engine>(
+    /// All outputs from a padded plane (`rows`, whose rows lie `pitch` apart), up to
+    /// [`SUMS`] at a time: each output row's (or part of a row's) sums go to a run of
+    /// `sums` in one engine call, and the run is requantized straight into `ys`.
+    fn plane<E: Engine>(
         &self,
         (rows, pitch): (&[i8], usize),
         g: &Conv2dGeometry,
         ys: &mut [i8],
-        (sums, flat): (&mut [i32; SUMS], &mut [i8; SUMS]),
+        sums: &mut [i32; SUMS],
     ) {
-        let count = ys.len() / g.out_w;
-        let n = (count - 1) * pitch + g.out_w;
-        let (sums, flat) = (&mut sums[..n], &mut flat[..n]);
-        match <&[i8; 9]>::try_from(self.ws).ok().filter(|_| (g.kh, g.kw) == (3, 3)) {
-            Some(taps) => E::sums_3x3(rows, pitch, taps, 1, sums),
-            None => sums_any(rows, pitch, self.ws, g.kw, 1, sums),
+        let taps = <&[i8; 9]>::try_from(self.ws).ok().filter(|_| (g.kh, g.kw) == (3, 3));
+        // A run of whole output rows is one engine call.
+        let (stride, row_step) = (g.stride.1, g.stride.0 * pitch);
+        let rows_per_run = SUMS / g.out_w.max(1);
+        if let (Some(taps), 1..) = (taps, rows_per_run) {
+            for (run, ys) in ys.chunks_mut(rows_per_run * g.out_w).enumerate() {
+                let (window, sums) =
+                    (&rows[run * rows_per_run * row_step..], &mut sums[..ys.len()]);
+                E::sums_3x3_rows(window, (pitch, row_step), taps, (stride, g.out_w), sums);
+                E::finish_run(&self.quant, self.raw_start, sums, ys, self.most);
+            }
+            return;
         }
-        E::finish_run(&self.quant, self.raw_start, sums, flat, self.most);
-        for (j, y_row) in ys.chunks_exact_mut(g.out_w).enumerate() {
-            E::copy_row(y_row, &flat[j * pitch..][..g.out_w]);
+        let (mut oy, mut ox) = (0, 0);
+        for ys in ys.chunks_mut(SUMS) {
+            let mut done = 0;
+            while done < ys.len() {
+                let n = (g.out_w - ox).min(ys.len() - done);
+                let window = &rows[oy * row_step + ox * stride..];
+                let run = &mut sums[done..done + n];
+                match taps {
+                    Some(taps) => E::sums_3x3(window, pitch, taps, stride, run),
+                    None => sums_any(window, pitch, self.ws, g.kw, stride, run),
+                }
+                done += n;
+                ox += n;
+                if ox == g.out_w {
+                    (oy, ox) = (oy + 1, 0);
+                }
+            }
+            E::finish_run(&self.quant, self.raw_start, &sums[..ys.len()], ys, self.most);
         }
     }
 }
@@ -193,12 +190,6 @@ pub fn depthwise_s8<E: Engine>(a: &QConv2dArgs<'_>, y: &mut [i8]) {
     let mut padded = [padded_zero.unwrap_or(0); PADDED_CAPACITY];
     let padded = &mut padded[..(height * pitch + 1).min(PADDED_CAPACITY)];
     let mut sums = [0i32; SUMS];
-    let mut flat = [0i8; SUMS];
-    // Output rows per run of `rows_flat` (stride 1 only).
-    let rows_per_run = match g.stride {
-        (1, 1) => SUMS / pitch.max(1),
-        _ => 0,
-    };
     let planes = x.chunks_exact(plane_in).zip(y.chunks_exact_mut(plane_out));
     for (index, (xs, ys)) in planes.enumerate() {
         let c = index % g.c_out;
@@ -215,25 +206,13 @@ pub fn depthwise_s8<E: Engine>(a: &QConv2dArgs<'_>, y: &mut [i8]) {
             x_zp,
             quant: ChannelQuant::new(out, c),
         };
-        let y_rows = ys.chunks_exact_mut(g.out_w).enumerate();
         match padded_zero {
-            Some(_) if rows_per_run >= 2 => {
-                pad::<E>(xs, g, pitch, padded);
-                let runs = ys.chunks_mut(rows_per_run * g.out_w).enumerate();
-                for (run, ys) in runs {
-                    let rows = &padded[run * rows_per_run * pitch..];
-                    channel.rows_flat::<E>((rows, pitch), g, ys, (&mut sums, &mut flat));
-                }
-            }
             Some(_) => {
                 pad::<E>(xs, g, pitch, padded);
-                for (oy, y_row) in y_rows {
-                    let rows = &padded[oy * g.stride.0 * pitch..];
-                    channel.row::<E>(rows, pitch, g, y_row, &mut sums);
-                }
+                channel.plane::<E>((padded, pitch), g, ys, &mut sums);
             }
             None => {
-                for (oy, y_row) in y_rows {
+                for (oy, y_row) in ys.chunks_exact_mut(g.out_w).enumerate() {
                     for (ox, value) in y_row.iter_mut().enumerate() {
                         *value = channel.clipped(xs, g, (rows, cols), (oy, ox));
                     }

@@ -12,17 +12,17 @@
 //! Around it: reductions of two groups keep a row's weights in registers while columns
 //! stream past (10 instructions per 8 MACs); pointwise panels are built with
 //! `SXTB16`/`PKHBT`/`SSUB16` (41 instructions per 16 values); depthwise 3x3 windows take
-//! 18 instructions per output; requantization takes 18 per output in its cheap form (see
-//! [`super::requantize`]); short rows are copied a word at a time. Whole kernels, as
-//! `cargo xtask bench cortex-m` counts them: about 2.1 instructions per MAC for a 3x3
-//! convolution, 1.9 for a pointwise one, 5.0 for a depthwise one, 1.6 for a dense layer at
-//! batch 8; LeafNet's convolutions average 2.9.
+//! 12 instructions per output at stride 1 (two outputs share each kernel row's word) and
+//! 18 at stride 2; requantization takes 9.5 per output with activation bounds and 7.5
+//! without, two at a time in the folded form (see [`super::requantize`]); short rows are
+//! copied a word at a time. `cargo xtask bench cortex-m` counts LeafNet's int8
+//! convolutions at 2.24 instructions per MAC (CMSIS-NN: 3.84).
 
 use core::arch::asm;
 
 use super::columns::WIDE;
 use super::product::Engine;
-use super::requantize::{ChannelQuant, CheapForm};
+use super::requantize::{ChannelQuant, CheapForm, FoldedForm};
 use super::Int8Path;
 
 /// `SXTB16` + `SMLAD` multiply-accumulates.
@@ -61,6 +61,67 @@ macro_rules! one_group {
             "ldrd {x0}, {x1}, [{x}], #8\n",
             "smlad {a}, {x0}, {wa}, {a}\n",
             "smlad {a}, {x1}, {wb}, {a}\n",
+        )
+    };
+}
+
+/// The stride-1 depthwise 3x3 loop over pairs of outputs at `{p}` (see [`sums_3x3`]):
+/// `{count}` holds the pair count, running up from `−pairs` in its top half (the loop
+/// ends when adding 2^16 carries out), and the last tap in its bottom half.
+macro_rules! pairs_3x3 {
+    () => {
+        concat!(
+            "ldr {x}, [{p}, {pitch}]\n",
+            "sxtb16 {b}, {x}, ror #8\n",
+            "sxtb16 {x}, {x}\n",
+            "smuad {s0}, {x}, {w1}\n",
+            "smuad {s1}, {b}, {w1}\n",
+            "smlabt {s0}, {b}, {w_mid}, {s0}\n",
+            "smlatt {s1}, {x}, {w_mid}, {s1}\n",
+            "ldr {x}, [{p}, {pitch}, lsl #1]\n",
+            "sxtb16 {b}, {x}, ror #8\n",
+            "sxtb16 {x}, {x}\n",
+            "smlad {s0}, {x}, {w2}, {s0}\n",
+            "smlad {s1}, {b}, {w2}, {s1}\n",
+            "smlabb {s0}, {b}, {count}, {s0}\n",
+            "smlatb {s1}, {x}, {count}, {s1}\n",
+            "ldr {x}, [{p}], #2\n",
+            "sxtb16 {b}, {x}, ror #8\n",
+            "sxtb16 {x}, {x}\n",
+            "smlad {s0}, {x}, {w0}, {s0}\n",
+            "smlad {s1}, {b}, {w0}, {s1}\n",
+            "smlabb {s0}, {b}, {w_mid}, {s0}\n",
+            "smlatb {s1}, {x}, {w_mid}, {s1}\n",
+            "strd {s0}, {s1}, [{out}], #8\n",
+            "adds {count}, {count}, #0x10000\n",
+            "bcc 2b\n",
+        )
+    };
+}
+
+/// The stride-2 depthwise 3x3 loop over single outputs at `{p}` (see [`sums_3x3`]), with
+/// `{count}` as in [`pairs_3x3`] (outputs instead of pairs), summing in `{s0}`.
+macro_rules! singles_3x3 {
+    () => {
+        concat!(
+            "ldr {x}, [{p}, {pitch}]\n",
+            "sxtb16 {b}, {x}, ror #8\n",
+            "sxtb16 {x}, {x}\n",
+            "smuad {s0}, {x}, {w1}\n",
+            "smlabt {s0}, {b}, {w_mid}, {s0}\n",
+            "ldr {x}, [{p}, {pitch}, lsl #1]\n",
+            "sxtb16 {b}, {x}, ror #8\n",
+            "sxtb16 {x}, {x}\n",
+            "smlad {s0}, {x}, {w2}, {s0}\n",
+            "smlabb {s0}, {b}, {count}, {s0}\n",
+            "ldr {x}, [{p}], #2\n",
+            "sxtb16 {b}, {x}, ror #8\n",
+            "sxtb16 {x}, {x}\n",
+            "smlad {s0}, {x}, {w0}, {s0}\n",
+            "smlabb {s0}, {b}, {w_mid}, {s0}\n",
+            "str {s0}, [{out}], #4\n",
+            "adds {count}, {count}, #0x10000\n",
+            "bcc 2b\n",
         )
     };
 }
@@ -125,6 +186,15 @@ impl Engine for Dsp {
     }
     fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
         sums_3x3(rows, pitch, taps, stride, sums)
+    }
+    fn sums_3x3_rows(
+        rows: &[i8],
+        steps: (usize, usize),
+        taps: &[i8; 9],
+        shape: (usize, usize),
+        sums: &mut [i32],
+    ) {
+        sums_3x3_rows(rows, steps, taps, shape, sums)
     }
     fn finish_run(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8], most: u64) {
         match most < 1 << 30 {
@@ -298,8 +368,69 @@ macro_rules! requantize_loop {
     }};
 }
 
-/// [`finish_run`] where every `|start + accs[i]|` is below `2^30`: the same loop without
-/// the range check, 16 instructions per output.
+/// One output of [`finish_small`]'s pair loop: `{v}` (the accumulator) doubled with the start,
+/// `SMMLAR` for the rounded high product plus the folded constant, the sign correction,
+/// the shift and `SSAT` to int8.
+macro_rules! requantize_one {
+    ($v:literal) => {
+        concat!(
+            "add {",
+            $v,
+            "}, {s2}, {",
+            $v,
+            "}, lsl #1\n",
+            "smmlar {t}, {",
+            $v,
+            "}, {m}, {c}\n",
+            "add {t}, {t}, {",
+            $v,
+            "}, asr #31\n",
+            "asr {",
+            $v,
+            "}, {t}, {right}\n",
+            "ssat {",
+            $v,
+            "}, #8, {",
+            $v,
+            "}\n",
+        )
+    };
+}
+
+/// [`finish_small`]'s pair loop, two outputs per turn, with the bounds applied by `$clamp`
+/// (instructions on the two packed bytes in `{a0}`, or nothing).
+macro_rules! requantize_pairs_loop {
+    ($clamp:expr, $acc:expr, $out:expr, $n:expr, $form:expr, $($bounds:tt)*) => {
+        asm!(
+            "2:",
+            "ldrd {a0}, {a1}, [{acc}], #8",
+            requantize_one!("a0"),
+            requantize_one!("a1"),
+            "bfi {a0}, {a1}, #8, #8",
+            $clamp,
+            "strh {a0}, [{out}], #2",
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            acc = inout(reg) $acc => _,
+            out = inout(reg) $out => _,
+            n = inout(reg) $n => _,
+            s2 = in(reg) $form.start2,
+            m = in(reg) $form.multiplier,
+            c = in(reg) $form.constant,
+            right = in(reg) $form.right,
+            a0 = out(reg) _,
+            a1 = out(reg) _,
+            t = out(reg) _,
+            $($bounds)*
+            options(nostack),
+        )
+    };
+}
+
+/// [`finish_run`] where every `|start + accs[i]|` is below `2^30`: two outputs per turn in
+/// 19 instructions (15 for the full int8 range) in the folded form ([`FoldedForm`]:
+/// `SMMLAR` adds the rounding half and the zero point, `SSAT` clamps to int8 and
+/// `SSUB8`/`SEL` to the activation bounds), else one per turn in 16.
 fn finish_small(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) {
     let Some(cheap) = quant.cheap() else {
         return quant.finish_run(start, accs, out);
@@ -308,11 +439,45 @@ fn finish_small(quant: &ChannelQuant, start: i32, accs: &[i32], out: &mut [i8]) 
     if n == 0 {
         return;
     }
-    // SAFETY: the loop reads `accs[..n]` and writes `out[..n]`, one element per
-    // iteration; only the named registers and the flags change. (No doubling overflows:
-    // the caller bounds every `|start + acc|` below 2^30.)
-    unsafe {
-        requantize_loop!("add {t}, {x}, {x}", accs.as_ptr(), out.as_mut_ptr(), n => _, start, cheap);
+    let Some(form) = FoldedForm::new(&cheap, start) else {
+        // SAFETY: the loop reads `accs[..n]` and writes `out[..n]`, one element per
+        // iteration; only the named registers and the flags change. (No doubling
+        // overflows: the caller bounds every `|start + acc|` below 2^30.)
+        return unsafe {
+            requantize_loop!("add {t}, {x}, {x}", accs.as_ptr(), out.as_mut_ptr(), n => _, start, cheap);
+        };
+    };
+    let pairs = n / 2;
+    if pairs > 0 {
+        let (acc, y) = (accs.as_ptr(), out.as_mut_ptr());
+        // SAFETY: each turn reads two words of `accs` (aligned, as `i32`s are) and writes
+        // two bytes of `out` (`STRH` may be unaligned on v7-M): `2 · pairs ≤ n` of each;
+        // only the named registers and the flags (GE included) change. No doubling
+        // overflows (the caller bounds every `|start + acc|` below 2^30) and no sum does
+        // (the high product and the constant are both below 2^30 in magnitude).
+        unsafe {
+            let bytes = |v: i32| (v as u8 as u32) * 0x0101_0101;
+            match form.bounds {
+                None => requantize_pairs_loop!("", acc, y, pairs, form,),
+                Some((lo, hi)) => requantize_pairs_loop!(
+                    concat!(
+                        "ssub8 {t}, {a0}, {lo}\n",
+                        "sel {a0}, {a0}, {lo}\n",
+                        "ssub8 {t}, {hi}, {a0}\n",
+                        "sel {a0}, {a0}, {hi}\n",
+                    ),
+                    acc,
+                    y,
+                    pairs,
+                    form,
+                    lo = in(reg) bytes(lo),
+                    hi = in(reg) bytes(hi),
+                ),
+            }
+        }
+    }
+    if n % 2 == 1 {
+        out[n - 1] = quant.finish(start.wrapping_add(accs[n - 1]));
     }
 }
 
@@ -475,26 +640,154 @@ fn dot_columns_8(w: &[i8; 8], start: i32, values: &[i16], acc: &mut [i32]) {
 }
 
 /// `Engine::sums_3x3` with `SMUAD`/`SMLAD` on the pairs `[w0, w2]` of each kernel row
-/// and `SMLABB`/`SMLABT` for the middle taps: 18 instructions per output. Strides other
-/// than 1 and 2, and rows without a readable word past the last window, take the portable
-/// loop.
+/// and `SMLABB`/`SMLABT` for the middle taps. At stride 1 two neighbouring outputs share
+/// each kernel row's word: its `SXTB16` halves `[x0, x2]` and `[x1, x3]` are the first
+/// output's outer pair and the second's, and the middle taps are `x1` and `x2`, so a pair
+/// takes 24 instructions; a single output takes 18. Strides other than 1 and 2, and rows
+/// without a readable word past the last window, take the portable loop.
 pub fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
     let n = sums.len();
     let words_fit = n > 0 && rows.len() >= 2 * pitch + (n - 1) * stride + 4;
     if !(words_fit && (stride == 1 || stride == 2)) {
         return super::depthwise::sums_3x3(rows, pitch, taps, stride, sums);
     }
-    let t = taps.map(i32::from);
-    let pair = |lo: i32, hi: i32| (lo & 0xffff) | (hi << 16);
-    let (w0, w1, w2) = (pair(t[0], t[2]), pair(t[3], t[5]), pair(t[6], t[8]));
-    let (w_mid, w_last) = (pair(t[1], t[4]), t[7]);
-    let (p, out) = (rows.as_ptr(), sums.as_mut_ptr());
+    let [w0, w1, w2, w_mid, w_last] = packed_3x3(taps);
+    let (mut p, mut out) = (rows.as_ptr(), sums.as_mut_ptr());
+    let mut single = n;
+    // The pair count must fit the top half of a word.
+    if stride == 1 && (2..1 << 17).contains(&n) {
+        let pairs = n / 2;
+        let count = count_and_tap(pairs, w_last);
+        // SAFETY: the pair at output `i` reads the words at `i`, `pitch + i` and
+        // `2 · pitch + i` of `rows` (unaligned `LDR` is allowed on v7-M), within `rows` by
+        // `words_fit` as `i + 1 < n`, and writes `sums[i..i + 2]` (aligned, as `i32`s
+        // are); only the named registers and the flags change.
+        unsafe {
+            asm!(
+                "2:",
+                pairs_3x3!(),
+                p = inout(reg) p,
+                pitch = in(reg) pitch,
+                out = inout(reg) out,
+                count = inout(reg) count => _,
+                w0 = in(reg) w0,
+                w1 = in(reg) w1,
+                w2 = in(reg) w2,
+                w_mid = in(reg) w_mid,
+                x = out(reg) _,
+                b = out(reg) _,
+                s0 = out(reg) _,
+                s1 = out(reg) _,
+                options(nostack),
+            )
+        }
+        single = n % 2;
+        if single == 0 {
+            return;
+        }
+    }
     // SAFETY (of both loops): output `i` reads the words at `i · stride`,
     // `pitch + i · stride` and `2 · pitch + i · stride` of `rows` (unaligned `LDR` is
-    // allowed on v7-M), all within `rows` by `words_fit`, and writes `sums[i]`.
+    // allowed on v7-M), all within `rows` by `words_fit`, and writes `sums[i]`; `p` and
+    // `out` stand at the first output the pairs left.
     match stride {
-        1 => sums_3x3_loop!(1, p, pitch, out, n, w0, w1, w2, w_mid, w_last),
-        _ => sums_3x3_loop!(2, p, pitch, out, n, w0, w1, w2, w_mid, w_last),
+        1 => sums_3x3_loop!(1, p, pitch, out, single, w0, w1, w2, w_mid, w_last),
+        _ => sums_3x3_loop!(2, p, pitch, out, single, w0, w1, w2, w_mid, w_last),
+    }
+}
+
+/// A 3x3 filter as the DSP loops hold it: the pairs `[w0, w2]` of each kernel row, the
+/// middle taps of the first two rows as a pair, and the last row's middle tap.
+fn packed_3x3(taps: &[i8; 9]) -> [i32; 5] {
+    let t = taps.map(i32::from);
+    let pair = |lo: i32, hi: i32| (lo & 0xffff) | (hi << 16);
+    [pair(t[0], t[2]), pair(t[3], t[5]), pair(t[6], t[8]), pair(t[1], t[4]), t[7]]
+}
+
+/// The `{count}` register of [`pairs_3x3`] and [`singles_3x3`]: `−n` (the pairs or outputs
+/// of a row) in the top half, the last tap in the bottom half.
+fn count_and_tap(n: usize, w_last: i32) -> u32 {
+    ((n as u32).wrapping_neg() << 16) | (w_last as u32 & 0xffff)
+}
+
+/// [`sums_3x3_rows`]' loop: `$row` (the loop over one output row, which leaves `{p}` after
+/// its last window), then a few instructions that reload the rows left, the count and the
+/// step to the next row's first window from three stack words.
+macro_rules! rows_3x3 {
+    ($row:expr, $rows:expr, $pitch:expr, $sums:expr, $reset:expr, $count:expr, $step:expr, $taps:expr, $($extra:tt)*) => {{
+        let [w0, w1, w2, w_mid, _] = $taps;
+        asm!(
+            "sub sp, sp, #16",
+            "str {x}, [sp]",
+            "str {b}, [sp, #4]",
+            "str {s0}, [sp, #8]",
+            "2:",
+            $row,
+            "ldr {x}, [sp]",
+            "subs {x}, {x}, #1",
+            "beq 3f",
+            "str {x}, [sp]",
+            "ldr {x}, [sp, #8]",
+            "add {p}, {p}, {x}",
+            "ldr {count}, [sp, #4]",
+            "b 2b",
+            "3:",
+            "add sp, sp, #16",
+            p = inout(reg) $rows => _,
+            pitch = in(reg) $pitch,
+            out = inout(reg) $sums => _,
+            count = inout(reg) $reset => _,
+            w0 = in(reg) w0,
+            w1 = in(reg) w1,
+            w2 = in(reg) w2,
+            w_mid = in(reg) w_mid,
+            x = inout(reg) $count => _,
+            b = inout(reg) $reset => _,
+            s0 = inout(reg) $step => _,
+            $($extra)*
+        )
+    }};
+}
+
+/// `Engine::sums_3x3_rows` for a whole run of rows in one call: at stride 1 the pair loop
+/// (24 instructions per pair), at stride 2 a one-output loop (18 per output), and 8
+/// instructions between rows. Other strides, odd widths at stride 1 and rows without a
+/// readable word past the last window take a call per row.
+pub fn sums_3x3_rows(
+    rows: &[i8],
+    (pitch, row_step): (usize, usize),
+    taps: &[i8; 9],
+    (stride, width): (usize, usize),
+    sums: &mut [i32],
+) {
+    let count = sums.len().checked_div(width).unwrap_or(0);
+    let last = (count.max(1) - 1) * row_step + 2 * pitch + (width.max(1) - 1) * stride + 4;
+    let fits = count > 0 && count * width == sums.len() && rows.len() >= last;
+    let per_row = match stride {
+        1 if width.is_multiple_of(2) => width / 2,
+        2 => width,
+        _ => 0,
+    };
+    if !(fits && per_row > 0 && per_row < 1 << 15 && row_step >= width * stride) {
+        for (row, sums) in sums.chunks_mut(width.max(1)).enumerate() {
+            sums_3x3(&rows[row * row_step..], pitch, taps, stride, sums);
+        }
+        return;
+    }
+    let taps = packed_3x3(taps);
+    let reset = count_and_tap(per_row, taps[4]);
+    let (p, out, step) = (rows.as_ptr(), sums.as_mut_ptr(), row_step - width * stride);
+    // SAFETY: output `i` of row `r` reads the words at `r · row_step + i · stride` and
+    // `pitch` and `2 · pitch` further of `rows` (unaligned `LDR` is allowed on v7-M),
+    // within `rows` by `fits` (`last` is the end of the last row's last word), and writes
+    // `sums[r · width + i]` (two at a time at stride 1, word-aligned as `i32`s are),
+    // within `sums` as `count · width = sums.len()`. The loop keeps three words below the
+    // stack pointer, which it restores; only the named registers and the flags change.
+    unsafe {
+        match stride {
+            1 => rows_3x3!(pairs_3x3!(), p, pitch, out, reset, count, step, taps, s1 = out(reg) _),
+            _ => rows_3x3!(singles_3x3!(), p, pitch, out, reset, count, step, taps,),
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use core::ops::Range;
 use sprout_core::quant::{QConv2dArgs, QLayerArgs, QLinearArgs};
 
 use columns::{centered, largest_centered, ConvPatch};
-use product::{product, Columns, Engine, Rows};
+use product::{product, Columns, Engine, Rows, Sink, MOST_OUTPUTS};
 
 #[cfg(dsp_simd)]
 use dsp::Dsp as Best;
@@ -130,10 +130,8 @@ fn conv2d<E: Engine>(a: &QConv2dArgs<'_>, y: &mut [i8]) {
                 first,
                 out,
             };
-            let y_first = (n * g.c_out + first) * plane;
-            product::<E>(&ConvColumns { patch }, &rows, |p, r, values| {
-                E::copy_row(&mut y[y_first + r * plane + p..][..values.len()], values)
-            });
+            let mut sink = Planes { y: &mut *y, first: (n * g.c_out + first) * plane, plane };
+            product::<E>(&ConvColumns { patch }, &rows, &mut sink);
         }
     }
 }
@@ -146,9 +144,38 @@ fn linear<E: Engine>(a: &QLinearArgs<'_>, y: &mut [i8]) {
     debug_assert_eq!(out.multipliers.len(), d.m);
     let columns = InputRows { x, zero_point: x_zp, k: d.k };
     let rows = Rows { w, count: d.m, depth: d.k, bias, first: 0, out };
-    product::<E>(&columns, &rows, |first, j, values| {
-        for (i, &value) in (first..).zip(values) {
-            y[i * d.m + j] = value;
+    product::<E>(&columns, &rows, &mut Rowwise { y, m: d.m });
+}
+
+/// A convolution's outputs: a row's outputs lie together in its output channel's plane,
+/// so they are written in place.
+struct Planes<'a> {
+    y: &'a mut [i8],
+    /// Where the product's first output channel starts in `y`.
+    first: usize,
+    plane: usize,
+}
+
+impl Sink for Planes<'_> {
+    fn put(&mut self, first: usize, row: usize, len: usize, finish: impl FnOnce(&mut [i8])) {
+        finish(&mut self.y[self.first + row * self.plane + first..][..len])
+    }
+}
+
+/// A dense layer's outputs: a row's outputs (one output feature for consecutive samples)
+/// lie `m` apart, so they are finished into a buffer and spread out.
+struct Rowwise<'a> {
+    y: &'a mut [i8],
+    m: usize,
+}
+
+impl Sink for Rowwise<'_> {
+    fn put(&mut self, first: usize, row: usize, len: usize, finish: impl FnOnce(&mut [i8])) {
+        let mut values = [0i8; MOST_OUTPUTS];
+        let values = &mut values[..len];
+        finish(values);
+        for (i, &value) in (first..).zip(&*values) {
+            self.y[i * self.m + row] = value;
         }
-    });
+    }
 }

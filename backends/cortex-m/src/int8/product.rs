@@ -52,6 +52,21 @@ pub trait Engine {
     fn sums_3x3(rows: &[i8], pitch: usize, taps: &[i8; 9], stride: usize, sums: &mut [i32]) {
         super::depthwise::sums_3x3(rows, pitch, taps, stride, sums)
     }
+    /// [`Engine::sums_3x3`] for whole output rows of `width` outputs at `stride` (`shape`;
+    /// `sums.len() / width` rows), whose first windows start `row_step` apart in `rows`
+    /// (kernel rows `pitch` apart; `steps` is `(pitch, row_step)`): the sums of row `r` go
+    /// to `sums[r · width..][..width]`.
+    fn sums_3x3_rows(
+        rows: &[i8],
+        (pitch, row_step): (usize, usize),
+        taps: &[i8; 9],
+        (stride, width): (usize, usize),
+        sums: &mut [i32],
+    ) {
+        for (row, sums) in sums.chunks_mut(width.max(1)).enumerate() {
+            Self::sums_3x3(&rows[row * row_step..], pitch, taps, stride, sums);
+        }
+    }
     /// The whole groups of a pointwise panel: `lanes` in block order from channel `k`'s
     /// four inputs `x[k · plane..][..4]`, centered on `zero_point`.
     fn pointwise_groups(x: &[i8], plane: usize, zero_point: i32, lanes: &mut [i16]) {
@@ -100,18 +115,24 @@ pub struct Rows<'a, 'q> {
     pub out: &'a OutputQuant<'q>,
 }
 
-/// Runs the product and hands the outputs of each row, for consecutive columns from
-/// `first`, to `store(first, row, values)`.
-pub fn product<E: Engine>(
-    columns: &impl Columns,
-    rows: &Rows<'_, '_>,
-    mut store: impl FnMut(usize, usize, &[i8]),
-) {
+/// The most outputs of one row that a product finishes at once.
+pub const MOST_OUTPUTS: usize = WIDE * MAX_PANELS;
+
+/// Where a product's outputs go.
+pub trait Sink {
+    /// Has `finish` write the outputs of row `row` for the `len ≤ MOST_OUTPUTS`
+    /// consecutive columns from `first`, straight into the output where they lie together
+    /// there.
+    fn put(&mut self, first: usize, row: usize, len: usize, finish: impl FnOnce(&mut [i8]));
+}
+
+/// Runs the product and hands the outputs of each row, for consecutive columns, to `sink`.
+pub fn product<E: Engine>(columns: &impl Columns, rows: &Rows<'_, '_>, sink: &mut impl Sink) {
     let mut block = ColumnBlock::new();
     let mut natural = [0i16; CHUNK];
     match rows.depth <= CHUNK {
-        true => one_chunk::<E>(columns, rows, &mut block, &mut natural, &mut store),
-        false => chunked::<E>(columns, rows, &mut block, &mut natural, &mut store),
+        true => one_chunk::<E>(columns, rows, &mut block, &mut natural, sink),
+        false => chunked::<E>(columns, rows, &mut block, &mut natural, sink),
     }
 }
 
@@ -146,15 +167,14 @@ fn one_chunk<E: Engine>(
     rows: &Rows<'_, '_>,
     block: &mut ColumnBlock,
     natural: &mut [i16; CHUNK],
-    store: &mut impl FnMut(usize, usize, &[i8]),
+    sink: &mut impl Sink,
 ) {
     let (depth, count, largest) = (rows.depth, columns.count(), columns.largest());
     // Two groups per column: the row's weights stay in registers while single columns
     // stream past them.
     let two_groups = depth.div_ceil(4) == 2;
     let most_panels = ColumnBlock::panels_for(WIDE, depth).min(MAX_PANELS);
-    let mut acc = [0i32; WIDE * MAX_PANELS];
-    let mut values = [0i8; WIDE * MAX_PANELS];
+    let mut acc = [0i32; MOST_OUTPUTS];
     let mut padded = [0i8; CHUNK];
     let mut start = 0;
     while start < count {
@@ -188,8 +208,8 @@ fn one_chunk<E: Engine>(
             }
             let quant = ChannelQuant::new(rows.out, rows.first + r);
             let most = bias_most(bias, depth, largest);
-            E::finish_run(&quant, 0, &acc[..outputs], &mut values[..outputs], most);
-            store(start, r, &values[..outputs]);
+            let acc = &acc[..outputs];
+            sink.put(start, r, outputs, |out| E::finish_run(&quant, 0, acc, out, most));
         }
         start += width * panels;
     }
@@ -202,7 +222,7 @@ fn chunked<E: Engine>(
     rows: &Rows<'_, '_>,
     block: &mut ColumnBlock,
     natural: &mut [i16; CHUNK],
-    store: &mut impl FnMut(usize, usize, &[i8]),
+    sink: &mut impl Sink,
 ) {
     let (depth, count, row_count) = (rows.depth, columns.count(), rows.count);
     let chunks = depth.div_ceil(CHUNK);
@@ -229,11 +249,10 @@ fn chunked<E: Engine>(
             }
             for (r, acc) in (row_start..row_end).zip(&acc) {
                 let quant = ChannelQuant::new(rows.out, rows.first + r);
-                let mut outputs = [0i8; WIDE];
                 let bias = rows.bias.map_or(0, |b| b[rows.first + r]);
                 let most = bias_most(bias, depth, columns.largest());
-                E::finish_run(&quant, 0, &acc[..width], &mut outputs[..width], most);
-                store(start, r, &outputs[..width]);
+                let acc = &acc[..width];
+                sink.put(start, r, width, |out| E::finish_run(&quant, 0, acc, out, most));
             }
         }
         start += width;

@@ -45,6 +45,61 @@ pub struct CheapForm {
     pub hi: i32,
 }
 
+/// [`CheapForm`] with the zero point folded into the rounding constant, for a start
+/// `start` added to every accumulator `acc` with `|start + acc| < 2^30`:
+/// `(SMMLAR(2·(start + acc), multiplier, constant) + sign(acc)) >> right`, clamped to
+/// int8 and then to the bounds. `SMMLAR` yields `h + half + zp · 2^right` for the high
+/// product `h`; adding the zero point before the shift moves the floor by exactly
+/// `zp`. The sign correction takes the accumulator's sign, which is `h`'s wherever `h` is
+/// not 0 (the multiplier is not negative) and changes nothing where `h` is 0 (`half − 1`
+/// shifts to 0).
+#[cfg(any(test, dsp_simd))]
+#[derive(Clone, Copy, Debug)]
+pub struct FoldedForm {
+    /// `2 · start` (wrapping).
+    pub start2: i32,
+    pub multiplier: i32,
+    /// `2^(right − 1) + zero_point · 2^right`, below `2^30` in magnitude so that no sum
+    /// with the high product (also below `2^30`) overflows.
+    pub constant: i32,
+    pub right: u32,
+    /// The activation bounds, or `None` for the full int8 range.
+    pub bounds: Option<(i32, i32)>,
+}
+
+#[cfg(any(test, dsp_simd))]
+impl FoldedForm {
+    /// The folded form of `cheap`, where its constant stays below `2^30` in magnitude.
+    pub fn new(cheap: &CheapForm, start: i32) -> Option<Self> {
+        let constant = i64::from(cheap.half) + (i64::from(cheap.zero_point) << cheap.right);
+        let bounds = match (cheap.lo, cheap.hi) {
+            (-128, 127) => None,
+            bounds => Some(bounds),
+        };
+        (constant.unsigned_abs() < 1 << 30).then(|| Self {
+            start2: start.wrapping_mul(2),
+            multiplier: cheap.multiplier,
+            constant: constant as i32,
+            right: cheap.right,
+            bounds,
+        })
+    }
+}
+
+#[cfg(test)]
+impl FoldedForm {
+    /// The output for `acc` with `|start + acc| < 2^30`, as the DSP loop computes it.
+    fn finish(&self, acc: i32) -> i8 {
+        let doubled = self.start2.wrapping_add(acc.wrapping_mul(2));
+        let product = i64::from(doubled) * i64::from(self.multiplier) + (1 << 31);
+        let high = ((product >> 32) as i32).wrapping_add(self.constant);
+        let value = high.wrapping_add(doubled >> 31) >> self.right;
+        let value = value.clamp(-128, 127);
+        let (lo, hi) = self.bounds.unwrap_or((-128, 127));
+        value.max(lo).min(hi) as i8
+    }
+}
+
 #[cfg(test)]
 impl CheapForm {
     /// `finish(acc)` where `|acc| < 2^30`, as the DSP loop computes it; `None` for other
@@ -116,8 +171,9 @@ mod tests {
     use sprout_core::quant::Requantize;
     use sprout_core::rng::SplitMix;
 
-    /// Both forms against the reference; returns whether the cheap form applied.
-    fn check(acc: i32, multiplier: i32, shift: i32, zero_point: i32, act: (i8, i8)) -> bool {
+    /// All forms against the reference; returns whether the cheap form and the folded
+    /// form applied.
+    fn check(acc: i32, multiplier: i32, shift: i32, zero_point: i32, act: (i8, i8)) -> [bool; 2] {
         let multipliers = [Requantize { multiplier, shift }];
         let out = OutputQuant { multipliers: &multipliers, zero_point, act };
         let want = out.finish(0, acc);
@@ -130,7 +186,14 @@ mod tests {
         if let Some(got) = cheap {
             assert_eq!(got, want, "cheap form: {what}");
         }
-        cheap.is_some()
+        // The folded form, with the accumulator split between the start and the sum.
+        let folded = quant.cheap().filter(|_| acc.unsigned_abs() < 1 << 30);
+        let start = acc / 3;
+        let folded = folded.and_then(|c| FoldedForm::new(&c, start));
+        if let Some(folded) = folded {
+            assert_eq!(folded.finish(acc - start), want, "folded form: {what}");
+        }
+        [cheap.is_some(), folded.is_some()]
     }
 
     #[test]
@@ -150,26 +213,28 @@ mod tests {
             1 << 30,
             i32::MAX,
         ];
-        let mut cheap = 0;
+        let mut applied = [0; 2];
         for acc in values {
             for multiplier in values {
                 for shift in [i32::MIN, -40, -31, -30, -17, -1, 0, 1, 7, 29, 30, 31, i32::MAX] {
                     for zero_point in [i32::MIN, -128, 0, 127, i32::MAX] {
-                        let full = check(acc, multiplier, shift, zero_point, (-128, 127));
-                        let relu = check(acc, multiplier, shift, zero_point, (-20, 90));
-                        cheap += usize::from(full) + usize::from(relu);
+                        for act in [(-128, 127), (-20, 90)] {
+                            let forms = check(acc, multiplier, shift, zero_point, act);
+                            applied = [0, 1].map(|i| applied[i] + usize::from(forms[i]));
+                        }
                     }
                 }
             }
         }
-        // The cheap form covered the corners it may take (not a vacuous comparison).
-        assert!(cheap > 1000, "{cheap}");
+        // The cheap and folded forms covered the corners they may take (not a vacuous
+        // comparison).
+        assert!(applied[0] > 1000 && applied[1] > 500, "{applied:?}");
     }
 
     #[test]
     fn matches_the_reference_on_random_inputs() {
         let mut rng = SplitMix::new(11);
-        let mut cheap = 0;
+        let mut applied = [0; 2];
         for _ in 0..300_000 {
             let acc = rng.next_u64() as i32 >> (rng.next_u64() % 32);
             let multiplier = match rng.next_u64() % 4 {
@@ -179,9 +244,10 @@ mod tests {
             let shift = (rng.next_u64() % 64) as i32 - 32;
             let zero_point = (rng.next_u64() % 256) as i32 - 128;
             let (a, b) = (rng.next_u64() as i8, rng.next_u64() as i8);
-            cheap += usize::from(check(acc, multiplier, shift, zero_point, (a.min(b), a.max(b))));
+            let forms = check(acc, multiplier, shift, zero_point, (a.min(b), a.max(b)));
+            applied = [0, 1].map(|i| applied[i] + usize::from(forms[i]));
         }
-        assert!(cheap > 100_000, "{cheap}");
+        assert!(applied[0] > 100_000 && applied[1] > 50_000, "{applied:?}");
     }
 
     #[test]
