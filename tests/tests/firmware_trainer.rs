@@ -1,16 +1,19 @@
 //! The firmware trainer fine-tunes the zoo MLP's head from a bundle on generated samples to
 //! a tested held-out accuracy, allocating nothing from the first sample to the stored
-//! checkpoint. A counting `#[global_allocator]` (armed per thread, as in
+//! checkpoint; with a sparse update (`sprout_bundle::sparse`) it trains the int8 layers'
+//! biases and pointwise weights too, on the Cortex-M kernels. A counting `#[global_allocator]` (armed per thread, as in
 //! `tests/tests/no_alloc.rs`) proves the zero.
 
-use sprout_bundle::{build, BundleOptions};
+use sprout_bundle::sparse::{self, DeviceMemory, Int8Layer};
+use sprout_bundle::{build, BundleBuildError, BundleOptions};
 use sprout_core::format::bundle::decode;
 use sprout_core::rng::SplitMix;
-use sprout_core::{Reference, Step};
+use sprout_core::{save_model, Host, Kernels, Reference, Step};
+use sprout_cortex_m::CortexM;
 use sprout_firmware::trainer::{
     EpochReport, Log, SampleCache, Trainer, TrainerError, TrainerMemory,
 };
-use sprout_train::Model;
+use sprout_train::{quantize, DataSource, Model, QuantizeSettings, TensorSet};
 use sprout_zoo::Architecture;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -92,36 +95,51 @@ impl Log for Reports {
     }
 }
 
-#[test]
-fn the_trainer_fine_tunes_the_head_without_allocating() {
-    let model = Model::from_zoo(Architecture::Mlp, 16, 3).unwrap();
-    let host = build(&model, &BundleOptions { batch: 8, ..BundleOptions::default() }).unwrap();
-    let mut words = vec![0u128; host.bytes.len().div_ceil(16)];
-    bytemuck::cast_slice_mut::<u128, u8>(&mut words)[..host.bytes.len()]
-        .copy_from_slice(&host.bytes);
-    let file = &bytemuck::cast_slice::<u128, u8>(&words)[..host.bytes.len()];
-    let mut steps = Box::new(heapless::Vec::<Step, 64>::new());
+/// Runs `f` on a trainer over the bundle `bytes` (copied to an aligned buffer, as the
+/// firmware embeds it), with room for `train` and `held_out` cached samples.
+fn with_trainer<K: Kernels<Memory = Host> + Clone, R>(
+    bytes: &[u8],
+    kernels: K,
+    (train, held_out): (usize, usize),
+    f: impl FnOnce(&mut Trainer<'_, '_, '_, K>) -> R,
+) -> R {
+    let mut words = vec![0u128; bytes.len().div_ceil(16)];
+    bytemuck::cast_slice_mut::<u128, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+    let file = &bytemuck::cast_slice::<u128, u8>(&words)[..bytes.len()];
+    let mut steps = Box::new(heapless::Vec::<Step, 96>::new());
     let bundle = decode(file, &mut steps).unwrap();
-
-    const TRAIN: usize = 160;
-    const HELD_OUT: usize = 60;
-    let f = bundle.feature_bytes();
+    let f_bytes = bundle.feature_bytes();
     let words = |bytes: usize| vec![0u32; bytes.div_ceil(4)];
     let (mut state, mut arena, mut best) = (
         words(bundle.initial_state.len()),
         words(bundle.arena_bytes()),
         words(bundle.initial_state.len()),
     );
-    let (mut train_features, mut train_labels) = (vec![0u8; TRAIN * f], vec![0i32; TRAIN]);
-    let (mut held_features, mut held_labels) = (vec![0u8; HELD_OUT * f], vec![0i32; HELD_OUT]);
+    let (mut train_features, mut train_labels) = (vec![0u8; train * f_bytes], vec![0i32; train]);
+    let (mut held_features, mut held_labels) =
+        (vec![0u8; held_out * f_bytes], vec![0i32; held_out]);
     let memory = TrainerMemory {
         state: bytemuck::cast_slice_mut(&mut state),
         arena: bytemuck::cast_slice_mut(&mut arena),
         best_state: bytemuck::cast_slice_mut(&mut best),
-        train: SampleCache::new(&mut train_features, &mut train_labels, f),
-        held_out: SampleCache::new(&mut held_features, &mut held_labels, f),
+        train: SampleCache::new(&mut train_features, &mut train_labels, f_bytes),
+        held_out: SampleCache::new(&mut held_features, &mut held_labels, f_bytes),
     };
-    let mut trainer = Trainer::new(&bundle, Reference, memory, 7).unwrap();
+    let mut trainer = Trainer::new(&bundle, kernels, memory, 7).unwrap();
+    f(&mut trainer)
+}
+
+const TRAIN: usize = 160;
+const HELD_OUT: usize = 60;
+
+#[test]
+fn the_trainer_fine_tunes_the_head_without_allocating() {
+    let model = Model::from_zoo(Architecture::Mlp, 16, 3).unwrap();
+    let host = build(&model, &BundleOptions { batch: 8, ..BundleOptions::default() }).unwrap();
+    with_trainer(&host.bytes, Reference, (TRAIN, HELD_OUT), fine_tunes_the_head);
+}
+
+fn fine_tunes_the_head(trainer: &mut Trainer<'_, '_, '_, Reference>) {
     let mut task = Task::new();
     let mut sample = vec![0f32; 64];
     let mut reports = Reports(Vec::with_capacity(32));
@@ -172,4 +190,124 @@ fn the_trainer_fine_tunes_the_head_without_allocating() {
     );
     assert_eq!(trainer.add_sample(&sample, 1, false), Err(TrainerError::Full { capacity: TRAIN }));
     assert!(matches!(trainer.restore(&checkpoint[..used - 1]), Err(TrainerError::Checkpoint(_))));
+}
+
+/// The zoo MLP in int8 with a float head and both hidden layers trainable in integer units
+/// (with quantization-aware scaling), calibrated on the task's samples.
+fn sparse_mlp() -> Model {
+    let model = Model::from_zoo(Architecture::Mlp, 8, 1).unwrap();
+    let mut task = Task::new();
+    let mut x = vec![0f32; 64 * 64];
+    for (i, sample) in x.chunks_mut(64).enumerate() {
+        task.sample(i % 10, sample);
+    }
+    let set = TensorSet {
+        x,
+        y: (0..64).map(|i| i % 10).collect(),
+        sample_dims: vec![64],
+        path: "calibration".into(),
+    };
+    let settings = QuantizeSettings {
+        keep_float: Some("head".into()),
+        trainable: Some("features.*".into()),
+        ..QuantizeSettings::default()
+    };
+    let int8 = quantize(&model, &mut DataSource::tensors(set, 8, 1, false), &settings).unwrap();
+    Model::from_bytes(&save_model(&int8.file).unwrap(), "mlp-int8.sprout".as_ref()).unwrap()
+}
+
+/// Device memory of the bundle training `trainable` on `model`, with `samples` cached.
+fn memory(model: &Model, trainable: &str, samples: usize) -> DeviceMemory {
+    let options = BundleOptions { trainable: trainable.into(), ..BundleOptions::default() };
+    sparse::measure(&build(model, &options).unwrap(), samples).unwrap()
+}
+
+#[test]
+fn a_sparse_update_reaches_as_deep_as_the_budget_allows() {
+    let model = sparse_mlp();
+    let pointwise =
+        |b: &str, w: &str| Int8Layer { bias: b.into(), pointwise_weight: Some(w.into()) };
+    assert_eq!(
+        sparse::int8_layers(&model.zoo.graph),
+        [
+            pointwise("features.0.bias", "features.0.weight"),
+            pointwise("features.2.bias", "features.2.weight")
+        ]
+    );
+    let float = Model::from_zoo(Architecture::Mlp, 8, 1).unwrap();
+    let error = sparse::choose(&float, &BundleOptions::default(), 1 << 30, 16).err().unwrap();
+    assert!(error.to_string().contains("--trainable-int8"), "{error}");
+
+    let head = memory(&model, "head", 16);
+    let last_bias = memory(&model, "head,features.2.bias", 16);
+    let biases = memory(&model, "head,features.0.bias,features.2.bias", 16);
+    let everything = memory(&model, "head,features.*", 16);
+    // Caching stops at the first trained layer: the head's input (64 int8 values), the first
+    // layer's output (128) or the quantized input (64), each with its label.
+    assert_eq!([head.per_sample, last_bias.per_sample, biases.per_sample], [68, 132, 68]);
+    assert!(last_bias.state > head.state && everything.state > biases.state);
+    assert_eq!(everything.gradients, 4 * (64 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10));
+
+    let options = BundleOptions::default();
+    let choose = |budget| sparse::choose(&model, &options, budget, 16).unwrap();
+    let all = choose(everything.total());
+    assert_eq!(all.biases, ["features.0.bias", "features.2.bias"]);
+    assert_eq!(all.weights, ["features.0.weight", "features.2.weight"]);
+    assert_eq!(all.memory, everything);
+    // Biases reach deepest first; weights come with what is left.
+    let shallow = choose(last_bias.total().min(biases.total()));
+    assert!(shallow.weights.is_empty() && !shallow.biases.is_empty(), "{:?}", shallow.biases);
+    assert!(shallow.memory.total() <= last_bias.total().min(biases.total()));
+    let only_head = choose(head.total());
+    assert!(only_head.biases.is_empty() && only_head.weights.is_empty());
+    let error = sparse::choose(&model, &options, head.total() - 1, 16).err().unwrap();
+    assert!(
+        matches!(error, BundleBuildError::OverBudget { smallest, .. } if smallest == head.total()),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_trainer_updates_int8_biases_and_weights_without_allocating() {
+    let model = sparse_mlp();
+    let options = BundleOptions { batch: 8, ..BundleOptions::default() };
+    let choice = sparse::choose(&model, &options, 1 << 20, TRAIN + HELD_OUT).unwrap();
+    assert_eq!(
+        choice.trainable,
+        "head,features.0.bias,features.2.bias,features.0.weight,features.2.weight"
+    );
+    with_trainer(&choice.bundle.bytes, CortexM, (TRAIN, HELD_OUT), |trainer| {
+        let mut task = Task::new();
+        let mut sample = vec![0f32; 64];
+        let mut reports = Reports(Vec::with_capacity(16));
+        let (calls, result) = heap_calls(|| -> Result<(), TrainerError> {
+            for i in 0..TRAIN + HELD_OUT {
+                let class = i % 10;
+                task.sample(class, &mut sample);
+                trainer.add_sample(&sample, class as i32, i >= TRAIN)?;
+            }
+            for _ in 0..8 {
+                trainer.train_epoch(&mut reports)?;
+            }
+            Ok(())
+        });
+        result.unwrap();
+        assert_eq!(calls, 0, "heap calls while collecting and training");
+        let (first, last) = (reports.0[0], reports.0[7]);
+        assert!(last.loss < first.loss * 0.5, "loss {} -> {}", first.loss, last.loss);
+        assert!(last.best_accuracy >= 0.9, "{:?}", reports.0);
+
+        // The int8 layers' biases and weights moved, and stay finite integer units.
+        let bundle = trainer.bundle();
+        let (_, best) = trainer.best().unwrap();
+        for name in ["features.0.bias", "features.2.weight"] {
+            let t = bundle.header.trainable.iter().find(|t| t.name == name).unwrap();
+            let at = t.operand.offset..t.operand.offset + 4 * t.operand.len;
+            let before: &[f32] = bytemuck::cast_slice(&bundle.initial_state[at.clone()]);
+            let after: &[f32] = bytemuck::cast_slice(&best[at]);
+            let moved = before.iter().zip(after).filter(|(b, a)| b != a).count();
+            assert!(moved > before.len() / 2, "{name}: {moved} of {} moved", before.len());
+            assert!(after.iter().all(|v| v.is_finite()), "{name}: {after:?}");
+        }
+    });
 }

@@ -16,6 +16,7 @@
 
 mod device_checkpoint;
 mod layout;
+pub mod sparse;
 mod split;
 
 pub use device_checkpoint::{apply_device_checkpoint, ApplyError};
@@ -74,6 +75,18 @@ pub enum BundleBuildError {
     Frame(#[from] FrameError),
     #[error("cannot encode the bundle: {0}")]
     Encode(#[from] postcard::Error),
+    #[error("the written bundle does not decode: {0}")]
+    Decode(#[from] sprout_core::format::bundle::BundleError),
+    #[error(
+        "the model has no trainable int8 layer to update sparsely; quantize it with \
+         `sprout quantize --trainable-int8 CHOICE` (e.g. the last blocks)"
+    )]
+    NoTrainableInt8,
+    #[error(
+        "no update fits {budget} bytes of device memory: training the head alone needs \
+         {smallest}"
+    )]
+    OverBudget { budget: usize, smallest: usize },
 }
 
 /// A built bundle, with the host plans it was made from (to check a device against).

@@ -2,7 +2,8 @@
 //! that depends on a trainable parameter, plus the dropout and dequantize nodes right before
 //! it (a random mask cannot be cached, and an int8 backbone's features are cached as int8,
 //! a quarter of their float size); the backbone's one output the head reads is the feature
-//! tensor.
+//! tensor. Values the head reads that are computed from parameters alone (a frozen weight
+//! rounded from integer units) are recomputed in the head.
 
 use crate::BundleBuildError;
 use sprout_core::op::Op;
@@ -32,6 +33,27 @@ pub fn split(graph: &Graph, trainable: &[TensorId]) -> Result<Split, BundleBuild
         }
     }
     let producer = |t: TensorId| graph.nodes().iter().position(|n| n.outputs.contains(&t));
+    // A value computed from parameters alone (a frozen int8 weight rounded from its integer
+    // units while only the layer's bias trains) is recomputed in the head, not cached.
+    let from_data = data_dependent(graph);
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for i in 0..graph.nodes().len() {
+            if !in_head[i] {
+                continue;
+            }
+            for &t in &graph.nodes()[i].inputs {
+                let computed = graph.tensor(t).role == Role::Activation;
+                if computed && !from_data[t.index()] && !depends[t.index()] {
+                    let Some(p) = producer(t) else { continue };
+                    in_head[p] = true;
+                    graph.nodes()[p].outputs.iter().for_each(|o| depends[o.index()] = true);
+                    grew = true;
+                }
+            }
+        }
+    }
     let features = loop {
         let features = single_feature(graph, &in_head, &depends)?;
         match producer(features) {
@@ -44,6 +66,18 @@ pub fn split(graph: &Graph, trainable: &[TensorId]) -> Result<Split, BundleBuild
     };
     let head_nodes = (0..graph.nodes().len()).filter(|&i| in_head[i]).collect();
     Ok(Split { features, head_nodes })
+}
+
+/// For each tensor, whether it depends on the model's input (rather than only on
+/// parameters).
+fn data_dependent(graph: &Graph) -> Vec<bool> {
+    let mut data: Vec<bool> = graph.tensors().iter().map(|t| t.role == Role::Input).collect();
+    for node in graph.nodes() {
+        if node.inputs.iter().chain(&node.state).any(|t| data[t.index()]) {
+            node.outputs.iter().for_each(|o| data[o.index()] = true);
+        }
+    }
+    data
 }
 
 /// The one backbone tensor the head reads (besides weights and labels).

@@ -6,10 +6,13 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sprout_bundle::sparse::{self, SparseChoice};
 use sprout_bundle::{build, BundleOptions};
 use sprout_core::format::bundle::decode;
 use sprout_core::TrainConfig;
 use sprout_train::{check_output, write_atomic, Model};
+
+use crate::size::format_size;
 
 #[derive(Args, Debug)]
 pub struct BundleArgs {
@@ -19,6 +22,17 @@ pub struct BundleArgs {
     /// What the device trains: head, bias, all, or comma-separated name patterns with `*`.
     #[arg(long, value_name = "CHOICE", default_value = "head")]
     trainable: String,
+    /// Instead of --trainable, pick a sparse update of the int8 backbone whose device
+    /// memory (arena, state four times, feature cache) fits SIZE (e.g. 200KiB): the head, the
+    /// biases of the most last trainable int8 layers (`sprout quantize --trainable-int8`),
+    /// then the weights of the most last pointwise layers among them. The device caches
+    /// features only up to the first trained layer.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size, conflicts_with = "trainable")]
+    sparse_budget: Option<usize>,
+    /// With --sparse-budget: the samples (training and held out) the device caches, whose
+    /// features count in the budget.
+    #[arg(long, value_name = "N", default_value_t = 128, requires = "sparse_budget", value_parser = clap::value_parser!(u64).range(1..))]
+    cache_samples: u64,
     /// Samples per head training and evaluation batch on the device.
     #[arg(long, value_name = "N", alias = "batch", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
     batch_size: u64,
@@ -45,8 +59,16 @@ pub fn run(args: &BundleArgs) -> Result<()> {
         config: TrainConfig::sgd(args.momentum),
         learning_rate: args.lr,
     };
-    let host = build(&model, &options)
-        .with_context(|| format!("cannot bundle {}", args.model.display()))?;
+    let cannot = || format!("cannot bundle {}", args.model.display());
+    let host = match args.sparse_budget {
+        Some(budget) => {
+            let choice = sparse::choose(&model, &options, budget, args.cache_samples as usize)
+                .with_context(cannot)?;
+            report_sparse(&choice, budget);
+            choice.bundle
+        }
+        None => build(&model, &options).with_context(cannot)?,
+    };
     // What the device will do with it: decode and check every plan.
     let mut steps = Box::new(heapless::Vec::<sprout_core::Step, CHECK_STEPS>::new());
     let bundle = decode(&host.bytes, &mut steps).context("the written bundle does not decode")?;
@@ -71,4 +93,33 @@ pub fn run(args: &BundleArgs) -> Result<()> {
         bundle.head_batch()
     );
     Ok(())
+}
+
+/// What a sparse update trains and the device memory it needs.
+fn report_sparse(choice: &SparseChoice, budget: usize) {
+    let m = &choice.memory;
+    let list = |names: &[String]| match names {
+        [] => "none".to_string(),
+        names => names.join(", "),
+    };
+    println!(
+        "sparse update within {} of device memory: head, {} int8 biases, {} pointwise weights",
+        format_size(budget),
+        choice.biases.len(),
+        choice.weights.len()
+    );
+    println!("  biases: {}", list(&choice.biases));
+    println!("  weights: {}", list(&choice.weights));
+    println!(
+        "  weights and optimizer state {} B (kept four times), gradients {} B, training arena {} B \
+         (int8 inference arena {} B), feature cache {} samples x {} B = {} B; {} B in all",
+        m.state,
+        m.gradients,
+        m.training_arena,
+        m.inference_arena,
+        m.samples,
+        m.per_sample,
+        m.cache(),
+        m.total()
+    );
 }

@@ -8,7 +8,7 @@ use sprout_core::{save_model, ModelFile, Step};
 use sprout_train::Model;
 use sprout_zoo::Architecture;
 
-use common::{sprout, text, Scratch};
+use common::{fails, ok, s, sprout, text, Scratch};
 
 /// The smallest file that passes as a 32-bit little-endian ARM ELF header.
 fn arm_elf_header() -> Vec<u8> {
@@ -108,4 +108,60 @@ fn flash_refuses_unknown_boards_and_non_arm_elf_files() {
     let output = sprout(&["flash", "--board", "nrf52840-dk", elf.to_str().unwrap()]);
     assert!(!output.status.success());
     assert!(text(&output.stderr).contains("machine 62"), "{}", text(&output.stderr));
+}
+
+#[test]
+fn a_sparse_bundle_trains_what_fits_its_budget() {
+    let scratch = Scratch::new("bundle-sparse");
+    let (model, int8, leaves) =
+        (scratch.path("m.sprout"), scratch.path("q.sprout"), scratch.path("leaves"));
+    common::tiny_model(&model);
+    ok(&["data", "leaves", "--out", s(&leaves), "--per-class", "2", "--size", "16"]);
+    let float_head = ["--keep-float", "classifier.*", "--trainable-int8", "features.*"];
+    ok(&[&["quantize", s(&model), "--calib", s(&leaves), "-o", s(&int8)][..], &float_head]
+        .concat());
+
+    let out = scratch.path("sparse.bundle");
+    let sparse = |budget: &str| {
+        sprout(&[
+            "bundle",
+            s(&int8),
+            "--sparse-budget",
+            budget,
+            "--cache-samples",
+            "8",
+            "-o",
+            s(&out),
+        ])
+    };
+    let wide = sparse("1MiB");
+    assert!(wide.status.success(), "{}", text(&wide.stderr));
+    let stdout = text(&wide.stdout);
+    assert!(stdout.contains("head, 1 int8 biases, 1 pointwise weights"), "{stdout}");
+    assert!(
+        stdout.contains("  biases: features.0.bias\n  weights: features.0.weight\n"),
+        "{stdout}"
+    );
+    // The whole model trains, so the device caches the quantized input: 768 + 4 bytes.
+    assert!(stdout.contains("feature cache 8 samples x 772 B = 6176 B"), "{stdout}");
+    let bytes = std::fs::read(&out).unwrap();
+    let mut steps = Box::new(heapless::Vec::<Step, 64>::new());
+    let bundle = sprout_core::format::bundle::decode(&bytes, &mut steps).unwrap();
+    let names: Vec<&str> = bundle.header.trainable.iter().map(|t| t.name).collect();
+    assert_eq!(
+        names,
+        ["features.0.weight", "features.0.bias", "classifier.weight", "classifier.bias"]
+    );
+
+    let narrow = sparse("2KiB");
+    assert!(!narrow.status.success());
+    assert!(
+        text(&narrow.stderr).contains("no update fits 2048 bytes of device memory"),
+        "{}",
+        text(&narrow.stderr)
+    );
+    fails(
+        &["bundle", s(&int8), "--trainable", "head", "--sparse-budget", "1MiB", "-o", "x"],
+        "cannot be used with",
+    );
 }
