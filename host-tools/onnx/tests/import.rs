@@ -467,7 +467,7 @@ fn sigmoid_hard_swish_excitation_and_leaky_relu_match_and_survive_export() {
 }
 
 #[test]
-fn a_mul_that_broadcasts_other_than_per_channel_is_refused_by_name() {
+fn a_mul_whose_shapes_do_not_broadcast_is_refused_naming_the_node_and_both() {
     let graph = GraphProto {
         node: vec![
             NodeProto::new("GlobalAveragePool", "pool", &["x"], &["p"]),
@@ -483,7 +483,8 @@ fn a_mul_that_broadcasts_other_than_per_channel_is_refused_by_name() {
     };
     let err = import(&ModelProto::new(graph, 13).encode_to_vec()).err().expect("refused");
     let text = err.to_string();
-    assert!(text.contains("scale/mul") && text.contains("same rank"), "{text}");
+    let shapes = "shapes [1, 2, 4, 4] and [1, 2] do not broadcast";
+    assert!(text.contains("scale/mul") && text.contains(shapes), "{text}");
 }
 
 /// `Concat` of three computed tensors along the channel axis, written as ONNX's negative
