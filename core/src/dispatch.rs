@@ -314,6 +314,8 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         KernelCall::Slice(d) => k.slice(o.f32()?, o.f32_mut()?, d),
         KernelCall::Pad(d) => k.pad(o.f32()?, o.f32_mut()?, d),
         KernelCall::Transpose(d) => k.transpose(o.f32()?, o.f32_mut()?, d),
+        KernelCall::Broadcast(d) => k.broadcast(o.f32()?, o.f32_mut()?, d),
+        KernelCall::BroadcastGrad(d) => k.broadcast_grad(o.f32()?, o.f32_mut()?, d),
         KernelCall::CastF32ToF16(_) => k.cast_f32_to_f16(o.f32()?, o.write()?),
         KernelCall::CastF16ToF32(_) => k.cast_f16_to_f32(o.read()?, o.f32_mut()?),
         KernelCall::UnscaleGradient(_) => {

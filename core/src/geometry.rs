@@ -206,6 +206,45 @@ impl PermuteDims {
     }
 }
 
+/// A tensor of up to four dimensions broadcast to a larger shape under numpy's rules: each
+/// axis of `from` is that of `to` or 1 (repeated along it). A lower rank is padded in front
+/// with size-1 axes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct BroadcastDims {
+    pub from: [usize; 4],
+    pub to: [usize; 4],
+}
+
+impl BroadcastDims {
+    /// Elements of the tensor broadcast.
+    pub fn from_len(&self) -> usize {
+        self.from.iter().product()
+    }
+    /// Elements of the broadcast result.
+    pub fn to_len(&self) -> usize {
+        self.to.iter().product()
+    }
+    /// The step in `from` of one step along each axis of `to` (0 along a repeated axis).
+    pub fn strides(&self) -> [usize; 4] {
+        let mut strides = [0; 4];
+        let mut s = 1;
+        for a in (0..4).rev() {
+            strides[a] = if self.from[a] == 1 { 0 } else { s };
+            s *= self.from[a];
+        }
+        strides
+    }
+
+    /// Checks that every axis of `from` is that of `to` or 1.
+    pub fn check(&self) -> Result<(), GeometryError> {
+        if self.from.iter().zip(&self.to).any(|(&f, &t)| f != t && f != 1) {
+            return Err("each axis must be the target's or 1");
+        }
+        counts(&[&self.from, &self.to])
+    }
+}
+
 /// A run of one axis cut out of a tensor, each seen as `[outer, block]`: per outer index,
 /// `len` elements from `start` of the input's `whole` (the axis length, start and run
 /// length, each times everything after the axis).

@@ -574,7 +574,10 @@ impl<'a> Converter<'a> {
             let init = info.init.as_ref().ok_or_else(|| QuantizeError::NoInt8Kernel {
                 op: layer.node.op.kind(),
                 node: layer.node.name.clone(),
-                detail: "its weights are computed, not parameters",
+                detail: match self.src.kernel_dilation(t) {
+                    Some(_) => "its kernel is dilated, which int8 convolutions do not support",
+                    None => "its weights are computed, not parameters",
+                },
             })?;
             Ok(init.materialize(info.shape.numel()))
         };

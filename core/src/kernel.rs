@@ -3,7 +3,7 @@
 //! operands. The backend traits that run them are [`crate::Kernels`].
 
 use crate::geometry::{
-    ChannelDims, ConcatDims, Conv2dGeometry, GeometryError, LinearDims, PermuteDims,
+    BroadcastDims, ChannelDims, ConcatDims, Conv2dGeometry, GeometryError, LinearDims, PermuteDims,
     Pool2dGeometry, RowDims, SliceDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
@@ -253,6 +253,10 @@ kernels! {
         80 => Slice(dims: SliceDims),
         /// `x → y`: per outer index, zeros with `x`'s block in the run (the converse).
         81 => Pad(dims: SliceDims),
+        /// `x → y`: `x` repeated along the axes where it has 1 (numpy broadcasting).
+        82 => Broadcast(dims: BroadcastDims),
+        /// `dy → dx`: `dy` summed over the axes a broadcast repeated along (its gradient).
+        83 => BroadcastGrad(dims: BroadcastDims),
     }
 }
 
@@ -485,6 +489,8 @@ impl KernelCall {
             KernelCall::Transpose(d) => s.read(d.len()).write(d.len()),
             KernelCall::Slice(d) => s.read(d.whole_len()).write(d.part_len()),
             KernelCall::Pad(d) => s.read(d.part_len()).write(d.whole_len()),
+            KernelCall::Broadcast(d) => s.read(d.from_len()).write(d.to_len()),
+            KernelCall::BroadcastGrad(d) => s.read(d.to_len()).write(d.from_len()),
         }
     }
 
@@ -517,6 +523,7 @@ impl KernelCall {
             | KernelCall::ConcatGrad { dims: d, .. }
             | KernelCall::QConcat { dims: d, .. } => d.check(),
             KernelCall::Transpose(d) => d.check(),
+            KernelCall::Broadcast(d) | KernelCall::BroadcastGrad(d) => d.check(),
             KernelCall::Slice(d) | KernelCall::Pad(d) => d.check(),
             KernelCall::BiasGrad(d)
             | KernelCall::GlobalAvgPool(d)
@@ -658,7 +665,9 @@ impl KernelCall {
             | KernelCall::ConcatGrad { .. }
             | KernelCall::Transpose(_)
             | KernelCall::Slice(_)
-            | KernelCall::Pad(_) => 0,
+            | KernelCall::Pad(_)
+            | KernelCall::Broadcast(_) => 0,
+            KernelCall::BroadcastGrad(d) => d.to_len(),
         };
         flops as u64
     }
@@ -749,6 +758,8 @@ impl KernelCall {
             KernelCall::QMul { .. } => "qmul",
             KernelCall::QConcat { .. } => "qconcat",
             KernelCall::Transpose(_) => "transpose",
+            KernelCall::Broadcast(_) => "broadcast",
+            KernelCall::BroadcastGrad(_) => "broadcast_grad",
             KernelCall::Slice(_) => "slice",
             KernelCall::Pad(_) => "pad",
         }

@@ -73,6 +73,8 @@ pub mod builder;
 #[cfg(feature = "alloc")]
 pub mod compile;
 #[cfg(feature = "alloc")]
+pub mod dilation;
+#[cfg(feature = "alloc")]
 pub mod eager;
 #[cfg(feature = "alloc")]
 pub mod f16_storage;

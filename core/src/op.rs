@@ -366,6 +366,11 @@ macro_rules! op_table {
             /// `x → y`: zeros along `axis` with `x` from `start` (`y`'s length along it):
             /// asymmetric zero padding, and the gradient of a slice.
             75 => Pad(SliceParams): slice::Pad,
+            /// `x → y`: `x` repeated along the axes where it has 1 and `y` more (numpy
+            /// broadcasting; never the batch axis).
+            76 => Broadcast: broadcast::Broadcast,
+            /// `dy → dx`: `dy` summed over the axes a broadcast repeated `dx` along.
+            77 => BroadcastGrad: broadcast::BroadcastGrad,
         }
     };
 }

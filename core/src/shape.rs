@@ -48,6 +48,9 @@ impl Shape {
     pub const fn d2(a: usize, b: usize) -> Self {
         Shape { dims: [a, b, 1, 1], rank: 2 }
     }
+    pub const fn d3(a: usize, b: usize, c: usize) -> Self {
+        Shape { dims: [a, b, c, 1], rank: 3 }
+    }
     pub const fn d4(n: usize, c: usize, h: usize, w: usize) -> Self {
         Shape { dims: [n, c, h, w], rank: 4 }
     }

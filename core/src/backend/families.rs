@@ -5,8 +5,8 @@ use super::args::{Affine, ParamUpdate, Running, Saved, TrainStats};
 use super::{Backend, In, Out};
 use crate::error::KernelError;
 use crate::geometry::{
-    ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, PermuteDims, Pool2dGeometry, RowDims,
-    SliceDims,
+    BroadcastDims, ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, PermuteDims,
+    Pool2dGeometry, RowDims, SliceDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, ConcatRescale, MulRescale, QLayerArgs, QuantParams};
@@ -98,6 +98,10 @@ pub trait VectorKernels: Backend {
     fn pad(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, d: SliceDims);
     /// `y` = `x` with its axes reordered.
     fn transpose(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, d: PermuteDims);
+    /// `y` = `x` repeated along the axes where it has 1.
+    fn broadcast(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f32>, d: BroadcastDims);
+    /// `dx` = `dy` summed over the axes a broadcast repeated along.
+    fn broadcast_grad(&mut self, dy: In<'_, Self, f32>, dx: Out<'_, Self, f32>, d: BroadcastDims);
 }
 
 /// ReLU and ReLU6, out of place and in place, and their gradients.

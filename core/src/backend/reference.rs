@@ -6,8 +6,8 @@ use super::families::*;
 use super::{family, Backend, Host, InheritReference};
 use crate::error::KernelError;
 use crate::geometry::{
-    ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, PermuteDims, Pool2dGeometry, RowDims,
-    SliceDims,
+    BroadcastDims, ChannelDims, ConcatDims, Conv2dGeometry, LinearDims, PermuteDims,
+    Pool2dGeometry, RowDims, SliceDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{
@@ -85,6 +85,12 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Vector>> VectorKernels
     }
     fn transpose(&mut self, x: &[f32], y: &mut [f32], d: PermuteDims) {
         r::transpose(x, y, d)
+    }
+    fn broadcast(&mut self, x: &[f32], y: &mut [f32], d: BroadcastDims) {
+        r::broadcast(x, y, d)
+    }
+    fn broadcast_grad(&mut self, dy: &[f32], dx: &mut [f32], d: BroadcastDims) {
+        r::broadcast_grad(dy, dx, d)
     }
 }
 

@@ -313,6 +313,8 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::Transpose(_)
         | KernelCall::Slice(_)
         | KernelCall::Pad(_)
+        | KernelCall::Broadcast(_)
+        | KernelCall::BroadcastGrad(_)
         | KernelCall::DequantizeWeights(_)
         | KernelCall::ChannelScale { .. } => None,
     }

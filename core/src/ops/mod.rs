@@ -13,6 +13,7 @@
 mod activation_grad;
 mod add;
 mod batch_norm;
+mod broadcast;
 mod concat;
 mod conv2d;
 mod dropout;

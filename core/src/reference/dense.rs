@@ -2,7 +2,7 @@
 //! vector helpers (add, copy, fill).
 
 use super::layout::{channel_indices, row, row_mut};
-use crate::geometry::{ChannelDims, ConcatDims, LinearDims, PermuteDims, SliceDims};
+use crate::geometry::{BroadcastDims, ChannelDims, ConcatDims, LinearDims, PermuteDims, SliceDims};
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(a, b)| a * b).sum()
@@ -136,6 +136,45 @@ pub fn transpose(x: &[f32], y: &mut [f32], d: PermuteDims) {
     }
 }
 
+/// Calls `f(i, j)` for each element `i` of the broadcast result (in order) and the element
+/// `j` of the broadcast tensor it repeats.
+fn broadcast_pairs(d: BroadcastDims, mut f: impl FnMut(usize, usize)) {
+    let step = d.strides();
+    let mut i = 0;
+    for a in 0..d.to[0] {
+        for b in 0..d.to[1] {
+            for c in 0..d.to[2] {
+                let base = a * step[0] + b * step[1] + c * step[2];
+                for e in 0..d.to[3] {
+                    f(i, base + e * step[3]);
+                    i += 1;
+                }
+            }
+        }
+    }
+}
+
+/// `y` = `x` broadcast to `y`'s shape: each element repeated along the axes where `x` has 1.
+pub fn broadcast(x: &[f32], y: &mut [f32], d: BroadcastDims) {
+    debug_assert_eq!((x.len(), y.len()), (d.from_len(), d.to_len()));
+    broadcast_pairs(d, |i, j| {
+        if let (Some(v), Some(&u)) = (y.get_mut(i), x.get(j)) {
+            *v = u;
+        }
+    });
+}
+
+/// `dx` = `dy` summed over the axes a broadcast repeated along (its gradient).
+pub fn broadcast_grad(dy: &[f32], dx: &mut [f32], d: BroadcastDims) {
+    debug_assert_eq!((dy.len(), dx.len()), (d.to_len(), d.from_len()));
+    dx.fill(0.0);
+    broadcast_pairs(d, |i, j| {
+        if let (Some(v), Some(&g)) = (dx.get_mut(j), dy.get(i)) {
+            *v += g;
+        }
+    });
+}
+
 /// Sets every element of `y` to `value`.
 pub fn fill(y: &mut [f32], value: f32) {
     y.fill(value);
@@ -195,5 +234,28 @@ mod tests {
         assert_close(&y, &[7.0, 8.0, 9.0], 0.0);
         fill(&mut y, -1.5);
         assert_close(&y, &[-1.5, -1.5, -1.5], 0.0);
+    }
+
+    #[test]
+    fn broadcast_repeats_size_one_axes_and_its_gradient_sums_over_them() {
+        // [2, 1, 3] → [2, 2, 3] and [1, 2, 1] → [3, 2, 2] (a lower rank padded in front).
+        let d = BroadcastDims { from: [1, 2, 1, 3], to: [1, 2, 2, 3] };
+        assert_eq!(d.check(), Ok(()));
+        let mut y = [0.0; 12];
+        broadcast(&X, &mut y, d);
+        assert_eq!(y, [1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 4.0, 5.0, 6.0]);
+        let dy: [f32; 12] = core::array::from_fn(|i| i as f32);
+        let mut dx = [9.0; 6];
+        broadcast_grad(&dy, &mut dx, d);
+        assert_eq!(dx, [3.0, 5.0, 7.0, 15.0, 17.0, 19.0]);
+        let d = BroadcastDims { from: [1, 1, 2, 1], to: [1, 3, 2, 2] };
+        let mut y = [0.0; 12];
+        broadcast(&[1.0, -1.0], &mut y, d);
+        assert_eq!(y, [1.0, 1.0, -1.0, -1.0, 1.0, 1.0, -1.0, -1.0, 1.0, 1.0, -1.0, -1.0]);
+        let mut dx = [0.0; 2];
+        broadcast_grad(&[1.0; 12], &mut dx, d);
+        assert_eq!(dx, [6.0, 6.0]);
+        let bad = BroadcastDims { from: [1, 1, 2, 3], to: [1, 1, 4, 3] };
+        assert_eq!(bad.check(), Err("each axis must be the target's or 1"));
     }
 }

@@ -25,8 +25,8 @@ pub use activation::{
 pub use cast::{cast_f16_to_f32, cast_f32_to_f16};
 pub use conv::{conv2d, conv2d_grad_input, conv2d_grad_weight};
 pub use dense::{
-    add, bias_grad, concat, concat_grad, copy, fill, linear, linear_grad_input, linear_grad_weight,
-    pad, slice, transpose,
+    add, bias_grad, broadcast, broadcast_grad, concat, concat_grad, copy, fill, linear,
+    linear_grad_input, linear_grad_weight, pad, slice, transpose,
 };
 pub use dropout::{dropout, dropout_grad, dropout_in_place, dropout_keeps};
 pub use loss::{check_labels, cross_entropy, cross_entropy_grad, mse, mse_grad};

@@ -8,6 +8,7 @@ use crate::proto::{
     AttributeProto, Dim, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
 };
 use prost::Message;
+use sprout_core::dilation::Dilated;
 use sprout_core::format::Metadata;
 use sprout_core::graph::{Node, Stage};
 use sprout_core::op::Op;
@@ -108,15 +109,31 @@ fn is_inference(graph: &Graph, node: &Node) -> bool {
 /// reads, every value no other inference node reads as an output, initializers under
 /// their sprout names.
 pub fn export_proto(graph: &Graph, weights: &Weights) -> Result<ModelProto, OnnxError> {
-    let nodes: Vec<&Node> = graph.nodes().iter().filter(|n| is_inference(graph, n)).collect();
+    let mut nodes: Vec<(&Node, Option<Dilated>)> = graph
+        .nodes()
+        .iter()
+        .filter(|n| is_inference(graph, n))
+        .map(|n| (n, matches!(n.op, Op::Conv2d(_)).then(|| graph.kernel_dilation(n.inputs[1]))))
+        .map(|(n, d)| (n, d.flatten()))
+        .collect();
+    // A dilated convolution's kernel spreading is its `dilations` attribute in ONNX.
+    let spreading: BTreeSet<&str> = nodes
+        .iter()
+        .flat_map(|(_, d)| d.iter().flat_map(|d| &d.nodes))
+        .map(|&i| graph.nodes()[i].name.as_str())
+        .collect();
+    nodes.retain(|(n, _)| !spreading.contains(n.name.as_str()));
     // Batch-norm running statistics are state operands: read too.
-    let read: BTreeSet<TensorId> =
-        nodes.iter().flat_map(|n| n.inputs.iter().chain(&n.state).copied()).collect();
+    let read: BTreeSet<TensorId> = nodes
+        .iter()
+        .flat_map(|(n, d)| n.inputs.iter().chain(&n.state).chain(d.iter().map(|d| &d.kernel)))
+        .copied()
+        .collect();
     let inputs: Vec<TensorId> =
         read.iter().copied().filter(|&t| graph.tensor(t).role == Role::Input).collect();
     let outputs: Vec<TensorId> = nodes
         .iter()
-        .flat_map(|n| n.outputs.first().copied())
+        .flat_map(|(n, _)| n.outputs.first().copied())
         .filter(|t| !read.contains(t) && graph.tensor(*t).role == Role::Activation)
         .collect();
     if inputs.is_empty() || outputs.is_empty() {
@@ -155,15 +172,27 @@ pub fn export_proto(graph: &Graph, weights: &Weights) -> Result<ModelProto, Onnx
             out.initializer.push(TensorProto::f32(&info.name, &dims, values));
         }
     }
-    for node in nodes {
-        export_node(graph, node, &mut out)?;
+    for (node, dilated) in nodes {
+        export_node(graph, node, dilated, &mut out)?;
     }
     Ok(ModelProto::new(out, OPSET))
 }
 
-fn export_node(graph: &Graph, node: &Node, out: &mut GraphProto) -> Result<(), OnnxError> {
+fn export_node(
+    graph: &Graph,
+    node: &Node,
+    dilated: Option<Dilated>,
+    out: &mut GraphProto,
+) -> Result<(), OnnxError> {
     let name = |t: &TensorId| graph.tensor(*t).name.clone();
-    let inputs: Vec<String> = node.inputs.iter().map(name).collect();
+    let mut inputs: Vec<String> = node.inputs.iter().map(name).collect();
+    let dilation = match &dilated {
+        Some(d) => {
+            inputs[1] = name(&d.kernel);
+            d.dilation
+        }
+        None => (1, 1),
+    };
     let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
     let y = name(&node.outputs[0]);
     let n = node.name.as_str();
@@ -179,7 +208,7 @@ fn export_node(graph: &Graph, node: &Node, out: &mut GraphProto) -> Result<(), O
             NodeProto::new("Gemm", n, &inputs, &[&y]).with(AttributeProto::int("transB", 1))
         }
         Op::Conv2d(p) => {
-            let w = graph.shape(node.inputs[1]);
+            let w = graph.shape(dilated.map_or(node.inputs[1], |d| d.kernel));
             NodeProto::new("Conv", n, &inputs, &[&y])
                 .with(AttributeProto::ints(
                     "kernel_shape",
@@ -187,7 +216,7 @@ fn export_node(graph: &Graph, node: &Node, out: &mut GraphProto) -> Result<(), O
                 ))
                 .with(AttributeProto::ints("strides", &ints(p.stride)))
                 .with(AttributeProto::ints("pads", &pads(p.padding)))
-                .with(AttributeProto::ints("dilations", &[1, 1]))
+                .with(AttributeProto::ints("dilations", &ints(dilation)))
                 .with(AttributeProto::int("group", p.groups as i64))
         }
         Op::Relu => NodeProto::new("Relu", n, &inputs, &[&y]),
@@ -323,6 +352,18 @@ fn export_node(graph: &Graph, node: &Node, out: &mut GraphProto) -> Result<(), O
             let rank = graph.shape(node.inputs[0]).rank();
             let perm: Vec<i64> = p.perm[..rank].iter().map(|&a| i64::from(a)).collect();
             NodeProto::new("Transpose", n, &inputs, &[&y]).with(AttributeProto::ints("perm", &perm))
+        }
+        Op::Broadcast => {
+            // Expand broadcasts both ways: a 1 keeps the axis (the batch stays dynamic).
+            let (from, to) = (graph.shape(node.inputs[0]), graph.shape(node.outputs[0]));
+            let spec: Vec<i64> = from
+                .dims()
+                .iter()
+                .zip(to.dims())
+                .map(|(&f, &t)| if f == t { 1 } else { t as i64 })
+                .collect();
+            let s = constant("shape", TensorProto::i64("", &[spec.len() as i64], &spec));
+            NodeProto::new("Expand", n, &[inputs[0], &s], &[&y])
         }
         other => return Err(OnnxError::NotExportable { op: other.kind(), node: n.into() }),
     };

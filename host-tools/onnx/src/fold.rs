@@ -374,23 +374,30 @@ fn cast(c: &Const, to: i64) -> Result<Const, String> {
 /// A broadcast shape and, for each of its elements, the element of each operand it reads.
 type Broadcast = (Vec<usize>, Vec<(usize, usize)>);
 
+/// The shape `a` and `b` broadcast to (numpy rules: aligned from the right, each pair of
+/// axes equal or one of them 1).
+pub(crate) fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    let rank = a.len().max(b.len());
+    let at = |d: &[usize], k: usize| (k + d.len()).checked_sub(rank).map_or(1, |j| d[j]);
+    (0..rank)
+        .map(|k| match (at(a, k), at(b, k)) {
+            (x, y) if x == y => Ok(x),
+            (1, y) => Ok(y),
+            (x, 1) => Ok(x),
+            _ => Err(format!("shapes {a:?} and {b:?} do not broadcast")),
+        })
+        .collect()
+}
+
 /// The broadcast shape of `a` and `b` (numpy rules), and for each output element the index
 /// of the element of `a` and of `b` it reads.
 fn broadcast(a: &[usize], b: &[usize]) -> Result<Broadcast, String> {
-    let rank = a.len().max(b.len());
+    let dims = broadcast_shape(a, b)?;
+    let rank = dims.len();
     let pad = |d: &[usize]| -> Vec<usize> {
         std::iter::repeat_n(1, rank - d.len()).chain(d.iter().copied()).collect()
     };
     let (pa, pb) = (pad(a), pad(b));
-    let mut dims = Vec::with_capacity(rank);
-    for (&x, &y) in pa.iter().zip(&pb) {
-        dims.push(match (x, y) {
-            (x, y) if x == y => x,
-            (1, y) => y,
-            (x, 1) => x,
-            _ => return Err(format!("shapes {a:?} and {b:?} do not broadcast")),
-        });
-    }
     let n = numel(&dims)?;
     let index = |i: usize, p: &[usize]| {
         let (mut rem, mut at, mut stride) = (i, 0, 1);

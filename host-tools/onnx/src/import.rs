@@ -336,7 +336,7 @@ impl Ctx<'_> {
 
     /// Explicit `[top, left, bottom, right]` padding for a `kernel` moved by `stride` over
     /// an input of `input` (h, w): `pads`, or what `auto_pad` (VALID, SAME_UPPER,
-    /// SAME_LOWER) computes. `ceil_mode = 1` is accepted where it rounds nothing up.
+    /// SAME_LOWER) computes.
     fn pads(
         &self,
         input: (usize, usize),
@@ -374,24 +374,32 @@ impl Ctx<'_> {
                 )))
             }
         };
-        if self.int("ceil_mode", 0)? != 0 {
-            // The rounded-up output count, whose last window must start inside the input
-            // or the leading padding (ONNX's and PyTorch's rule).
-            let rounds_up = |i: usize, lead: usize, trail: usize, k: usize, s: usize| {
-                let span = (i + lead + trail).saturating_sub(k);
-                let ceil = span.div_ceil(s) + 1;
-                let ceil = if (ceil - 1) * s >= i + lead { ceil - 1 } else { ceil };
-                ceil > span / s + 1
-            };
-            if rounds_up(input.0, p[0], p[2], kernel.0, stride.0.max(1))
-                || rounds_up(input.1, p[1], p[3], kernel.1, stride.1.max(1))
-            {
-                return Err(self.err(format!(
-                    "ceil_mode = 1 rounds the output of input {input:?} (kernel {kernel:?}, stride {stride:?}, pads {p:?}) up, which needs an extra trailing pad: sprout pads each side equally"
-                )));
-            }
-        }
         Ok(p)
+    }
+
+    /// The trailing padding (bottom, right) a pool with `ceil_mode = 1` adds to `pads` so
+    /// that its output rounds up: the last window must still start inside the input or the
+    /// leading padding (ONNX's and PyTorch's rule).
+    fn ceil_extra(
+        &self,
+        input: (usize, usize),
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        p: [usize; 4],
+    ) -> Result<(usize, usize), OnnxError> {
+        if self.int("ceil_mode", 0)? == 0 {
+            return Ok((0, 0));
+        }
+        let extra = |i: usize, lead: usize, trail: usize, k: usize, s: usize| {
+            let span = (i + lead + trail).saturating_sub(k);
+            let ceil = span.div_ceil(s) + 1;
+            let ceil = if (ceil - 1) * s >= i + lead { ceil - 1 } else { ceil };
+            ((ceil.max(1) - 1) * s + k).saturating_sub(i + lead + trail)
+        };
+        Ok((
+            extra(input.0, p[0], p[2], kernel.0, stride.0.max(1)),
+            extra(input.1, p[1], p[3], kernel.1, stride.1.max(1)),
+        ))
     }
 
     /// `[top, left, bottom, right]` pads as sprout's symmetric `(h, w)`.
@@ -716,6 +724,7 @@ impl<'m> Importer<'m> {
                 self.unary(&ctx, |g, name, x| g.leaky_relu(name, x, alpha))
             }
             "Add" | "Sub" | "Mul" | "Div" => self.arithmetic(&ctx),
+            "Expand" => self.expand_node(&ctx),
             "Clip" => self.clip(&ctx),
             "MaxPool" | "AveragePool" => self.pool(&ctx),
             "GlobalAveragePool" => self.global_pool(&ctx),
@@ -774,7 +783,10 @@ impl<'m> Importer<'m> {
                 w.name, w.dims
             )));
         };
-        ctx.no_dilation()?;
+        let dilation = ctx.pair("dilations", Some((1, 1)))?;
+        if dilation.0 == 0 || dilation.1 == 0 {
+            return Err(ctx.err(format!("dilations {dilation:?} must be positive")));
+        }
         if let Some(k) = ctx.ints("kernel_shape") {
             if k != [kh as i64, kw as i64] {
                 return Err(
@@ -784,7 +796,13 @@ impl<'m> Importer<'m> {
         }
         let groups = ctx.int("group", 1)?;
         let stride = ctx.pair("strides", Some((1, 1)))?;
-        let own = ctx.pads((h, w_in), (kh, kw), stride)?;
+        // A dilated kernel spans `(k - 1) · d + 1` input pixels.
+        let spread = |k: usize, d: usize| k.saturating_sub(1).checked_mul(d)?.checked_add(1);
+        let (Some(sh), Some(sw)) = (spread(kh, dilation.0), spread(kw, dilation.1)) else {
+            return Err(ctx.err(format!("dilations {dilation:?} are too large")));
+        };
+        let span = (sh, sw);
+        let own = ctx.pads((h, w_in), span, stride)?;
         let [t, l, b, r]: [usize; 4] = std::array::from_fn(|i| own[i] + pre[i]);
         // The convolution pads each side equally; a zero padding op adds what one side has
         // more (`auto_pad` SAME with stride 2, TensorFlow's exports).
@@ -811,7 +829,7 @@ impl<'m> Importer<'m> {
             Some(b) => Some(self.vector(ctx, &b, o, false)?),
             None => None,
         };
-        let y = self.g.conv2d(out, x, wt, b, params).map_err(ctx.graph())?;
+        let y = self.g.dilated_conv2d(out, x, wt, b, params, dilation).map_err(ctx.graph())?;
         self.define_sprout(out, y);
         Ok(())
     }
@@ -1042,22 +1060,70 @@ impl<'m> Importer<'m> {
         ctx.no_dilation()?;
         let kernel = ctx.pair("kernel_shape", None)?;
         let stride = ctx.pair("strides", Some((1, 1)))?;
+        let pads = ctx.pads((h, w), kernel, stride)?;
+        let extra = ctx.ceil_extra((h, w), kernel, stride, pads)?;
+        let max = ctx.op_type == "MaxPool";
+        if !max && extra != (0, 0) {
+            return Err(ctx.err(format!(
+                "ceil_mode = 1 rounds the output of input {:?} (kernel {kernel:?}, stride {stride:?}, pads {pads:?}) up, which an average pool's divisor cannot follow: sprout pads each side equally",
+                (h, w)
+            )));
+        }
+        let [t, l, b, r] = [pads[0], pads[1], pads[2] + extra.0, pads[3] + extra.1];
+        let padding = match max {
+            // What one side has more repeats its edge: a window reaching that far also
+            // holds the edge, so the copies never change its maximum.
+            true => (t.min(b), l.min(r)),
+            false => ctx.symmetric(pads)?,
+        };
         let params = PoolParams {
             kernel,
             stride,
-            padding: ctx.symmetric(ctx.pads((h, w), kernel, stride)?)?,
+            padding,
             count_include_pad: ctx.int("count_include_pad", 0)? != 0,
         };
         let out = ctx.output()?;
-        let x = self.view(ctx, x, &dims, out)?;
-        let y = if ctx.op_type == "MaxPool" {
-            self.g.max_pool2d(out, x, params)
-        } else {
-            self.g.avg_pool2d(out, x, params)
+        let mut x = self.view(ctx, x, &dims, out)?;
+        for (axis, before, after) in [(2, t, b), (3, l, r)] {
+            let least = before.min(after);
+            x = self.repeat_edges(ctx, x, axis, (before - least, after - least), out)?;
         }
-        .map_err(ctx.graph())?;
+        let y =
+            if max { self.g.max_pool2d(out, x, params) } else { self.g.avg_pool2d(out, x, params) }
+                .map_err(ctx.graph())?;
         self.define_sprout(out, y);
         Ok(())
+    }
+
+    /// `x` with its first slice along `axis` repeated `times.0` times in front and its last
+    /// `times.1` times behind (nodes `{base}.edge{axis}.{i}`).
+    fn repeat_edges(
+        &mut self,
+        ctx: &Ctx,
+        mut x: TensorId,
+        axis: usize,
+        times: (usize, usize),
+        base: &str,
+    ) -> Result<TensorId, OnnxError> {
+        let mut step = 0;
+        let mut name = || {
+            step += 1;
+            format!("{base}.edge{axis}.{step}")
+        };
+        if times.0 > 0 {
+            let first = self.g.slice(&name(), x, axis, 0, 1).map_err(ctx.graph())?;
+            for _ in 0..times.0 {
+                x = self.g.concat(&name(), first, x, axis).map_err(ctx.graph())?;
+            }
+        }
+        if times.1 > 0 {
+            let end = self.g.shape(x).dim(axis).unwrap_or(0).saturating_sub(1);
+            let last = self.g.slice(&name(), x, axis, end, 1).map_err(ctx.graph())?;
+            for _ in 0..times.1 {
+                x = self.g.concat(&name(), x, last, axis).map_err(ctx.graph())?;
+            }
+        }
+        Ok(x)
     }
 
     fn global_pool(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
@@ -1250,43 +1316,86 @@ impl<'m> Importer<'m> {
         Ok(())
     }
 
-    /// `Add` or `Sub` of two computed tensors of the same shape (`a - b` is `a + (-1 · b)`);
-    /// `Mul` of the same shape or of a `[N, C, ...]` tensor and a `[N, C, 1, ...]` factor on
-    /// either side (squeeze-excitation).
+    /// `Add`, `Sub` or `Mul` of two computed tensors under numpy's broadcasting (`a - b` is
+    /// `a + (-1 · b)`): of one shape, `Mul` by an `[N, C, 1, ...]` factor on either side
+    /// (squeeze-excitation) directly, other shapes through a `broadcast` of each operand that
+    /// grows (never along the batch axis).
     fn tensor_arithmetic(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
         let ((a, ad), (b, bd)) = (self.act(ctx, 0)?, self.act(ctx, 1)?);
         let out = ctx.output()?;
-        let dims = match ctx.op_type {
-            "Add" | "Sub" if ad == bd => ad.clone(),
-            "Add" | "Sub" => {
-                return Err(ctx.err(format!(
-                    "operands must have the same shape (sprout's {} of two computed tensors does not broadcast), they have {ad:?} and {bd:?}",
-                    ctx.op_type
-                )))
-            }
-            // ONNX broadcasts from the right: only equal ranks keep N and C aligned.
-            "Mul" if ad.len() != bd.len() => {
-                return Err(ctx.err(format!(
-                    "operands must have the same rank (broadcasting supports a per-channel [N, C, 1, 1] factor only), they have {ad:?} and {bd:?}"
-                )))
-            }
-            "Mul" if ad.iter().product::<usize>() >= bd.iter().product::<usize>() => ad.clone(),
-            "Mul" => bd.clone(),
-            op => {
-                return Err(ctx.err(format!(
-                    "{op} of two computed tensors (shapes {ad:?} and {bd:?}) is not supported (only by a constant)"
-                )))
-            }
+        let op = ctx.op_type;
+        if !matches!(op, "Add" | "Sub" | "Mul") {
+            return Err(ctx.err(format!(
+                "{op} of two computed tensors (shapes {ad:?} and {bd:?}) is not supported (only by a constant)"
+            )));
+        }
+        let dims = fold::broadcast_shape(&ad, &bd).map_err(|e| ctx.err(e))?;
+        let factor = |f: &[usize], of: &[usize]| {
+            f.len() == of.len()
+                && f.len() >= 2
+                && f[..2] == of[..2]
+                && f[2..].iter().all(|&d| d == 1)
         };
-        let b = match ctx.op_type {
+        let direct = ad == bd || (op == "Mul" && (factor(&bd, &ad) || factor(&ad, &bd)));
+        let b = match op {
             "Sub" => self.affine(ctx, &format!("{out}.negated"), b, &bd, &[-1.0], &[0.0])?,
             _ => b,
         };
-        let a = self.view(ctx, a, &ad, &format!("{out}.a"))?;
-        let b = self.view(ctx, b, &bd, &format!("{out}.b"))?;
-        let y = if ctx.op_type == "Mul" { self.g.mul(out, a, b) } else { self.g.add(out, a, b) }
+        let (a, b) = match direct {
+            true => (
+                self.view(ctx, a, &ad, &format!("{out}.a"))?,
+                self.view(ctx, b, &bd, &format!("{out}.b"))?,
+            ),
+            false => (
+                self.expand(ctx, a, &ad, &dims, &format!("{out}.a"))?,
+                self.expand(ctx, b, &bd, &dims, &format!("{out}.b"))?,
+            ),
+        };
+        let y = if op == "Mul" { self.g.mul(out, a, b) } else { self.g.add(out, a, b) }
             .map_err(ctx.graph())?;
         self.define(out, y, dims);
+        Ok(())
+    }
+
+    /// `x` (ONNX shape `dims`) broadcast to `to` under numpy's rule: a view at `to`'s rank,
+    /// then a `broadcast` node `{base}.broadcast` where it grows.
+    fn expand(
+        &mut self,
+        ctx: &Ctx,
+        x: TensorId,
+        dims: &[usize],
+        to: &[usize],
+        base: &str,
+    ) -> Result<TensorId, OnnxError> {
+        let lead = to.len().saturating_sub(dims.len());
+        let aligned: Vec<usize> =
+            std::iter::repeat_n(1, lead).chain(dims.iter().copied()).collect();
+        let x = self.view(ctx, x, &aligned, base)?;
+        if aligned == to {
+            return Ok(x);
+        }
+        if aligned.first() != to.first() {
+            return Err(ctx.err(format!(
+                "broadcasting {dims:?} to {to:?} repeats the batch axis 0, which sprout does not"
+            )));
+        }
+        let shape = Shape::new(to).map_err(|e| ctx.err(format!("broadcasting to {to:?}: {e}")))?;
+        self.g.broadcast(&format!("{base}.broadcast"), x, shape).map_err(ctx.graph())
+    }
+
+    /// `Expand` of a computed tensor by a constant shape (numpy broadcasting both ways).
+    fn expand_node(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, dims) = self.act(ctx, 0)?;
+        let spec = self.required_constant(ctx, 1)?;
+        let wanted: Vec<usize> = spec
+            .i64()?
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| ctx.err(format!("shape {d} is negative"))))
+            .collect::<Result<_, _>>()?;
+        let to = fold::broadcast_shape(&dims, &wanted).map_err(|e| ctx.err(e))?;
+        let out = ctx.output()?;
+        let y = self.expand(ctx, x, &dims, &to, out)?;
+        self.define(out, y, to);
         Ok(())
     }
 

@@ -120,3 +120,30 @@ fn safetensors_export_loads_back_with_the_same_names_and_values() {
     let bad = vec![("w".to_string(), vec![2, 2], vec![1.0f32; 3])];
     assert!(export_safetensors(&bad).is_err());
 }
+
+#[test]
+fn a_dilated_convolution_exports_as_one_conv_with_its_dilations_and_reads_back() {
+    use sprout_core::op::ConvParams;
+    use sprout_core::{Graph, Init, Shape};
+    let mut g = Graph::new(3);
+    let x = g.input("input", Shape::d4(1, 2, 9, 9)).unwrap();
+    let w = g.parameter("conv.weight", Shape::d4(4, 1, 3, 2), Init::Zeros).unwrap();
+    g.set_initial_values(w, values(11, 24, -1.0, 1.0)).unwrap();
+    let p = ConvParams { stride: (2, 1), padding: (2, 3), groups: 2 };
+    let y = g.dilated_conv2d("conv", x, w, None, p, (2, 3)).unwrap();
+    let bytes = export_onnx(&g, &graph_weights(&g)).unwrap();
+    let proto = ModelProto::decode(bytes.as_slice()).unwrap();
+    let graph = proto.graph.unwrap();
+    let [conv] = &graph.node[..] else { panic!("one node expected: {:?}", graph.node) };
+    assert_eq!(conv.op_type.as_deref(), Some("Conv"));
+    assert_eq!(conv.input, ["input", "conv.weight"]);
+    let attr = |name: &str| conv.attribute.iter().find(|a| a.name.as_deref() == Some(name));
+    assert_eq!(attr("dilations").unwrap().ints, [2, 3]);
+    assert_eq!(attr("kernel_shape").unwrap().ints, [3, 2]);
+    let back = import(&bytes).unwrap();
+    let input = values(12, 2 * 81, -1.0, 1.0);
+    let again = run(&back.graph, back.input, back.outputs[0], &input);
+    assert_eq!(run(&g, x, y, &input), again);
+    let kernel = back.graph.find("conv.weight").unwrap();
+    assert_eq!(back.graph.shape(kernel), Shape::d4(4, 1, 3, 2));
+}

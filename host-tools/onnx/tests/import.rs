@@ -299,9 +299,9 @@ fn unsupported_settings_are_named_with_expected_and_found_values() {
     let cases: Vec<(NodeProto, Vec<TensorProto>, &[&str])> = vec![
         (
             NodeProto::new("Conv", "conv_dil", &["r", "w"], &["y"])
-                .with(A::ints("dilations", &[2, 2])),
+                .with(A::ints("dilations", &[0, 1])),
             vec![w.clone()],
-            &["conv_dil", "[2, 2]"],
+            &["conv_dil", "dilations (0, 1) must be positive"],
         ),
         (
             NodeProto::new("Add", "add_const", &["r", "c"], &["y"]),
@@ -345,7 +345,7 @@ fn unsupported_settings_are_named_with_expected_and_found_values() {
             &["uneven", "[1, 2]", "axis 2 of shape [1, 2, 4, 4]"],
         ),
         (
-            NodeProto::new("MaxPool", "ceil", &["r"], &["y"])
+            NodeProto::new("AveragePool", "ceil", &["r"], &["y"])
                 .with(A::ints("kernel_shape", &[3, 3]))
                 .with(A::ints("strides", &[2, 2]))
                 .with(A::int("ceil_mode", 1)),
@@ -467,7 +467,7 @@ fn sigmoid_hard_swish_excitation_and_leaky_relu_match_and_survive_export() {
 }
 
 #[test]
-fn a_mul_that_broadcasts_other_than_per_channel_is_refused_by_name() {
+fn a_mul_whose_shapes_do_not_broadcast_is_refused_naming_the_node_and_both() {
     let graph = GraphProto {
         node: vec![
             NodeProto::new("GlobalAveragePool", "pool", &["x"], &["p"]),
@@ -483,7 +483,8 @@ fn a_mul_that_broadcasts_other_than_per_channel_is_refused_by_name() {
     };
     let err = import(&ModelProto::new(graph, 13).encode_to_vec()).err().expect("refused");
     let text = err.to_string();
-    assert!(text.contains("scale/mul") && text.contains("same rank"), "{text}");
+    let shapes = "shapes [1, 2, 4, 4] and [1, 2] do not broadcast";
+    assert!(text.contains("scale/mul") && text.contains(shapes), "{text}");
 }
 
 /// `Concat` of three computed tensors along the channel axis, written as ONNX's negative
@@ -730,4 +731,49 @@ fn sub_of_computed_tensors_matches() {
     let expected: Vec<f64> =
         x.iter().map(|&v| (v as f64).max(0.0) - 1.0 / (1.0 + (-(v as f64)).exp())).collect();
     assert_close(&y, &expected, 1e-6);
+}
+
+/// `MaxPool` with `ceil_mode = 1` rounding its output up, with and without asymmetric
+/// `pads`, on negative values (where zeros in the overhang would win): the windows that
+/// hang past the input take the maximum of what they cover, as ONNX and PyTorch define.
+#[test]
+fn a_ceil_mode_max_pool_rounds_up_over_what_its_last_windows_cover() {
+    let (h, w) = (6, 7);
+    let x: Vec<f32> = values(40, 2 * h * w, -3.0, -1.0);
+    for (pads, out) in [([0, 0, 0, 0], (3, 4)), ([1, 0, 0, 1], (3, 4)), ([1, 1, 1, 0], (4, 4))] {
+        let node = NodeProto::new("MaxPool", "pool", &["x"], &["y"])
+            .with(A::ints("kernel_shape", &[3, 2]))
+            .with(A::ints("strides", &[2, 2]))
+            .with(A::ints("pads", &pads))
+            .with(A::int("ceil_mode", 1));
+        let graph = GraphProto {
+            node: vec![node],
+            input: vec![ValueInfoProto::f32(
+                "x",
+                &[Dim::Fixed(1), Dim::Fixed(2), Dim::Fixed(h as i64), Dim::Fixed(w as i64)],
+            )],
+            output: vec![ValueInfoProto::f32("y", &[])],
+            ..Default::default()
+        };
+        let imported = import(&ModelProto::new(graph, 13).encode_to_vec()).unwrap();
+        let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
+        assert_eq!(imported.graph.shape(imported.outputs[0]).dims(), [1, 2, out.0, out.1]);
+        let mut expected = Vec::new();
+        for c in 0..2 {
+            for i in 0..out.0 {
+                for j in 0..out.1 {
+                    let rows = (2 * i).saturating_sub(pads[0] as usize)
+                        ..(2 * i + 3 - pads[0] as usize).min(h);
+                    let cols = (2 * j).saturating_sub(pads[1] as usize)
+                        ..(2 * j + 2 - pads[1] as usize).min(w);
+                    let x = &x;
+                    let best = rows
+                        .flat_map(|r| cols.clone().map(move |q| x[(c * h + r) * w + q]))
+                        .fold(f32::NEG_INFINITY, f32::max);
+                    expected.push(f64::from(best));
+                }
+            }
+        }
+        assert_close(&y, &expected, 0.0);
+    }
 }
