@@ -254,6 +254,8 @@ fn through_service(root: &Path, sprout: &str, port: &str, leaf: &Leaf) -> Result
     let request = serde_json::json!({"dataset": "device", "epochs": SERVICE_EPOCHS});
     let trained = post("/api/v1/boards/qemu/train", request, 201)?;
     finished_job(&client, &agent, &trained, minutes)?;
+    let events = format!("/api/v1/jobs/{}/events", trained["id"]);
+    let accuracies = epoch_accuracies(&client.expect(&agent, "GET", &events, None, 200)?)?;
     let pulled = post("/api/v1/boards/qemu/pull", serde_json::json!({}), 201)?;
     let pulled = finished_job(&client, &agent, &pulled, minutes)?;
     if pulled["version"] != 2 {
@@ -262,21 +264,54 @@ fn through_service(root: &Path, sprout: &str, port: &str, leaf: &Leaf) -> Result
     let leaf_model: serde_json::Value =
         serde_json::from_str(&client.expect(&agent, "GET", "/api/v1/models/leaf", None, 200)?)?;
     let metrics = &leaf_model["versions"][1]["metrics"];
-    // The board keeps its best epoch's checkpoint.
+    // The board keeps the checkpoint of the first epoch that reached its best held-out
+    // accuracy (later epochs that only tie it do not replace it), so "epoch 1" after three
+    // is what a board whose first epoch is already its best should say.
     let epoch = metrics["device_epoch"].as_u64().unwrap_or(0);
     if metrics["board"] != "qemu" || !(1..=u64::from(SERVICE_EPOCHS)).contains(&epoch) {
         bail!("version 2 does not record the board's training: {leaf_model}");
     }
+    let best = accuracies.iter().map(|a| a.1).fold(f64::NEG_INFINITY, f64::max);
+    let first_best = accuracies.iter().find(|a| a.1 == best).map(|a| a.0);
+    let every_epoch = accuracies.len() == SERVICE_EPOCHS as usize;
+    if every_epoch && first_best != Some(epoch) {
+        bail!(
+            "the board's held-out accuracies per epoch were {accuracies:?}, so its checkpoint \
+             should be epoch {first_best:?}'s, but version 2 records epoch {epoch}"
+        );
+    }
     let pushed =
         post("/api/v1/boards/qemu/push", serde_json::json!({"model": "leaf", "version": 2}), 201)?;
     finished_job(&client, &agent, &pushed, minutes)?;
+    let per_epoch: Vec<String> =
+        accuracies.iter().map(|(e, a)| format!("{e}: {:.1}%", 100.0 * a)).collect();
     println!(
-        "the service trained the board {SERVICE_EPOCHS} epochs, pulled version 2 (epoch \
-         {epoch}, device held-out accuracy {}) and pushed it back in {}",
+        "the service trained the board {SERVICE_EPOCHS} epochs (held-out accuracy per epoch \
+         {}), pulled version 2 (the checkpoint of epoch {epoch}, the first at the best \
+         accuracy {}) and pushed it back in {}",
+        per_epoch.join(", "),
         metrics["device_accuracy"],
         format_duration(started.elapsed())
     );
     Ok(())
+}
+
+/// `(epoch, held-out accuracy)` of each `epoch` event in a job's finished SSE stream.
+fn epoch_accuracies(stream: &str) -> Result<Vec<(u64, f64)>> {
+    let mut accuracies = Vec::new();
+    for data in stream.lines().filter_map(|line| line.strip_prefix("data: ")) {
+        let event: serde_json::Value = serde_json::from_str(data)
+            .with_context(|| format!("an event that is not JSON: {data}"))?;
+        if event["kind"] == "epoch" {
+            let epoch = event["data"]["epoch"].as_u64();
+            let accuracy = event["data"]["val_accuracy"].as_f64();
+            match epoch.zip(accuracy) {
+                Some(pair) => accuracies.push(pair),
+                None => bail!("an epoch event without epoch and val_accuracy: {event}"),
+            }
+        }
+    }
+    Ok(accuracies)
 }
 
 /// What a fine-tune on the device reached.
@@ -422,6 +457,16 @@ fn field<'t>(text: &'t str, start: &str, end: &str) -> Option<&'t str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn epoch_accuracies_come_from_the_epoch_events_of_a_stream() {
+        let stream = "id: 4\nevent: start\ndata: {\"kind\":\"start\",\"data\":{\"epochs\":2}}\n\n\
+             id: 5\nevent: epoch\ndata: {\"kind\":\"epoch\",\"data\":{\"epoch\":1,\"val_accuracy\":0.5}}\n\n\
+             id: 6\nevent: epoch\ndata: {\"kind\":\"epoch\",\"data\":{\"epoch\":2,\"val_accuracy\":0.75}}\n\n";
+        assert_eq!(epoch_accuracies(stream).unwrap(), [(1, 0.5), (2, 0.75)]);
+        let broken = "data: {\"kind\":\"epoch\",\"data\":{\"epoch\":1}}\n";
+        assert!(epoch_accuracies(broken).unwrap_err().to_string().contains("without"));
+    }
 
     #[test]
     fn fields_are_found_between_their_markers() {

@@ -172,6 +172,13 @@ fn train(args: &TrainArgs) -> Result<()> {
         samples.count(Split::Train),
         samples.count(Split::Validation)
     );
+    if let Some(run) = device.stop_running_training()? {
+        eprintln!(
+            "the device was still training (epoch {} of {}) for a host that went away: \
+             that run is stopped",
+            run.epoch, run.epochs
+        );
+    }
     if !args.keep_samples {
         device.clear_samples()?;
     }

@@ -53,10 +53,9 @@ impl Server {
             Some((kind, bytes)) => {
                 self.agent.run(request.header("Content-Type", kind).body(bytes).unwrap())
             }
-            // An explicit empty body: a bodiless request sent without a length leaves the
-            // service a body it never reads, and it then closes the kept-alive connection
-            // under the client's feet.
-            None => self.agent.run(request.header("Content-Length", "0").body(()).unwrap()),
+            // No body and no length: ureq sends a POST's empty body chunked, its end marker
+            // after the head, as many clients do.
+            None => self.agent.run(request.body(()).unwrap()),
         };
         let mut response = response.unwrap();
         let status = response.status().as_u16();
@@ -240,6 +239,15 @@ fn tokens_scopes_and_bad_requests_get_json_errors() {
     }
     let (status, body) = server.json("GET", "/api/v1/nothing", Some(&trainer), None);
     assert_eq!(error(status, &body, "no such route"), 404);
+    // Encoded climbs in a URL are names like any other: found nowhere.
+    for path in [
+        "/api/v1/datasets/..%2F..%2Fsprout.db",
+        "/api/v1/models/..%2Fsprout.db/versions/1/file",
+        "/api/v1/models/%2E%2E/versions/1/file?format=onnx",
+    ] {
+        let (status, body) = server.json("GET", path, Some(&trainer), None);
+        assert_eq!(error(status, &body, "not found"), 404, "{path}");
+    }
 
     // An admin makes and revokes tokens; a revoked one is refused, listed ones show no secret.
     let admin = token(&data, "admin");
@@ -325,6 +333,116 @@ fn tokens_scopes_and_bad_requests_get_json_errors() {
     assert!(walk(&data.join("images")).is_empty(), "the data set's images are deleted");
     let (status, body) = server.json("GET", "/api/v1/datasets/leaves", Some(&reader), None);
     assert_eq!(error(status, &body, "data set 'leaves' not found"), 404);
+}
+
+/// One HTTP/1.1 request on a kept-alive connection `stream`: the head, then (after a pause
+/// that lets the service answer first) each of `body`'s pieces. Answers the status, whether
+/// the response says `Connection: close`, and the body.
+fn raw_request(stream: &mut TcpStream, head: &str, body: &[&[u8]]) -> (u16, bool, Vec<u8>) {
+    use std::io::{Read, Write};
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.flush().unwrap();
+    for piece in body {
+        std::thread::sleep(Duration::from_millis(15));
+        // The service may have answered and closed already: what it said is read below.
+        if stream.write_all(piece).is_err() {
+            break;
+        }
+    }
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let end = loop {
+        if let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        let n = stream.read(&mut buffer).unwrap_or(0);
+        assert!(n > 0, "the service closed the connection before answering {head:?}");
+        received.extend_from_slice(&buffer[..n]);
+    };
+    let head_text = String::from_utf8_lossy(&received[..end]).to_ascii_lowercase();
+    let status = head_text[9..12].parse().unwrap();
+    let length: usize = head_text
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .expect("answers have a length")
+        .trim()
+        .parse()
+        .unwrap();
+    let closes = head_text.lines().any(|l| l.starts_with("connection:") && l.contains("close"));
+    while received.len() < end + length {
+        let n = stream.read(&mut buffer).unwrap();
+        assert!(n > 0, "the connection closed inside the answer");
+        received.extend_from_slice(&buffer[..n]);
+    }
+    (status, closes, received[end..end + length].to_vec())
+}
+
+#[test]
+fn kept_alive_connections_survive_bodies_left_unread() {
+    let scratch = Scratch::new("serve-keepalive");
+    let data = scratch.path("data");
+    let (reader, trainer) = (token(&data, "read"), token(&data, "train"));
+    let server = Server::start(&data, &["--max-body", "64KiB"]);
+    let address = server.base.strip_prefix("http://").unwrap().to_string();
+    let mut stream = TcpStream::connect(&address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let head = |method: &str, path: &str, token: &str, framing: &str| {
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\n{framing}\r\n"
+        )
+    };
+    let json = br#"{"name": "leaves", "classes": ["a"]}"#;
+    let json_length = format!("Content-Length: {}\r\n", json.len());
+    let (kind, upload) = multipart(&[("a", "a.png", &[7u8; 2000][..])]);
+    let upload_framing = format!("Content-Type: {kind}\r\nContent-Length: {}\r\n", upload.len());
+    let big = vec![0u8; 100 << 10];
+    let big_length = format!("Content-Length: {}\r\n", big.len());
+    let (first, rest) = upload.split_at(upload.len() / 2);
+    let json_chunked = "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n";
+    let unknown = br#"{"name": "x", "classes": ["a"], "colour": 1}"#;
+    let unknown_field = [format!("{:x}\r\n", unknown.len()).as_bytes(), unknown, b"\r\n"].concat();
+    // Requests the handler answers before (or without) reading their bodies, each with the
+    // body late, in the framings clients use.
+    let cases: Vec<(String, Vec<&[u8]>, u16)> = vec![
+        // Bodiless POSTs: chunked with only the end marker (ureq), no framing at all.
+        (
+            head("POST", "/api/v1/jobs/424242/cancel", &trainer, "Transfer-Encoding: chunked\r\n"),
+            vec![&b"0\r\n\r\n"[..]],
+            404,
+        ),
+        (head("POST", "/api/v1/models/none/rollback", &trainer, ""), vec![], 404),
+        (head("POST", "/api/v1/datasets", "sprout_0000", &json_length), vec![&json[..]], 401),
+        (head("POST", "/api/v1/datasets", &reader, &json_length), vec![&json[..]], 403),
+        (
+            head("POST", "/api/v1/datasets/absent/images", &trainer, &upload_framing),
+            vec![first, rest],
+            404,
+        ),
+        (
+            head("POST", "/api/v1/models/m/versions", &trainer, &big_length),
+            vec![&big[..50 << 10], &big[50 << 10..]],
+            413,
+        ),
+        (
+            head("POST", "/api/v1/datasets", &trainer, &json_chunked),
+            vec![&unknown_field[..], &b"0\r\n\r\n"[..]],
+            422,
+        ),
+    ];
+    for round in 0..8 {
+        for (head, body, expected) in &cases {
+            let (status, closes, answer) = raw_request(&mut stream, head, body);
+            let error: Value = serde_json::from_slice(&answer).unwrap();
+            assert_eq!(status, *expected, "round {round}, {head:?}: {error}");
+            assert!(error["error"].is_string(), "{error}");
+            assert!(!closes, "round {round}, {head:?}: the connection is closed");
+        }
+    }
+    // An ordinary client on its pooled connections: bodiless POSTs in a row.
+    for _ in 0..50 {
+        let (status, _) = server.json("POST", "/api/v1/jobs/424242/cancel", Some(&trainer), None);
+        assert_eq!(status, 404);
+    }
 }
 
 /// Every file under `dir`.
@@ -713,8 +831,7 @@ fn boards_train_and_pull_into_the_registry_and_take_pushed_versions() {
         let body = json!({"name": name, "port": port, "model": "base"});
         server.json("POST", "/api/v1/boards", Some(token), Some(body))
     };
-    // (Without a body: a refused request's unread body may cost the client its connection.)
-    assert_eq!(server.call("POST", "/api/v1/boards", Some(&trainer), None).0, 403);
+    assert_eq!(register(&trainer, "bench", &port).0, 403);
     let (status, body) = register(&admin, "bench", "/etc/passwd");
     assert_eq!(status, 422, "{body}");
     let (_, other_model) = fake_board(MODEL_HASH, Vec::new());
@@ -785,21 +902,62 @@ fn boards_train_and_pull_into_the_registry_and_take_pushed_versions() {
     let expected = sprout_core::ModelFile::from_graph(&expected.zoo.graph, expected.metadata);
     assert!(file(2) == sprout_core::save_model(&expected).unwrap(), "v2 is not v1 + checkpoint");
 
-    // Pushing: version 2's checkpoint reaches a second board with the same firmware; a
-    // version no board made has none to push.
+    // Pushing: version 2's checkpoint reaches a second board with the same firmware.
     let (shelf, shelf_port) = fake_board(model_hash, Vec::new());
     assert_eq!(register(&admin, "shelf", &shelf_port).0, 201);
     let push = |version: u32| {
         let body = json!({"model": "base", "version": version});
-        server.json("POST", "/api/v1/boards/shelf/push", Some(&trainer), Some(body))
+        let (status, job) =
+            server.json("POST", "/api/v1/boards/shelf/push", Some(&trainer), Some(body));
+        if status == 201 {
+            let job =
+                server.wait_for(job["id"].as_i64().unwrap(), &trainer, &["succeeded", "failed"]);
+            assert_eq!(job["status"], "succeeded", "{job}");
+        }
+        (status, job)
     };
-    let (status, body) = push(1);
-    assert_eq!(status, 422, "{body}");
-    let (status, job) = push(2);
-    assert_eq!(status, 201, "{job}");
-    let job = server.wait_for(job["id"].as_i64().unwrap(), &trainer, &["succeeded", "failed"]);
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(push(2).0, 201);
     assert!(shelf.lock().unwrap().checkpoint == pulled, "the pushed checkpoint differs");
+
+    // Any other version goes as a checkpoint of its device bundle's state, if that bundle
+    // differs from the board's only there: version 3 changes the head (pushed), version 4
+    // a frozen layer (refused, naming why).
+    let weights = |name: &str, values: Vec<f32>| {
+        let tensors = [(name.to_string(), vec![values.len()], values)];
+        let body = sprout_onnx::export_safetensors(&tensors).unwrap();
+        let path = "/api/v1/models/base/versions/1/weights";
+        let (status, bytes) =
+            server.call("POST", path, Some(&trainer), Some(("application/octet-stream", body)));
+        assert_eq!(status, 201, "{}", String::from_utf8_lossy(&bytes));
+    };
+    weights("classifier.bias", vec![0.5, -0.5, 0.25]);
+    weights("features.0.bias", vec![0.125; 8]);
+    let (header, _) = sprout_core::format::bundle::read_header(&bundle).unwrap();
+    for (version, bias) in [(1, None), (3, Some([0.5f32, -0.5, 0.25]))] {
+        let (status, job) = push(version);
+        assert_eq!(status, 201, "{job}");
+        let pushed = shelf.lock().unwrap().checkpoint.clone();
+        let (info, state) = checkpoint::read(&pushed).unwrap();
+        assert_eq!((info.model_hash, info.epoch, info.accuracy), (model_hash, 0, 0.0));
+        let operand =
+            header.trainable.iter().find(|t| t.name == "classifier.bias").unwrap().operand;
+        let values: Vec<f32> = state[operand.offset..operand.offset + 12]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        match bias {
+            Some(bias) => assert_eq!(values, bias),
+            None => {
+                let start = header.state.offset as usize;
+                assert!(state == &bundle[start..start + state.len()], "not version 1's state");
+            }
+        }
+    }
+    let (status, body) = push(4);
+    assert_eq!(status, 422, "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(message.contains("version 4 of 'base'") && message.contains("frozen"), "{message}");
+    assert!(message.contains("new firmware"), "{message}");
 
     let (_, doc) = server.json("GET", "/api/v1/openapi.json", None, None);
     assert!(doc["paths"]["/api/v1/boards/{name}/pull"]["post"].is_object(), "{doc}");
@@ -808,6 +966,75 @@ fn boards_train_and_pull_into_the_registry_and_take_pushed_versions() {
     assert_eq!(server.call("DELETE", "/api/v1/boards/shelf", Some(&trainer), None).0, 403);
     assert_eq!(server.call("DELETE", "/api/v1/boards/shelf", Some(&admin), None).0, 204);
     assert_eq!(server.call("GET", "/api/v1/boards/shelf", Some(&admin), None).0, 404);
+}
+
+#[test]
+fn a_board_job_killed_with_its_service_runs_again_and_takes_the_board_over() {
+    let scratch = Scratch::new("serve-board-restart");
+    let data = scratch.path("data");
+    let (admin, trainer) = (token(&data, "admin"), token(&data, "train"));
+    let server = Server::start(&data, &[]);
+    upload_base(&server, &trainer, &scratch);
+    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 5));
+    let (_, bundle) = server.call(
+        "GET",
+        "/api/v1/models/base/versions/1/file?format=bundle",
+        Some(&trainer),
+        None,
+    );
+    let model_hash = sprout_core::format::bundle::read_header(&bundle).unwrap().0.model_hash;
+    let (bench, port) = fake_board(model_hash, device_checkpoint_of(&bundle));
+    let body = json!({"name": "bench", "port": port, "model": "base"});
+    assert_eq!(server.json("POST", "/api/v1/boards", Some(&admin), Some(body)).0, 201);
+    // The fake board finishes an epoch per progress query (one each 500 ms).
+    let request = json!({"dataset": "leaves", "epochs": 6});
+    let (status, job) =
+        server.json("POST", "/api/v1/boards/bench/train", Some(&trainer), Some(request));
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].as_i64().unwrap();
+
+    // Killed (SIGKILL, with its `sprout device train` child) once the board reported an
+    // epoch: the board trains on, for no one.
+    let url = format!("{}/api/v1/jobs/{id}/events", server.base);
+    let stream =
+        server.agent.get(&url).header("Authorization", format!("Bearer {trainer}")).call().unwrap();
+    let first_epoch = BufReader::new(stream.into_body().into_reader())
+        .lines()
+        .map(Result::unwrap)
+        .find(|line| line.contains(r#""kind":"epoch""#));
+    assert!(first_epoch.is_some(), "the job reported no epoch");
+    drop(server);
+    let snapshot = data.join("jobs").join(id.to_string()).join("data");
+    let start = Instant::now();
+    while !Command::new("pgrep").args(["-f", s(&snapshot)]).output().unwrap().stdout.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(5), "sprout device outlived the service");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let samples = bench.lock().unwrap().samples.len();
+
+    // Restarted: the job is queued again and runs from the start: it stops the board's
+    // orphaned run, sends the samples again (replacing, not adding to, the first ones)
+    // and trains all its epochs.
+    let server = Server::start(&data, &[]);
+    let job = server.wait_for(id, &trainer, &["succeeded", "failed"]);
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let events = server.events(id, &trainer);
+    let interrupted = events.iter().filter(|e| e["data"]["interrupted"] == true).count();
+    assert_eq!(interrupted, 1, "{events:#?}");
+    assert!(
+        events.iter().any(|e| e["data"]["line"]
+            .as_str()
+            .is_some_and(|l| l.contains("was still training (epoch"))),
+        "{events:#?}"
+    );
+    let after_restart = events
+        .iter()
+        .skip_while(|e| e["data"]["interrupted"] != true)
+        .filter(|e| e["kind"] == "epoch")
+        .map(|e| e["data"]["epoch"].as_u64().unwrap())
+        .collect::<Vec<_>>();
+    assert_eq!(after_restart.last(), Some(&6), "{events:#?}");
+    assert_eq!(bench.lock().unwrap().samples.len(), samples, "the samples were replaced");
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! The web page of `sprout serve` in a real headless Chromium driven over WebDriver: a
-//! refused token, then a good one; a data set created and filled with photos, a base model
-//! uploaded, a job started whose live loss curve grows until it succeeds, its new version
-//! listed and predicting; at phone width nothing overflows. Screenshots are kept at
+//! refused token, a read token refused a change (403), then a train token; a data set
+//! created and filled with photos and a zip (per-file report), a base model uploaded, a job
+//! started whose live loss curve grows until it succeeds, its new version listed,
+//! predicting and downloaded; a version promoted and rolled back; a running job cancelled;
+//! at phone width nothing overflows. Screenshots are kept at
 //! `target/web-test/serve.png` and `serve-phone.png`.
 //!
 //! Skipped, with a message, when `chromium` or `chromedriver` do not run, unless
@@ -117,6 +119,17 @@ async fn select(client: &Client, id: &str, value: &str) {
     client.find(Locator::Id(id)).await.unwrap().select_by_value(value).await.unwrap();
 }
 
+async fn click_css(client: &Client, css: &str) {
+    client.find(Locator::Css(css)).await.unwrap().click().await.unwrap();
+}
+
+/// The body of `GET url` with `token`.
+fn fetch(url: &str, token: &str) -> Vec<u8> {
+    let mut response =
+        ureq::get(url).header("Authorization", format!("Bearer {token}")).call().unwrap();
+    response.body_mut().with_config().limit(64 << 20).read_to_vec().unwrap()
+}
+
 /// The message banner's text ("" when hidden).
 const MESSAGE: &str =
     "const m = document.getElementById('message'); return m.hidden ? '' : m.textContent;";
@@ -143,7 +156,7 @@ async fn the_page_uploads_trains_with_a_live_curve_and_shows_the_new_version() {
     }
     let scratch = Scratch::new("web");
     let data = scratch.path("data");
-    let trainer = serve_token(&data, "train");
+    let (reader, trainer) = (serve_token(&data, "read"), serve_token(&data, "train"));
     let (server, base) = start_serve(&data, &[]);
     let _server = Killed(server);
     let leaves = scratch.path("leaves");
@@ -170,9 +183,19 @@ async fn the_page_uploads_trains_with_a_live_curve_and_shows_the_new_version() {
     let hidden = client.execute("return document.getElementById('datasets').hidden", vec![]);
     assert_eq!(hidden.await.unwrap(), json!(true));
 
-    fill(&client, "token", &trainer).await;
+    // A read token sees the page; what it may not do is explained with the scope it lacks.
+    fill(&client, "token", &reader).await;
     click(&client, "token-save").await;
     until(&client, 10, "the data sets", "return !document.getElementById('datasets').hidden").await;
+    fill(&client, "dataset-name", "refused").await;
+    fill(&client, "dataset-classes", "a, b").await;
+    click(&client, "dataset-create").await;
+    let message = until(&client, 10, "the 403 message", MESSAGE).await;
+    let message = message.as_str().unwrap();
+    assert!(message.contains("(403)") && message.contains("scope 'train'"), "{message}");
+
+    fill(&client, "token", &trainer).await;
+    click(&client, "token-save").await;
     let boards = "return document.getElementById('boards-status').textContent";
     let boards = until(&client, 10, "the boards section", boards).await;
     // The board API may not be part of this service: either way the section says so.
@@ -221,6 +244,38 @@ async fn the_page_uploads_trains_with_a_live_curve_and_shows_the_new_version() {
     }
     let images = "return document.querySelector('[data-dataset=leaves] td').textContent";
     assert_eq!(client.execute(images, vec![]).await.unwrap(), json!(uploaded.to_string()));
+
+    // A zip of class folders: each entry reported on its own, the rejected ones say why.
+    let zip_path = scratch.path("more.zip");
+    let photo = std::fs::read_dir(leaves.join("val").join("rust")).unwrap().next().unwrap();
+    let photo = std::fs::read(photo.unwrap().path()).unwrap();
+    // The same photo with one pixel changed: a new image.
+    let mut changed = image::load_from_memory(&photo).unwrap().to_rgb8();
+    let pixel = changed.get_pixel_mut(0, 0);
+    pixel.0[0] = pixel.0[0].wrapping_add(128);
+    let mut fresh = Vec::new();
+    changed.write_to(&mut std::io::Cursor::new(&mut fresh), image::ImageFormat::Png).unwrap();
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(&zip_path).unwrap());
+    let entries: [(&str, &[u8]); 3] =
+        [("rust/flipped.png", &fresh), ("rust/same.png", &photo), ("../rust/up.png", &fresh)];
+    for (name, bytes) in entries {
+        zip.start_file(name, zip::write::SimpleFileOptions::default()).unwrap();
+        std::io::Write::write_all(&mut zip, bytes).unwrap();
+    }
+    zip.finish().unwrap();
+    client.find(Locator::Id("upload-files")).await.unwrap().send_keys(s(&zip_path)).await.unwrap();
+    click(&client, "upload-submit").await;
+    let report = "const s = document.getElementById('upload-summary'); \
+                  return s && s.textContent === '1 added, 1 duplicate, 1 rejected' && \
+                  [...document.querySelectorAll('#upload-report li')].map(li => li.textContent)";
+    let report = until(&client, 20, "the zip's report", report).await;
+    let lines: Vec<&str> = report.as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines[0].starts_with("added more.zip/rust/flipped.png (rust)"), "{lines:?}");
+    assert!(lines[1].starts_with("duplicate more.zip/rust/same.png (rust)"), "{lines:?}");
+    assert!(lines[2].contains("rejected more.zip/../rust/up.png"), "{lines:?}");
+    assert!(lines[2].contains("leaves the archive"), "{lines:?}");
+    let open = "return document.querySelector('#upload-report details').open";
+    assert_eq!(client.execute(open, vec![]).await.unwrap(), json!(true));
 
     // The base model, uploaded as version 1 of `base`.
     fill(&client, "model-upload-name", "base").await;
@@ -273,6 +328,55 @@ async fn the_page_uploads_trains_with_a_live_curve_and_shows_the_new_version() {
     classes.sort_unstable();
     assert_eq!(classes, ["healthy", "leaf_spot", "rust"]);
     assert_eq!(client.execute(MESSAGE, vec![]).await.unwrap(), json!(""));
+
+    // Downloads: the page fetches the file with the token and saves it through a blob
+    // link, whose click is recorded here instead (headless Chromium saves nowhere).
+    let record = "window.saved = []; const create = URL.createObjectURL; \
+                  URL.createObjectURL = (blob) => { window.blobSize = blob.size; return create(blob); }; \
+                  HTMLAnchorElement.prototype.click = function () { \
+                    window.saved.push([this.download, window.blobSize]); };";
+    client.execute(record, vec![]).await.unwrap();
+    click_css(&client, "button[aria-label='Download version 1 of leaves as .sprout']").await;
+    let saved =
+        until(&client, 20, "the download", "return window.saved.length && window.saved").await;
+    let file = fetch(&format!("{base}/api/v1/models/leaves/versions/1/file"), &trainer);
+    assert_eq!(saved, json!([["leaves-v1.sprout", file.len()]]));
+
+    // Promote and roll back: the trained model uploaded as version 2 of `base`.
+    let trained = scratch.path("leaves-v1.sprout");
+    std::fs::write(&trained, &file).unwrap();
+    fill(&client, "model-upload-name", "base").await;
+    let input = client.find(Locator::Id("model-upload-file")).await.unwrap();
+    input.send_keys(s(&trained)).await.unwrap();
+    click(&client, "model-upload").await;
+    let row = |version: u32, current: &str| {
+        format!("return !!document.querySelector('[data-model=base] tr{current}[data-version=\"{version}\"]')")
+    };
+    until(&client, 10, "version 2 of base", &row(2, ":not(.current)")).await;
+    click_css(&client, "button[aria-label='Make version 2 of base current']").await;
+    until(&client, 10, "version 2 current", &row(2, ".current")).await;
+    let message = until(&client, 10, "the promotion message", MESSAGE).await;
+    assert_eq!(message, json!("base: version 2 is current."));
+    click_css(&client, "[data-model=base] .head button").await;
+    until(&client, 10, "version 1 current again", &row(1, ".current")).await;
+    let message = until(&client, 10, "the rollback message", MESSAGE).await;
+    assert_eq!(message, json!("base: rolled back to version 1."));
+
+    // A long job, cancelled from its row once it runs.
+    fill(&client, "job-epochs", "5000").await;
+    click(&client, "job-start").await;
+    let running = "const row = document.querySelector('[data-job]'); \
+                   return row && row.dataset.job !== '1' && row.dataset.status === 'running' && row.dataset.job";
+    let id = until(&client, 30, "the second job running", running).await;
+    let id = id.as_str().unwrap().to_string();
+    click_css(&client, &format!("button[aria-label='Cancel job {id}']")).await;
+    let cancelled = format!(
+        "return document.querySelector('[data-job=\"{id}\"]').dataset.status === 'cancelled'"
+    );
+    until(&client, 20, "the job cancelled", &cancelled).await;
+    let job = fetch(&format!("{base}/api/v1/jobs/{id}"), &trainer);
+    let job: Value = serde_json::from_slice(&job).unwrap();
+    assert_eq!(job["status"], "cancelled", "{job}");
 
     // The whole page in one picture, then phone width: nothing wider than the screen.
     let height = "return document.documentElement.scrollHeight";

@@ -110,6 +110,18 @@ impl Device {
         self.retrying(|c| c.clear_samples())
     }
 
+    /// Stops the training run the device is on, one a host that went away (a killed
+    /// `sprout train` or service) started and the device went on with; returns its last
+    /// report, or `None` when the device was not training.
+    pub fn stop_running_training(&mut self) -> Result<Option<TrainingProgress>, LinkError> {
+        let report = self.retrying(|c| c.progress())?;
+        if report.state != TrainingState::Running {
+            return Ok(None);
+        }
+        self.retrying(|c| c.stop_training())?;
+        Ok(Some(report))
+    }
+
     /// Sends one sample (RGB8 pixels of the device's sample shape) under `id`.
     pub fn push_sample(
         &mut self,

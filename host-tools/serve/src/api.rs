@@ -19,7 +19,7 @@ use crate::events::Hub;
 use crate::layout::Layout;
 use crate::predict::Predictors;
 use crate::runner::Runners;
-use crate::{boards, datasets, events, jobs, models, openapi, params, predict, web, Config};
+use crate::{boards, datasets, drain, events, jobs, models, openapi, params, predict, web, Config};
 
 /// Everything the handlers and runners share.
 pub struct State {
@@ -172,5 +172,6 @@ pub fn router(state: AppState) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(drain::drain_unread))
         .with_state(state)
 }

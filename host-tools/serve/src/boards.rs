@@ -1,7 +1,7 @@
 //! Boards around the box: microcontroller boards running sprout's firmware, registered by
 //! their port (a serial device or `tcp:HOST:PORT`) with the registry version their
 //! firmware's bundle was made from, and the jobs that talk to them through `sprout device`
-//! child processes: push a version's device checkpoint, train on a data set's images, pull
+//! child processes: push a version as a device checkpoint, train on a data set's images, pull
 //! the board's checkpoint back into the registry as a new version.
 
 use std::path::Path;
@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sprout_core::format::bundle;
+use sprout_core::format::{bundle, device_checkpoint as checkpoint};
 use sprout_core::link::{Limits, RetryPolicy};
 use sprout_device::{ConnectOptions, Device, PortSpec};
 use sprout_train::Model;
@@ -88,8 +88,8 @@ pub struct TrainOnBoard {
     pub keep_samples: bool,
 }
 
-/// `POST /api/v1/boards/{name}/push`: a job sending a version's device checkpoint (one a
-/// pull brought back) for the board to keep.
+/// `POST /api/v1/boards/{name}/push`: a job sending a version's device checkpoint (the one a
+/// pull brought back, or one made from the version's weights) for the board to keep.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PushToBoard {
@@ -386,7 +386,7 @@ pub async fn train_job(
 }
 
 #[utoipa::path(post, path = "/api/v1/boards/{name}/push", tag = "boards", request_body = PushToBoard,
-    description = "Queues a job that sends the device checkpoint of a version pulled from a board (`sprout device push`) for this board to keep.",
+    description = "Queues a job that sends a version to the board as a device checkpoint (`sprout device push`): the one a pull brought back, or else one made from the version's device bundle, which must differ from the board's firmware bundle only in the weights the board trains.",
     responses((status = 201, body = JobInfo), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn push_job(
     _: Access<Train>,
@@ -394,18 +394,102 @@ pub async fn push_job(
     UrlPath(name): UrlPath<String>,
     Json(mut request): Json<PushToBoard>,
 ) -> Result<(StatusCode, axum::Json<JobInfo>), ApiError> {
-    load(&state, &name)?;
+    let board = load(&state, &name)?;
     let version = models::resolve_version(&state, &request.model, request.version)?;
-    device_checkpoint(&state, &request.model, version)?.ok_or_else(|| {
+    let refused = |why: String| {
         ApiError::invalid(format!(
-            "version {version} of '{}' holds no device checkpoint (only versions pulled from \
-             a board do): a model reaches a board in its firmware's bundle",
+            "version {version} of '{}' cannot be pushed to board '{name}': {why}",
             request.model
         ))
-    })?;
+    };
+    let hash = match device_checkpoint(&state, &request.model, version)? {
+        Some(hash) => hash,
+        None => {
+            let path = state.layout.model(&models::version_hash(&state, &request.model, version)?);
+            let bundle = models::convert(&state, &path, &["bundle"], "a device bundle")
+                .await
+                .map_err(|e| refused(e.message))?;
+            let firmware =
+                tokio::fs::read(state.layout.device_file(&board.bundle, "bundle")).await?;
+            let sealed = checkpoint_for_firmware(&bundle, &firmware).map_err(refused)?;
+            let hash = sha256(&sealed);
+            Staged::write(&state.layout.tmp(), "checkpoint", &sealed)?
+                .place(&state.layout.device_file(&hash, "ckpt"))?;
+            state.db.lock().execute(
+                "UPDATE model_versions SET device_checkpoint = ?3 WHERE model = ?1 AND version = ?2",
+                rusqlite::params![request.model, version, hash],
+            )?;
+            hash
+        }
+    };
+    let path = state.layout.device_file(&hash, "ckpt");
+    let bytes = tokio::task::spawn_blocking(move || sprout_device::read_checkpoint_file(&path))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
+    let (info, _) = checkpoint::read(&bytes).map_err(ApiError::internal)?;
+    if format!("{:#018x}", info.model_hash) != board.model_hash {
+        return Err(refused(format!(
+            "its device checkpoint is of model {:#018x}, the board runs {}",
+            info.model_hash, board.model_hash
+        )));
+    }
     request.version = Some(version);
     let model = request.model.clone();
     queue(&state, &name, "", &model, &BoardTask::Push(request))
+}
+
+/// A device checkpoint file (sealed, as `sprout device pull -o` writes one) holding the
+/// initial state of `bundle` (a version's device bundle) for a board whose firmware holds
+/// the bundle `firmware`, or why the board cannot take it: another graph or other classes,
+/// another state size, or other frozen weights (a changed backbone needs new firmware).
+fn checkpoint_for_firmware(bundle: &[u8], firmware: &[u8]) -> Result<Vec<u8>, String> {
+    let (ours, _) = bundle::read_header(bundle).map_err(|e| format!("its bundle: {e}"))?;
+    let (theirs, _) =
+        bundle::read_header(firmware).map_err(|e| format!("the board's bundle: {e}"))?;
+    let new_firmware =
+        "it reaches the board only in new firmware (`sprout bundle`, `sprout flash`)";
+    if ours.model_hash != theirs.model_hash {
+        return Err(format!(
+            "it is model {:#018x} (other layers or shapes), the board's firmware runs model \
+             {:#018x}; {new_firmware}",
+            ours.model_hash, theirs.model_hash
+        ));
+    }
+    if ours.class_names != theirs.class_names {
+        return Err(format!(
+            "its classes ({}) are not the board's ({}); {new_firmware}",
+            ours.class_names.join(", "),
+            theirs.class_names.join(", ")
+        ));
+    }
+    if ours.state.len != theirs.state.len {
+        return Err(format!(
+            "its trained state is {} bytes, the board's {} bytes; {new_firmware}",
+            ours.state.len, theirs.state.len
+        ));
+    }
+    fn section(bytes: &[u8], s: bundle::Section) -> Result<&[u8], String> {
+        let start = s.offset as usize;
+        let end = start.saturating_add(s.len as usize);
+        bytes.get(start..end).ok_or_else(|| "a bundle section lies outside its file".into())
+    }
+    if section(bundle, ours.frozen)? != section(firmware, theirs.frozen)? {
+        return Err(format!(
+            "it changes weights the board's firmware holds frozen (its backbone); only \
+             versions that differ in the trained head can be pushed, {new_firmware}"
+        ));
+    }
+    let state = section(bundle, ours.state)?;
+    let info = checkpoint::CheckpointInfo {
+        model_hash: ours.model_hash,
+        epoch: 0,
+        progress: sprout_core::Progress::default(),
+        accuracy: 0.0,
+    };
+    let mut bytes = vec![0; checkpoint::CHECKPOINT_HEADER_BYTES + state.len()];
+    checkpoint::encode(&info, state, &mut bytes).map_err(|e| e.to_string())?;
+    checkpoint::seal_file(&bytes).map_err(|e| e.to_string())
 }
 
 #[utoipa::path(post, path = "/api/v1/boards/{name}/pull", tag = "boards", request_body = PullFromBoard,

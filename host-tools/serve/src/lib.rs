@@ -13,6 +13,7 @@ mod auth;
 mod boards;
 mod datasets;
 mod db;
+mod drain;
 mod error;
 mod estimate;
 mod events;
