@@ -99,11 +99,19 @@ impl Layout {
         (phases, d, &mut rest[..self.run()])
     }
 
-    /// Where input row `iy`'s first phase row starts.
-    fn row_start(&self, iy: usize) -> usize {
-        let (sy, sx) = self.stride;
-        let ry = iy + self.padding.0;
-        (ry % sy) * sx * self.phase_len + (ry / sy) * self.pitch
+    /// Where each input row's first phase row starts, in order (counters, no divisions).
+    fn row_starts(&self) -> impl Iterator<Item = usize> + use<> {
+        let (sy, sx, pitch, phase_len) = (self.stride.0, self.stride.1, self.pitch, self.phase_len);
+        let (a, r) = (self.padding.0 % sy, self.padding.0 / sy);
+        (0..self.size.0).scan((a, r), move |(a, r), _| {
+            let start = *a * sx * phase_len + *r * pitch;
+            *a += 1;
+            if *a == sy {
+                *a = 0;
+                *r += 1;
+            }
+            Some(start)
+        })
     }
 
     /// The inputs of a row in column phase `b`: `(first_ix, count, offset)`, inputs
@@ -139,10 +147,9 @@ fn scatter_by<const S: usize>(dest: &mut [f32], src: &[f32]) {
 fn split_phases_generic(l: &Layout, x: &[f32], phases: &mut [f32]) {
     phases.fill(0.0);
     let w = l.size.1;
-    for (iy, row) in x.chunks_exact(w).take(l.size.0).enumerate() {
-        let start = l.row_start(iy);
-        for b in 0..l.stride.1 {
-            let (first, count, offset) = l.column_run(b);
+    for b in 0..l.stride.1 {
+        let (first, count, offset) = l.column_run(b);
+        for (row, start) in x.chunks_exact(w).zip(l.row_starts()) {
             let (dest, src) = (&mut phases[start + offset..][..count], &row[first.min(w)..]);
             match l.stride.1 {
                 1 => dest.copy_from_slice(src),
@@ -158,10 +165,9 @@ fn split_phases_generic(l: &Layout, x: &[f32], phases: &mut [f32]) {
 #[inline(always)]
 fn join_phases_generic(l: &Layout, phases: &[f32], dx: &mut [f32]) {
     let w = l.size.1;
-    for (iy, row) in dx.chunks_exact_mut(w).take(l.size.0).enumerate() {
-        let start = l.row_start(iy);
-        for b in 0..l.stride.1 {
-            let (first, count, offset) = l.column_run(b);
+    for b in 0..l.stride.1 {
+        let (first, count, offset) = l.column_run(b);
+        for (row, start) in dx.chunks_exact_mut(w).zip(l.row_starts()) {
             let (src, dest) = (&phases[start + offset..][..count], &mut row[first.min(w)..]);
             match l.stride.1 {
                 1 => dest.copy_from_slice(src),
