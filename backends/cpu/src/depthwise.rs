@@ -1,191 +1,364 @@
 //! Depthwise convolution (one input and one output channel per group) as direct vector
-//! loops over each plane, compiled for the widest vector extension the CPU has
+//! loops over whole planes, compiled for the widest vector extension the CPU has
 //! (`multiversion!`): im2col would build a `kh·kw`-row matrix per channel for a tiny
-//! product. Every run of in-bounds taps is one strided multiply-add (forward, input
-//! gradient) or a multiply-accumulate into [`LANES`] partial sums (weight gradient), with
-//! strides 1 and 2 specialised so that they vectorize.
+//! product, and loops over rows of taps spend more on bookkeeping than on arithmetic in
+//! the small planes of a MobileNet.
+//!
+//! Each plane is first split into its `stride_h · stride_w` *phases*, zero-padded planes
+//! of every `stride`-th input (`phase[a, b][r, c] = x_padded[r·stride_h + a, c·stride_w +
+//! b]`) sharing one row pitch `pitch`. Kernel tap `(ky, kx)` then reads phase `(ky %
+//! stride_h, kx % stride_w)` at the fixed offset `(ky / stride_h)·pitch + kx / stride_w`
+//! from output `(oy, ox)`'s flat index `oy·pitch + ox`, so a whole plane of outputs is one
+//! long run per tap, cut into [`BLOCK`]-wide register accumulators (the columns `ox >=
+//! out_w` of each row are computed and dropped). The input gradient is the same sum read
+//! backwards: each phase of `dx` gathers the output gradient (laid out at the same pitch,
+//! its dropped columns zero) through the taps of that phase; the weight gradient is one dot
+//! product per tap of that output gradient with the tap's phase.
 
 use crate::parallel::{for_each_chunk, workers};
+use crate::pointwise::dot;
 use crate::pool::Pool;
-use crate::window::valid_outputs;
 use sprout_core::geometry::Conv2dGeometry;
 
-/// Partial sums per weight of the weight gradient: an AVX2 register.
-pub const LANES: usize = 8;
+/// Outputs per accumulator block: one AVX-512 register, two AVX2 ones.
+const BLOCK: usize = 16;
 
 /// Whether `g` is depthwise: every group holds one input and one output channel.
 pub fn is_depthwise(g: &Conv2dGeometry) -> bool {
     g.c_in_per_group() == 1 && g.c_out_per_group() == 1
 }
 
-/// Scratch values one weight-gradient worker needs: [`LANES`] partial sums per weight.
-pub fn grad_weight_scratch(g: &Conv2dGeometry) -> usize {
-    g.kh * g.kw * LANES
+/// Where one plane's phases, output gradient and results lie in a worker's scratch.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    stride: (usize, usize),
+    padding: (usize, usize),
+    kernel: (usize, usize),
+    /// Input plane height and width.
+    size: (usize, usize),
+    /// Output plane height and width.
+    out: (usize, usize),
+    /// Row pitch of every phase and of the laid-out output gradient.
+    pitch: usize,
+    /// The largest tap offset, `((kh - 1) / stride_h)·pitch + (kw - 1) / stride_w`.
+    reach: usize,
+    /// Flat outputs computed, `out_h · pitch` rounded up to whole blocks.
+    outputs: usize,
+    /// Flat values of one phase, `phase rows · pitch` rounded up to whole blocks.
+    inputs: usize,
+    /// Values from one phase to the next: room for every read of either pass.
+    phase_len: usize,
 }
 
-/// Calls `visit(weight, out_start, in_start, count)` for every run of in-bounds taps of one
-/// plane: outputs `out_start + i` read inputs `in_start + i · stride_w` through kernel
-/// weight `weight` (`ky · kw + kx`), for `i < count` (at least one).
-#[inline(always)]
-fn for_each_run(g: &Conv2dGeometry, mut visit: impl FnMut(usize, usize, usize, usize)) {
-    for ky in 0..g.kh {
-        for kx in 0..g.kw {
-            let oxs = valid_outputs(g.out_w, kx, g.stride.1, g.padding.1, g.w);
-            if oxs.is_empty() {
-                continue;
+impl Layout {
+    fn new(g: &Conv2dGeometry) -> Self {
+        let (sy, sx) = (g.stride.0.max(1), g.stride.1.max(1));
+        // The padded plane every output's window lies in (a geometry whose outputs reach
+        // past the padding reads more zeros).
+        let padded = |size: usize, pad: usize, out: usize, k: usize, s: usize| {
+            (size + 2 * pad).max(out.saturating_sub(1) * s + k)
+        };
+        let rows = padded(g.h, g.padding.0, g.out_h, g.kh, sy).div_ceil(sy);
+        let pitch = padded(g.w, g.padding.1, g.out_w, g.kw, sx).div_ceil(sx);
+        let reach = (g.kh.saturating_sub(1) / sy) * pitch + g.kw.saturating_sub(1) / sx;
+        let outputs = (g.out_h * pitch).next_multiple_of(BLOCK);
+        let inputs = (rows * pitch).next_multiple_of(BLOCK);
+        Self {
+            stride: (sy, sx),
+            padding: g.padding,
+            kernel: (g.kh, g.kw),
+            size: (g.h, g.w),
+            out: (g.out_h, g.out_w),
+            pitch,
+            reach,
+            outputs,
+            inputs,
+            phase_len: inputs.max(outputs + reach),
+        }
+    }
+
+    fn phases(&self) -> usize {
+        self.stride.0 * self.stride.1
+    }
+
+    /// Longest flat run either pass computes.
+    fn run(&self) -> usize {
+        self.outputs.max(self.inputs)
+    }
+
+    /// Scratch values one worker needs: the phases, the laid-out output gradient (after
+    /// `reach` leading zeros) and one run of results.
+    fn scratch(&self) -> usize {
+        self.phases() * self.phase_len + self.reach + 2 * self.run()
+    }
+
+    /// A worker's scratch as (phases, laid-out output gradient, results).
+    fn split<'a>(&self, scratch: &'a mut [f32]) -> (&'a mut [f32], &'a mut [f32], &'a mut [f32]) {
+        let (phases, rest) = scratch.split_at_mut(self.phases() * self.phase_len);
+        let (d, rest) = rest.split_at_mut(self.reach + self.run());
+        (phases, d, &mut rest[..self.run()])
+    }
+
+    /// Where each input row's first phase row starts, in order (counters, no divisions).
+    fn row_starts(&self) -> impl Iterator<Item = usize> + use<> {
+        let (sy, sx, pitch, phase_len) = (self.stride.0, self.stride.1, self.pitch, self.phase_len);
+        let (a, r) = (self.padding.0 % sy, self.padding.0 / sy);
+        (0..self.size.0).scan((a, r), move |(a, r), _| {
+            let start = *a * sx * phase_len + *r * pitch;
+            *a += 1;
+            if *a == sy {
+                *a = 0;
+                *r += 1;
             }
-            let first_ix = oxs.start * g.stride.1 + kx - g.padding.1;
-            for oy in valid_outputs(g.out_h, ky, g.stride.0, g.padding.0, g.h) {
-                let iy = oy * g.stride.0 + ky - g.padding.0;
-                visit(ky * g.kw + kx, oy * g.out_w + oxs.start, iy * g.w + first_ix, oxs.len());
+            Some(start)
+        })
+    }
+
+    /// The inputs of a row in column phase `b`: `(first_ix, count, offset)`, inputs
+    /// `first_ix + i·stride_w` lying at `offset + i` from the phase row's start.
+    fn column_run(&self, b: usize) -> (usize, usize, usize) {
+        let (sx, px, w) = (self.stride.1, self.padding.1, self.size.1);
+        let first = (b + sx - px % sx) % sx;
+        let count = w.saturating_sub(first).div_ceil(sx);
+        (first, count, b * self.phase_len + (first + px) / sx)
+    }
+}
+
+/// `dest[i] = src[i·S]` for every `i < dest.len()`.
+#[inline(always)]
+fn gather_by<const S: usize>(dest: &mut [f32], src: &[f32]) {
+    let whole = (src.len() / S).min(dest.len());
+    let (body, tail) = dest.split_at_mut(whole);
+    body.iter_mut().zip(src.chunks_exact(S)).for_each(|(d, s)| *d = s[0]);
+    tail.iter_mut().zip(src[whole * S..].iter().step_by(S)).for_each(|(d, &s)| *d = s);
+}
+
+/// `dest[i·S] = src[i]` for every `i < src.len()`.
+#[inline(always)]
+fn scatter_by<const S: usize>(dest: &mut [f32], src: &[f32]) {
+    let whole = (dest.len() / S).min(src.len());
+    let (body, tail) = src.split_at(whole);
+    dest.chunks_exact_mut(S).zip(body).for_each(|(d, &s)| d[0] = s);
+    dest[whole * S..].iter_mut().step_by(S).zip(tail).for_each(|(d, &s)| *d = s);
+}
+
+/// Splits input plane `x` into zero-padded phases.
+#[inline(always)]
+fn split_phases_generic(l: &Layout, x: &[f32], phases: &mut [f32]) {
+    phases.fill(0.0);
+    let w = l.size.1;
+    for b in 0..l.stride.1 {
+        let (first, count, offset) = l.column_run(b);
+        for (row, start) in x.chunks_exact(w).zip(l.row_starts()) {
+            let (dest, src) = (&mut phases[start + offset..][..count], &row[first.min(w)..]);
+            match l.stride.1 {
+                1 => dest.copy_from_slice(src),
+                2 => gather_by::<2>(dest, src),
+                3 => gather_by::<3>(dest, src),
+                _ => dest.iter_mut().zip(src.iter().step_by(l.stride.1)).for_each(|(d, &s)| *d = s),
             }
         }
     }
 }
 
-/// The `count` inputs of a run, `x[start + i·stride]`, as the slice from the first to the
-/// last.
+/// Gathers input plane `dx` back from its phases (padding dropped).
 #[inline(always)]
-fn strided(x: &[f32], start: usize, count: usize, stride: usize) -> &[f32] {
-    &x[start..start + (count - 1) * stride + 1]
-}
-
-/// The same, mutable.
-#[inline(always)]
-fn strided_mut(x: &mut [f32], start: usize, count: usize, stride: usize) -> &mut [f32] {
-    &mut x[start..start + (count - 1) * stride + 1]
-}
-
-/// `y[i] += w · x[i·S]` for every `i < y.len()`; `x` is [`strided`].
-#[inline(always)]
-fn axpy_by<const S: usize>(y: &mut [f32], w: f32, x: &[f32]) {
-    let Some((last, body)) = y.split_last_mut() else { return };
-    for (v, x) in body.iter_mut().zip(x.chunks_exact(S)) {
-        *v += w * x[0];
-    }
-    *last += w * x[body.len() * S];
-}
-
-/// `y[i] += w · x[i·stride]`, strides 1 and 2 specialised.
-#[inline(always)]
-fn axpy(y: &mut [f32], w: f32, x: &[f32], stride: usize) {
-    match stride {
-        1 => axpy_by::<1>(y, w, x),
-        2 => axpy_by::<2>(y, w, x),
-        _ => y.iter_mut().zip(x.iter().step_by(stride)).for_each(|(v, x)| *v += w * x),
-    }
-}
-
-/// `dx[i·stride] += w · dy[i]` for every `i < dy.len()`; `dx` is [`strided_mut`].
-#[inline(always)]
-fn scatter(dx: &mut [f32], w: f32, dy: &[f32], stride: usize) {
-    match stride {
-        1 => dx.iter_mut().zip(dy).for_each(|(d, v)| *d += w * v),
-        _ => dx.iter_mut().step_by(stride).zip(dy).for_each(|(d, v)| *d += w * v),
-    }
-}
-
-/// `acc[i % LANES] += a[i] · x[i·S]` for every `i < a.len()`; `x` is [`strided`].
-#[inline(always)]
-fn dot_lanes_by<const S: usize>(acc: &mut [f32; LANES], a: &[f32], x: &[f32]) {
-    let body = a.len() - a.len() % LANES;
-    for (block, a) in a[..body].chunks_exact(LANES).enumerate() {
-        let x = &x[block * LANES * S..][..(LANES - 1) * S + 1];
-        for i in 0..LANES {
-            acc[i] += a[i] * x[i * S];
+fn join_phases_generic(l: &Layout, phases: &[f32], dx: &mut [f32]) {
+    let w = l.size.1;
+    for b in 0..l.stride.1 {
+        let (first, count, offset) = l.column_run(b);
+        for (row, start) in dx.chunks_exact_mut(w).zip(l.row_starts()) {
+            let (src, dest) = (&phases[start + offset..][..count], &mut row[first.min(w)..]);
+            match l.stride.1 {
+                1 => dest.copy_from_slice(src),
+                2 => scatter_by::<2>(dest, src),
+                3 => scatter_by::<3>(dest, src),
+                _ => dest.iter_mut().step_by(l.stride.1).zip(src).for_each(|(d, &s)| *d = s),
+            }
         }
     }
-    for (i, a) in a[body..].iter().enumerate() {
-        acc[i] += a * x[(body + i) * S];
+}
+
+multiversion!(split_phases = split_phases_generic(l: &Layout, x: &[f32], phases: &mut [f32]));
+multiversion!(join_phases = join_phases_generic(l: &Layout, phases: &[f32], dx: &mut [f32]));
+
+impl Layout {
+    /// Lays output plane `dy` out at the phases' pitch after `reach` zeros, every other
+    /// value zero.
+    fn lay_out(&self, dy: &[f32], d: &mut [f32]) {
+        d.fill(0.0);
+        let w = self.out.1;
+        for (oy, row) in dy.chunks_exact(w).take(self.out.0).enumerate() {
+            d[self.reach + oy * self.pitch..][..w].copy_from_slice(row);
+        }
+    }
+
+    /// Copies the computed flat outputs' kept columns into output plane `y`.
+    fn keep_outputs(&self, flat: &[f32], y: &mut [f32]) {
+        let w = self.out.1;
+        for (oy, row) in y.chunks_exact_mut(w).take(self.out.0).enumerate() {
+            row.copy_from_slice(&flat[oy * self.pitch..][..w]);
+        }
     }
 }
 
-/// `acc[i % LANES] += a[i] · x[i·stride]`, strides 1 and 2 specialised.
-#[inline(always)]
-fn dot_lanes(acc: &mut [f32; LANES], a: &[f32], x: &[f32], stride: usize) {
-    match stride {
-        1 => dot_lanes_by::<1>(acc, a, x),
-        2 => dot_lanes_by::<2>(acc, a, x),
-        _ => a.iter().zip(x.iter().step_by(stride)).enumerate().for_each(|(i, (a, x))| {
-            acc[i % LANES] += a * x;
-        }),
+/// Scratch values one worker of any pass needs.
+pub fn scratch_per_worker(g: &Conv2dGeometry) -> usize {
+    Layout::new(g).scratch()
+}
+
+/// Taps per pass of [`accumulate`]: a 5x5 kernel in one.
+const MAX_TAPS: usize = 25;
+
+/// Up to [`MAX_TAPS`] taps as `(weight, offset into the source)`.
+struct Taps {
+    taps: [(f32, usize); MAX_TAPS],
+    len: usize,
+}
+
+impl Taps {
+    /// The next taps of `all` (none once it is exhausted).
+    fn take(all: &mut impl Iterator<Item = (f32, usize)>) -> Self {
+        let mut t = Self { taps: [(0.0, 0); MAX_TAPS], len: 0 };
+        for (slot, tap) in t.taps.iter_mut().zip(all) {
+            *slot = tap;
+            t.len += 1;
+        }
+        t
+    }
+
+    fn as_slice(&self) -> &[(f32, usize)] {
+        &self.taps[..self.len]
     }
 }
 
-/// One output plane: `y = bias + Σ_k w[k] · (x shifted by tap k)`.
+/// `flat[i] += Σ_(w, offset) w · src[i + offset]` over whole [`BLOCK`]s, each block summed
+/// in registers.
 #[inline(always)]
-fn forward_plane_generic(g: &Conv2dGeometry, x: &[f32], w: &[f32], bias: f32, y: &mut [f32]) {
-    let stride = g.stride.1;
-    y.fill(bias);
-    for_each_run(g, |k, out, inp, count| {
-        axpy(&mut y[out..out + count], w[k], strided(x, inp, count, stride), stride);
-    });
+fn accumulate_generic(taps: &[(f32, usize)], src: &[f32], flat: &mut [f32]) {
+    for (block, out) in flat.chunks_exact_mut(BLOCK).enumerate() {
+        let mut acc: [f32; BLOCK] = (&*out).try_into().expect("BLOCK values");
+        for &(wk, offset) in taps {
+            let at = block * BLOCK + offset;
+            let s: &[f32; BLOCK] = src[at..at + BLOCK].try_into().expect("BLOCK values");
+            for j in 0..BLOCK {
+                acc[j] += wk * s[j];
+            }
+        }
+        out.copy_from_slice(&acc);
+    }
 }
 
-/// One input plane's gradient: every output gradient scattered back through its taps.
-#[inline(always)]
-fn grad_input_plane_generic(g: &Conv2dGeometry, dy: &[f32], w: &[f32], dx: &mut [f32]) {
-    let stride = g.stride.1;
-    dx.fill(0.0);
-    for_each_run(g, |k, out, inp, count| {
-        scatter(strided_mut(dx, inp, count, stride), w[k], &dy[out..out + count], stride);
-    });
+multiversion!(accumulate = accumulate_generic(taps: &[(f32, usize)], src: &[f32], flat: &mut [f32]));
+
+/// Runs [`accumulate`] over every tap of `all`, [`MAX_TAPS`] at a time.
+fn accumulate_all(mut all: impl Iterator<Item = (f32, usize)>, src: &[f32], flat: &mut [f32]) {
+    loop {
+        let taps = Taps::take(&mut all);
+        if taps.len == 0 {
+            return;
+        }
+        accumulate(taps.as_slice(), src, flat);
+    }
 }
 
-/// Adds one plane's contribution to the partial sums `acc[k·LANES..][..LANES]` of every
-/// weight `k`.
-#[inline(always)]
-fn grad_weight_plane_generic(g: &Conv2dGeometry, dy: &[f32], x: &[f32], acc: &mut [f32]) {
-    let stride = g.stride.1;
-    for_each_run(g, |k, out, inp, count| {
-        let lanes: &mut [f32; LANES] =
-            (&mut acc[k * LANES..][..LANES]).try_into().expect("LANES values");
-        dot_lanes(lanes, &dy[out..out + count], strided(x, inp, count, stride), stride);
-    });
+impl Layout {
+    /// Kernel tap `k`'s phase `(a, b)` and its offset in that phase from the output it
+    /// feeds.
+    fn tap(&self, k: usize) -> ((usize, usize), usize) {
+        let (ky, kx) = (k / self.kernel.1, k % self.kernel.1);
+        let (sy, sx) = self.stride;
+        ((ky % sy, kx % sx), (ky / sy) * self.pitch + kx / sx)
+    }
+
+    /// Where phase `(a, b)` starts.
+    fn phase_start(&self, (a, b): (usize, usize)) -> usize {
+        (a * self.stride.1 + b) * self.phase_len
+    }
+
+    /// `flat = bias + Σ_k w[k] · phase_k[· + offset(k)]`: one plane's outputs from its
+    /// input's phases.
+    fn forward_plane(&self, w: &[f32], bias: f32, phases: &[f32], flat: &mut [f32]) {
+        flat.fill(bias);
+        let taps = w.iter().enumerate().map(|(k, &wk)| {
+            let (phase, offset) = self.tap(k);
+            (wk, self.phase_start(phase) + offset)
+        });
+        accumulate_all(taps, phases, flat);
+    }
+
+    /// Every phase of an input plane's gradient from the laid-out output gradient `d`:
+    /// each gathers `d` back through the taps that read it.
+    fn grad_input_plane(&self, w: &[f32], d: &[f32], phases: &mut [f32]) {
+        for a in 0..self.stride.0 {
+            for b in 0..self.stride.1 {
+                let start = self.phase_start((a, b));
+                let out = &mut phases[start..][..self.inputs];
+                out.fill(0.0);
+                let taps = w.iter().enumerate().filter_map(|(k, &wk)| {
+                    let (phase, offset) = self.tap(k);
+                    (phase == (a, b)).then(|| (wk, self.reach - offset))
+                });
+                accumulate_all(taps, d, out);
+            }
+        }
+    }
 }
 
-multiversion!(forward_plane = forward_plane_generic(g: &Conv2dGeometry, x: &[f32], w: &[f32], bias: f32, y: &mut [f32]));
-multiversion!(grad_input_plane = grad_input_plane_generic(g: &Conv2dGeometry, dy: &[f32], w: &[f32], dx: &mut [f32]));
-multiversion!(grad_weight_plane = grad_weight_plane_generic(g: &Conv2dGeometry, dy: &[f32], x: &[f32], acc: &mut [f32]));
-
-/// Forward pass, one output plane per (sample, channel), planes split over threads.
+/// Forward pass, one output plane per (sample, channel), planes split over threads;
+/// `scratch` holds `pool.threads()` times [`scratch_per_worker`] values.
 pub fn conv2d(
     pool: &Pool,
+    scratch: &mut [f32],
     x: &[f32],
     w: &[f32],
     b: Option<&[f32]>,
     y: &mut [f32],
     g: &Conv2dGeometry,
 ) {
+    let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let workers = workers(pool.threads(), g.n * g.c_out, g.macs());
-    for_each_chunk(pool, workers, y, out_len, &mut [], 0, |first, planes, _| {
+    for_each_chunk(pool, workers, y, out_len, scratch, l.scratch(), |first, planes, scratch| {
+        let (phases, _, flat) = l.split(scratch);
+        let flat = &mut flat[..l.outputs];
         for (i, y_plane) in planes.chunks_mut(out_len).enumerate() {
             let plane = first + i;
             let c = plane % g.c_out;
-            let (x_plane, w_c) = (&x[plane * in_len..][..in_len], &w[c * taps..][..taps]);
-            forward_plane(g, x_plane, w_c, b.map_or(0.0, |b| b[c]), y_plane);
+            split_phases(&l, &x[plane * in_len..][..in_len], phases);
+            l.forward_plane(&w[c * taps..][..taps], b.map_or(0.0, |b| b[c]), phases, flat);
+            l.keep_outputs(flat, y_plane);
         }
     });
 }
 
-/// Input gradient, one input plane per (sample, channel), planes split over threads.
-pub fn conv2d_grad_input(pool: &Pool, dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
+/// Input gradient, one input plane per (sample, channel), planes split over threads;
+/// `scratch` as for [`conv2d`].
+pub fn conv2d_grad_input(
+    pool: &Pool,
+    scratch: &mut [f32],
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    g: &Conv2dGeometry,
+) {
+    let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let workers = workers(pool.threads(), g.n * g.c_in, g.macs());
-    for_each_chunk(pool, workers, dx, in_len, &mut [], 0, |first, planes, _| {
+    for_each_chunk(pool, workers, dx, in_len, scratch, l.scratch(), |first, planes, scratch| {
+        let (phases, d, _) = l.split(scratch);
         for (i, dx_plane) in planes.chunks_mut(in_len).enumerate() {
             let plane = first + i;
             let c = plane % g.c_in;
-            let (dy_plane, w_c) = (&dy[plane * out_len..][..out_len], &w[c * taps..][..taps]);
-            grad_input_plane(g, dy_plane, w_c, dx_plane);
+            l.lay_out(&dy[plane * out_len..][..out_len], d);
+            l.grad_input_plane(&w[c * taps..][..taps], d, phases);
+            join_phases(&l, phases, dx_plane);
         }
     });
 }
 
-/// Weight gradient, one `kh·kw` filter per channel summed over the batch into [`LANES`]
-/// partial sums per weight (in `scratch`, [`grad_weight_scratch`] values per worker),
-/// channels split over threads.
+/// Weight gradient, one `kh·kw` filter per channel summed over the batch, channels split
+/// over threads; `scratch` as for [`conv2d`].
 pub fn conv2d_grad_weight(
     pool: &Pool,
     scratch: &mut [f32],
@@ -194,21 +367,23 @@ pub fn conv2d_grad_weight(
     dw: &mut [f32],
     g: &Conv2dGeometry,
 ) {
+    let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let workers = workers(pool.threads(), g.c_out, g.macs());
-    let per_worker = grad_weight_scratch(g);
-    for_each_chunk(pool, workers, dw, taps, scratch, per_worker, |first, filters, acc| {
+    for_each_chunk(pool, workers, dw, taps, scratch, l.scratch(), |first, filters, scratch| {
+        let (phases, d, _) = l.split(scratch);
         for (i, dw_c) in filters.chunks_mut(taps).enumerate() {
             let c = first + i;
-            acc.fill(0.0);
+            dw_c.fill(0.0);
             for n in 0..g.n {
                 let plane = n * g.c_in + c;
-                let (x_plane, dy_plane) =
-                    (&x[plane * in_len..][..in_len], &dy[plane * out_len..][..out_len]);
-                grad_weight_plane(g, dy_plane, x_plane, acc);
-            }
-            for (dw, lanes) in dw_c.iter_mut().zip(acc.chunks_exact(LANES)) {
-                *dw = lanes.iter().sum();
+                split_phases(&l, &x[plane * in_len..][..in_len], phases);
+                l.lay_out(&dy[plane * out_len..][..out_len], d);
+                let d = &d[l.reach..][..l.outputs];
+                for (k, dw) in dw_c.iter_mut().enumerate() {
+                    let (phase, offset) = l.tap(k);
+                    *dw += dot(d, &phases[l.phase_start(phase) + offset..][..l.outputs]);
+                }
             }
         }
     });
@@ -230,13 +405,24 @@ mod tests {
         }
     }
 
-    /// Rows wide enough for whole vectors and a tail at strides 1, 2 and 3, against the
-    /// reference's loops, on one thread and two.
+    /// Planes from wider than a block to smaller than the kernel's reach, at strides 1, 2
+    /// and 3, kernels 1, 3 and 5, against the reference's loops, on one thread and two.
     #[test]
-    fn wide_rows_at_every_stride_match_the_reference() {
+    fn every_stride_padding_and_plane_size_matches_the_reference() {
         let mut rng = SplitMix::new(7);
-        for (stride, padding, w) in [(1, 1, 37), (2, 1, 37), (2, 0, 40), (3, 2, 29)] {
-            let (c, h, k) = (3, 5, 3);
+        let cases = [
+            (1, 1, 37, 5, 3),
+            (2, 1, 37, 5, 3),
+            (2, 0, 40, 5, 3),
+            (3, 2, 29, 5, 3),
+            (1, 1, 4, 4, 3),
+            (2, 1, 4, 4, 3),
+            (1, 2, 6, 3, 5),
+            (2, 2, 7, 9, 5),
+            (2, 0, 5, 5, 1),
+        ];
+        for (stride, padding, w, h, k) in cases {
+            let c = 3;
             let out = |size: usize| (size + 2 * padding - k) / stride + 1;
             let g = Conv2dGeometry {
                 n: 2,
@@ -262,13 +448,13 @@ mod tests {
             r::conv2d_grad_weight(&dy, &x, &mut want_dw, &g);
             for threads in [1, 2] {
                 let pool = Pool::new(threads);
+                let mut scratch = vec![f32::NAN; threads * scratch_per_worker(&g)];
                 let mut y = vec![f32::NAN; dy.len()];
-                conv2d(&pool, &x, &wt, Some(&b), &mut y, &g);
+                conv2d(&pool, &mut scratch, &x, &wt, Some(&b), &mut y, &g);
                 assert_close(&y, &want_y, &format!("y, stride {stride}"));
                 let mut dx = vec![f32::NAN; x.len()];
-                conv2d_grad_input(&pool, &dy, &wt, &mut dx, &g);
+                conv2d_grad_input(&pool, &mut scratch, &dy, &wt, &mut dx, &g);
                 assert_close(&dx, &want_dx, &format!("dx, stride {stride}"));
-                let mut scratch = vec![f32::NAN; threads * grad_weight_scratch(&g)];
                 let mut dw = vec![f32::NAN; wt.len()];
                 conv2d_grad_weight(&pool, &mut scratch, &dy, &x, &mut dw, &g);
                 assert_close(&dw, &want_dw, &format!("dw, stride {stride}"));

@@ -5,7 +5,7 @@
 //! other kernel is the reference kernel, by [`inherit_reference!`] or explicitly.
 //!
 //! Convolutions lower to GEMM through im2col (pointwise ones multiply their input
-//! directly), except depthwise ones, which run direct vector loops per plane. The forward
+//! directly), except depthwise ones, which run direct vector loops over whole planes. The forward
 //! and input-gradient passes split the batch over threads, the rest split output rows or
 //! channels.
 //!
@@ -79,6 +79,12 @@ impl Cpu {
     /// Threads a kernel may use.
     pub fn threads(&self) -> usize {
         self.pool.threads()
+    }
+
+    /// The pool, and scratch for a depthwise convolution's workers (one piece per thread).
+    fn depthwise_scratch(&mut self, g: &Conv2dGeometry) -> (&Pool, &mut [f32]) {
+        let len = self.pool.threads() * depthwise::scratch_per_worker(g);
+        (&self.pool, grow(&mut self.scratch, len))
     }
 }
 
@@ -264,7 +270,8 @@ impl ConvKernels for Cpu {
         g: &Conv2dGeometry,
     ) {
         if is_depthwise(g) {
-            return depthwise::conv2d(&self.pool, x, w, b, y, g);
+            let (pool, scratch) = self.depthwise_scratch(g);
+            return depthwise::conv2d(pool, scratch, x, w, b, y, g);
         }
         let len = conv::batch_workers(&self.pool, g) * conv::scratch_per_worker(g);
         let scratch = grow(&mut self.scratch, len);
@@ -272,7 +279,8 @@ impl ConvKernels for Cpu {
     }
     fn conv2d_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
         if is_depthwise(g) {
-            return depthwise::conv2d_grad_input(&self.pool, dy, w, dx, g);
+            let (pool, scratch) = self.depthwise_scratch(g);
+            return depthwise::conv2d_grad_input(pool, scratch, dy, w, dx, g);
         }
         let len = conv::batch_workers(&self.pool, g) * conv::scratch_per_worker(g);
         let scratch = grow(&mut self.scratch, len);
@@ -280,9 +288,8 @@ impl ConvKernels for Cpu {
     }
     fn conv2d_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], g: &Conv2dGeometry) {
         if is_depthwise(g) {
-            let len = self.pool.threads() * depthwise::grad_weight_scratch(g);
-            let scratch = grow(&mut self.scratch, len);
-            return depthwise::conv2d_grad_weight(&self.pool, scratch, dy, x, dw, g);
+            let (pool, scratch) = self.depthwise_scratch(g);
+            return depthwise::conv2d_grad_weight(pool, scratch, dy, x, dw, g);
         }
         let scratch = grow(&mut self.scratch, conv::scratch_per_worker(g));
         conv::conv2d_grad_weight(&self.pool, scratch, dy, x, dw, g)

@@ -151,7 +151,7 @@ fn zip_map_generic(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> 
     }
 }
 
-multiversion!(dot = dot_generic(a: &[f32], b: &[f32]) -> f32);
+multiversion!(pub(crate) dot = dot_generic(a: &[f32], b: &[f32]) -> f32);
 multiversion!(map = map_generic(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32));
 multiversion!(zip_map = zip_map_generic(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32));
 multiversion!(map_in_place = map_in_place_generic(y: &mut [f32], f: impl Fn(f32) -> f32));

@@ -2,11 +2,11 @@
 //! AVX2 and the baseline on x86-64 and runs the widest the CPU has; on aarch64 the
 //! baseline already is NEON, so the loop is compiled once.
 
-/// Defines `$name`, which runs `$generic` compiled for the widest vector extension the CPU
+/// Defines `$name` (with visibility `$vis`), which runs `$generic` compiled for the widest vector extension the CPU
 /// has: AVX-512F, AVX2, else the baseline.
 macro_rules! multiversion {
-    ($name:ident = $generic:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?) => {
-        fn $name($($arg: $ty),*) $(-> $ret)? {
+    ($vis:vis $name:ident = $generic:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?) => {
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f")]
