@@ -56,6 +56,12 @@ pub const SUITES: &[(&str, &str)] = &[
          peak RSS, errors",
     ),
     (
+        "fleet",
+        "federated head fine-tuning on Flower: 5 sprout serve boxes with skewed photos of two \
+         domains, 10 rounds; per round the global model's accuracy on a held-out set of every \
+         domain beside the best box trained alone and all photos pooled (`--sprout PATH`)",
+    ),
+    (
         "kernels",
         "leafnet training-step time with the reference kernels against sprout-cpu (one \
          thread and all), and conv2d forward GFLOP/s",
@@ -67,7 +73,7 @@ pub const RUN_COMMAND: &str = "bench-run";
 
 /// The suite list, as `cargo xtask bench` prints it.
 pub fn suites_help() -> String {
-    let mut help = String::from("Usage: cargo xtask bench <suite>\n\nSuites (release build; `cpu`, `data` and `serve` time the release CLI):\n");
+    let mut help = String::from("Usage: cargo xtask bench <suite>\n\nSuites (release build; `cpu`, `data`, `serve` and `fleet` run the release CLI):\n");
     for (name, what) in SUITES {
         help.push_str(&format!("  {name:<9} {what}\n"));
     }

@@ -119,9 +119,14 @@ pub struct Service {
 
 impl Service {
     pub fn start(sprout: &Path, data: &Path, log: &Path) -> Result<Self> {
+        Self::start_at(sprout, data, log, "127.0.0.1:0")
+    }
+
+    /// [`Service::start`] listening on `listen` (e.g. the address it had before a restart).
+    pub fn start_at(sprout: &Path, data: &Path, log: &Path, listen: &str) -> Result<Self> {
         let log = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let mut child = Command::new(sprout)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["serve", "--listen", listen, "--data-dir"])
             .arg(data)
             .stdout(Stdio::piped())
             .stderr(log)

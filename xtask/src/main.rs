@@ -4,6 +4,7 @@
 mod bench;
 mod bench_cpu;
 mod bench_data;
+mod bench_fleet;
 mod bench_kernels;
 mod bench_quant;
 mod bench_serve;
@@ -72,6 +73,7 @@ fn main() -> ExitCode {
         ["bench", "cpu", options @ ..] => bench_cpu::run(&workspace_root(), options),
         ["bench", "data", options @ ..] => bench_data::run(&workspace_root(), options),
         ["bench", "serve", options @ ..] => bench_serve::run(&workspace_root(), options),
+        ["bench", "fleet", options @ ..] => bench_fleet::run(&workspace_root(), options),
         ["bench", suite] if bench::is_suite(suite) => bench::run(&workspace_root(), suite),
         ["bench", suite] => {
             eprintln!("error: unknown bench suite `{suite}`\n\n{}", bench::suites_help());

@@ -97,6 +97,10 @@ pub struct TrainArgs {
     /// (overflowing steps are skipped; PyTorch GradScaler's defaults).
     #[arg(long)]
     mixed_precision: bool,
+    /// FedProx: pull the trainable weights towards the ones the run starts from, the
+    /// gradient of MU/2 * |w - w0|^2 applied after each update (0: off).
+    #[arg(long, value_name = "MU", default_value_t = 0.0)]
+    proximal_mu: f32,
     /// Stop after N epochs without a better validation accuracy (best.sprout keeps the best).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     patience: Option<u32>,
@@ -293,6 +297,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         patience: args.patience,
         record: Some(record),
         mixed_precision: args.mixed_precision,
+        proximal_mu: args.proximal_mu,
     };
     let images_per_batch = model.batch() as u64;
     let (mut epochs, mut per_epoch, mut images) = (0u32, 0u64, 0u64);

@@ -325,6 +325,9 @@ fn tokens_scopes_and_bad_requests_get_json_errors() {
     let mlp = json!({"dataset": "leaves", "base": {"zoo": "mlp"}});
     let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(mlp));
     assert_eq!(error(status, &body, "not square RGB pictures"), 422);
+    let prox = json!({"dataset": "leaves", "base": {"zoo": "mlp"}, "proximal_mu": -0.5});
+    let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(prox));
+    assert_eq!(error(status, &body, "proximal_mu must be a number of 0 or more"), 422);
     let (_, jobs) = server.json("GET", "/api/v1/jobs", Some(&reader), None);
     assert_eq!(jobs, json!([]));
 

@@ -86,6 +86,8 @@ def train(message: Message, context: Context) -> Message:
             "epochs": int(config["local-epochs"]),
             "batch_size": int(config["batch-size"]),
             "seed": int(config["server-round"]),
+            # FedProx sends its mu; FedAvg none.
+            "proximal_mu": float(config.get("proximal-mu", 0.0)),
         }
     )
     trained = box.layout(job["version"], trainable)

@@ -1,7 +1,9 @@
 """The Flower ServerApp: federated averaging of a sprout model's trainable parameters
-across boxes. It takes the starting parameters from one box's model, runs FedAvg for the
-configured rounds (each box fine-tunes through its `sprout serve`, then every box evaluates
-the average on its validation photos), reports the global accuracy per round and installs
+(and batch-norm running statistics) across boxes. It takes the starting parameters from
+one box's model, runs FedAvg (FedProx when `proximal-mu` > 0) for the configured rounds
+(each box fine-tunes through its `sprout serve`, then every box evaluates the average on
+its validation photos), refuses replies whose parameters do not match the global model's
+names and shapes or are not finite, reports the global accuracy per round and installs
 the final parameters on every box as a new, promoted version.
 
 Run config: see `[tool.flwr.app.config]` in pyproject.toml.
@@ -11,12 +13,14 @@ from __future__ import annotations
 
 import json
 import time
-from logging import INFO
+from collections.abc import Iterable
+from logging import INFO, WARNING
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 app = ServerApp()
@@ -62,6 +66,59 @@ class Report:
         return metrics
 
 
+def refusal(arrays: ArrayRecord, expected: dict[str, tuple[int, ...]]) -> str | None:
+    """Why a box's trained parameters cannot be averaged into the global model (names,
+    shapes, non-finite values), or None when they can."""
+    missing = sorted(set(expected) - set(arrays.keys()))
+    extra = sorted(set(arrays.keys()) - set(expected))
+    if missing or extra:
+        return f"tensors missing {missing}, unknown {extra}"
+    for name, shape in expected.items():
+        values = arrays[name].numpy()
+        if tuple(values.shape) != shape:
+            return f"tensor '{name}' has shape {list(values.shape)}, the global model's is {list(shape)}"
+        if not np.isfinite(values).all():
+            bad = values[~np.isfinite(values)].flat[0]
+            return f"tensor '{name}' holds {bad}"
+    return None
+
+
+class Screened:
+    """A strategy mixin that leaves out of the average every training reply whose
+    parameters `refusal` objects to, with a log line naming the box and the tensor."""
+
+    expected: dict[str, tuple[int, ...]] = {}
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
+        self.expected = {name: tuple(array.shape) for name, array in arrays.items()}
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]):
+        kept = []
+        for reply in replies:
+            if not reply.has_error():
+                why = refusal(reply.content.array_records["arrays"], self.expected)
+                if why is not None:
+                    log(
+                        WARNING,
+                        "fleet round %d: refusing node %d's parameters: %s",
+                        server_round,
+                        reply.metadata.src_node_id,
+                        why,
+                    )
+                    continue
+            kept.append(reply)
+        return super().aggregate_train(server_round, kept)
+
+
+class ScreenedFedAvg(Screened, FedAvg):
+    """FedAvg over the replies `Screened` accepts."""
+
+
+class ScreenedFedProx(Screened, FedProx):
+    """FedProx (FedAvg whose boxes train with a proximal term) over accepted replies."""
+
+
 def wait_for_nodes(grid: Grid, count: int, timeout: float) -> list[int]:
     """The connected nodes once at least `count` are, waiting at most `timeout` seconds."""
     started = time.monotonic()
@@ -96,7 +153,7 @@ def main(grid: Grid, context: Context) -> None:
     initial = first.content.array_records["arrays"]
     log(INFO, "starting from node %d's model: %d tensors (%s)", nodes[0], len(initial), trainable)
 
-    strategy = FedAvg(
+    common = dict(
         fraction_train=float(config["fraction-train"]),
         fraction_evaluate=float(config["fraction-evaluate"]),
         min_train_nodes=min_nodes,
@@ -104,6 +161,8 @@ def main(grid: Grid, context: Context) -> None:
         min_available_nodes=min_nodes,
         evaluate_metrics_aggr_fn=report.evaluated,
     )
+    mu = float(config["proximal-mu"])
+    strategy = ScreenedFedProx(proximal_mu=mu, **common) if mu > 0 else ScreenedFedAvg(**common)
     train_config = ConfigRecord(
         {
             "trainable": trainable,

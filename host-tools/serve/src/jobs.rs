@@ -77,6 +77,10 @@ pub struct JobRequest {
     pub lr: Option<f32>,
     #[serde(default = "default_epochs")]
     pub epochs: u32,
+    /// FedProx's proximal term: each update also pulls the trainable weights towards the
+    /// base's by `lr * proximal_mu * (w - w0)` (`sprout train --proximal-mu`; 0: off).
+    #[serde(default)]
+    pub proximal_mu: f32,
     /// Samples per step (default 16 for a zoo model, else the batch the file records).
     pub batch_size: Option<u32>,
     #[serde(default)]
@@ -262,6 +266,9 @@ pub async fn create(
     }
     if request.lr.is_some_and(|lr| !(lr.is_finite() && lr > 0.0)) {
         return Err(ApiError::invalid("lr must be a positive number"));
+    }
+    if !(request.proximal_mu.is_finite() && request.proximal_mu >= 0.0) {
+        return Err(ApiError::invalid("proximal_mu must be a number of 0 or more"));
     }
     let dataset = datasets::get_info(&state, &request.dataset)?;
     if let Some(empty) = dataset.classes.iter().find(|c| c.images == 0) {

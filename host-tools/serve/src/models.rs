@@ -74,7 +74,8 @@ pub struct Download {
     /// `sprout` (default), `onnx`, `bundle` or `safetensors`.
     #[serde(default)]
     pub format: Format,
-    /// With `safetensors`: only the parameters this `--trainable` choice selects (e.g. `head`).
+    /// With `safetensors`: only the parameters this `--trainable` choice selects (e.g.
+    /// `head`) and the buffers (batch-norm running statistics): what a job with it changes.
     pub trainable: Option<String>,
 }
 
@@ -301,7 +302,7 @@ pub async fn rollback(
 }
 
 #[utoipa::path(get, path = "/api/v1/models/{name}/versions/{version}/file", tag = "models", params(Download),
-    description = "The version's .sprout file, its ONNX export, a device bundle of it, or its weights as safetensors (optionally only the `trainable` selection).",
+    description = "The version's .sprout file, its ONNX export, a device bundle of it, or its weights as safetensors (optionally only what a job training the `trainable` selection changes: those parameters and the batch-norm running statistics).",
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 404, body = ErrorBody)))]
 pub async fn download(
     _: Access<Read>,

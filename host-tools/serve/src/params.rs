@@ -9,6 +9,7 @@ use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
+use sprout_core::Role;
 use sprout_onnx::{
     apply_state_dict, graph_weights, read_safetensors, state_dict, with_weights, NamedTensor,
 };
@@ -46,8 +47,9 @@ fn body_tensors(body: &[u8]) -> Result<Vec<NamedTensor>, ApiError> {
 }
 
 /// The parameters and buffers of the model file at `path` as a safetensors file; with
-/// `trainable` (`sprout train --trainable` syntax, e.g. `head`) only the parameters it
-/// selects.
+/// `trainable` (`sprout train --trainable` syntax, e.g. `head`) only what a fine-tuning job
+/// with that choice changes: the parameters it selects and the buffers (batch-norm running
+/// statistics, which every training step updates, frozen layers' included).
 pub fn safetensors(path: &Path, trainable: Option<&str>) -> Result<Vec<u8>, ApiError> {
     let model = Model::open(path).map_err(ApiError::internal)?;
     let graph = &model.zoo.graph;
@@ -55,7 +57,12 @@ pub fn safetensors(path: &Path, trainable: Option<&str>) -> Result<Vec<u8>, ApiE
     if let Some(choice) = trainable {
         let selected = sprout_zoo::select_trainable(&model.zoo, choice)
             .map_err(|e| ApiError::invalid(format!("trainable '{choice}': {e}")))?;
-        let names: Vec<&str> = selected.iter().map(|&id| graph.tensor(id).name.as_str()).collect();
+        let names: Vec<&str> = selected
+            .iter()
+            .map(|&id| graph.tensor(id))
+            .chain(graph.tensors().iter().filter(|t| t.role == Role::Buffer))
+            .map(|t| t.name.as_str())
+            .collect();
         tensors.retain(|(name, _, _)| names.contains(&name.as_str()));
     }
     sprout_onnx::export_safetensors(&tensors).map_err(ApiError::internal)

@@ -322,6 +322,9 @@ fn arguments(
     if let Some(batch) = request.batch_size {
         args.extend(["--batch-size".into(), batch.to_string()]);
     }
+    if request.proximal_mu > 0.0 {
+        args.extend(["--proximal-mu".into(), request.proximal_mu.to_string()]);
+    }
     args.extend([
         "--epochs".into(),
         request.epochs.to_string(),

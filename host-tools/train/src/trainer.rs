@@ -12,8 +12,8 @@ use sprout_core::optim::LOSS_SCALE;
 use sprout_core::schedule::{Constant, CosineWithWarmup, Goal, ReduceOnPlateau, StepDecay};
 use sprout_core::{
     compile_training_step_with, save_model, DType, EagerOptions, Executor, Graph, GraphError,
-    HostMemory, MemoryOptions, Mode, ModelFile, Optimizer, Plan, Progress, Region, StepContext,
-    StepOutcome, TensorId, TrainConfig,
+    HostMemory, MemoryOptions, Mode, ModelFile, Operand, Optimizer, Plan, Progress, Region,
+    Regions, StepContext, StepOutcome, TensorId, TrainConfig,
 };
 use sprout_data::{Batch, Pipeline, ResizeMode};
 use sprout_zoo::ZooModel;
@@ -77,6 +77,10 @@ pub struct TrainOptions {
     /// Mixed precision: f16 copies of weights and activations in the forward pass, f32
     /// master weights, dynamic loss scaling with `GradScaler`'s defaults.
     pub mixed_precision: bool,
+    /// FedProx's proximal term `mu/2 * |w - w0|^2`, anchored at the weights the run
+    /// starts from (0: none). Applied decoupled, as AdamW's weight decay: after every
+    /// update each trainable weight moves `lr * mu * (w - w0)` back towards its start.
+    pub proximal_mu: f32,
 }
 
 impl Default for TrainOptions {
@@ -93,6 +97,7 @@ impl Default for TrainOptions {
             patience: None,
             record: None,
             mixed_precision: false,
+            proximal_mu: 0.0,
         }
     }
 }
@@ -125,6 +130,7 @@ impl TrainOptions {
         record.set("--seed", self.seed);
         record.set("--mixed-precision", self.mixed_precision);
         record.set("--patience", self.patience);
+        record.set_f32("--proximal-mu", self.proximal_mu);
     }
 }
 
@@ -417,6 +423,7 @@ pub fn train(
         compile_training_step_with(&z.graph, z.loss, &trainable, &cfg, &MemoryOptions::default())?;
     let plan = &training.plan;
     let mut memory = crate::memory::initial_memory(plan, &training.graph, "the training step")?;
+    let anchor = Anchor::new(options.proximal_mu, plan, &trainable, &memory)?;
     let operand = |id| {
         plan.binding_of(id)
             .map(|b| b.operand)
@@ -556,6 +563,9 @@ pub fn train(
             lr = context.learning_rate;
             let skipped = matches!(exec.train_step(&mut regions, lr)?, StepOutcome::Skipped { .. });
             skipped_steps += u32::from(skipped);
+            if !skipped {
+                anchor.pull(&mut regions, lr)?;
+            }
             let value = regions.read::<f32>(&loss)?[0];
             // A skipped step (loss scaling) has overflowed on purpose; its update did not run.
             let diverged = if skipped { None } else { non_finite(value, plan, &memory) };
@@ -647,6 +657,60 @@ pub fn train(
         stopped_early,
         loss_scale,
     })
+}
+
+/// FedProx's anchor: the trainable weights the run started from and the proximal `mu`.
+struct Anchor {
+    mu: f32,
+    weights: Vec<(Operand, Vec<f32>)>,
+}
+
+impl Anchor {
+    /// The starting values of the f32 `trainable` weights in `memory`; none when `mu` is 0.
+    fn new(
+        mu: f32,
+        plan: &Plan,
+        trainable: &[TensorId],
+        memory: &HostMemory,
+    ) -> Result<Self, TrainError> {
+        if !(mu.is_finite() && mu >= 0.0) {
+            return Err(TrainError::Mismatch(format!(
+                "--proximal-mu {mu}: give a finite value of 0 or more"
+            )));
+        }
+        let mut weights = Vec::new();
+        if mu > 0.0 {
+            for &id in trainable {
+                let Some(binding) = plan.binding_of(id) else { continue };
+                if binding.operand.dtype != DType::F32 {
+                    continue;
+                }
+                let bytes = &memory.region(binding.operand.region)
+                    [binding.operand.offset..binding.operand.end()];
+                let start = bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                weights.push((binding.operand, start));
+            }
+        }
+        Ok(Self { mu, weights })
+    }
+
+    /// Moves every anchored weight `lr * mu * (w - w0)` back towards its start.
+    fn pull(&self, regions: &mut Regions<'_>, lr: f32) -> Result<(), TrainError> {
+        let rate = lr * self.mu;
+        for (operand, start) in &self.weights {
+            let pulled: Vec<f32> = regions
+                .read::<f32>(operand)?
+                .iter()
+                .zip(start)
+                .map(|(&w, &w0)| w - rate * (w - w0))
+                .collect();
+            regions.write(operand, &pulled)?;
+        }
+        Ok(())
+    }
 }
 
 /// What is non-finite after a training step, if anything: its loss, or a weight, buffer or

@@ -461,3 +461,48 @@ fn a_new_head_resizes_the_classifier_and_keeps_the_backbone() {
     let error = model.clone().new_head(0, 11).unwrap_err().to_string();
     assert!(error.contains("--new-head"), "{error}");
 }
+
+/// Squared distance between the f32 weights of two model files.
+fn distance(a: &ModelFile, b: &ModelFile) -> f64 {
+    a.weights
+        .iter()
+        .filter(|w| matches!(w.values, WeightValues::F32(_)))
+        .map(|w| {
+            let (x, y) = (f32_weight(a, &w.name), f32_weight(b, &w.name));
+            x.iter().zip(&y).map(|(&p, &q)| f64::from(p - q).powi(2)).sum::<f64>()
+        })
+        .sum()
+}
+
+#[test]
+fn the_proximal_term_keeps_weights_near_their_start() {
+    let dir = temp_dir("proximal");
+    let data = dir.join("data.npz");
+    write_set(&data, 40, 64, 10, 3);
+    let lr = 0.1;
+    let run = |epochs: u32, proximal_mu: f32| {
+        let mut model = Model::from_zoo(Architecture::Mlp, 8, 5).unwrap();
+        let TrainData { train: mut t, val: mut v, .. } =
+            open_data(&mut model, &data, &DataOptions { seed: 2, ..DataOptions::default() })
+                .unwrap();
+        let options = TrainOptions {
+            optimizer: OptimizerChoice::Sgd { momentum: 0.9, weight_decay: 0.0, nesterov: false },
+            learning_rate: lr,
+            epochs,
+            seed: 2,
+            proximal_mu,
+            ..TrainOptions::default()
+        };
+        train(&model, &mut t, &mut v, &options, &mut |_| {}).map(|o| o.model)
+    };
+    let start = run(0, 0.0).unwrap();
+    let free = distance(&start, &run(3, 0.0).unwrap());
+    let held = distance(&start, &run(3, 2.0).unwrap());
+    assert!(free > 1e-3, "plain training must move the weights: {free}");
+    assert!(held < 0.5 * free, "mu 2 moved {held}, mu 0 {free}");
+    // lr * mu = 1 pulls every weight all the way back after each update.
+    assert!(distance(&start, &run(3, 1.0 / lr).unwrap()) < 1e-10);
+    let refused = run(1, -1.0).err().expect("a negative mu is refused").to_string();
+    assert!(refused.contains("--proximal-mu -1"), "{refused}");
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,104 @@
+"""Checks of the fleet apps' safety: the ServerApp leaves parameters of the wrong names or
+shapes, or with NaN or infinity, out of the average with a log line naming the box and
+the tensor; against a live box (`SPROUT_FLEET_URL`, `SPROUT_FLEET_TOKEN`,
+`SPROUT_FLEET_MODEL`, set by `cargo xtask test fleet`), the ClientApp's service client
+sends the token, and the service refuses bad uploads with a 422 naming the tensor."""
+
+from __future__ import annotations
+
+import os
+import unittest
+from types import SimpleNamespace
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+
+from sprout_fleet.server_app import ScreenedFedAvg, refusal
+from sprout_fleet.service import Service, ServiceError
+
+
+def record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
+    return ArrayRecord({k: Array(v) for k, v in arrays.items()})
+
+
+class Reply:
+    """What the strategy reads of a training reply."""
+
+    def __init__(self, node: int, arrays: dict[str, np.ndarray], examples: int) -> None:
+        self.metadata = SimpleNamespace(src_node_id=node)
+        self.content = RecordDict({"arrays": record(arrays), "metrics": MetricRecord({"num-examples": examples})})
+
+    def has_error(self) -> bool:
+        return False
+
+
+GOOD = {"fc.weight": np.ones((3, 2), np.float32), "fc.bias": np.zeros(3, np.float32)}
+EXPECTED = {"fc.weight": (3, 2), "fc.bias": (3,)}
+
+
+class Screening(unittest.TestCase):
+    def test_refusals_name_the_tensor(self) -> None:
+        self.assertIsNone(refusal(record(GOOD), EXPECTED))
+        wide = dict(GOOD, **{"fc.weight": np.ones((2, 3), np.float32)})
+        self.assertEqual(
+            refusal(record(wide), EXPECTED),
+            "tensor 'fc.weight' has shape [2, 3], the global model's is [3, 2]",
+        )
+        nan = dict(GOOD, **{"fc.bias": np.array([0, np.nan, 0], np.float32)})
+        self.assertEqual(refusal(record(nan), EXPECTED), "tensor 'fc.bias' holds nan")
+        inf = dict(GOOD, **{"fc.bias": np.array([0, 0, -np.inf], np.float32)})
+        self.assertEqual(refusal(record(inf), EXPECTED), "tensor 'fc.bias' holds -inf")
+        renamed = {"head.weight": GOOD["fc.weight"], "fc.bias": GOOD["fc.bias"]}
+        self.assertEqual(
+            refusal(record(renamed), EXPECTED), "tensors missing ['fc.weight'], unknown ['head.weight']"
+        )
+
+    def test_the_average_leaves_bad_replies_out(self) -> None:
+        strategy = ScreenedFedAvg()
+        strategy.expected = EXPECTED
+        twice = {k: 3 * v for k, v in GOOD.items()}
+        nan = dict(GOOD, **{"fc.bias": np.full(3, np.nan, np.float32)})
+        replies = [Reply(1, GOOD, 10), Reply(2, nan, 1000), Reply(3, twice, 10)]
+        with self.assertLogs("flwr", "WARNING") as logs:
+            arrays, _ = strategy.aggregate_train(4, replies)
+        self.assertEqual(logs.output, ["WARNING:flwr:fleet round 4: refusing node 2's parameters: tensor 'fc.bias' holds nan"])
+        np.testing.assert_allclose(arrays["fc.weight"].numpy(), 2 * GOOD["fc.weight"])
+        np.testing.assert_allclose(arrays["fc.bias"].numpy(), GOOD["fc.bias"])
+
+
+class LiveBox(unittest.TestCase):
+    """Needs a running `sprout serve` with a model of batch-norm layers."""
+
+    def setUp(self) -> None:
+        missing = [k for k in ("SPROUT_FLEET_URL", "SPROUT_FLEET_TOKEN", "SPROUT_FLEET_MODEL") if k not in os.environ]
+        if missing:
+            self.fail(f"set {missing}: the address, a train token and a model of a running sprout serve")
+        self.url, self.model = os.environ["SPROUT_FLEET_URL"], os.environ["SPROUT_FLEET_MODEL"]
+        self.service = Service(self.url, os.environ["SPROUT_FLEET_TOKEN"])
+        self.version = self.service.current_version(self.model)
+
+    def test_the_token_is_what_lets_the_client_in(self) -> None:
+        with self.assertRaisesRegex(ServiceError, " 401 "):
+            Service(self.url, "sprout_not-a-token").current_version(self.model)
+
+    def test_the_head_travels_with_the_running_statistics(self) -> None:
+        head = self.service.weights(self.model, self.version, "head")
+        stats = [name for name in head if name.endswith(("running_mean", "running_var"))]
+        self.assertTrue(stats, f"no batch-norm statistics in {sorted(head)}")
+        self.assertLess(len(head), len(self.service.weights(self.model, self.version)))
+
+    def test_bad_uploads_are_refused_naming_the_tensor(self) -> None:
+        head = self.service.weights(self.model, self.version, "head")
+        name = sorted(head)[0]
+        before = self.service.current_version(self.model)
+        nan = dict(head, **{name: np.full(head[name].shape, np.nan, np.float32)})
+        with self.assertRaisesRegex(ServiceError, f" 422 .*'{name}'.*NaN"):
+            self.service.apply(self.model, self.version, nan)
+        wide = dict(head, **{name: np.zeros(head[name].shape + (2,), np.float32)})
+        with self.assertRaisesRegex(ServiceError, f" 422 .*'{name}': shape"):
+            self.service.evaluate(self.model, self.version, "val", wide)
+        self.assertEqual(self.service.current_version(self.model), before)
+
+
+if __name__ == "__main__":
+    unittest.main()

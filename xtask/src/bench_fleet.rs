@@ -1,0 +1,184 @@
+//! `cargo xtask bench fleet`: whether federating pays. Five boxes, each a `sprout serve`
+//! with skewed photos of its own domain, fine-tune the leafnet head (and batch-norm
+//! statistics) on Flower for ten rounds; after each round the global model is evaluated on
+//! a held-out set from every domain, beside each box trained alone on its own photos and
+//! one box trained on all of them pooled, both through the same service for the same
+//! total epochs.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use crate::bench_serve::{finished_job, read_photos, Client};
+use crate::cmd::Cmd;
+use crate::fleet::{fresh, pretrain, venv, EdgeBox, Federation, CLASSES, MODEL, SIZE};
+
+/// Each box's domain: two boxes see the source scenes (broad leaves on soil), three the
+/// target scenes (narrow leaves on grass and grey benches).
+const DOMAINS: [&str; 5] = ["source", "source", "target", "target", "target"];
+const ROUNDS: u32 = 10;
+const LOCAL_EPOCHS: u32 = 2;
+/// Photos of a box's own class and of each other class: box `i` mostly sees class `i % 3`.
+const MAJOR: usize = 24;
+const MINOR: usize = 6;
+/// Held-out photos per class and domain.
+const HELD_OUT: usize = 12;
+/// The fine-tuning every box and baseline runs.
+const LR: f32 = 0.05;
+const BATCH: u32 = 8;
+/// How long the federation and each baseline job may take.
+const LIMIT: Duration = Duration::from_secs(3600);
+
+/// `cargo xtask bench fleet [--sprout PATH]`.
+pub fn run(root: &Path, options: &[&str]) -> Result<()> {
+    let sprout = match options {
+        [] => {
+            Cmd::cargo(root)
+                .args(["build", "--release", "--quiet", "--locked", "-p", "sprout-cli"])
+                .run()?;
+            root.join("target/release/sprout")
+        }
+        ["--sprout", path] => PathBuf::from(path),
+        _ => bail!("usage: cargo xtask bench fleet [--sprout PATH]"),
+    };
+    let python = venv(root)?;
+    let work = fresh(&root.join("target/bench-fleet"))?;
+    let started = Instant::now();
+    let base = pretrain(root, &sprout, &work)?;
+    let classes: Vec<&str> = CLASSES.split(',').collect();
+    let mut held_out = Vec::new();
+    for (d, domain) in ["source", "target"].into_iter().enumerate() {
+        let dir = work.join(format!("held-out-{domain}"));
+        leaves(root, &sprout, &dir, domain, CLASSES, HELD_OUT, 900 + d as u64)?;
+        held_out.extend(read_photos(&dir, &["train", "val"])?);
+    }
+    let mut own = Vec::new();
+    for (i, domain) in DOMAINS.iter().enumerate() {
+        let mut photos = Vec::new();
+        for (c, class) in classes.iter().enumerate() {
+            let count = if c == i % classes.len() { MAJOR } else { MINOR };
+            let dir = work.join(format!("box-{i}/photos/{class}"));
+            leaves(root, &sprout, &dir, domain, class, count, (10 * i + c) as u64)?;
+            let read = read_photos(&dir, &["train", "val"])?;
+            photos
+                .extend(read.into_iter().map(|(k, name, bytes)| (k, format!("{i}-{name}"), bytes)));
+        }
+        own.push(photos);
+    }
+    let pooled: Vec<_> = own.iter().flatten().cloned().collect();
+    let boxes: Vec<EdgeBox> = own
+        .iter()
+        .enumerate()
+        .map(|(i, photos)| {
+            let mut datasets = vec![("train", photos.clone()), ("val", held_out.clone())];
+            if i == 0 {
+                datasets.push(("pooled", pooled.clone()));
+            }
+            EdgeBox::start(&sprout, &work.join(format!("box-{i}")), &base, &datasets)
+        })
+        .collect::<Result<_>>()?;
+    println!(
+        "{} boxes ({} photos each, {} pooled), {} held-out photos; setup {:.0} s",
+        DOMAINS.len(),
+        own[0].len(),
+        pooled.len(),
+        held_out.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    let mut fleet = Federation::start(&python, &work, boxes)?;
+    let config = format!(
+        "num-server-rounds={ROUNDS} min-nodes={} local-epochs={LOCAL_EPOCHS} lr={LR} batch-size={BATCH}",
+        DOMAINS.len()
+    );
+    let federated = Instant::now();
+    let lines = fleet.run(root, &config, LIMIT, &mut |_, _| Ok(()))?;
+    let global: Vec<f64> = lines.iter().filter_map(|l| l["accuracy"].as_f64()).collect();
+    if global.len() != ROUNDS as usize {
+        bail!("{} of {ROUNDS} rounds were evaluated\n{}", global.len(), fleet.log_tail());
+    }
+    let federated = federated.elapsed().as_secs_f64();
+
+    // The baselines, each box's service training for the federation's total epochs.
+    let baselines = Instant::now();
+    let agent = Client::agent();
+    let epochs = ROUNDS * LOCAL_EPOCHS;
+    let mut jobs = Vec::new();
+    for (i, edge) in fleet.boxes.iter().enumerate() {
+        jobs.push((format!("box {i} alone"), edge, start_job(edge, &agent, "train", epochs)?));
+    }
+    jobs.push((
+        "pooled".into(),
+        &fleet.boxes[0],
+        start_job(&fleet.boxes[0], &agent, "pooled", epochs)?,
+    ));
+    let mut accuracy = Vec::new();
+    for (name, edge, created) in &jobs {
+        let job = finished_job(&edge.client, &agent, created, LIMIT)?;
+        let path =
+            format!("/api/v1/models/{MODEL}/versions/{}/evaluate?dataset=val", job["version"]);
+        let text = edge.client.expect(&agent, "POST", &path, None, 200)?;
+        let measured: Value = serde_json::from_str(&text)?;
+        let value = measured["accuracy"].as_f64().context("an evaluation without accuracy")?;
+        accuracy.push((name.clone(), value));
+    }
+    let (pooled_accuracy, singles) = accuracy.split_last().context("no baselines")?;
+    let best = singles.iter().map(|(_, a)| *a).fold(f64::NAN, f64::max);
+    for (round, g) in global.iter().enumerate() {
+        println!(
+            "fleet round {}: global {:.1}%, best single box {:.1}%, pooled {:.1}%",
+            round + 1,
+            100.0 * g,
+            100.0 * best,
+            100.0 * pooled_accuracy.1
+        );
+    }
+    for (name, value) in singles {
+        println!("  {name}: {:.1}%", 100.0 * value);
+    }
+    let last = global[global.len() - 1];
+    println!(
+        "goal (global within 2 points of pooled, 10 above the best single box): {:+.1} points \
+         from pooled, {:+.1} over the best single box; federation {federated:.0} s, baselines \
+         {:.0} s ({epochs} epochs each)",
+        100.0 * (last - pooled_accuracy.1),
+        100.0 * (last - best),
+        baselines.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `count` photos per class of `classes` in `domain` (size [`SIZE`], seed `seed`) in `dir`.
+fn leaves(
+    root: &Path,
+    sprout: &Path,
+    dir: &Path,
+    domain: &str,
+    classes: &str,
+    count: usize,
+    seed: u64,
+) -> Result<()> {
+    Cmd::new(&sprout.display().to_string(), root)
+        .args(["data", "leaves", "--domain", domain, "--classes", classes, "--size", SIZE])
+        .args(["--per-class", &count.to_string(), "--seed", &seed.to_string(), "-o"])
+        .args([dir.display().to_string()])
+        .run()
+}
+
+/// Starts a head fine-tuning job from the box's base version on its data set `dataset`.
+fn start_job(edge: &EdgeBox, agent: &ureq::Agent, dataset: &str, epochs: u32) -> Result<Value> {
+    let request = json!({
+        "dataset": dataset,
+        "base": {"model": {"name": MODEL, "version": 1}},
+        "model": MODEL,
+        "trainable": "head",
+        "lr": LR,
+        "epochs": epochs,
+        "batch_size": BATCH,
+        "seed": 1,
+    });
+    let body = Some(("application/json", request.to_string().into_bytes()));
+    Ok(serde_json::from_str(&edge.client.expect(agent, "POST", "/api/v1/jobs", body, 201)?)?)
+}
