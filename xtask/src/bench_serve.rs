@@ -213,8 +213,11 @@ pub fn multipart(parts: &[(String, String, Vec<u8>)]) -> (String, Vec<u8>) {
     (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
+/// A labelled photo to upload: class, file name, encoded bytes.
+pub type Photo = (String, String, Vec<u8>);
+
 /// The photos under `dir/<split>/<class>/` of `splits` as `(class, name, bytes)`.
-pub fn read_photos(dir: &Path, splits: &[&str]) -> Result<Vec<(String, String, Vec<u8>)>> {
+pub fn read_photos(dir: &Path, splits: &[&str]) -> Result<Vec<Photo>> {
     let mut photos = Vec::new();
     for split in splits {
         let mut classes: Vec<_> = fs::read_dir(dir.join(split))?.collect::<Result<_, _>>()?;
@@ -237,7 +240,7 @@ pub fn read_photos(dir: &Path, splits: &[&str]) -> Result<Vec<(String, String, V
 
 /// Uploads the photos, trains a leafnet head on them through a job and creates the
 /// uploaders' data sets; returns the photos.
-fn prepare(client: &Client, dir: &Path) -> Result<Vec<(String, String, Vec<u8>)>> {
+fn prepare(client: &Client, dir: &Path) -> Result<Vec<Photo>> {
     let photos = read_photos(dir, &["train", "val"])?;
     let mut classes: Vec<&str> = photos.iter().map(|p| p.0.as_str()).collect();
     classes.sort_unstable();

@@ -18,8 +18,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 
-use crate::bench_serve::{multipart, read_photos, Client, Service};
+use crate::bench_serve::{multipart, read_photos, Client, Photo, Service};
 use crate::cmd::Cmd;
+
+/// Called about twice a second during a run with the boxes and the summary's lines so far.
+pub type RoundWatch<'a> = dyn FnMut(&mut [EdgeBox], &[Value]) -> Result<()> + 'a;
 
 /// What the virtual environment gets: Flower pinned (its API moves between releases).
 const PYTHON_PACKAGES: [&str; 3] = ["flwr==1.42.0", "numpy>=1.26,<3", "safetensors>=0.4,<1"];
@@ -184,7 +187,7 @@ impl Federation {
         root: &Path,
         run_config: &str,
         limit: Duration,
-        watch: &mut dyn FnMut(&mut [EdgeBox], &[Value]) -> Result<()>,
+        watch: &mut RoundWatch<'_>,
     ) -> Result<Vec<Value>> {
         let cli_home = self.work.join("flwr").join("cli");
         fs::create_dir_all(&cli_home)?;
@@ -305,7 +308,7 @@ impl EdgeBox {
         sprout: &Path,
         dir: &Path,
         base: &Path,
-        datasets: &[(&str, Vec<(String, String, Vec<u8>)>)],
+        datasets: &[(&str, Vec<Photo>)],
     ) -> Result<Self> {
         let data = dir.join("data");
         let token = Cmd::new(&sprout.display().to_string(), dir)

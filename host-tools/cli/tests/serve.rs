@@ -427,7 +427,7 @@ fn kept_alive_connections_survive_bodies_left_unread() {
             413,
         ),
         (
-            head("POST", "/api/v1/datasets", &trainer, &json_chunked),
+            head("POST", "/api/v1/datasets", &trainer, json_chunked),
             vec![&unknown_field[..], &b"0\r\n\r\n"[..]],
             422,
         ),

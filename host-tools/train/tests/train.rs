@@ -502,7 +502,7 @@ fn the_proximal_term_keeps_weights_near_their_start() {
     assert!(held < 0.5 * free, "mu 2 moved {held}, mu 0 {free}");
     // lr * mu = 1 pulls every weight all the way back after each update.
     assert!(distance(&start, &run(3, 1.0 / lr).unwrap()) < 1e-10);
-    let refused = run(1, -1.0).err().expect("a negative mu is refused").to_string();
+    let refused = run(1, -1.0).expect_err("a negative mu is refused").to_string();
     assert!(refused.contains("--proximal-mu -1"), "{refused}");
     let _ = fs::remove_dir_all(&dir);
 }
