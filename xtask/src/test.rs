@@ -211,8 +211,9 @@ const BROWSER: [Tool; 2] = [
 /// service's page, which may not skip here (`SPROUT_REQUIRE_BROWSER`).
 fn web_page(root: &Path) -> Result<()> {
     debian::ensure(root, &BROWSER)?;
+    // `--workspace` keeps the features the tests stage built with, so nothing is rebuilt.
     Cmd::cargo(root)
-        .args(["test", "-p", "sprout-cli", "--test", "web", "--locked"])
+        .args(["test", "--workspace", "--test", "web", "--locked"])
         .env("SPROUT_REQUIRE_BROWSER", "1")
         .run()
 }
