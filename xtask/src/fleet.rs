@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use crate::bench_serve::{multipart, read_photos, Client, Photo, Service};
 use crate::cmd::Cmd;
+use crate::on_device;
 
 /// Called about twice a second during a run with the boxes and the summary's lines so far.
 pub type RoundWatch<'a> = dyn FnMut(&mut [EdgeBox], &[Value]) -> Result<()> + 'a;
@@ -46,8 +47,7 @@ const RUN_LIMIT: Duration = Duration::from_secs(900);
 /// The stage.
 pub fn test(root: &Path) -> Result<()> {
     let python = venv(root)?;
-    Cmd::cargo(root).args(["build", "--quiet", "--locked", "-p", "sprout-cli"]).run()?;
-    let sprout = root.join("target/debug/sprout");
+    let sprout = PathBuf::from(on_device::ci_sprout(root)?);
     let work = fresh(&root.join("target/fleet-test"))?;
     let base = pretrain(root, &sprout, &work)?;
     let boxes: Vec<EdgeBox> = (0..BOXES)

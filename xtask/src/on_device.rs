@@ -103,7 +103,7 @@ pub struct Leaf {
 
 /// The sprout CLI `cargo xtask test` uses: the dev build, with the workspace's features
 /// (as the workspace tests build it).
-fn ci_sprout(root: &Path) -> Result<String> {
+pub fn ci_sprout(root: &Path) -> Result<String> {
     Cmd::cargo(root).args(["build", "--workspace", "--locked", "--bin", "sprout"]).run()?;
     let sprout = root.join("target/debug/sprout");
     Ok(sprout.to_str().context("the workspace path is not UTF-8")?.to_owned())
