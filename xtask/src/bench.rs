@@ -7,7 +7,7 @@
 //! re-invokes this same program as `cargo run --release -p xtask -- bench-run SUITE`: the
 //! suites live here, and the release build only happens when someone benchmarks.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -72,6 +72,14 @@ pub const SUITES: &[(&str, &str)] = &[
 pub const RUN_COMMAND: &str = "bench-run";
 
 /// The suite list, as `cargo xtask bench` prints it.
+/// Builds the release `sprout` CLI every benchmark measures and returns its path.
+pub fn release_sprout(root: &Path) -> Result<PathBuf> {
+    Cmd::cargo(root)
+        .args(["build", "--release", "--quiet", "--locked", "-p", "sprout-cli"])
+        .run()?;
+    Ok(root.join("target/release/sprout"))
+}
+
 pub fn suites_help() -> String {
     let mut help = String::from("Usage: cargo xtask bench <suite>\n\nSuites (release build; `cpu`, `data`, `serve` and `fleet` run the release CLI):\n");
     for (name, what) in SUITES {

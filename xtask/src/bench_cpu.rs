@@ -25,8 +25,8 @@ use safetensors::{tensor::TensorView, Dtype};
 use sprout_train::encode_npy;
 use sprout_zoo::leafnet::{CHANNELS, CLASS_NAMES, SIZE};
 
+use crate::bench;
 use crate::bench_data::wait_measured;
-use crate::cmd::Cmd;
 
 /// The PyTorch side, relative to the workspace root.
 const SCRIPT: &str = "xtask/bench/leafnet.py";
@@ -185,17 +185,10 @@ struct Measured {
 /// `cargo xtask bench cpu [--reps N] [--quick]`.
 pub fn run(root: &Path, options: &[&str]) -> Result<()> {
     let options = parse_options(options)?;
-    Cmd::cargo(root)
-        .args(["build", "--release", "--quiet", "--locked", "-p", "sprout-cli"])
-        .run()?;
+    let sprout = bench::release_sprout(root)?;
     let work = root.join("target/bench-cpu");
     fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    let bench = Bench {
-        sprout: root.join("target/release/sprout"),
-        script: root.join(SCRIPT),
-        work,
-        reps: options.reps,
-    };
+    let bench = Bench { sprout, script: root.join(SCRIPT), work, reps: options.reps };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
 
     // The model to check and to run inference on.

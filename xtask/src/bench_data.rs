@@ -16,7 +16,7 @@ use image::codecs::jpeg::JpegEncoder;
 use image::{ExtendedColorType, RgbImage};
 use sprout_data::{decode_rgb, generate, resize, Domain, LeafConfig, Limits, ResizeMode};
 
-use crate::cmd::Cmd;
+use crate::bench;
 
 /// Photo size.
 const WIDTH: u32 = 2048;
@@ -38,10 +38,7 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
     let work = root.join("target/bench-data");
     let data = work.join(format!("photos-{photos}-{WIDTH}x{HEIGHT}"));
     make_photos(&work, &data, photos)?;
-    Cmd::cargo(root)
-        .args(["build", "--release", "--quiet", "--locked", "-p", "sprout-cli"])
-        .run()?;
-    let sprout = root.join("target/release/sprout");
+    let sprout = bench::release_sprout(root)?;
 
     let cache = work.join("cache");
     if cache.exists() {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
+use crate::bench;
 use crate::bench_serve::{finished_job, read_photos, Client};
 use crate::cmd::Cmd;
 use crate::fleet::{fresh, pretrain, venv, EdgeBox, Federation, CLASSES, MODEL, SIZE};
@@ -34,12 +35,7 @@ const LIMIT: Duration = Duration::from_secs(3600);
 /// `cargo xtask bench fleet [--sprout PATH]`.
 pub fn run(root: &Path, options: &[&str]) -> Result<()> {
     let sprout = match options {
-        [] => {
-            Cmd::cargo(root)
-                .args(["build", "--release", "--quiet", "--locked", "-p", "sprout-cli"])
-                .run()?;
-            root.join("target/release/sprout")
-        }
+        [] => bench::release_sprout(root)?,
         ["--sprout", path] => PathBuf::from(path),
         _ => bail!("usage: cargo xtask bench fleet [--sprout PATH]"),
     };

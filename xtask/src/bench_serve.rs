@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::bench;
 use crate::cmd::Cmd;
 
 /// Concurrent predict clients and uploaders.
@@ -28,12 +29,7 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
     let (seconds, sprout) = parse(options)?;
     let sprout = match sprout {
         Some(path) => path,
-        None => {
-            Cmd::cargo(root)
-                .args(["build", "--release", "--quiet", "--locked", "-p", "sprout-cli"])
-                .run()?;
-            root.join("target/release/sprout")
-        }
+        None => bench::release_sprout(root)?,
     };
     let work = root.join("target/bench-serve");
     let photos = work.join("photos");
