@@ -1061,6 +1061,11 @@ impl<'m> Importer<'m> {
         let kernel = ctx.pair("kernel_shape", None)?;
         let stride = ctx.pair("strides", Some((1, 1)))?;
         let pads = ctx.pads((h, w), kernel, stride)?;
+        if pads[0].max(pads[2]) >= kernel.0 || pads[1].max(pads[3]) >= kernel.1 {
+            return Err(ctx.err(format!(
+                "pads {pads:?} ([top, left, bottom, right]) reach a whole kernel {kernel:?}: a window would hold only padding"
+            )));
+        }
         let extra = ctx.ceil_extra((h, w), kernel, stride, pads)?;
         let max = ctx.op_type == "MaxPool";
         if !max && extra != (0, 0) {
@@ -1112,18 +1117,41 @@ impl<'m> Importer<'m> {
         };
         if times.0 > 0 {
             let first = self.g.slice(&name(), x, axis, 0, 1).map_err(ctx.graph())?;
-            for _ in 0..times.0 {
-                x = self.g.concat(&name(), first, x, axis).map_err(ctx.graph())?;
-            }
+            let block = self.repeated(first, axis, times.0, &mut name).map_err(ctx.graph())?;
+            x = self.g.concat(&name(), block, x, axis).map_err(ctx.graph())?;
         }
         if times.1 > 0 {
             let end = self.g.shape(x).dim(axis).unwrap_or(0).saturating_sub(1);
             let last = self.g.slice(&name(), x, axis, end, 1).map_err(ctx.graph())?;
-            for _ in 0..times.1 {
-                x = self.g.concat(&name(), x, last, axis).map_err(ctx.graph())?;
-            }
+            let block = self.repeated(last, axis, times.1, &mut name).map_err(ctx.graph())?;
+            x = self.g.concat(&name(), x, block, axis).map_err(ctx.graph())?;
         }
         Ok(x)
+    }
+
+    /// `slice` (one entry long on `axis`) repeated `times` times, by doubling: a number of
+    /// concatenations logarithmic in `times`, whatever a file's pads ask for.
+    fn repeated(
+        &mut self,
+        slice: TensorId,
+        axis: usize,
+        times: usize,
+        name: &mut impl FnMut() -> String,
+    ) -> Result<TensorId, GraphError> {
+        let (mut power, mut left, mut whole) = (slice, times, None);
+        loop {
+            if left & 1 == 1 {
+                whole = Some(match whole {
+                    None => power,
+                    Some(w) => self.g.concat(&name(), w, power, axis)?,
+                });
+            }
+            left >>= 1;
+            if left == 0 {
+                return Ok(whole.unwrap_or(slice));
+            }
+            power = self.g.concat(&name(), power, power, axis)?;
+        }
     }
 
     fn global_pool(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {

@@ -353,6 +353,13 @@ fn unsupported_settings_are_named_with_expected_and_found_values() {
             &["ceil", "ceil_mode = 1", "(4, 4)"],
         ),
         (
+            NodeProto::new("MaxPool", "all_padding", &["r"], &["y"])
+                .with(A::ints("kernel_shape", &[2, 2]))
+                .with(A::ints("pads", &[0, 0, 2, 0])),
+            vec![],
+            &["all_padding", "[0, 0, 2, 0]", "reach a whole kernel (2, 2)"],
+        ),
+        (
             NodeProto::new("Pad", "reflect", &["r", "p"], &["y"])
                 .with(A::string("mode", "reflect")),
             vec![TensorProto::i64("p", &[8], &[0, 0, 1, 1, 0, 0, 1, 1])],
@@ -731,6 +738,56 @@ fn sub_of_computed_tensors_matches() {
     let expected: Vec<f64> =
         x.iter().map(|&v| (v as f64).max(0.0) - 1.0 / (1.0 + (-(v as f64)).exp())).collect();
     assert_close(&y, &expected, 1e-6);
+}
+
+/// A column pool `(k, 1)` over `[1, 1, h, 1]` with `pads` `[top, 0, bottom, 0]`.
+fn column_max_pool(k: usize, h: usize, pads: [i64; 4]) -> sprout_onnx::Imported {
+    let node = NodeProto::new("MaxPool", "pool", &["x"], &["y"])
+        .with(A::ints("kernel_shape", &[k as i64, 1]))
+        .with(A::ints("pads", &pads));
+    let graph = GraphProto {
+        node: vec![node],
+        input: vec![ValueInfoProto::f32(
+            "x",
+            &[Dim::Fixed(1), Dim::Fixed(1), Dim::Fixed(h as i64), Dim::Fixed(1)],
+        )],
+        output: vec![ValueInfoProto::f32("y", &[])],
+        ..Default::default()
+    };
+    import(&ModelProto::new(graph, 13).encode_to_vec()).unwrap()
+}
+
+/// Padding more on one side than the other repeats an edge: 5 and 6 times here, so the
+/// repeated blocks are built from several doublings; each window takes the maximum of what
+/// it covers of the input.
+#[test]
+fn a_max_pool_padded_unevenly_repeats_its_edges_any_number_of_times() {
+    let h = 4;
+    let x = values(41, h, -3.0, -1.0);
+    for (top, bottom) in [(0, 6), (5, 0), (1, 6)] {
+        let imported = column_max_pool(7, h, [top, 0, bottom, 0]);
+        let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
+        let out = h + top as usize + bottom as usize - 7 + 1;
+        let expected: Vec<f64> = (0..out)
+            .map(|i| {
+                let rows =
+                    i.saturating_sub(top as usize)..(i + 7).saturating_sub(top as usize).min(h);
+                f64::from(x[rows].iter().copied().fold(f32::NEG_INFINITY, f32::max))
+            })
+            .collect();
+        assert_close(&y, &expected, 0.0);
+    }
+}
+
+/// Found by the `onnx` fuzz target: a pool padded a hundred thousand rows more below than
+/// above recorded one concatenation per row, and the import ran for minutes. The edge is
+/// now repeated by doubling.
+#[test]
+fn a_hugely_uneven_pool_padding_imports_in_a_few_nodes() {
+    let k = 100_001;
+    let imported = column_max_pool(k, k, [0, 0, k as i64 - 1, 0]);
+    assert!(imported.graph.nodes().len() < 64, "{} nodes", imported.graph.nodes().len());
+    assert_eq!(imported.graph.shape(imported.outputs[0]).dims(), [1, 1, k, 1]);
 }
 
 /// `MaxPool` with `ceil_mode = 1` rounding its output up, with and without asymmetric
