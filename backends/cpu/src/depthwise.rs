@@ -506,4 +506,43 @@ mod tests {
             }
         }
     }
+
+    /// A 9x9 filter has more taps than the direct loops take: it runs as a grouped im2col
+    /// convolution and still matches the reference.
+    #[test]
+    fn filters_beyond_the_direct_loops_fall_back_and_match() {
+        use sprout_core::backend::ConvKernels;
+        let mut rng = SplitMix::new(11);
+        let (c, size, k) = (2, 10, 9);
+        let g = Conv2dGeometry {
+            n: 2,
+            c_in: c,
+            h: size,
+            w: size,
+            c_out: c,
+            kh: k,
+            kw: k,
+            stride: (1, 1),
+            padding: (4, 4),
+            groups: c,
+            out_h: size,
+            out_w: size,
+        };
+        assert!(is_depthwise(&g) && !runs_direct(&g));
+        let (x, wt) = (random(g.input_len(), &mut rng), random(g.weight_len(), &mut rng));
+        let dy = random(g.output_len(), &mut rng);
+        let mut cpu = crate::Cpu::with_threads(2);
+        let (mut want, mut got) = (vec![0.0; dy.len()], vec![f32::NAN; dy.len()]);
+        r::conv2d(&x, &wt, None, &mut want, &g);
+        cpu.conv2d(&x, &wt, None, &mut got, &g);
+        assert_close(&got, &want, "y");
+        let (mut want, mut got) = (vec![0.0; x.len()], vec![f32::NAN; x.len()]);
+        r::conv2d_grad_input(&dy, &wt, &mut want, &g);
+        cpu.conv2d_grad_input(&dy, &wt, &mut got, &g);
+        assert_close(&got, &want, "dx");
+        let (mut want, mut got) = (vec![0.0; wt.len()], vec![f32::NAN; wt.len()]);
+        r::conv2d_grad_weight(&dy, &x, &mut want, &g);
+        cpu.conv2d_grad_weight(&dy, &x, &mut got, &g);
+        assert_close(&got, &want, "dw");
+    }
 }
