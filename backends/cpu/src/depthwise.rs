@@ -115,6 +115,13 @@ impl Layout {
         })
     }
 
+    /// At column stride 2, the runs of a row's even and of its odd columns: `(first_ix,
+    /// count, offset)` as [`Self::column_run`] gives them, the even one first.
+    fn column_pair(&self) -> [(usize, usize, usize); 2] {
+        let px = self.padding.1;
+        [self.column_run(px % 2), self.column_run((px + 1) % 2)]
+    }
+
     /// The inputs of a row in column phase `b`: `(first_ix, count, offset)`, inputs
     /// `first_ix + i·stride_w` lying at `offset + i` from the phase row's start.
     fn column_run(&self, b: usize) -> (usize, usize, usize) {
@@ -122,6 +129,32 @@ impl Layout {
         let first = (b + sx - px % sx) % sx;
         let count = w.saturating_sub(first).div_ceil(sx);
         (first, count, b * self.phase_len + (first + px) / sx)
+    }
+}
+
+/// `even[i] = src[2i]` and `odd[i] = src[2i + 1]` for every such `i`, in one pass.
+#[inline(always)]
+fn deinterleave(src: &[f32], even: &mut [f32], odd: &mut [f32]) {
+    let pairs = src.chunks_exact(2);
+    let last = pairs.remainder().first();
+    for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
+        (*e, *o) = (pair[0], pair[1]);
+    }
+    if let (Some(&v), Some(e)) = (last, even.get_mut(src.len() / 2)) {
+        *e = v;
+    }
+}
+
+/// `dest[2i] = even[i]` and `dest[2i + 1] = odd[i]` for every such `i`, in one pass.
+#[inline(always)]
+fn interleave(even: &[f32], odd: &[f32], dest: &mut [f32]) {
+    let half = dest.len() / 2;
+    let mut pairs = dest.chunks_exact_mut(2);
+    for ((&e, &o), pair) in even.iter().zip(odd).zip(&mut pairs) {
+        (pair[0], pair[1]) = (e, o);
+    }
+    if let (Some(d), Some(&e)) = (pairs.into_remainder().first_mut(), even.get(half)) {
+        *d = e;
     }
 }
 
@@ -143,37 +176,77 @@ fn scatter_by<const S: usize>(dest: &mut [f32], src: &[f32]) {
     dest[whole * S..].iter_mut().step_by(S).zip(tail).for_each(|(d, &s)| *d = s);
 }
 
-/// Splits input plane `x` into phases whose padding is already zero (it is never written).
+/// Splits input plane `x` into phases whose padding is already zero (it is never written):
+/// row copies at stride 1, one deinterleaving pass per row at column stride 2.
 #[inline(always)]
 fn split_phases_generic(l: &Layout, x: &[f32], phases: &mut [f32]) {
     let w = l.size.1;
-    for b in 0..l.stride.1 {
-        let (first, count, offset) = l.column_run(b);
-        for (row, start) in x.chunks_exact(w).zip(l.row_starts()) {
-            let (dest, src) = (&mut phases[start + offset..][..count], &row[first.min(w)..]);
-            match l.stride.1 {
-                1 => dest.copy_from_slice(src),
-                2 => gather_by::<2>(dest, src),
-                3 => gather_by::<3>(dest, src),
-                _ => dest.iter_mut().zip(src.iter().step_by(l.stride.1)).for_each(|(d, &s)| *d = s),
+    match l.stride {
+        (1, 1) => {
+            let start = l.padding.0 * l.pitch + l.padding.1;
+            for (row, dest) in x.chunks_exact(w).zip(phases[start..].chunks_mut(l.pitch)) {
+                dest[..w].copy_from_slice(row);
+            }
+        }
+        (_, 2) => {
+            let [(_, even, at_even), (_, odd, at_odd)] = l.column_pair();
+            for (row, start) in x.chunks_exact(w).zip(l.row_starts()) {
+                let (lo, hi) = phases.split_at_mut(start + at_even.max(at_odd));
+                let (e, o) = match at_even < at_odd {
+                    true => (&mut lo[start + at_even..][..even], &mut hi[..odd]),
+                    false => (&mut hi[..even], &mut lo[start + at_odd..][..odd]),
+                };
+                deinterleave(row, e, o);
+            }
+        }
+        _ => {
+            for b in 0..l.stride.1 {
+                let (first, count, offset) = l.column_run(b);
+                for (row, start) in x.chunks_exact(w).zip(l.row_starts()) {
+                    let dest = &mut phases[start + offset..][..count];
+                    let src = &row[first.min(w)..];
+                    match l.stride.1 {
+                        1 => dest.copy_from_slice(src),
+                        3 => gather_by::<3>(dest, src),
+                        s => dest.iter_mut().zip(src.iter().step_by(s)).for_each(|(d, &v)| *d = v),
+                    }
+                }
             }
         }
     }
 }
 
-/// Gathers input plane `dx` back from its phases (padding dropped).
+/// Gathers input plane `dx` back from its phases (padding dropped), the inverse of
+/// [`split_phases_generic`].
 #[inline(always)]
 fn join_phases_generic(l: &Layout, phases: &[f32], dx: &mut [f32]) {
     let w = l.size.1;
-    for b in 0..l.stride.1 {
-        let (first, count, offset) = l.column_run(b);
-        for (row, start) in dx.chunks_exact_mut(w).zip(l.row_starts()) {
-            let (src, dest) = (&phases[start + offset..][..count], &mut row[first.min(w)..]);
-            match l.stride.1 {
-                1 => dest.copy_from_slice(src),
-                2 => scatter_by::<2>(dest, src),
-                3 => scatter_by::<3>(dest, src),
-                _ => dest.iter_mut().step_by(l.stride.1).zip(src).for_each(|(d, &s)| *d = s),
+    match l.stride {
+        (1, 1) => {
+            let start = l.padding.0 * l.pitch + l.padding.1;
+            for (row, src) in dx.chunks_exact_mut(w).zip(phases[start..].chunks(l.pitch)) {
+                row.copy_from_slice(&src[..w]);
+            }
+        }
+        (_, 2) => {
+            let [(_, even, at_even), (_, odd, at_odd)] = l.column_pair();
+            for (row, start) in dx.chunks_exact_mut(w).zip(l.row_starts()) {
+                let e = &phases[start + at_even..][..even];
+                interleave(e, &phases[start + at_odd..][..odd], row);
+            }
+        }
+        _ => {
+            for b in 0..l.stride.1 {
+                let (first, count, offset) = l.column_run(b);
+                for (row, start) in dx.chunks_exact_mut(w).zip(l.row_starts()) {
+                    let src = &phases[start + offset..][..count];
+                    let dest = &mut row[first.min(w)..];
+                    match l.stride.1 {
+                        1 => dest.copy_from_slice(src),
+                        3 => scatter_by::<3>(dest, src),
+                        s => dest.iter_mut().step_by(s).zip(src).for_each(|(d, &v)| *d = v),
+                    }
+                }
             }
         }
     }
