@@ -12,11 +12,12 @@
 //! long run per tap, cut into [`BLOCK`]-wide register accumulators (the columns `ox >=
 //! out_w` of each row are computed and dropped). The input gradient is the same sum read
 //! backwards: each phase of `dx` gathers the output gradient (laid out at the same pitch,
-//! its dropped columns zero) through the taps of that phase; the weight gradient is one dot
-//! product per tap of that output gradient with the tap's phase.
+//! its dropped columns zero) through the taps of that phase; the weight gradient correlates
+//! that output gradient with each tap's phase, summed over the whole batch in vector lanes
+//! and added up once per channel. Tap offsets are worked out once per call; the padding of
+//! the phases and of the laid-out gradient is zeroed once per worker, not per plane.
 
 use crate::parallel::{for_each_chunk, workers};
-use crate::pointwise::dot;
 use crate::pool::Pool;
 use sprout_core::geometry::Conv2dGeometry;
 
@@ -114,6 +115,13 @@ impl Layout {
         })
     }
 
+    /// At column stride 2, the runs of a row's even and of its odd columns: `(first_ix,
+    /// count, offset)` as [`Self::column_run`] gives them, the even one first.
+    fn column_pair(&self) -> [(usize, usize, usize); 2] {
+        let px = self.padding.1;
+        [self.column_run(px % 2), self.column_run((px + 1) % 2)]
+    }
+
     /// The inputs of a row in column phase `b`: `(first_ix, count, offset)`, inputs
     /// `first_ix + i·stride_w` lying at `offset + i` from the phase row's start.
     fn column_run(&self, b: usize) -> (usize, usize, usize) {
@@ -121,6 +129,32 @@ impl Layout {
         let first = (b + sx - px % sx) % sx;
         let count = w.saturating_sub(first).div_ceil(sx);
         (first, count, b * self.phase_len + (first + px) / sx)
+    }
+}
+
+/// `even[i] = src[2i]` and `odd[i] = src[2i + 1]` for every such `i`, in one pass.
+#[inline(always)]
+fn deinterleave(src: &[f32], even: &mut [f32], odd: &mut [f32]) {
+    let pairs = src.chunks_exact(2);
+    let last = pairs.remainder().first();
+    for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
+        (*e, *o) = (pair[0], pair[1]);
+    }
+    if let (Some(&v), Some(e)) = (last, even.get_mut(src.len() / 2)) {
+        *e = v;
+    }
+}
+
+/// `dest[2i] = even[i]` and `dest[2i + 1] = odd[i]` for every such `i`, in one pass.
+#[inline(always)]
+fn interleave(even: &[f32], odd: &[f32], dest: &mut [f32]) {
+    let half = dest.len() / 2;
+    let mut pairs = dest.chunks_exact_mut(2);
+    for ((&e, &o), pair) in even.iter().zip(odd).zip(&mut pairs) {
+        (pair[0], pair[1]) = (e, o);
+    }
+    if let (Some(d), Some(&e)) = (pairs.into_remainder().first_mut(), even.get(half)) {
+        *d = e;
     }
 }
 
@@ -142,38 +176,77 @@ fn scatter_by<const S: usize>(dest: &mut [f32], src: &[f32]) {
     dest[whole * S..].iter_mut().step_by(S).zip(tail).for_each(|(d, &s)| *d = s);
 }
 
-/// Splits input plane `x` into zero-padded phases.
+/// Splits input plane `x` into phases whose padding is already zero (it is never written):
+/// row copies at stride 1, one deinterleaving pass per row at column stride 2.
 #[inline(always)]
 fn split_phases_generic(l: &Layout, x: &[f32], phases: &mut [f32]) {
-    phases.fill(0.0);
     let w = l.size.1;
-    for b in 0..l.stride.1 {
-        let (first, count, offset) = l.column_run(b);
-        for (row, start) in x.chunks_exact(w).zip(l.row_starts()) {
-            let (dest, src) = (&mut phases[start + offset..][..count], &row[first.min(w)..]);
-            match l.stride.1 {
-                1 => dest.copy_from_slice(src),
-                2 => gather_by::<2>(dest, src),
-                3 => gather_by::<3>(dest, src),
-                _ => dest.iter_mut().zip(src.iter().step_by(l.stride.1)).for_each(|(d, &s)| *d = s),
+    match l.stride {
+        (1, 1) => {
+            let start = l.padding.0 * l.pitch + l.padding.1;
+            for (row, dest) in x.chunks_exact(w).zip(phases[start..].chunks_mut(l.pitch)) {
+                dest[..w].copy_from_slice(row);
+            }
+        }
+        (_, 2) => {
+            let [(_, even, at_even), (_, odd, at_odd)] = l.column_pair();
+            for (row, start) in x.chunks_exact(w).zip(l.row_starts()) {
+                let (lo, hi) = phases.split_at_mut(start + at_even.max(at_odd));
+                let (e, o) = match at_even < at_odd {
+                    true => (&mut lo[start + at_even..][..even], &mut hi[..odd]),
+                    false => (&mut hi[..even], &mut lo[start + at_odd..][..odd]),
+                };
+                deinterleave(row, e, o);
+            }
+        }
+        _ => {
+            for b in 0..l.stride.1 {
+                let (first, count, offset) = l.column_run(b);
+                for (row, start) in x.chunks_exact(w).zip(l.row_starts()) {
+                    let dest = &mut phases[start + offset..][..count];
+                    let src = &row[first.min(w)..];
+                    match l.stride.1 {
+                        1 => dest.copy_from_slice(src),
+                        3 => gather_by::<3>(dest, src),
+                        s => dest.iter_mut().zip(src.iter().step_by(s)).for_each(|(d, &v)| *d = v),
+                    }
+                }
             }
         }
     }
 }
 
-/// Gathers input plane `dx` back from its phases (padding dropped).
+/// Gathers input plane `dx` back from its phases (padding dropped), the inverse of
+/// [`split_phases_generic`].
 #[inline(always)]
 fn join_phases_generic(l: &Layout, phases: &[f32], dx: &mut [f32]) {
     let w = l.size.1;
-    for b in 0..l.stride.1 {
-        let (first, count, offset) = l.column_run(b);
-        for (row, start) in dx.chunks_exact_mut(w).zip(l.row_starts()) {
-            let (src, dest) = (&phases[start + offset..][..count], &mut row[first.min(w)..]);
-            match l.stride.1 {
-                1 => dest.copy_from_slice(src),
-                2 => scatter_by::<2>(dest, src),
-                3 => scatter_by::<3>(dest, src),
-                _ => dest.iter_mut().step_by(l.stride.1).zip(src).for_each(|(d, &s)| *d = s),
+    match l.stride {
+        (1, 1) => {
+            let start = l.padding.0 * l.pitch + l.padding.1;
+            for (row, src) in dx.chunks_exact_mut(w).zip(phases[start..].chunks(l.pitch)) {
+                row.copy_from_slice(&src[..w]);
+            }
+        }
+        (_, 2) => {
+            let [(_, even, at_even), (_, odd, at_odd)] = l.column_pair();
+            for (row, start) in dx.chunks_exact_mut(w).zip(l.row_starts()) {
+                let e = &phases[start + at_even..][..even];
+                interleave(e, &phases[start + at_odd..][..odd], row);
+            }
+        }
+        _ => {
+            for b in 0..l.stride.1 {
+                let (first, count, offset) = l.column_run(b);
+                for (row, start) in dx.chunks_exact_mut(w).zip(l.row_starts()) {
+                    let src = &phases[start + offset..][..count];
+                    let dest = &mut row[first.min(w)..];
+                    match l.stride.1 {
+                        1 => dest.copy_from_slice(src),
+                        3 => scatter_by::<3>(dest, src),
+                        s => dest.iter_mut().step_by(s).zip(src).for_each(|(d, &v)| *d = v),
+                    }
+                }
             }
         }
     }
@@ -183,10 +256,9 @@ multiversion!(split_phases = split_phases_generic(l: &Layout, x: &[f32], phases:
 multiversion!(join_phases = join_phases_generic(l: &Layout, phases: &[f32], dx: &mut [f32]));
 
 impl Layout {
-    /// Lays output plane `dy` out at the phases' pitch after `reach` zeros, every other
-    /// value zero.
+    /// Lays output plane `dy` out at the phases' pitch after `reach` values, leaving every
+    /// other value (zero) as it is.
     fn lay_out(&self, dy: &[f32], d: &mut [f32]) {
-        d.fill(0.0);
         let w = self.out.1;
         for (oy, row) in dy.chunks_exact(w).take(self.out.0).enumerate() {
             d[self.reach + oy * self.pitch..][..w].copy_from_slice(row);
@@ -207,38 +279,87 @@ pub fn scratch_per_worker(g: &Conv2dGeometry) -> usize {
     Layout::new(g).scratch()
 }
 
-/// Taps per pass of [`accumulate`]: a 5x5 kernel in one.
-const MAX_TAPS: usize = 25;
+/// Taps of the largest filter run here (an 8x8 kernel); larger depthwise filters run as
+/// grouped im2col convolutions.
+const MAX_TAPS: usize = 64;
 
-/// Up to [`MAX_TAPS`] taps as `(weight, offset into the source)`.
+/// Whether `g` runs here: depthwise, with at most [`MAX_TAPS`] taps.
+pub fn runs_direct(g: &Conv2dGeometry) -> bool {
+    is_depthwise(g) && g.kh * g.kw <= MAX_TAPS
+}
+
+/// A filter's taps in the order a pass visits them, with where each reads its source,
+/// worked out once per call (no divisions per plane).
 struct Taps {
-    taps: [(f32, usize); MAX_TAPS],
+    /// Filter index of each visited tap.
+    order: [usize; MAX_TAPS],
+    /// The phase it reads (forward) or feeds (input gradient), `a·stride_w + b`.
+    phase: [usize; MAX_TAPS],
+    /// Its offset into the source from the output it feeds.
+    offsets: [usize; MAX_TAPS],
     len: usize,
 }
 
 impl Taps {
-    /// The next taps of `all` (none once it is exhausted).
-    fn take(all: &mut impl Iterator<Item = (f32, usize)>) -> Self {
-        let mut t = Self { taps: [(0.0, 0); MAX_TAPS], len: 0 };
-        for (slot, tap) in t.taps.iter_mut().zip(all) {
-            *slot = tap;
-            t.len += 1;
+    /// Every tap in filter order, reading the input's phases from an output's flat index.
+    fn forward(l: &Layout) -> Self {
+        Self::visiting(l, |k| {
+            let (phase, offset) = l.tap(k);
+            (0, k, l.phase_start(phase) + offset)
+        })
+    }
+
+    /// Every tap grouped by the phase it feeds, in filter order within a phase, reading the
+    /// laid-out output gradient from an input phase's flat index.
+    fn backward(l: &Layout) -> Self {
+        Self::visiting(l, |k| {
+            let ((a, b), offset) = l.tap(k);
+            (a * l.stride.1 + b, k, l.reach - offset)
+        })
+    }
+
+    /// The taps in the order of their `(phase, k, offset)` visits.
+    fn visiting(l: &Layout, visit: impl Fn(usize) -> (usize, usize, usize)) -> Self {
+        let taps = l.kernel.0 * l.kernel.1;
+        let mut visits = [(0, 0, 0); MAX_TAPS];
+        for (k, v) in visits[..taps].iter_mut().enumerate() {
+            *v = visit(k);
+        }
+        visits[..taps].sort_unstable();
+        let mut t =
+            Self { order: [0; MAX_TAPS], phase: [0; MAX_TAPS], offsets: [0; MAX_TAPS], len: taps };
+        for (i, &(q, k, offset)) in visits[..taps].iter().enumerate() {
+            (t.phase[i], t.order[i], t.offsets[i]) = (q, k, offset);
         }
         t
     }
 
-    fn as_slice(&self) -> &[(f32, usize)] {
-        &self.taps[..self.len]
+    /// How many taps from `start` on belong to phase `q`.
+    fn in_phase(&self, start: usize, q: usize) -> usize {
+        self.phase[start..self.len].iter().take_while(|&&p| p == q).count()
+    }
+
+    fn offsets(&self) -> &[usize] {
+        &self.offsets[..self.len]
+    }
+
+    /// `filter`'s weights in visiting order.
+    fn weights(&self, filter: &[f32]) -> [f32; MAX_TAPS] {
+        let mut w = [0.0; MAX_TAPS];
+        for (w, &k) in w.iter_mut().zip(&self.order[..self.len]) {
+            *w = filter[k];
+        }
+        w
     }
 }
 
-/// `flat[i] += Σ_(w, offset) w · src[i + offset]` over whole [`BLOCK`]s, each block summed
+/// `flat[i] += Σ_t w[t] · src[i + offsets[t]]` over whole [`BLOCK`]s, each block summed
 /// in registers.
 #[inline(always)]
-fn accumulate_generic(taps: &[(f32, usize)], src: &[f32], flat: &mut [f32]) {
+fn accumulate_generic(w: &[f32], offsets: &[usize], src: &[f32], flat: &mut [f32]) {
     for (block, out) in flat.chunks_exact_mut(BLOCK).enumerate() {
         let mut acc: [f32; BLOCK] = (&*out).try_into().expect("BLOCK values");
-        for &(wk, offset) in taps {
+        for (&wk, &offset) in w.iter().zip(offsets) {
             let at = block * BLOCK + offset;
             let s: &[f32; BLOCK] = src[at..at + BLOCK].try_into().expect("BLOCK values");
             for j in 0..BLOCK {
@@ -249,18 +370,25 @@ fn accumulate_generic(taps: &[(f32, usize)], src: &[f32], flat: &mut [f32]) {
     }
 }
 
-multiversion!(accumulate = accumulate_generic(taps: &[(f32, usize)], src: &[f32], flat: &mut [f32]));
-
-/// Runs [`accumulate`] over every tap of `all`, [`MAX_TAPS`] at a time.
-fn accumulate_all(mut all: impl Iterator<Item = (f32, usize)>, src: &[f32], flat: &mut [f32]) {
-    loop {
-        let taps = Taps::take(&mut all);
-        if taps.len == 0 {
-            return;
+/// `sums[t][j] += Σ_blocks d[block·BLOCK + j] · src[block·BLOCK + j + offsets[t]]`: every
+/// tap's weight-gradient partial sums, lane by lane, one tap at a time in registers.
+#[inline(always)]
+fn correlate_generic(offsets: &[usize], d: &[f32], src: &[f32], sums: &mut [[f32; BLOCK]]) {
+    for (&offset, sum) in offsets.iter().zip(sums) {
+        let mut acc = *sum;
+        for (block, dv) in d.chunks_exact(BLOCK).enumerate() {
+            let at = block * BLOCK + offset;
+            let s: &[f32; BLOCK] = src[at..at + BLOCK].try_into().expect("BLOCK values");
+            for j in 0..BLOCK {
+                acc[j] += dv[j] * s[j];
+            }
         }
-        accumulate(taps.as_slice(), src, flat);
+        *sum = acc;
     }
 }
+
+multiversion!(accumulate = accumulate_generic(w: &[f32], offsets: &[usize], src: &[f32], flat: &mut [f32]));
+multiversion!(correlate = correlate_generic(offsets: &[usize], d: &[f32], src: &[f32], sums: &mut [[f32; BLOCK]]));
 
 impl Layout {
     /// Kernel tap `k`'s phase `(a, b)` and its offset in that phase from the output it
@@ -274,34 +402,6 @@ impl Layout {
     /// Where phase `(a, b)` starts.
     fn phase_start(&self, (a, b): (usize, usize)) -> usize {
         (a * self.stride.1 + b) * self.phase_len
-    }
-
-    /// `flat = bias + Σ_k w[k] · phase_k[· + offset(k)]`: one plane's outputs from its
-    /// input's phases.
-    fn forward_plane(&self, w: &[f32], bias: f32, phases: &[f32], flat: &mut [f32]) {
-        flat.fill(bias);
-        let taps = w.iter().enumerate().map(|(k, &wk)| {
-            let (phase, offset) = self.tap(k);
-            (wk, self.phase_start(phase) + offset)
-        });
-        accumulate_all(taps, phases, flat);
-    }
-
-    /// Every phase of an input plane's gradient from the laid-out output gradient `d`:
-    /// each gathers `d` back through the taps that read it.
-    fn grad_input_plane(&self, w: &[f32], d: &[f32], phases: &mut [f32]) {
-        for a in 0..self.stride.0 {
-            for b in 0..self.stride.1 {
-                let start = self.phase_start((a, b));
-                let out = &mut phases[start..][..self.inputs];
-                out.fill(0.0);
-                let taps = w.iter().enumerate().filter_map(|(k, &wk)| {
-                    let (phase, offset) = self.tap(k);
-                    (phase == (a, b)).then(|| (wk, self.reach - offset))
-                });
-                accumulate_all(taps, d, out);
-            }
-        }
     }
 }
 
@@ -318,15 +418,19 @@ pub fn conv2d(
 ) {
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
+    let order = Taps::forward(&l);
     let workers = workers(pool.threads(), g.n * g.c_out, g.macs());
     for_each_chunk(pool, workers, y, out_len, scratch, l.scratch(), |first, planes, scratch| {
         let (phases, _, flat) = l.split(scratch);
         let flat = &mut flat[..l.outputs];
+        // Every plane writes the same places of the phases: the padding stays zero.
+        phases.fill(0.0);
         for (i, y_plane) in planes.chunks_mut(out_len).enumerate() {
             let plane = first + i;
             let c = plane % g.c_out;
             split_phases(&l, &x[plane * in_len..][..in_len], phases);
-            l.forward_plane(&w[c * taps..][..taps], b.map_or(0.0, |b| b[c]), phases, flat);
+            flat.fill(b.map_or(0.0, |b| b[c]));
+            accumulate(&w[c * taps..][..taps], order.offsets(), phases, flat);
             l.keep_outputs(flat, y_plane);
         }
     });
@@ -344,21 +448,32 @@ pub fn conv2d_grad_input(
 ) {
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
+    let order = Taps::backward(&l);
     let workers = workers(pool.threads(), g.n * g.c_in, g.macs());
     for_each_chunk(pool, workers, dx, in_len, scratch, l.scratch(), |first, planes, scratch| {
         let (phases, d, _) = l.split(scratch);
+        // Every plane writes the same places of `d`: the rest stays zero.
+        d.fill(0.0);
         for (i, dx_plane) in planes.chunks_mut(in_len).enumerate() {
             let plane = first + i;
             let c = plane % g.c_in;
             l.lay_out(&dy[plane * out_len..][..out_len], d);
-            l.grad_input_plane(&w[c * taps..][..taps], d, phases);
+            let wk = order.weights(&w[c * taps..][..taps]);
+            let mut start = 0;
+            for q in 0..l.phases() {
+                let end = start + order.in_phase(start, q);
+                let out = &mut phases[q * l.phase_len..][..l.inputs];
+                out.fill(0.0);
+                accumulate(&wk[start..end], &order.offsets[start..end], d, out);
+                start = end;
+            }
             join_phases(&l, phases, dx_plane);
         }
     });
 }
 
-/// Weight gradient, one `kh·kw` filter per channel summed over the batch, channels split
-/// over threads; `scratch` as for [`conv2d`].
+/// Weight gradient, one `kh·kw` filter per channel summed over the batch in vector lanes
+/// and added up once, channels split over threads; `scratch` as for [`conv2d`].
 pub fn conv2d_grad_weight(
     pool: &Pool,
     scratch: &mut [f32],
@@ -369,21 +484,24 @@ pub fn conv2d_grad_weight(
 ) {
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
+    let order = Taps::forward(&l);
     let workers = workers(pool.threads(), g.c_out, g.macs());
     for_each_chunk(pool, workers, dw, taps, scratch, l.scratch(), |first, filters, scratch| {
         let (phases, d, _) = l.split(scratch);
+        phases.fill(0.0);
+        d.fill(0.0);
         for (i, dw_c) in filters.chunks_mut(taps).enumerate() {
             let c = first + i;
-            dw_c.fill(0.0);
+            let mut sums = [[0.0; BLOCK]; MAX_TAPS];
             for n in 0..g.n {
                 let plane = n * g.c_in + c;
                 split_phases(&l, &x[plane * in_len..][..in_len], phases);
                 l.lay_out(&dy[plane * out_len..][..out_len], d);
                 let d = &d[l.reach..][..l.outputs];
-                for (k, dw) in dw_c.iter_mut().enumerate() {
-                    let (phase, offset) = l.tap(k);
-                    *dw += dot(d, &phases[l.phase_start(phase) + offset..][..l.outputs]);
-                }
+                correlate(order.offsets(), d, phases, &mut sums[..taps]);
+            }
+            for (dw, sum) in dw_c.iter_mut().zip(&sums) {
+                *dw = sum.iter().sum();
             }
         }
     });
@@ -460,5 +578,44 @@ mod tests {
                 assert_close(&dw, &want_dw, &format!("dw, stride {stride}"));
             }
         }
+    }
+
+    /// A 9x9 filter has more taps than the direct loops take: it runs as a grouped im2col
+    /// convolution and still matches the reference.
+    #[test]
+    fn filters_beyond_the_direct_loops_fall_back_and_match() {
+        use sprout_core::backend::ConvKernels;
+        let mut rng = SplitMix::new(11);
+        let (c, size, k) = (2, 10, 9);
+        let g = Conv2dGeometry {
+            n: 2,
+            c_in: c,
+            h: size,
+            w: size,
+            c_out: c,
+            kh: k,
+            kw: k,
+            stride: (1, 1),
+            padding: (4, 4),
+            groups: c,
+            out_h: size,
+            out_w: size,
+        };
+        assert!(is_depthwise(&g) && !runs_direct(&g));
+        let (x, wt) = (random(g.input_len(), &mut rng), random(g.weight_len(), &mut rng));
+        let dy = random(g.output_len(), &mut rng);
+        let mut cpu = crate::Cpu::with_threads(2);
+        let (mut want, mut got) = (vec![0.0; dy.len()], vec![f32::NAN; dy.len()]);
+        r::conv2d(&x, &wt, None, &mut want, &g);
+        cpu.conv2d(&x, &wt, None, &mut got, &g);
+        assert_close(&got, &want, "y");
+        let (mut want, mut got) = (vec![0.0; x.len()], vec![f32::NAN; x.len()]);
+        r::conv2d_grad_input(&dy, &wt, &mut want, &g);
+        cpu.conv2d_grad_input(&dy, &wt, &mut got, &g);
+        assert_close(&got, &want, "dx");
+        let (mut want, mut got) = (vec![0.0; wt.len()], vec![f32::NAN; wt.len()]);
+        r::conv2d_grad_weight(&dy, &x, &mut want, &g);
+        cpu.conv2d_grad_weight(&dy, &x, &mut got, &g);
+        assert_close(&got, &want, "dw");
     }
 }

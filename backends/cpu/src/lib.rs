@@ -38,7 +38,7 @@ mod window;
 
 use std::sync::Arc;
 
-use depthwise::is_depthwise;
+use depthwise::runs_direct;
 use pool::Pool;
 use sprout_core::backend::{
     ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, Int8LayerKernels, NormKernels,
@@ -269,7 +269,7 @@ impl ConvKernels for Cpu {
         y: &mut [f32],
         g: &Conv2dGeometry,
     ) {
-        if is_depthwise(g) {
+        if runs_direct(g) {
             let (pool, scratch) = self.depthwise_scratch(g);
             return depthwise::conv2d(pool, scratch, x, w, b, y, g);
         }
@@ -278,7 +278,7 @@ impl ConvKernels for Cpu {
         conv::conv2d(&self.pool, scratch, x, w, b, y, g)
     }
     fn conv2d_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
-        if is_depthwise(g) {
+        if runs_direct(g) {
             let (pool, scratch) = self.depthwise_scratch(g);
             return depthwise::conv2d_grad_input(pool, scratch, dy, w, dx, g);
         }
@@ -287,7 +287,7 @@ impl ConvKernels for Cpu {
         conv::conv2d_grad_input(&self.pool, scratch, dy, w, dx, g)
     }
     fn conv2d_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], g: &Conv2dGeometry) {
-        if is_depthwise(g) {
+        if runs_direct(g) {
             let (pool, scratch) = self.depthwise_scratch(g);
             return depthwise::conv2d_grad_weight(pool, scratch, dy, x, dw, g);
         }
