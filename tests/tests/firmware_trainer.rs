@@ -17,19 +17,18 @@ use sprout_train::{quantize, DataSource, Model, QuantizeSettings, TensorSet};
 use sprout_zoo::Architecture;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 struct Counting;
 
-static HEAP_CALLS: AtomicUsize = AtomicUsize::new(0);
-
 thread_local! {
     static ARMED: Cell<bool> = const { Cell::new(false) };
+    /// Heap calls of this thread while armed (per thread: tests run in parallel).
+    static HEAP_CALLS: Cell<usize> = const { Cell::new(0) };
 }
 
 fn count() {
     if ARMED.try_with(Cell::get).unwrap_or(false) {
-        HEAP_CALLS.fetch_add(1, Ordering::SeqCst);
+        let _ = HEAP_CALLS.try_with(|c| c.set(c.get() + 1));
     }
 }
 
@@ -57,11 +56,11 @@ static GLOBAL: Counting = Counting;
 
 /// Heap calls this thread makes while `f` runs.
 fn heap_calls<R>(f: impl FnOnce() -> R) -> (usize, R) {
-    let before = HEAP_CALLS.load(Ordering::SeqCst);
+    let before = HEAP_CALLS.with(Cell::get);
     ARMED.with(|a| a.set(true));
     let result = f();
     ARMED.with(|a| a.set(false));
-    (HEAP_CALLS.load(Ordering::SeqCst) - before, result)
+    (HEAP_CALLS.with(Cell::get) - before, result)
 }
 
 /// Ten classes, each a random prototype in input space; samples are noisy copies.
@@ -195,6 +194,12 @@ fn fine_tunes_the_head(trainer: &mut Trainer<'_, '_, '_, Reference>) {
 /// The zoo MLP in int8 with a float head and both hidden layers trainable in integer units
 /// (with quantization-aware scaling), calibrated on the task's samples.
 fn sparse_mlp() -> Model {
+    int8_mlp(Some("features.*"))
+}
+
+/// The zoo MLP in int8 with a float head, the layers `trainable` chooses kept in integer
+/// units, calibrated on the task's samples.
+fn int8_mlp(trainable: Option<&str>) -> Model {
     let model = Model::from_zoo(Architecture::Mlp, 8, 1).unwrap();
     let mut task = Task::new();
     let mut x = vec![0f32; 64 * 64];
@@ -209,7 +214,7 @@ fn sparse_mlp() -> Model {
     };
     let settings = QuantizeSettings {
         keep_float: Some("head".into()),
-        trainable: Some("features.*".into()),
+        trainable: trainable.map(Into::into),
         ..QuantizeSettings::default()
     };
     let int8 = quantize(&model, &mut DataSource::tensors(set, 8, 1, false), &settings).unwrap();
@@ -265,6 +270,27 @@ fn a_sparse_update_reaches_as_deep_as_the_budget_allows() {
         matches!(error, BundleBuildError::OverBudget { smallest, .. } if smallest == head.total()),
         "{error}"
     );
+}
+
+#[test]
+fn frozen_int8_weights_stay_int8_in_the_bundle_and_only_trained_ones_widen() {
+    let frozen = |model: &Model, trainable: &str| {
+        let options = BundleOptions { trainable: trainable.into(), ..BundleOptions::default() };
+        let host = build(model, &options).unwrap();
+        let mut steps = Box::new(heapless::Vec::<Step, 256>::new());
+        let frozen = decode(&host.bytes, &mut steps).unwrap().frozen.len();
+        frozen
+    };
+    let (plain, sparse) = (int8_mlp(None), sparse_mlp());
+    let int8 = frozen(&plain, "head");
+    // Nothing of the backbone trains: its layers are bundled as a plain int8 model's.
+    assert_eq!(frozen(&sparse, "head"), int8);
+    // Biases only: every weight stays int8 (the trained biases live in the state).
+    assert_eq!(frozen(&sparse, "head,features.0.bias,features.2.bias"), int8);
+    // A trained weight leaves the frozen weights (its units are state), its layer's i8
+    // weight is computed on the device: the frozen section shrinks by its 128 x 64 bytes.
+    let weight = frozen(&sparse, "head,features.2.bias,features.2.weight");
+    assert_eq!(int8 - weight, 128 * 64, "{int8} -> {weight}");
 }
 
 #[test]

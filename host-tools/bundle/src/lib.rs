@@ -2,8 +2,10 @@
 //! split into a frozen backbone (compiled for one sample: inference) and the trainable head
 //! (compiled for a batch of feature vectors: a training step and an evaluation plan); the
 //! three plans are placed on one shared layout and written with their weights as one
-//! checked file (see `sprout_core::format::bundle` for the format). A checkpoint the device
-//! trained goes back into the model with [`apply_device_checkpoint`].
+//! checked file (see `sprout_core::format::bundle` for the format). Int8 layers kept
+//! trainable by `sprout quantize --trainable-int8` are bundled as plain int8 layers unless
+//! the device trains them, and then only the trained weight or bias is wide. A checkpoint
+//! the device trained goes back into the model with [`apply_device_checkpoint`].
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -16,6 +18,7 @@
 
 mod device_checkpoint;
 mod layout;
+mod narrow;
 pub mod sparse;
 mod split;
 
@@ -119,12 +122,13 @@ pub fn build(model: &Model, options: &BundleOptions) -> Result<HostBundle, Bundl
     }
     let z = &model.zoo;
     let trainable = sprout_zoo::select_trainable(z, &options.trainable)?;
-    let split = split::split(&z.graph, &trainable)?;
-    let name = |t| z.graph.tensor(t).name.clone();
+    let graph = narrow::narrow(&z.graph, &trainable)?;
+    let split = split::split(&graph, &trainable)?;
+    let name = |t| graph.tensor(t).name.clone();
     let (features, labels, loss, logits) =
         (name(split.features), name(z.labels), name(z.loss), name(z.logits));
 
-    let backbone_graph = z.graph.with_batch(1)?;
+    let backbone_graph = graph.with_batch(1)?;
     let find = |g: &Graph, n: &str| {
         g.find(n).ok_or_else(|| BundleBuildError::Split {
             detail: format!("'{n}' is lost when the model is rebatched"),
@@ -132,7 +136,7 @@ pub fn build(model: &Model, options: &BundleOptions) -> Result<HostBundle, Bundl
     };
     let backbone = compile_inference(&backbone_graph, &[find(&backbone_graph, &features)?])?;
 
-    let batched = z.graph.with_batch(options.batch)?;
+    let batched = graph.with_batch(options.batch)?;
     let head_graph = split::head_graph(&batched, &split)?;
     let head_trainable: Vec<_> =
         trainable.iter().map(|&t| find(&head_graph, &name(t))).collect::<Result<_, _>>()?;

@@ -92,9 +92,10 @@ pub fn int8_layers(graph: &Graph) -> Vec<Int8Layer> {
 
 /// The update that trains the biases of the most last int8 layers, then the weights of
 /// the most last pointwise layers among them, whose device memory (with a cache of
-/// `samples` samples) fits `budget` bytes; deeper reach is tried until the first that
-/// does not fit. Candidates the split refuses (a residual join the head would read twice)
-/// are skipped.
+/// `samples` samples) fits `budget` bytes. Every reach is tried, since a deeper one may
+/// need less (the cached features shrink where a block's input has fewer channels than
+/// its output); the deepest that fits wins. Candidates the split refuses (a residual join
+/// the head would read twice) are skipped.
 pub fn choose(
     model: &Model,
     options: &BundleOptions,
@@ -111,10 +112,9 @@ pub fn choose(
         let biased = &layers[layers.len() - depth..];
         let Some(choice) = candidate(model, options, biased, 0, samples)? else { continue };
         smallest = smallest.min(choice.memory.total());
-        if choice.memory.total() > budget {
-            break;
+        if choice.memory.total() <= budget {
+            best = Some((biased, choice));
         }
-        best = Some((biased, choice));
     }
     let Some((biased, mut chosen)) = best else {
         return Err(BundleBuildError::OverBudget { budget, smallest });
