@@ -290,6 +290,8 @@ function follow(id) {
   $("curve-box").hidden = false;
   $("curve-title").textContent = "Loss of job #" + id;
   $("curve-summary").textContent = "waiting for events…";
+  // The last progress shown belongs to the job followed before.
+  delete $("curve-summary").dataset.last;
   drawCurve();
   readEvents(id, curve.stop.signal);
 }
@@ -344,12 +346,12 @@ function handleMessage(block) {
   } else if (event.kind === "progress") {
     curve.steps = d.steps_per_epoch || curve.steps;
     curve.batch.push([d.step / curve.steps, d.loss]);
-    summarize("epoch " + d.epoch + ", batch " + (d.batch + 1) + "/" + d.steps_per_epoch + " · loss " + fixed(d.loss) + rate(d));
+    summarize("epoch " + d.epoch + ", batch " + (d.batch + 1) + "/" + d.steps_per_epoch + " · loss " + fixed(d.loss) + speed(d), eta(d));
   } else if (event.kind === "epoch") {
     curve.train.push([d.epoch, d.train_loss]);
     if (typeof d.val_loss === "number") curve.val.push([d.epoch, d.val_loss]);
     const accuracy = typeof d.val_accuracy === "number" ? " · validation accuracy " + (100 * d.val_accuracy).toFixed(1) + "%" : "";
-    summarize("epoch " + d.epoch + " · train loss " + fixed(d.train_loss) + accuracy + rate(d));
+    summarize("epoch " + d.epoch + " · train loss " + fixed(d.train_loss) + accuracy + speed(d), eta(d));
   } else if (event.kind === "status") {
     curve.status = d.status;
     if (TERMINAL.includes(d.status)) {
@@ -367,16 +369,21 @@ function fixed(x) {
   return typeof x === "number" ? x.toFixed(4) : "?";
 }
 
-function rate(d) {
-  const speed = typeof d.images_per_second === "number" ? " · " + d.images_per_second.toFixed(0) + " images/s" : "";
-  const eta = typeof d.eta_seconds === "number" && d.eta_seconds > 0 ? " · " + Math.ceil(d.eta_seconds) + " s left" : "";
-  return speed + eta;
+function speed(d) {
+  return typeof d.images_per_second === "number" ? " · " + d.images_per_second.toFixed(0) + " images/s" : "";
 }
 
-function summarize(text) {
+function eta(d) {
+  return typeof d.eta_seconds === "number" && d.eta_seconds > 0 ? " · " + Math.ceil(d.eta_seconds) + " s left" : "";
+}
+
+// Shows `text`, followed by the time left (`eta`) while the job runs. The text is kept
+// without the time left: the final status shows it, and an ended job has no time left.
+function summarize(text, left) {
   const summary = $("curve-summary");
-  if (!TERMINAL.includes(curve.status)) summary.dataset.last = text;
-  summary.textContent = text;
+  const running = !TERMINAL.includes(curve.status);
+  if (running) summary.dataset.last = text;
+  summary.textContent = text + (running && left ? left : "");
 }
 
 const SVG = "http://www.w3.org/2000/svg";
