@@ -213,17 +213,28 @@ function showReport(report) {
 
 let jobs = [];
 let jobPoll = null;
+// Requests of the job list so far: an answer older than the newest request is dropped.
+let jobLoads = 0;
 
+// The job list. A row whose job did not change is kept as it is, so the table can be
+// reloaded (every few seconds while a job runs) under a pointer that is clicking one of
+// its buttons.
 async function loadJobs() {
-  jobs = await getJson("/api/v1/jobs");
-  jobs.sort((a, b) => b.id - a.id);
+  const load = ++jobLoads;
+  const list = await getJson("/api/v1/jobs");
+  if (load !== jobLoads) return;
+  jobs = list.sort((a, b) => b.id - a.id);
+  const shown = new Map([...$("job-table").tBodies[0].rows].map((row) => [row.dataset.job, row]));
   const rows = jobs.map((job) => {
+    const key = JSON.stringify([job.status, job.error, job.version, job.estimate_bytes, job.dataset, job.model]);
+    const old = shown.get(String(job.id));
+    if (old && old.dataset.key === key) return old;
     const actions = el("td", { class: "actions" },
       button("Curve", () => follow(job.id), { class: "quiet", "aria-label": "Show the loss curve of job " + job.id }));
     if (!TERMINAL.includes(job.status)) {
       actions.append(button("Cancel", () => cancelJob(job.id), { class: "quiet danger", "aria-label": "Cancel job " + job.id }));
     }
-    return el("tr", { "data-job": job.id, "data-status": job.status },
+    return el("tr", { "data-job": job.id, "data-status": job.status, "data-key": key },
       el("th", { scope: "row", text: "#" + job.id }),
       el("td", { text: job.dataset }),
       el("td", { text: job.model }),
@@ -232,7 +243,8 @@ async function loadJobs() {
       el("td", { text: bytes(job.estimate_bytes) }),
       actions);
   });
-  $("job-table").tBodies[0].replaceChildren(...rows);
+  const body = $("job-table").tBodies[0];
+  if (rows.length !== body.rows.length || rows.some((row, i) => row !== body.rows[i])) body.replaceChildren(...rows);
   $("job-table").hidden = rows.length === 0;
   $("job-empty").hidden = rows.length > 0;
   // While a job is queued or running, look again every few seconds.
