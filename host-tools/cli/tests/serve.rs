@@ -1052,6 +1052,17 @@ fn a_board_job_killed_with_its_service_runs_again_and_takes_the_board_over() {
         .collect::<Vec<_>>();
     assert_eq!(after_restart.last(), Some(&6), "{events:#?}");
     assert_eq!(bench.lock().unwrap().samples.len(), samples, "the samples were replaced");
+    // Nothing half-written is left: no staged upload or partial snapshot, and every stored
+    // file is whole (named by the SHA-256 of its bytes).
+    assert!(walk(&data.join("tmp")).is_empty(), "{:?}", walk(&data.join("tmp")));
+    let partial = walk(&data).into_iter().find(|f| s(f).contains(".partial"));
+    assert!(partial.is_none(), "{partial:?}");
+    for file in walk(&data.join("models")).into_iter().chain(walk(&data.join("images"))) {
+        let sum = Command::new("sha256sum").arg(&file).output().unwrap();
+        let sum = String::from_utf8(sum.stdout).unwrap();
+        let name = file.file_stem().unwrap().to_str().unwrap();
+        assert_eq!(sum.split_whitespace().next(), Some(name), "{}", file.display());
+    }
 }
 
 #[test]
