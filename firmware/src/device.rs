@@ -7,7 +7,8 @@
 //! ([`sprout_core::format::device_checkpoint`]).
 //!
 //! A run first measures the held-out accuracy of the head as it is (reported as epoch 0),
-//! then decays the learning rate along a half cosine over its epochs, from the host's rate
+//! which also becomes the run's best checkpoint so far (a previous run's best, scored on
+//! other held-out samples, is forgotten), then decays the learning rate along a half cosine over its epochs, from the host's rate
 //! (or the bundle's) towards zero, so the last epochs settle instead of jumping between
 //! minima.
 
@@ -266,6 +267,10 @@ impl<K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceApp for DeviceTrainer
         let learning_rate =
             config.learning_rate.unwrap_or(self.trainer.bundle().header.learning_rate);
         let initial_accuracy = self.trainer.evaluate().map_err(|_| DeviceError::Failed)?;
+        // The run's best starts as its starting head, scored on this run's held-out samples
+        // (a previous run's best was scored on others); it is saved after the first epoch.
+        self.trainer.reset_best(initial_accuracy);
+        self.saved_epoch = None;
         self.run = Run {
             state: TrainingState::Running,
             epochs: config.epochs,

@@ -1,7 +1,8 @@
 //! The firmware's link app (`DeviceTrainer`) over a picture model's bundle: pushed RGB8
 //! chunks land normalized in the backbone's input, training runs epoch by epoch to a
 //! tested held-out accuracy, the best checkpoint is what a pull reads and what the flash
-//! holds, a pushed checkpoint restores on another device, and bad requests are refused.
+//! holds, a pushed checkpoint restores on another device, bad requests are refused, and a
+//! later run on other samples keeps its own best checkpoint.
 
 use embedded_storage::nor_flash::{
     check_erase, check_read, check_write, ErrorType, NorFlash, NorFlashErrorKind, ReadNorFlash,
@@ -254,4 +255,36 @@ fn the_device_app_trains_from_pushed_pictures_and_keeps_its_best_checkpoint() {
     let mut restarted_buffers = Buffers::for_bundle(&bundle);
     let restarted = device(&bundle, &mut restarted_buffers, &mut blank);
     assert_eq!(restarted.info().checkpoint, Some(announced), "restored from flash at start");
+
+    // A second run on other held-out samples (every class relabelled, so the first run's head
+    // scores badly on them) keeps its own best: the first run's score, measured on samples
+    // this run never saw, does not outrank the new run's checkpoints.
+    let mut second_buffers = Buffers::for_bundle(&bundle);
+    let mut second = device(&bundle, &mut second_buffers, &mut flash);
+    assert_eq!(second.info().checkpoint, Some(announced));
+    for i in 0..TRAIN + HELD_OUT {
+        let split = if i < TRAIN { Split::Train } else { Split::Validation };
+        let relabelled = ((i + 1) % 3) as u16;
+        push(&mut second, relabelled, split, &picture(i % 3, &mut rng, pixels)).unwrap();
+    }
+    second.start_training(TrainingConfig { epochs: 1, learning_rate: Some(0.01) }).unwrap();
+    let start = second.initial_accuracy().unwrap();
+    let report = second.run_epoch(&mut ()).unwrap().unwrap();
+    let run_best = report.accuracy.max(start);
+    assert!(run_best < best.accuracy, "the relabelled run scores {run_best}, the first {best:?}");
+    let (kept, _) = second.trainer().best().unwrap();
+    assert_eq!(kept.accuracy, run_best, "the second run's best is its own");
+    let epoch = if report.accuracy > start { best.epoch + 1 } else { best.epoch };
+    assert_eq!(kept.epoch, epoch);
+    // What a pull reads and what the flash holds is that checkpoint.
+    let now = second.info().checkpoint.unwrap();
+    assert_ne!(now, announced, "the first run's checkpoint is still announced");
+    let mut pulled = vec![0; now.len as usize];
+    second.read_checkpoint(0, &mut pulled).unwrap();
+    let mut encoded = vec![0; checkpoint_room(&bundle)];
+    let len = second.trainer().encode_best(&mut encoded).unwrap();
+    assert_eq!(pulled, encoded[..len]);
+    let mut stored = vec![0; pulled.len()];
+    CheckpointStore::new(&mut flash, 0, SLOT).unwrap().load(&mut stored).unwrap().unwrap();
+    assert_eq!(stored, pulled);
 }

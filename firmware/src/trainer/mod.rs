@@ -347,6 +347,15 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
         checkpoint::encode(&info, state, out).map_err(TrainerError::Checkpoint)
     }
 
+    /// Makes the current state, which scores `accuracy` on the held-out samples cached now,
+    /// the best so far: a new run on other samples starts its own best from where it
+    /// starts, instead of competing with a score measured on samples it never saw.
+    pub fn reset_best(&mut self, accuracy: f32) {
+        self.memory.best_state[..self.state_len]
+            .copy_from_slice(&self.memory.state[..self.state_len]);
+        self.best = Some(self.info(accuracy));
+    }
+
     /// Continues from checkpoint bytes (from the store or the link): state, counters and
     /// epoch; the restored state also becomes the best so far.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<CheckpointInfo, TrainerError> {

@@ -1,6 +1,6 @@
 //! `sprout serve` driven over HTTP as a client would: tokens and scopes, bad requests,
 //! uploads, a fine-tuning job that registers a version and predicts, promotion and
-//! rollback, cancel, and a data set that cannot be deleted under a job; boards (fake
+//! rollback, cancel (no time left shown after it), and a data set that cannot be deleted under a job; boards (fake
 //! devices behind the real link) trained, pulled into the registry and pushed to; HTTPS.
 
 mod common;
@@ -591,6 +591,17 @@ fn cancel_kills_the_training_process_and_a_busy_data_set_stays() {
     let id = job["id"].as_i64().unwrap();
     let (_, queued) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(long));
     server.wait_for(id, &trainer, &["running"]);
+    // A running job shows its progress with the time left.
+    let started = Instant::now();
+    loop {
+        let (_, job) = server.json("GET", &format!("/api/v1/jobs/{id}"), Some(&trainer), None);
+        if job["progress"]["eta_seconds"].as_f64().is_some_and(|eta| eta > 0.0) {
+            assert!(job["progress"]["epoch"].as_u64().unwrap() >= 1, "{job}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no time left shown: {job}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     let (status, body) = server.json("DELETE", "/api/v1/datasets/leaves", Some(&trainer), None);
     assert_eq!(status, 409, "{body}");
@@ -604,8 +615,11 @@ fn cancel_kills_the_training_process_and_a_busy_data_set_stays() {
         server.json("POST", &format!("/api/v1/jobs/{id}/cancel"), Some(&trainer), None);
     assert_eq!(status, 202);
     let started = Instant::now();
-    server.wait_for(id, &trainer, &["cancelled"]);
+    let cancelled = server.wait_for(id, &trainer, &["cancelled"]);
     assert!(started.elapsed() < Duration::from_secs(10));
+    // Its last progress stays, without a time left.
+    let progress = &cancelled["progress"];
+    assert!(progress["epoch"].is_number() && progress["eta_seconds"].is_null(), "{cancelled}");
     let (_, other) =
         server.json("GET", &format!("/api/v1/jobs/{}", queued["id"]), Some(&trainer), None);
     assert_eq!(other["status"], "cancelled");
@@ -1038,6 +1052,17 @@ fn a_board_job_killed_with_its_service_runs_again_and_takes_the_board_over() {
         .collect::<Vec<_>>();
     assert_eq!(after_restart.last(), Some(&6), "{events:#?}");
     assert_eq!(bench.lock().unwrap().samples.len(), samples, "the samples were replaced");
+    // Nothing half-written is left: no staged upload or partial snapshot, and every stored
+    // file is whole (named by the SHA-256 of its bytes).
+    assert!(walk(&data.join("tmp")).is_empty(), "{:?}", walk(&data.join("tmp")));
+    let partial = walk(&data).into_iter().find(|f| s(f).contains(".partial"));
+    assert!(partial.is_none(), "{partial:?}");
+    for file in walk(&data.join("models")).into_iter().chain(walk(&data.join("images"))) {
+        let sum = Command::new("sha256sum").arg(&file).output().unwrap();
+        let sum = String::from_utf8(sum.stdout).unwrap();
+        let name = file.file_stem().unwrap().to_str().unwrap();
+        assert_eq!(sum.split_whitespace().next(), Some(name), "{}", file.display());
+    }
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! refused token, a read token refused a change (403), then a train token; a data set
 //! created and filled with photos and a zip (per-file report), a base model uploaded, a job
 //! started whose live loss curve grows until it succeeds, its new version listed,
-//! predicting and downloaded; a version promoted and rolled back; a running job cancelled;
-//! at phone width nothing overflows. Screenshots are kept at
+//! predicting and downloaded; a version promoted and rolled back; a running job cancelled,
+//! its time left gone; at phone width nothing overflows. Screenshots are kept at
 //! `target/web-test/serve.png` and `serve-phone.png`.
 //!
 //! Skipped, with a message, when `chromium` or `chromedriver` do not run, unless
@@ -369,11 +369,19 @@ async fn the_page_uploads_trains_with_a_live_curve_and_shows_the_new_version() {
                    return row && row.dataset.job !== '1' && row.dataset.status === 'running' && row.dataset.job";
     let id = until(&client, 30, "the second job running", running).await;
     let id = id.as_str().unwrap().to_string();
+    let left = "return document.getElementById('curve-summary').textContent.includes(' s left')";
+    until(&client, 30, "the running job's time left", left).await;
     click_css(&client, &format!("button[aria-label='Cancel job {id}']")).await;
     let cancelled = format!(
         "return document.querySelector('[data-job=\"{id}\"]').dataset.status === 'cancelled'"
     );
     until(&client, 20, "the job cancelled", &cancelled).await;
+    // Its last progress stays, without the time that was left.
+    let summary = "const t = document.getElementById('curve-summary').textContent; \
+                   return t.startsWith('cancelled') && t";
+    let summary = until(&client, 10, "the cancelled job's summary", summary).await;
+    let summary = summary.as_str().unwrap();
+    assert!(summary.contains("epoch") && !summary.contains("left"), "{summary}");
     let job = fetch(&format!("{base}/api/v1/jobs/{id}"), &trainer);
     let job: Value = serde_json::from_slice(&job).unwrap();
     assert_eq!(job["status"], "cancelled", "{job}");

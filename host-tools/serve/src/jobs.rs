@@ -117,6 +117,11 @@ pub struct JobInfo {
     pub created: i64,
     pub started: Option<i64>,
     pub finished: Option<i64>,
+    /// The data of the job's newest `progress` or `epoch` event (null before the first).
+    /// Its `eta_seconds` is null unless the job is running: a finished, failed, cancelled
+    /// or re-queued job has no time left to show.
+    #[schema(value_type = Option<Object>)]
+    pub progress: Option<serde_json::Value>,
 }
 
 /// Whether a job in `status` is over.
@@ -151,6 +156,7 @@ pub fn load(state: &AppState, id: i64) -> Result<JobInfo, ApiError> {
         None => (Some(serde_json::from_str(&request).map_err(ApiError::internal)?), None),
         Some(_) => (None, Some(serde_json::from_str(&request).map_err(ApiError::internal)?)),
     };
+    let progress = latest_progress(state, id, String::as_str(&status))?;
     Ok(JobInfo {
         id,
         dataset,
@@ -165,7 +171,33 @@ pub fn load(state: &AppState, id: i64) -> Result<JobInfo, ApiError> {
         created,
         started,
         finished,
+        progress,
     })
+}
+
+/// The data of job `id`'s newest `progress` or `epoch` event, its ETA kept only while the
+/// job's `status` is `running`.
+fn latest_progress(
+    state: &AppState,
+    id: i64,
+    status: &str,
+) -> Result<Option<serde_json::Value>, ApiError> {
+    let found = state.db.lock().query_row(
+        "SELECT data FROM job_events WHERE job_id = ?1 AND kind IN ('progress', 'epoch') \
+         ORDER BY id DESC LIMIT 1",
+        [id],
+        |r| r.get::<_, String>(0),
+    );
+    let data = match found {
+        Ok(data) => data,
+        Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(None),
+        Err(other) => return Err(other.into()),
+    };
+    let mut data: serde_json::Value = serde_json::from_str(&data).map_err(ApiError::internal)?;
+    if let Some(eta) = data.get_mut("eta_seconds").filter(|_| status != "running") {
+        *eta = serde_json::Value::Null;
+    }
+    Ok(Some(data))
 }
 
 /// Builds the model a job trains, as `sprout train` would, and checks it against the data

@@ -213,17 +213,28 @@ function showReport(report) {
 
 let jobs = [];
 let jobPoll = null;
+// Requests of the job list so far: an answer older than the newest request is dropped.
+let jobLoads = 0;
 
+// The job list. A row whose job did not change is kept as it is, so the table can be
+// reloaded (every few seconds while a job runs) under a pointer that is clicking one of
+// its buttons.
 async function loadJobs() {
-  jobs = await getJson("/api/v1/jobs");
-  jobs.sort((a, b) => b.id - a.id);
+  const load = ++jobLoads;
+  const list = await getJson("/api/v1/jobs");
+  if (load !== jobLoads) return;
+  jobs = list.sort((a, b) => b.id - a.id);
+  const shown = new Map([...$("job-table").tBodies[0].rows].map((row) => [row.dataset.job, row]));
   const rows = jobs.map((job) => {
+    const key = JSON.stringify([job.status, job.error, job.version, job.estimate_bytes, job.dataset, job.model]);
+    const old = shown.get(String(job.id));
+    if (old && old.dataset.key === key) return old;
     const actions = el("td", { class: "actions" },
       button("Curve", () => follow(job.id), { class: "quiet", "aria-label": "Show the loss curve of job " + job.id }));
     if (!TERMINAL.includes(job.status)) {
       actions.append(button("Cancel", () => cancelJob(job.id), { class: "quiet danger", "aria-label": "Cancel job " + job.id }));
     }
-    return el("tr", { "data-job": job.id, "data-status": job.status },
+    return el("tr", { "data-job": job.id, "data-status": job.status, "data-key": key },
       el("th", { scope: "row", text: "#" + job.id }),
       el("td", { text: job.dataset }),
       el("td", { text: job.model }),
@@ -232,7 +243,8 @@ async function loadJobs() {
       el("td", { text: bytes(job.estimate_bytes) }),
       actions);
   });
-  $("job-table").tBodies[0].replaceChildren(...rows);
+  const body = $("job-table").tBodies[0];
+  if (rows.length !== body.rows.length || rows.some((row, i) => row !== body.rows[i])) body.replaceChildren(...rows);
   $("job-table").hidden = rows.length === 0;
   $("job-empty").hidden = rows.length > 0;
   // While a job is queued or running, look again every few seconds.
@@ -290,6 +302,8 @@ function follow(id) {
   $("curve-box").hidden = false;
   $("curve-title").textContent = "Loss of job #" + id;
   $("curve-summary").textContent = "waiting for events…";
+  // The last progress shown belongs to the job followed before.
+  delete $("curve-summary").dataset.last;
   drawCurve();
   readEvents(id, curve.stop.signal);
 }
@@ -344,12 +358,12 @@ function handleMessage(block) {
   } else if (event.kind === "progress") {
     curve.steps = d.steps_per_epoch || curve.steps;
     curve.batch.push([d.step / curve.steps, d.loss]);
-    summarize("epoch " + d.epoch + ", batch " + (d.batch + 1) + "/" + d.steps_per_epoch + " · loss " + fixed(d.loss) + rate(d));
+    summarize("epoch " + d.epoch + ", batch " + (d.batch + 1) + "/" + d.steps_per_epoch + " · loss " + fixed(d.loss) + speed(d), eta(d));
   } else if (event.kind === "epoch") {
     curve.train.push([d.epoch, d.train_loss]);
     if (typeof d.val_loss === "number") curve.val.push([d.epoch, d.val_loss]);
     const accuracy = typeof d.val_accuracy === "number" ? " · validation accuracy " + (100 * d.val_accuracy).toFixed(1) + "%" : "";
-    summarize("epoch " + d.epoch + " · train loss " + fixed(d.train_loss) + accuracy + rate(d));
+    summarize("epoch " + d.epoch + " · train loss " + fixed(d.train_loss) + accuracy + speed(d), eta(d));
   } else if (event.kind === "status") {
     curve.status = d.status;
     if (TERMINAL.includes(d.status)) {
@@ -367,16 +381,21 @@ function fixed(x) {
   return typeof x === "number" ? x.toFixed(4) : "?";
 }
 
-function rate(d) {
-  const speed = typeof d.images_per_second === "number" ? " · " + d.images_per_second.toFixed(0) + " images/s" : "";
-  const eta = typeof d.eta_seconds === "number" && d.eta_seconds > 0 ? " · " + Math.ceil(d.eta_seconds) + " s left" : "";
-  return speed + eta;
+function speed(d) {
+  return typeof d.images_per_second === "number" ? " · " + d.images_per_second.toFixed(0) + " images/s" : "";
 }
 
-function summarize(text) {
+function eta(d) {
+  return typeof d.eta_seconds === "number" && d.eta_seconds > 0 ? " · " + Math.ceil(d.eta_seconds) + " s left" : "";
+}
+
+// Shows `text`, followed by the time left (`eta`) while the job runs. The text is kept
+// without the time left: the final status shows it, and an ended job has no time left.
+function summarize(text, left) {
   const summary = $("curve-summary");
-  if (!TERMINAL.includes(curve.status)) summary.dataset.last = text;
-  summary.textContent = text;
+  const running = !TERMINAL.includes(curve.status);
+  if (running) summary.dataset.last = text;
+  summary.textContent = text + (running && left ? left : "");
 }
 
 const SVG = "http://www.w3.org/2000/svg";
