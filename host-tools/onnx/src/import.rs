@@ -144,6 +144,32 @@ enum Value {
     /// A zero `Pad` of the NCHW tensor `id`, waiting to be folded into the `Conv` that
     /// reads it: `dims` is the padded ONNX shape, `pads` `[top, left, bottom, right]`.
     Padded { id: TensorId, dims: Vec<usize>, pads: [usize; 4] },
+    /// A `Transpose` that moves the batch axis, kept aside for the nodes that can read it
+    /// (another `Transpose` putting the batch axis back first, a `GatherND` of other axes):
+    /// axis `i` of the ONNX value is axis `perm[i]` of the tensor `id`, whose ONNX shape is
+    /// `stored`. Any other reader is refused with the error `(node, detail)` of the
+    /// Transpose node that moved the batch axis.
+    Permuted { id: TensorId, stored: Vec<usize>, perm: Vec<usize>, refusal: Rc<(String, String)> },
+}
+
+impl Value {
+    /// The value's ONNX shape.
+    fn dims(&self) -> Vec<usize> {
+        match self {
+            Value::Tensor { dims, .. } | Value::Padded { dims, .. } => dims.clone(),
+            Value::Const(c) => c.dims.clone(),
+            Value::Permuted { stored, perm, .. } => perm.iter().map(|&a| stored[a]).collect(),
+        }
+    }
+}
+
+/// The error of the `Transpose` node `(node, detail)` whose output a node cannot read.
+fn batch_moved(refusal: &(String, String)) -> OnnxError {
+    OnnxError::Unsupported {
+        op_type: "Transpose".into(),
+        node_name: refusal.0.clone(),
+        detail: refusal.1.clone(),
+    }
 }
 
 /// Decodes a tensor's dims and data (float, double, int32, int64 or bool), refusing data
@@ -402,16 +428,6 @@ impl Ctx<'_> {
         ))
     }
 
-    /// `[top, left, bottom, right]` pads as sprout's symmetric `(h, w)`.
-    fn symmetric(&self, p: [usize; 4]) -> Result<(usize, usize), OnnxError> {
-        match p {
-            [t, l, b, r] if t == b && l == r => Ok((t, l)),
-            _ => Err(self.err(format!(
-                "pads {p:?} ([top, left, bottom, right], after auto_pad) are asymmetric: sprout pads top and bottom, left and right equally"
-            ))),
-        }
-    }
-
     /// Dilations, when given, must all be 1.
     fn no_dilation(&self) -> Result<(), OnnxError> {
         match self.ints("dilations") {
@@ -549,6 +565,7 @@ impl<'m> Importer<'m> {
                             "a graph output must not be a Pad: sprout folds Pad only into a Conv",
                         ))
                     }
+                    Some(Value::Permuted { refusal, .. }) => return Err(batch_moved(refusal)),
                     None => return Err(tensor_error(name, "a graph output no node produces")),
                 };
             let shape = Shape::new(&dims).map_err(|e| tensor_error(name, e.to_string()))?;
@@ -584,6 +601,7 @@ impl<'m> Importer<'m> {
             Value::Padded { .. } => Err(ctx.err(format!(
                 "input {i} '{name}' is the output of a Pad: sprout folds a zero Pad only into the Conv that reads it"
             ))),
+            Value::Permuted { refusal, .. } => Err(batch_moved(refusal)),
         }
     }
 
@@ -592,9 +610,9 @@ impl<'m> Importer<'m> {
         let Some(name) = ctx.input(i) else { return Ok(None) };
         match self.value(ctx, name)? {
             Value::Const(c) => Ok(Some(c.clone())),
-            Value::Tensor { .. } | Value::Padded { .. } => Err(ctx.err(format!(
-                "input {i} '{name}' must be an initializer or constant, it is computed"
-            ))),
+            Value::Tensor { .. } | Value::Padded { .. } | Value::Permuted { .. } => Err(ctx.err(
+                format!("input {i} '{name}' must be an initializer or constant, it is computed"),
+            )),
         }
     }
 
@@ -734,6 +752,7 @@ impl<'m> Importer<'m> {
             "Reshape" => self.reshape(&ctx),
             "Squeeze" | "Unsqueeze" => self.squeeze(&ctx),
             "Transpose" => self.transpose(&ctx),
+            "GatherND" => self.gather_nd(&ctx),
             "Pad" => self.pad(&ctx),
             "Softmax" => self.softmax(&ctx, Graph::softmax),
             "LogSoftmax" => self.softmax(&ctx, Graph::log_softmax),
@@ -1067,28 +1086,21 @@ impl<'m> Importer<'m> {
             )));
         }
         let extra = ctx.ceil_extra((h, w), kernel, stride, pads)?;
-        let max = ctx.op_type == "MaxPool";
-        if !max && extra != (0, 0) {
-            return Err(ctx.err(format!(
-                "ceil_mode = 1 rounds the output of input {:?} (kernel {kernel:?}, stride {stride:?}, pads {pads:?}) up, which an average pool's divisor cannot follow: sprout pads each side equally",
-                (h, w)
-            )));
-        }
+        let count_include_pad = ctx.int("count_include_pad", 0)? != 0;
         let [t, l, b, r] = [pads[0], pads[1], pads[2] + extra.0, pads[3] + extra.1];
-        let padding = match max {
-            // What one side has more repeats its edge: a window reaching that far also
-            // holds the edge, so the copies never change its maximum.
-            true => (t.min(b), l.min(r)),
-            false => ctx.symmetric(pads)?,
-        };
-        let params = PoolParams {
-            kernel,
-            stride,
-            padding,
-            count_include_pad: ctx.int("count_include_pad", 0)? != 0,
-        };
         let out = ctx.output()?;
         let mut x = self.view(ctx, x, &dims, out)?;
+        if ctx.op_type == "AveragePool" && [t, l] != [b, r] {
+            let y =
+                self.avg_pool_uneven(ctx, x, (kernel, stride), pads, extra, count_include_pad)?;
+            self.define_sprout(out, y);
+            return Ok(());
+        }
+        let max = ctx.op_type == "MaxPool";
+        // What one side has more repeats its edge: a window reaching that far also holds
+        // the edge, so the copies never change its maximum.
+        let params =
+            PoolParams { kernel, stride, padding: (t.min(b), l.min(r)), count_include_pad };
         for (axis, before, after) in [(2, t, b), (3, l, r)] {
             let least = before.min(after);
             x = self.repeat_edges(ctx, x, axis, (before - least, after - least), out)?;
@@ -1098,6 +1110,114 @@ impl<'m> Importer<'m> {
                 .map_err(ctx.graph())?;
         self.define_sprout(out, y);
         Ok(())
+    }
+
+    /// An average pool whose trailing padding (`pads` `[top, left, bottom, right]` plus
+    /// what `ceil_mode` adds, `extra`) differs from its leading one, with PyTorch's divisor:
+    /// the window's positions inside the input and, with `count_include_pad`, inside the
+    /// explicit pads (written as zeros first), never those `ceil_mode` adds. Sprout's kernel
+    /// pads both sides by the leading padding and divides by the positions inside; the
+    /// windows it has beyond ONNX's are cut off, and each window ONNX has beyond it (it runs
+    /// past the input's end) is the mean of the input from its start to the end, a pool of
+    /// its own. The blocks are joined along W, then H.
+    fn avg_pool_uneven(
+        &mut self,
+        ctx: &Ctx,
+        x: TensorId,
+        (kernel, stride): ((usize, usize), (usize, usize)),
+        pads: [usize; 4],
+        extra: (usize, usize),
+        count_include_pad: bool,
+    ) -> Result<TensorId, OnnxError> {
+        let out = ctx.output()?;
+        let mut x = x;
+        let mut lead = [pads[0], pads[1]];
+        let mut trail = [pads[2] + extra.0, pads[3] + extra.1];
+        if count_include_pad {
+            for (axis, before, after) in [(2, pads[0], pads[2]), (3, pads[1], pads[3])] {
+                if before + after > 0 {
+                    let name = format!("{out}.pad{axis}");
+                    x = self.g.pad(&name, x, axis, before, after).map_err(ctx.graph())?;
+                }
+            }
+            (lead, trail) = ([0, 0], [extra.0, extra.1]);
+        }
+        let dims = self.g.shape(x).dims().to_vec();
+        // Per axis: how many of the kernel's own windows ONNX keeps, how many the kernel
+        // has, and where each window ONNX has beyond them starts in `x`.
+        let mut axes: Vec<(usize, usize, Vec<usize>)> = Vec::with_capacity(2);
+        for (i, k, s) in [(0, kernel.0, stride.0), (1, kernel.1, stride.1)] {
+            let (size, p) = (dims[2 + i], lead[i]);
+            let windows = |span: usize| span.checked_sub(k).map_or(0, |d| d / s.max(1) + 1);
+            let (onnx, own) = (windows(size + p + trail[i]), windows(size + 2 * p));
+            let mut tails = Vec::new();
+            for o in own.min(onnx)..onnx {
+                match (o * s).checked_sub(p).filter(|&start| start < size) {
+                    Some(start) => tails.push(start),
+                    None => {
+                        return Err(ctx.err(format!(
+                            "window {o} of axis {} (size {size}, kernel {kernel:?}, stride {stride:?}, pads {pads:?}, ceil_mode adding {extra:?}) holds no input to average",
+                            2 + i
+                        )))
+                    }
+                }
+            }
+            axes.push((own.min(onnx), own, tails));
+        }
+        // Each axis's segments: the kernel's windows (`None`), then one per window beyond.
+        let segments = |(main, _, tails): &(usize, usize, Vec<usize>)| {
+            let own = (*main > 0).then_some(None);
+            own.into_iter().chain(tails.iter().map(|&start| Some(start))).collect::<Vec<_>>()
+        };
+        let (rows, cols) = (segments(&axes[0]), segments(&axes[1]));
+        let mut joined_rows = None;
+        for (ri, row) in rows.iter().enumerate() {
+            let mut joined = None;
+            for (ci, col) in cols.iter().enumerate() {
+                let base = format!("{out}.block{ri}_{ci}");
+                let mut part = x;
+                let (mut k, mut s, mut p) = ([kernel.0, kernel.1], [stride.0, stride.1], lead);
+                for (i, seg) in [row, col].into_iter().enumerate() {
+                    if let Some(start) = *seg {
+                        let size = dims[2 + i];
+                        let name = format!("{base}.from{}", 2 + i);
+                        let cut = self.g.slice(&name, part, 2 + i, start, size - start);
+                        part = cut.map_err(ctx.graph())?;
+                        (k[i], s[i], p[i]) = (size - start, 1, 0);
+                    }
+                }
+                let params = PoolParams {
+                    kernel: (k[0], k[1]),
+                    stride: (s[0], s[1]),
+                    padding: (p[0], p[1]),
+                    count_include_pad: false,
+                };
+                let mut y = self.g.avg_pool2d(&base, part, params).map_err(ctx.graph())?;
+                for (i, seg) in [row, col].into_iter().enumerate() {
+                    let (main, own, _) = &axes[i];
+                    if seg.is_none() && main < own {
+                        let name = format!("{base}.cut{}", 2 + i);
+                        y = self.g.slice(&name, y, 2 + i, 0, *main).map_err(ctx.graph())?;
+                    }
+                }
+                joined = Some(match joined {
+                    None => y,
+                    Some(acc) => {
+                        let name = format!("{base}.join");
+                        self.g.concat(&name, acc, y, 3).map_err(ctx.graph())?
+                    }
+                });
+            }
+            let row = joined.ok_or_else(|| ctx.err("the pool has no output columns"))?;
+            joined_rows = Some(match joined_rows {
+                None => row,
+                Some(acc) => {
+                    let name = format!("{out}.rows{ri}");
+                    self.g.concat(&name, acc, row, 2).map_err(ctx.graph())?
+                }
+            });
+        }
+        joined_rows.ok_or_else(|| ctx.err("the pool has no output rows"))
     }
 
     /// `x` with its first slice along `axis` repeated `times.0` times in front and its last
@@ -1159,7 +1279,9 @@ impl<'m> Importer<'m> {
         self.mean_hw(ctx, x, dims, true)
     }
 
-    /// `ReduceMean` over the two spatial axes of an NCHW tensor: a global average pool.
+    /// `ReduceMean` over axes other than the batch axis: the spatial axes of an NCHW tensor
+    /// as a global average pool; otherwise each trailing block of reduced axes as one
+    /// (moved last by a transpose when axes that stay follow it), size-1 axes as a reshape.
     fn reduce_mean(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
         let (x, dims) = self.act(ctx, 0)?;
         let axes = self.axes(ctx, 18)?.unwrap_or_default();
@@ -1169,13 +1291,43 @@ impl<'m> Importer<'m> {
             .collect::<Result<_, _>>()
             .map_err(|e| ctx.err(e))?;
         at.sort_unstable();
-        if dims.len() != 4 || at != [2, 3] {
+        at.dedup();
+        let keep = ctx.int("keepdims", 1)? != 0;
+        if dims.len() == 4 && at == [2, 3] {
+            return self.mean_hw(ctx, x, dims, keep);
+        }
+        if at.is_empty() || at.contains(&0) {
             return Err(ctx.err(format!(
-                "only the mean over the spatial axes [2, 3] of an NCHW tensor is supported, found axes {axes:?} on shape {dims:?}"
+                "a mean over axes {axes:?} of shape {dims:?} includes the batch axis 0: sprout keeps every sample"
             )));
         }
-        let keep = ctx.int("keepdims", 1)? != 0;
-        self.mean_hw(ctx, x, dims, keep)
+        let out = ctx.output()?;
+        let mut y = x;
+        // The shape `y` holds, reduced axes kept as 1 until the end.
+        let mut now = dims.clone();
+        for (step, &a) in at.iter().rev().enumerate().filter(|&(_, &a)| dims[a] != 1) {
+            let (before, after): (usize, usize) =
+                (now[1..a].iter().product(), now[a + 1..].iter().product());
+            let base = format!("{out}.mean{step}");
+            let split = [now[0], before, now[a], after];
+            y = self.view(ctx, y, &split, &format!("{base}.split"))?;
+            if after != 1 {
+                let t = self.g.transpose(&format!("{base}.last"), y, &[0, 1, 3, 2]);
+                y = t.map_err(ctx.graph())?;
+            }
+            let rows = [now[0], before * after, now[a], 1];
+            let rows = self.view(ctx, y, &rows, &format!("{base}.rows"))?;
+            y = self.g.global_avg_pool(&base, rows).map_err(ctx.graph())?;
+            now[a] = 1;
+        }
+        let result = match keep {
+            true => now,
+            false => {
+                dims.iter().enumerate().filter(|(i, _)| !at.contains(i)).map(|(_, &d)| d).collect()
+            }
+        };
+        self.define(out, y, result);
+        Ok(())
     }
 
     /// The mean over H and W of an NCHW tensor, as `[N, C, 1, 1]` (`keep`) or `[N, C]`.
@@ -1487,10 +1639,7 @@ impl<'m> Importer<'m> {
     /// The ONNX dims of input 0, tensor or constant.
     fn dims(&self, ctx: &Ctx) -> Result<Vec<usize>, OnnxError> {
         let name = ctx.input(0).ok_or_else(|| ctx.err("input 0 is missing"))?;
-        Ok(match self.value(ctx, name)? {
-            Value::Tensor { dims, .. } | Value::Padded { dims, .. } => dims.clone(),
-            Value::Const(c) => c.dims.clone(),
-        })
+        Ok(self.value(ctx, name)?.dims())
     }
 
     fn flatten(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
@@ -1531,16 +1680,131 @@ impl<'m> Importer<'m> {
         self.constant(ctx, 1)?.map(|c| c.i64().map(<[i64]>::to_vec)).transpose()
     }
 
-    /// `Transpose` that keeps the batch axis first: a reshape when it moves only size-1
-    /// axes, else sprout's transpose of as few merged axes as the reordering needs (at most
-    /// four: ShuffleNet's 5-D channel shuffle is a 3-D one).
+    /// `Transpose`, composed with the transposes before it that moved the batch axis: when
+    /// the batch axis ends up first, a reshape if only size-1 axes move, else sprout's
+    /// transpose of as few merged axes as the reordering needs (at most four: ShuffleNet's
+    /// 5-D channel shuffle is a 3-D one); else kept aside (see [`Value::Permuted`]).
     fn transpose(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let (x, dims) = self.act(ctx, 0)?;
-        let perm = fold::permutation(ctx.ints("perm"), dims.len()).map_err(|e| ctx.err(e))?;
+        let input = ctx.input(0).ok_or_else(|| ctx.err("input 0 is missing"))?;
+        let (x, stored, before) = match self.value(ctx, input)? {
+            Value::Permuted { id, stored, perm, .. } => (*id, stored.clone(), perm.clone()),
+            _ => {
+                let (x, dims) = self.act(ctx, 0)?;
+                let identity = (0..dims.len()).collect();
+                (x, dims, identity)
+            }
+        };
+        let perm = fold::permutation(ctx.ints("perm"), stored.len()).map_err(|e| ctx.err(e))?;
+        let composed: Vec<usize> = perm.iter().map(|&a| before[a]).collect();
         let out = ctx.output()?;
+        if composed.first() != Some(&0) {
+            let dims: Vec<usize> = before.iter().map(|&a| stored[a]).collect();
+            let detail = format!(
+                "perm {perm:?} on shape {dims:?} moves the batch axis 0: sprout keeps it first (a later Transpose may put it back, a GatherND may read other axes)"
+            );
+            let refusal = Rc::new((ctx.name.clone(), detail));
+            let value = Value::Permuted { id: x, stored, perm: composed, refusal };
+            self.values.insert(out.into(), value);
+            return Ok(());
+        }
         let name = self.staging(out, true);
-        let (y, dims) = self.permuted(ctx, x, &dims, &perm, &name)?;
+        let (y, dims) = self.permuted(ctx, x, &stored, &composed, &name)?;
         self.define(out, y, dims);
+        Ok(())
+    }
+
+    /// `GatherND` (`batch_dims` 0) of constant indices from axes other than the batch axis,
+    /// which a `Transpose` moved to the front (PyTorch's dynamo exporter writes adaptive
+    /// average pooling so): the gathered axes become one, from which slices of runs of
+    /// neighbouring positions are joined. The result keeps the batch axis where it was.
+    fn gather_nd(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        if ctx.int("batch_dims", 0)? != 0 {
+            return Err(ctx.err("batch_dims other than 0 are not supported"));
+        }
+        let input = ctx.input(0).ok_or_else(|| ctx.err("input 0 is missing"))?;
+        let (x, stored, perm) = match self.value(ctx, input)? {
+            Value::Permuted { id, stored, perm, .. } => (*id, stored.clone(), perm.clone()),
+            _ => {
+                let (x, dims) = self.act(ctx, 0)?;
+                let identity = (0..dims.len()).collect();
+                (x, dims, identity)
+            }
+        };
+        let indices = self.required_constant(ctx, 1)?;
+        let (k, tuples) = match indices.dims.split_last() {
+            Some((&k, lead)) if (1..=perm.len()).contains(&k) => (k, lead.to_vec()),
+            _ => {
+                return Err(ctx.err(format!(
+                    "indices of shape {:?} must end in an axis of 1 to {} (the data's rank)",
+                    indices.dims,
+                    perm.len()
+                )))
+            }
+        };
+        let gathered = &perm[..k];
+        if gathered.contains(&0) {
+            return Err(ctx.err(format!(
+                "it gathers along the batch axis 0 (axes {gathered:?} of the tensor of shape {stored:?}): sprout keeps every sample"
+            )));
+        }
+        // The tensor as [batch, kept, positions]: the kept axes in their order, then the
+        // gathered ones in the order the indices name them.
+        let mut kept: Vec<usize> = perm[k..].to_vec();
+        kept.sort_unstable();
+        let order: Vec<usize> = kept.iter().chain(gathered).copied().collect();
+        let out = ctx.output()?;
+        let (t, _) = self.permuted(ctx, x, &stored, &order, &format!("{out}.gather_order"))?;
+        let sizes: Vec<usize> = gathered.iter().map(|&a| stored[a]).collect();
+        let positions: usize = sizes.iter().product();
+        let batch = stored[0];
+        let rest: usize = kept[1..].iter().map(|&a| stored[a]).product();
+        let t = self.view(ctx, t, &[batch, rest, positions], &format!("{out}.gather_from"))?;
+        let flat = flat_positions(indices.i64()?, &sizes).map_err(|e| ctx.err(e))?;
+        let mut slices: HashMap<(usize, usize), TensorId> = HashMap::new();
+        let mut joined = None;
+        let runs = runs(&flat);
+        for (i, &(start, len)) in runs.iter().enumerate() {
+            let piece = match slices.get(&(start, len)) {
+                Some(&piece) => piece,
+                None => {
+                    let name = format!("{out}.at{start}");
+                    let piece = self.g.slice(&name, t, 2, start, len).map_err(ctx.graph())?;
+                    *slices.entry((start, len)).or_insert(piece)
+                }
+            };
+            joined = Some(match joined {
+                None => piece,
+                Some(acc) => {
+                    let name = if i + 1 == runs.len() {
+                        out.to_string()
+                    } else {
+                        format!("{out}.join{i}")
+                    };
+                    self.g.concat(&name, acc, piece, 2).map_err(ctx.graph())?
+                }
+            });
+        }
+        let y = joined.ok_or_else(|| ctx.err("the indices select nothing"))?;
+        // Stored as [kept axes..., index axes...]; the ONNX value is [index axes..., the
+        // data's axes from k on].
+        let store: Vec<usize> =
+            kept.iter().map(|&a| stored[a]).chain(tuples.iter().copied()).collect();
+        let lead = tuples.len();
+        let onnx: Vec<usize> = (kept.len()..kept.len() + lead)
+            .chain(perm[k..].iter().map(|a| kept.iter().position(|b| b == a).unwrap_or(0)))
+            .collect();
+        if onnx.iter().enumerate().all(|(i, &a)| i == a) {
+            self.define(out, y, store);
+        } else {
+            let dims: Vec<usize> = onnx.iter().map(|&a| store[a]).collect();
+            let detail = format!(
+                "gathers into shape {dims:?}, with the batch axis 0 at {}: sprout keeps it first (a later Transpose may put it back)",
+                onnx.iter().position(|&a| a == 0).unwrap_or(0)
+            );
+            let refusal = Rc::new((ctx.name.clone(), detail));
+            let value = Value::Permuted { id: y, stored: store, perm: onnx, refusal };
+            self.values.insert(out.into(), value);
+        }
         Ok(())
     }
 
@@ -1837,6 +2101,35 @@ fn check_vector(ctx: &Ctx, c: &Const, len: usize) -> Result<(), OnnxError> {
         [n] | [1, n] if *n == len => Ok(()),
         _ => Err(ctx.err(format!("'{}' must have shape [{len}], it has {:?}", c.name, c.dims))),
     }
+}
+
+/// Each index tuple of a `GatherND` (the last axis of `indices`) as a position in the
+/// row-major block of axes of `sizes` (negative indices count from the end).
+fn flat_positions(indices: &[i64], sizes: &[usize]) -> Result<Vec<usize>, String> {
+    indices
+        .chunks_exact(sizes.len())
+        .map(|tuple| {
+            tuple.iter().zip(sizes).try_fold(0usize, |at, (&i, &size)| {
+                let j = if i < 0 { i + size as i64 } else { i };
+                match usize::try_from(j).ok().filter(|&j| j < size) {
+                    Some(j) => Ok(at * size + j),
+                    None => Err(format!("index {i} is out of range for an axis of size {size}")),
+                }
+            })
+        })
+        .collect()
+}
+
+/// `positions` as runs `(start, length)` of neighbours in increasing order.
+fn runs(positions: &[usize]) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &p in positions {
+        match runs.last_mut() {
+            Some((start, len)) if *start + *len == p => *len += 1,
+            _ => runs.push((p, 1)),
+        }
+    }
+    runs
 }
 
 /// The NCHW dims before `pads` `[top, left, bottom, right]` were added.

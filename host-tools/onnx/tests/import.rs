@@ -345,12 +345,15 @@ fn unsupported_settings_are_named_with_expected_and_found_values() {
             &["uneven", "[1, 2]", "axis 2 of shape [1, 2, 4, 4]"],
         ),
         (
-            NodeProto::new("AveragePool", "ceil", &["r"], &["y"])
-                .with(A::ints("kernel_shape", &[3, 3]))
-                .with(A::ints("strides", &[2, 2]))
-                .with(A::int("ceil_mode", 1)),
+            NodeProto::new("GatherND", "take_samples", &["r", "i"], &["y"]),
+            vec![TensorProto::i64("i", &[1, 1], &[0])],
+            &["take_samples", "gathers along the batch axis 0", "[1, 2, 4, 4]"],
+        ),
+        (
+            NodeProto::new("ReduceMean", "batch_mean", &["r"], &["y"])
+                .with(A::ints("axes", &[0, 2])),
             vec![],
-            &["ceil", "ceil_mode = 1", "(4, 4)"],
+            &["batch_mean", "axes [0, 2]", "includes the batch axis 0"],
         ),
         (
             NodeProto::new("MaxPool", "all_padding", &["r"], &["y"])
@@ -793,6 +796,129 @@ fn a_hugely_uneven_pool_padding_imports_in_a_few_nodes() {
 /// `MaxPool` with `ceil_mode = 1` rounding its output up, with and without asymmetric
 /// `pads`, on negative values (where zeros in the overhang would win): the windows that
 /// hang past the input take the maximum of what they cover, as ONNX and PyTorch define.
+/// One image `[1, 2, h, w]` through the single node `node` (input `x`, output `y`).
+fn run_one_node(node: NodeProto, (h, w): (usize, usize), x: &[f32]) -> (Vec<usize>, Vec<f32>) {
+    let graph = GraphProto {
+        node: vec![node],
+        input: vec![ValueInfoProto::f32(
+            "x",
+            &[Dim::Fixed(1), Dim::Fixed(2), Dim::Fixed(h as i64), Dim::Fixed(w as i64)],
+        )],
+        output: vec![ValueInfoProto::f32("y", &[])],
+        ..Default::default()
+    };
+    let imported = import(&ModelProto::new(graph, 13).encode_to_vec()).unwrap();
+    let y = run(&imported.graph, imported.input, imported.outputs[0], x);
+    (imported.graph.shape(imported.outputs[0]).dims().to_vec(), y)
+}
+
+#[test]
+fn average_pools_with_ceil_mode_and_uneven_pads_divide_as_pytorch_does() {
+    let (h, w, k, s) = (6, 7, [3, 2], 2);
+    let x: Vec<f32> = values(41, 2 * h * w, -1.0, 2.0);
+    let cases = [
+        ([0, 0, 0, 0], true, true),
+        ([1, 0, 0, 1], false, false),
+        ([1, 0, 0, 1], true, false),
+        ([1, 1, 1, 0], true, true),
+        ([1, 1, 1, 1], false, true),
+    ];
+    for (pads, include, ceil) in cases {
+        let node = NodeProto::new("AveragePool", "pool", &["x"], &["y"])
+            .with(A::ints("kernel_shape", &[k[0] as i64, k[1] as i64]))
+            .with(A::ints("strides", &[s as i64, s as i64]))
+            .with(A::ints("pads", &pads))
+            .with(A::int("count_include_pad", include as i64))
+            .with(A::int("ceil_mode", ceil as i64));
+        let (dims, y) = run_one_node(node, (h, w), &x);
+        // PyTorch's rule: a window ends at the padded input's end at the latest; its
+        // divisor counts the positions inside the input, and the pads with count_include_pad.
+        let windows = |size: usize, lead: usize, trail: usize, k: usize| {
+            let span = size + lead + trail - k;
+            let n = if ceil { span.div_ceil(s) + 1 } else { span / s + 1 };
+            if ceil && (n - 1) * s >= size + lead {
+                n - 1
+            } else {
+                n
+            }
+        };
+        let [t, l, b, r] = pads.map(|p| p as usize);
+        let (oh, ow) = (windows(h, t, b, k[0]), windows(w, l, r, k[1]));
+        assert_eq!(dims, [1, 2, oh, ow], "{pads:?} {include} {ceil}");
+        let span = |o: usize, lead: usize, size: usize, trail: usize, k: usize| {
+            let start = (o * s) as isize - lead as isize;
+            let end = (start + k as isize).min((size + trail) as isize);
+            let inside = start.max(0) as usize..(end.min(size as isize)) as usize;
+            (inside, (end - start) as usize)
+        };
+        let mut expected = Vec::new();
+        for c in 0..2 {
+            for i in 0..oh {
+                for j in 0..ow {
+                    let (rows, rn) = span(i, t, h, b, k[0]);
+                    let (cols, cn) = span(j, l, w, r, k[1]);
+                    let count = rows.len() * cols.len();
+                    let sum: f64 = rows
+                        .flat_map(|q| cols.clone().map(move |p| (q, p)))
+                        .map(|(q, p)| f64::from(x[(c * h + q) * w + p]))
+                        .sum();
+                    expected.push(sum / if include { rn * cn } else { count } as f64);
+                }
+            }
+        }
+        assert_close(&y, &expected, 1e-6);
+    }
+}
+
+#[test]
+fn a_gather_between_transposes_that_move_the_batch_axis_takes_pixels() {
+    // What the dynamo exporter writes for adaptive pooling: pixels to the front, GatherND of
+    // (row, column) pairs, pixels back behind the channels, a mean over the window axes.
+    let (h, w) = (3, 4);
+    let x: Vec<f32> = values(42, 2 * h * w, -1.0, 1.0);
+    // Two output rows of windows of 2 rows, three columns of windows of 1.
+    let mut idx = Vec::new();
+    for i in 0..2 {
+        for a in 0..2 {
+            for j in 0..3 {
+                idx.extend([(i + a) as i64, (j + 1) as i64]);
+            }
+        }
+    }
+    let graph = GraphProto {
+        node: vec![
+            NodeProto::new("Transpose", "front", &["x"], &["t"])
+                .with(A::ints("perm", &[2, 3, 0, 1])),
+            NodeProto::new("GatherND", "take", &["t", "idx"], &["g"]),
+            NodeProto::new("Transpose", "back", &["g"], &["b"])
+                .with(A::ints("perm", &[3, 4, 0, 1, 2])),
+            NodeProto::new("ReduceMean", "mean", &["b"], &["y"])
+                .with(A::ints("axes", &[3]))
+                .with(A::int("keepdims", 0)),
+        ],
+        initializer: vec![TensorProto::i64("idx", &[2, 2, 3, 2], &idx)],
+        input: vec![ValueInfoProto::f32(
+            "x",
+            &[Dim::Fixed(1), Dim::Fixed(2), Dim::Fixed(h as i64), Dim::Fixed(w as i64)],
+        )],
+        output: vec![ValueInfoProto::f32("y", &[])],
+        ..Default::default()
+    };
+    let imported = import(&ModelProto::new(graph, 13).encode_to_vec()).unwrap();
+    let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
+    assert_eq!(imported.graph.shape(imported.outputs[0]).dims(), [1, 2, 2, 3]);
+    let mut expected = Vec::new();
+    for c in 0..2 {
+        for i in 0..2 {
+            for j in 0..3 {
+                let at = |q: usize| f64::from(x[(c * h + q) * w + j + 1]);
+                expected.push((at(i) + at(i + 1)) / 2.0);
+            }
+        }
+    }
+    assert_close(&y, &expected, 1e-6);
+}
+
 #[test]
 fn a_ceil_mode_max_pool_rounds_up_over_what_its_last_windows_cover() {
     let (h, w) = (6, 7);
@@ -803,18 +929,8 @@ fn a_ceil_mode_max_pool_rounds_up_over_what_its_last_windows_cover() {
             .with(A::ints("strides", &[2, 2]))
             .with(A::ints("pads", &pads))
             .with(A::int("ceil_mode", 1));
-        let graph = GraphProto {
-            node: vec![node],
-            input: vec![ValueInfoProto::f32(
-                "x",
-                &[Dim::Fixed(1), Dim::Fixed(2), Dim::Fixed(h as i64), Dim::Fixed(w as i64)],
-            )],
-            output: vec![ValueInfoProto::f32("y", &[])],
-            ..Default::default()
-        };
-        let imported = import(&ModelProto::new(graph, 13).encode_to_vec()).unwrap();
-        let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
-        assert_eq!(imported.graph.shape(imported.outputs[0]).dims(), [1, 2, out.0, out.1]);
+        let (dims, y) = run_one_node(node, (h, w), &x);
+        assert_eq!(dims, [1, 2, out.0, out.1]);
         let mut expected = Vec::new();
         for c in 0..2 {
             for i in 0..out.0 {
