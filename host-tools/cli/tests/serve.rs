@@ -1,7 +1,8 @@
 //! `sprout serve` driven over HTTP as a client would: tokens and scopes, bad requests,
 //! uploads, a fine-tuning job that registers a version and predicts, promotion and
-//! rollback, cancel (no time left shown after it), and a data set that cannot be deleted under a job; boards (fake
-//! devices behind the real link) trained, pulled into the registry and pushed to; HTTPS.
+//! rollback, deletion of versions nothing needs, cancel (no time left shown after it), and
+//! a data set that cannot be deleted under a job; boards (fake devices behind the real link)
+//! trained, pulled into the registry and pushed to; HTTPS.
 
 mod common;
 #[path = "../../device/tests/support/mod.rs"]
@@ -1234,4 +1235,89 @@ fn weights_download_as_safetensors_upload_onto_a_version_and_evaluate() {
     let (status, _) =
         server.json("POST", "/api/v1/models/base/versions/9/weights", Some(&trainer), None);
     assert_eq!(status, 404);
+}
+
+#[test]
+fn versions_nothing_needs_can_be_deleted_and_their_numbers_stay_unused() {
+    let scratch = Scratch::new("serve-delete-version");
+    let data = scratch.path("data");
+    let trainer = token(&data, "train");
+    let reader = token(&data, "read");
+    let server = Server::start(&data, &[]);
+    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 4));
+    upload_base(&server, &trainer, &scratch);
+    // Versions 2 and 3: the same zero head applied twice, so one file for both.
+    let zero =
+        sprout_onnx::export_safetensors(&[("classifier.bias".into(), vec![3], vec![0.0; 3])])
+            .unwrap();
+    for _ in 0..2 {
+        let body = Some(("application/octet-stream", zero.clone()));
+        let path = "/api/v1/models/base/versions/1/weights";
+        assert_eq!(server.call("POST", path, Some(&trainer), body).0, 201);
+    }
+    let (_, model) = server.json("GET", "/api/v1/models/base", Some(&reader), None);
+    let hash = |v: usize| model["versions"][v - 1]["hash"].as_str().unwrap().to_string();
+    let file = |hash: &str| data.join("models").join(format!("{hash}.sprout"));
+    assert_eq!(hash(2), hash(3));
+    let versions = |server: &Server| {
+        let (_, model) = server.json("GET", "/api/v1/models/base", Some(&reader), None);
+        let list = model["versions"].as_array().unwrap();
+        list.iter().map(|v| v["version"].as_u64().unwrap()).collect::<Vec<_>>()
+    };
+    let delete = |version: u32, token: &str| {
+        server.json("DELETE", &format!("/api/v1/models/base/versions/{version}"), Some(token), None)
+    };
+
+    assert_eq!(delete(3, &reader).0, 403, "read scope cannot delete");
+    let (status, body) = delete(1, &trainer);
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("the current version"), "{body}");
+    let (status, body) = delete(3, &trainer);
+    assert_eq!(status, 200, "{body}");
+    assert!(file(&hash(2)).exists(), "version 2 still has the file");
+    assert_eq!(versions(&server), [1, 2]);
+    assert_eq!(delete(2, &trainer).0, 200);
+    assert!(!file(&hash(2)).exists(), "no version has the file any more");
+    assert!(file(&hash(1)).exists());
+    assert_eq!(versions(&server), [1]);
+    assert_eq!(delete(2, &trainer).0, 404);
+    assert_eq!(delete(9, &trainer).0, 404);
+    assert_eq!(
+        server.json("DELETE", "/api/v1/models/nothing/versions/1", Some(&trainer), None).0,
+        404
+    );
+
+    // The next version is 4: a deleted number is not given again.
+    let weights = |server: &Server| {
+        let body = Some(("application/octet-stream", zero.clone()));
+        let path = "/api/v1/models/base/versions/1/weights";
+        let (status, bytes) = server.call("POST", path, Some(&trainer), body);
+        assert_eq!(status, 201);
+        serde_json::from_slice::<Value>(&bytes).unwrap()["version"].as_u64().unwrap()
+    };
+    assert_eq!(weights(&server), 4);
+    assert!(file(&hash(2)).exists(), "the same bytes are stored again");
+
+    // A job that has not ended keeps the version it starts from.
+    let long = json!({"dataset": "leaves", "base": {"model": {"name": "base", "version": 4}},
+        "model": "other", "epochs": 5000, "batch_size": 4});
+    let (status, job) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(long));
+    assert_eq!(status, 201, "{job}");
+    let (status, body) = delete(4, &trainer);
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].as_str().unwrap().contains(&format!("job {}", job["id"])), "{body}");
+    let cancel = format!("/api/v1/jobs/{}/cancel", job["id"]);
+    assert_eq!(server.json("POST", &cancel, Some(&trainer), None).0, 202);
+    server.wait_for(job["id"].as_i64().unwrap(), &trainer, &["cancelled"]);
+    assert_eq!(delete(4, &trainer).0, 200);
+
+    // Once another version is promoted, the old current one is what rollback returns to.
+    let fifth = weights(&server);
+    assert_eq!(fifth, 5);
+    let promote = Some(json!({"version": fifth}));
+    assert_eq!(server.json("POST", "/api/v1/models/base/promote", Some(&trainer), promote).0, 200);
+    let (status, body) = delete(1, &trainer);
+    assert_eq!(status, 409);
+    assert!(body["error"].as_str().unwrap().contains("rollback returns to"), "{body}");
+    assert_eq!(versions(&server), [1, 5]);
 }

@@ -4,7 +4,11 @@ parameters, and install the final global model as a new, promoted version.
 
 Node config (`flower-supernode --node-config`): `url` and `token` of the service, `model`
 (the registry model federated), `dataset` (the photos it trains on) and optionally
-`val-dataset` (what it evaluates on; default: `dataset`).
+`val-dataset` (what it evaluates on, comma-separated data sets each reported on its own;
+default: `dataset`).
+
+A round's versions (the global parameters applied, the job's result) are deleted once their
+parameters are read, so each run leaves one version per box: the installed global model.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ class Box:
     service: Service
     model: str
     dataset: str
-    val_dataset: str
+    val_datasets: list[str]
 
     @staticmethod
     def of(context: Context) -> "Box":
@@ -35,11 +39,14 @@ class Box:
         if missing:
             raise ValueError(f"--node-config lacks {missing} (url, token, model, dataset)")
         dataset = str(config["dataset"])
+        val = [name.strip() for name in str(config.get("val-dataset", dataset)).split(",")]
+        if not all(val):
+            raise ValueError(f"--node-config val-dataset '{config['val-dataset']}' names an empty data set")
         return Box(
             Service(str(config["url"]), str(config["token"])),
             str(config["model"]),
             dataset,
-            str(config.get("val-dataset", dataset)),
+            val,
         )
 
     def layout(self, version: int, trainable: str) -> Arrays:
@@ -95,6 +102,9 @@ def train(message: Message, context: Context) -> Message:
     # The job held out part of the data set to validate on (its `samples`); the rest trained.
     measured = box.service.version_metrics(box.model, job["version"])
     images = box.service.images(box.dataset)
+    # Both versions are in the reply now: the registry keeps none of a round's.
+    for version in (job["version"], start):
+        box.service.delete_version(box.model, version)
     return reply(
         message,
         trained,
@@ -108,21 +118,23 @@ def train(message: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(message: Message, context: Context) -> Message:
-    """Accuracy and loss of the global parameters on the box's validation photos."""
+    """Accuracy and loss of the global parameters on the box's validation photos: over all
+    of them, and per data set (`accuracy:NAME`, `samples:NAME`)."""
     box = Box.of(context)
     given = arrays_of(message)
     base = box.service.current_version(box.model)
     check_layout(given, box.layout(base, trainable_of(message)), "the global parameters")
-    result = box.service.evaluate(box.model, base, box.val_dataset, given)
-    return reply(
-        message,
-        None,
-        {
-            "num-examples": int(result["samples"]),
-            "accuracy": float(result["accuracy"]),
-            "loss": float(result["loss"]),
-        },
-    )
+    results = {name: box.service.evaluate(box.model, base, name, given) for name in box.val_datasets}
+    samples = sum(int(r["samples"]) for r in results.values())
+    metrics = {
+        "num-examples": samples,
+        "accuracy": sum(float(r["accuracy"]) * int(r["samples"]) for r in results.values()) / max(1, samples),
+        "loss": sum(float(r["loss"]) * int(r["samples"]) for r in results.values()) / max(1, samples),
+    }
+    for name, result in results.items():
+        metrics[f"accuracy:{name}"] = float(result["accuracy"])
+        metrics[f"samples:{name}"] = int(result["samples"])
+    return reply(message, None, metrics)
 
 
 @app.query("parameters")

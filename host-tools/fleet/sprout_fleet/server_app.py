@@ -32,6 +32,8 @@ class Report:
     def __init__(self, path: str) -> None:
         self.path = path
         self.round = 0
+        # The round's training metrics, written with its evaluation.
+        self.local: dict[str, float] = {}
         if path:
             open(path, "w", encoding="utf-8").close()
 
@@ -40,19 +42,41 @@ class Report:
             with open(self.path, "a", encoding="utf-8") as file:
                 file.write(json.dumps(entry) + "\n")
 
-    def evaluated(self, records: list[RecordDict], weighted_by: str) -> MetricRecord:
-        """FedAvg's metric aggregation (a weighted mean), reported as it happens."""
+    def trained(self, records: list[RecordDict], weighted_by: str) -> MetricRecord:
+        """FedAvg's aggregation of the boxes' training metrics (their jobs' validation loss
+        and accuracy on their own photos), logged: a loss that rises round after round
+        means the local training overshoots."""
         metrics = aggregate_metricrecords(records, weighted_by)
-        self.round += 1
-        samples = sum(int(next(iter(r.metric_records.values()))[weighted_by]) for r in records)
+        self.local = {"local-loss": float(metrics["local-val-loss"]), "local-accuracy": float(metrics["local-val-accuracy"])}
         log(
             INFO,
-            "fleet round %d: global accuracy %.1f%%, loss %.4f on %d validation images of %d boxes",
+            "fleet round %d: the boxes' own validation loss %.4f, accuracy %.1f%% after training",
+            self.round + 1,
+            self.local["local-loss"],
+            100 * self.local["local-accuracy"],
+        )
+        return metrics
+
+    def evaluated(self, records: list[RecordDict], weighted_by: str) -> MetricRecord:
+        """FedAvg's metric aggregation (a weighted mean), reported as it happens, with the
+        accuracy on each validation data set over the boxes that have it."""
+        metrics = aggregate_metricrecords(records, weighted_by)
+        self.round += 1
+        replies = [next(iter(r.metric_records.values())) for r in records]
+        samples = sum(int(m[weighted_by]) for m in replies)
+        datasets = {}
+        for name in sorted({k.split(":", 1)[1] for m in replies for k in m.keys() if k.startswith("samples:")}):
+            counts = [(float(m[f"accuracy:{name}"]), int(m[f"samples:{name}"])) for m in replies if f"samples:{name}" in m]
+            datasets[name] = sum(a * n for a, n in counts) / max(1, sum(n for _, n in counts))
+        log(
+            INFO,
+            "fleet round %d: global accuracy %.1f%%, loss %.4f on %d validation images of %d boxes (%s)",
             self.round,
             100 * float(metrics["accuracy"]),
             float(metrics["loss"]),
             samples,
             len(records),
+            ", ".join(f"{name} {100 * a:.1f}%" for name, a in datasets.items()),
         )
         self.write(
             {
@@ -61,8 +85,11 @@ class Report:
                 "loss": float(metrics["loss"]),
                 "samples": samples,
                 "boxes": len(records),
+                "datasets": datasets,
+                **self.local,
             }
         )
+        self.local = {}
         return metrics
 
 
@@ -159,6 +186,7 @@ def main(grid: Grid, context: Context) -> None:
         min_train_nodes=min_nodes,
         min_evaluate_nodes=min_nodes,
         min_available_nodes=min_nodes,
+        train_metrics_aggr_fn=report.trained,
         evaluate_metrics_aggr_fn=report.evaluated,
     )
     mu = float(config["proximal-mu"])

@@ -1,5 +1,6 @@
-"""A small client of one box's `sprout serve` API over urllib: model versions, weights as
-safetensors (down and up), fine-tuning jobs polled to their end, and evaluations."""
+"""A small client of one box's `sprout serve` API over urllib: model versions (and their
+deletion), weights as safetensors (down and up), fine-tuning jobs polled to their end, and
+evaluations."""
 
 from __future__ import annotations
 
@@ -99,6 +100,11 @@ class Service:
         path = f"/models/{quote(model)}/versions/{version}/weights"
         answer = json.loads(self._call("POST", path, {"promote": str(promote).lower()}, body))
         return answer["version"]
+
+    def delete_version(self, model: str, version: int) -> None:
+        """Deletes `model`'s `version` (the service refuses the current one and others still
+        needed with a 409)."""
+        self._call("DELETE", f"/models/{quote(model)}/versions/{version}")
 
     def evaluate(self, model: str, version: int, dataset: str, arrays: Arrays | None) -> dict:
         """Accuracy, loss and samples of `model`'s `version` (with `arrays` in place of its

@@ -2,7 +2,8 @@
 shapes, or with NaN or infinity, out of the average with a log line naming the box and
 the tensor; against a live box (`SPROUT_FLEET_URL`, `SPROUT_FLEET_TOKEN`,
 `SPROUT_FLEET_MODEL`, set by `cargo xtask test fleet`), the ClientApp's service client
-sends the token, and the service refuses bad uploads with a 422 naming the tensor."""
+sends the token, the service refuses bad uploads with a 422 naming the tensor, and a
+round's versions can be deleted."""
 
 from __future__ import annotations
 
@@ -98,6 +99,15 @@ class LiveBox(unittest.TestCase):
         with self.assertRaisesRegex(ServiceError, f" 422 .*'{name}': shape"):
             self.service.evaluate(self.model, self.version, "val", wide)
         self.assertEqual(self.service.current_version(self.model), before)
+
+    def test_a_rounds_versions_can_be_deleted_but_not_the_current_one(self) -> None:
+        head = self.service.weights(self.model, self.version, "head")
+        made = self.service.apply(self.model, self.version, head)
+        self.service.delete_version(self.model, made)
+        with self.assertRaisesRegex(ServiceError, " 404 "):
+            self.service.weights(self.model, made)
+        with self.assertRaisesRegex(ServiceError, " 409 .*current version"):
+            self.service.delete_version(self.model, self.version)
 
 
 if __name__ == "__main__":

@@ -161,6 +161,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/models", get(models::list))
         .route("/api/v1/models/{name}", get(models::get))
         .route("/api/v1/models/{name}/versions", post(models::upload))
+        .route(
+            "/api/v1/models/{name}/versions/{version}",
+            axum::routing::delete(models::delete_version),
+        )
         .route("/api/v1/models/{name}/versions/{version}/file", get(models::download))
         .route("/api/v1/models/{name}/versions/{version}/weights", post(params::apply))
         .route("/api/v1/models/{name}/versions/{version}/evaluate", post(params::evaluate))

@@ -94,6 +94,11 @@ const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE jobs ADD COLUMN board TEXT;
     ALTER TABLE model_versions ADD COLUMN device_checkpoint TEXT;",
+    // 3: the highest version number a model ever had, so that a deleted version's number
+    // is never given to another one.
+    "ALTER TABLE models ADD COLUMN last_version INTEGER NOT NULL DEFAULT 0;
+    UPDATE models SET last_version =
+        (SELECT COALESCE(MAX(version), 0) FROM model_versions WHERE model = models.name);",
 ];
 
 /// The schema version this build writes.

@@ -1,6 +1,7 @@
 //! The model registry: models with numbered versions (each a `.sprout` file stored by hash,
 //! with its classes, the job that made it and its metrics), a current version that can be
-//! promoted or rolled back, uploads of base models, and downloads as `.sprout` or ONNX.
+//! promoted or rolled back, uploads of base models, deletion of versions nothing needs, and
+//! downloads as `.sprout` or ONNX.
 
 use std::path::Path;
 
@@ -11,10 +12,14 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use rusqlite::OptionalExtension;
+
 use crate::api::AppState;
 use crate::auth::{Access, Read, Train};
+use crate::boards::BoardTask;
 use crate::db::now;
 use crate::error::{ApiError, ErrorBody, Json};
+use crate::jobs::{Base, JobRequest};
 use crate::names;
 use crate::store::{sha256, Staged};
 
@@ -150,15 +155,19 @@ pub fn register_bytes(
         .map_err(|e| ApiError::invalid(e.to_string()))?;
     let classes = serde_json::to_string(&model.metadata.class_names).map_err(ApiError::internal)?;
     let hash = sha256(bytes);
-    Staged::write(&state.layout.tmp(), "model", bytes)?.place(&state.layout.model(&hash))?;
+    let staged = Staged::write(&state.layout.tmp(), "model", bytes)?;
     let mut db = state.db.lock();
+    // Placed under the lock: a deletion (which removes a file no version names) cannot
+    // remove it between here and the insert.
+    staged.place(&state.layout.model(&hash))?;
     let transaction = db.transaction()?;
     transaction.execute(
         "INSERT OR IGNORE INTO models (name, created) VALUES (?1, ?2)",
         rusqlite::params![name, now()],
     )?;
+    // Numbers are never reused, also after the highest version was deleted.
     let version: u32 = transaction.query_row(
-        "SELECT COALESCE(MAX(version), 0) + 1 FROM model_versions WHERE model = ?1",
+        "UPDATE models SET last_version = last_version + 1 WHERE name = ?1 RETURNING last_version",
         [name],
         |r| r.get(0),
     )?;
@@ -298,6 +307,106 @@ pub async fn rollback(
         "UPDATE models SET current_version = previous_version, previous_version = current_version WHERE name = ?1",
         [&name],
     )?;
+    Ok(axum::Json(model_info(&state, &name)?))
+}
+
+/// Why `name`'s `version` must stay, if it must: predictions use it, rollback returns to
+/// it, a board's firmware was made from it, or a job not yet ended starts from it or
+/// pushes it.
+fn needed(db: &rusqlite::Connection, name: &str, version: u32) -> Result<Option<String>, ApiError> {
+    let (current, previous): (Option<u32>, Option<u32>) = db.query_row(
+        "SELECT current_version, previous_version FROM models WHERE name = ?1",
+        [name],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    if current == Some(version) {
+        return Ok(Some("the current version (promote another first)".into()));
+    }
+    if previous == Some(version) {
+        return Ok(Some("the version rollback returns to".into()));
+    }
+    let board: Option<String> = db
+        .query_row(
+            "SELECT name FROM boards WHERE model = ?1 AND version = ?2 LIMIT 1",
+            rusqlite::params![name, version],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if let Some(board) = board {
+        return Ok(Some(format!("the version board '{board}' runs")));
+    }
+    let mut statement = db.prepare(
+        "SELECT id, request, board IS NOT NULL FROM jobs WHERE status IN ('queued', 'running')",
+    )?;
+    let rows = statement
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get(2)?)))?;
+    for row in rows {
+        let (id, request, on_board): (i64, String, bool) = row?;
+        let stored = |e: serde_json::Error| ApiError::internal(format!("job {id}'s request: {e}"));
+        let (model, uses) = if on_board {
+            match serde_json::from_str::<BoardTask>(&request).map_err(stored)? {
+                BoardTask::Push(push) => (push.model, push.version),
+                _ => continue,
+            }
+        } else {
+            match serde_json::from_str::<JobRequest>(&request).map_err(stored)?.base {
+                Base::Model { name: model, version: uses } => (model, uses),
+                Base::Zoo(_) => continue,
+            }
+        };
+        if model == name && uses == Some(version) {
+            return Ok(Some(format!("used by job {id}, which has not ended")));
+        }
+    }
+    Ok(None)
+}
+
+/// Deletes `name`'s `version` unless [`needed`]; its file goes too when no other version
+/// (of any model) has the same bytes.
+fn delete_version_blocking(state: &AppState, name: &str, version: u32) -> Result<(), ApiError> {
+    let hash = version_hash(state, name, version)?;
+    let mut db = state.db.lock();
+    if let Some(why) = needed(&db, name, version)? {
+        return Err(ApiError::conflict(format!(
+            "version {version} of model '{name}' is {why}: it cannot be deleted"
+        )));
+    }
+    let transaction = db.transaction()?;
+    transaction.execute(
+        "DELETE FROM model_versions WHERE model = ?1 AND version = ?2",
+        rusqlite::params![name, version],
+    )?;
+    let sharing: i64 = transaction.query_row(
+        "SELECT COUNT(*) FROM model_versions WHERE hash = ?1",
+        [&hash],
+        |r| r.get(0),
+    )?;
+    transaction.commit()?;
+    if sharing == 0 {
+        // Still under the lock, so no registration of the same bytes is under way.
+        let path = state.layout.model(&hash);
+        if let Err(e) = std::fs::remove_file(&path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(ApiError::internal(format!("{}: {e}", path.display())));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[utoipa::path(delete, path = "/api/v1/models/{name}/versions/{version}", tag = "models",
+    description = "Deletes a version (e.g. a federated round's intermediate one) so that the registry stays bounded; its `.sprout` file goes when no other version has the same bytes. Its number is not given to another version. 409 for the current version, the one rollback returns to, one a board runs, or one a queued or running job starts from or pushes.",
+    responses((status = 200, body = ModelInfo), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn delete_version(
+    _: Access<Train>,
+    State(state): State<AppState>,
+    UrlPath((name, version)): UrlPath<(String, u32)>,
+) -> Result<axum::Json<ModelInfo>, ApiError> {
+    names::check("model", &name)?;
+    let (state2, name2) = (state.clone(), name.clone());
+    tokio::task::spawn_blocking(move || delete_version_blocking(&state2, &name2, version))
+        .await
+        .map_err(ApiError::internal)??;
     Ok(axum::Json(model_info(&state, &name)?))
 }
 

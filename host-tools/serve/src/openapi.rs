@@ -14,6 +14,7 @@ use crate::{api, boards, datasets, error, events, jobs, models, params, predict}
         datasets::create, datasets::list, datasets::get, datasets::delete, datasets::upload,
         jobs::create, jobs::list, jobs::get, jobs::cancel, events::stream,
         models::list, models::get, models::upload, models::promote, models::rollback, models::download,
+        models::delete_version,
         predict::predict, params::apply, params::evaluate,
         boards::register, boards::list, boards::get_board, boards::delete, boards::train_job,
         boards::push_job, boards::pull_job,
