@@ -1112,6 +1112,10 @@ impl<'m> Importer<'m> {
         Ok(())
     }
 
+    /// The most pools an uneven average pool is split into: ceil_mode adds one window per
+    /// axis, so real models need four; a hostile file asking for thousands is refused.
+    const MAX_POOL_BLOCKS: usize = 64;
+
     /// An average pool whose trailing padding (`pads` `[top, left, bottom, right]` plus
     /// what `ceil_mode` adds, `extra`) differs from its leading one, with PyTorch's divisor:
     /// the window's positions inside the input and, with `count_include_pad`, inside the
@@ -1170,6 +1174,14 @@ impl<'m> Importer<'m> {
             own.into_iter().chain(tails.iter().map(|&start| Some(start))).collect::<Vec<_>>()
         };
         let (rows, cols) = (segments(&axes[0]), segments(&axes[1]));
+        if rows.len() * cols.len() > Self::MAX_POOL_BLOCKS {
+            return Err(ctx.err(format!(
+                "its uneven padding (pads {pads:?}, ceil_mode adding {extra:?}) splits it into {} x {} pools of their own: sprout builds at most {}",
+                rows.len(),
+                cols.len(),
+                Self::MAX_POOL_BLOCKS
+            )));
+        }
         let mut joined_rows = None;
         for (ri, row) in rows.iter().enumerate() {
             let mut joined = None;

@@ -743,21 +743,39 @@ fn sub_of_computed_tensors_matches() {
     assert_close(&y, &expected, 1e-6);
 }
 
-/// A column pool `(k, 1)` over `[1, 1, h, 1]` with `pads` `[top, 0, bottom, 0]`.
-fn column_max_pool(k: usize, h: usize, pads: [i64; 4]) -> sprout_onnx::Imported {
-    let node = NodeProto::new("MaxPool", "pool", &["x"], &["y"])
-        .with(A::ints("kernel_shape", &[k as i64, 1]))
+/// A pool `op` of `kernel` over `[1, 1, h, w]` with `pads` `[top, left, bottom, right]`.
+fn pool_model(op: &str, kernel: [i64; 2], [h, w]: [i64; 2], pads: [i64; 4]) -> Vec<u8> {
+    let node = NodeProto::new(op, "pool", &["x"], &["y"])
+        .with(A::ints("kernel_shape", &kernel))
         .with(A::ints("pads", &pads));
     let graph = GraphProto {
         node: vec![node],
         input: vec![ValueInfoProto::f32(
             "x",
-            &[Dim::Fixed(1), Dim::Fixed(1), Dim::Fixed(h as i64), Dim::Fixed(1)],
+            &[Dim::Fixed(1), Dim::Fixed(1), Dim::Fixed(h), Dim::Fixed(w)],
         )],
         output: vec![ValueInfoProto::f32("y", &[])],
         ..Default::default()
     };
-    import(&ModelProto::new(graph, 13).encode_to_vec()).unwrap()
+    ModelProto::new(graph, 13).encode_to_vec()
+}
+
+/// A column max pool `(k, 1)` over `[1, 1, h, 1]`.
+fn column_max_pool(k: usize, h: usize, pads: [i64; 4]) -> sprout_onnx::Imported {
+    import(&pool_model("MaxPool", [k as i64, 1], [h as i64, 1], pads)).unwrap()
+}
+
+/// An average pool padded so unevenly that it would split into a hundred pools of their
+/// own (ten row segments times ten column segments) is refused, not built block by block:
+/// at a few thousand rows and columns that was millions of nodes.
+#[test]
+fn an_average_pool_split_into_too_many_pools_is_refused() {
+    let Err(err) = import(&pool_model("AveragePool", [10, 10], [20, 20], [0, 0, 9, 9])) else {
+        panic!("a pool split into a hundred must be refused");
+    };
+    let message = err.to_string();
+    assert!(message.contains("10 x 10 pools") && message.contains("at most 64"), "{message}");
+    assert!(import(&pool_model("AveragePool", [3, 3], [6, 6], [0, 0, 2, 2])).is_ok());
 }
 
 /// Padding more on one side than the other repeats an edge: 5 and 6 times here, so the
