@@ -743,26 +743,29 @@ fn sub_of_computed_tensors_matches() {
     assert_close(&y, &expected, 1e-6);
 }
 
-/// A pool `op` of `kernel` over `[1, 1, h, w]` with `pads` `[top, left, bottom, right]`.
-fn pool_model(op: &str, kernel: [i64; 2], [h, w]: [i64; 2], pads: [i64; 4]) -> Vec<u8> {
-    let node = NodeProto::new(op, "pool", &["x"], &["y"])
-        .with(A::ints("kernel_shape", &kernel))
-        .with(A::ints("pads", &pads));
+/// The model of the single node `node` over one image `[1, c, h, w]` (input `x`, output `y`).
+fn one_node_model(node: NodeProto, [c, h, w]: [usize; 3]) -> Vec<u8> {
+    let dims = [1, c, h, w].map(|d| Dim::Fixed(d as i64));
     let graph = GraphProto {
         node: vec![node],
-        input: vec![ValueInfoProto::f32(
-            "x",
-            &[Dim::Fixed(1), Dim::Fixed(1), Dim::Fixed(h), Dim::Fixed(w)],
-        )],
+        input: vec![ValueInfoProto::f32("x", &dims)],
         output: vec![ValueInfoProto::f32("y", &[])],
         ..Default::default()
     };
     ModelProto::new(graph, 13).encode_to_vec()
 }
 
+/// A pool `op` of `kernel` over `[1, 1, h, w]` with `pads` `[top, left, bottom, right]`.
+fn pool_model(op: &str, kernel: [i64; 2], [h, w]: [usize; 2], pads: [i64; 4]) -> Vec<u8> {
+    let node = NodeProto::new(op, "pool", &["x"], &["y"])
+        .with(A::ints("kernel_shape", &kernel))
+        .with(A::ints("pads", &pads));
+    one_node_model(node, [1, h, w])
+}
+
 /// A column max pool `(k, 1)` over `[1, 1, h, 1]`.
 fn column_max_pool(k: usize, h: usize, pads: [i64; 4]) -> sprout_onnx::Imported {
-    import(&pool_model("MaxPool", [k as i64, 1], [h as i64, 1], pads)).unwrap()
+    import(&pool_model("MaxPool", [k as i64, 1], [h, 1], pads)).unwrap()
 }
 
 /// An average pool padded so unevenly that it would split into a hundred pools of their
@@ -811,21 +814,9 @@ fn a_hugely_uneven_pool_padding_imports_in_a_few_nodes() {
     assert_eq!(imported.graph.shape(imported.outputs[0]).dims(), [1, 1, k, 1]);
 }
 
-/// `MaxPool` with `ceil_mode = 1` rounding its output up, with and without asymmetric
-/// `pads`, on negative values (where zeros in the overhang would win): the windows that
-/// hang past the input take the maximum of what they cover, as ONNX and PyTorch define.
 /// One image `[1, 2, h, w]` through the single node `node` (input `x`, output `y`).
 fn run_one_node(node: NodeProto, (h, w): (usize, usize), x: &[f32]) -> (Vec<usize>, Vec<f32>) {
-    let graph = GraphProto {
-        node: vec![node],
-        input: vec![ValueInfoProto::f32(
-            "x",
-            &[Dim::Fixed(1), Dim::Fixed(2), Dim::Fixed(h as i64), Dim::Fixed(w as i64)],
-        )],
-        output: vec![ValueInfoProto::f32("y", &[])],
-        ..Default::default()
-    };
-    let imported = import(&ModelProto::new(graph, 13).encode_to_vec()).unwrap();
+    let imported = import(&one_node_model(node, [2, h, w])).unwrap();
     let y = run(&imported.graph, imported.input, imported.outputs[0], x);
     (imported.graph.shape(imported.outputs[0]).dims().to_vec(), y)
 }
@@ -937,6 +928,9 @@ fn a_gather_between_transposes_that_move_the_batch_axis_takes_pixels() {
     assert_close(&y, &expected, 1e-6);
 }
 
+/// `MaxPool` with `ceil_mode = 1` rounding its output up, with and without asymmetric
+/// `pads`, on negative values (where zeros in the overhang would win): the windows that
+/// hang past the input take the maximum of what they cover, as ONNX and PyTorch define.
 #[test]
 fn a_ceil_mode_max_pool_rounds_up_over_what_its_last_windows_cover() {
     let (h, w) = (6, 7);
