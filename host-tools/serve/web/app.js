@@ -459,7 +459,8 @@ async function loadModels() {
   const cards = models.map(modelCard);
   $("model-list").replaceChildren(...cards);
   $("model-empty").hidden = cards.length > 0;
-  const bases = [["zoo:leafnet", "leafnet (zoo, initial weights)"], ["zoo:resnet", "resnet (zoo, initial weights)"], ["zoo:mlp", "mlp (zoo, initial weights)"]];
+  // The zoo's picture models only: a job trains on photos, and mlp takes flat vectors.
+  const bases = [["zoo:leafnet", "leafnet (zoo, initial weights)"], ["zoo:resnet", "resnet (zoo, initial weights)"]];
   const registered = models.filter((m) => m.current_version).map((m) => ["model:" + m.name, m.name + " v" + m.current_version + " (current)"]);
   fillSelect($("job-base"), registered.concat(bases), true);
   fillSelect($("predict-model"), registered.map(([value, label]) => [value.slice(6), label]), true);
