@@ -1692,20 +1692,29 @@ impl<'m> Importer<'m> {
         self.constant(ctx, 1)?.map(|c| c.i64().map(<[i64]>::to_vec)).transpose()
     }
 
-    /// `Transpose`, composed with the transposes before it that moved the batch axis: when
-    /// the batch axis ends up first, a reshape if only size-1 axes move, else sprout's
-    /// transpose of as few merged axes as the reordering needs (at most four: ShuffleNet's
-    /// 5-D channel shuffle is a 3-D one); else kept aside (see [`Value::Permuted`]).
-    fn transpose(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+    /// Input 0 as it is stored and the permutation that reads it: a value a `Transpose`
+    /// kept aside (see [`Value::Permuted`]), or any other value with the identity.
+    fn permuted_input(
+        &mut self,
+        ctx: &Ctx,
+    ) -> Result<(TensorId, Vec<usize>, Vec<usize>), OnnxError> {
         let input = ctx.input(0).ok_or_else(|| ctx.err("input 0 is missing"))?;
-        let (x, stored, before) = match self.value(ctx, input)? {
+        Ok(match self.value(ctx, input)? {
             Value::Permuted { id, stored, perm, .. } => (*id, stored.clone(), perm.clone()),
             _ => {
                 let (x, dims) = self.act(ctx, 0)?;
                 let identity = (0..dims.len()).collect();
                 (x, dims, identity)
             }
-        };
+        })
+    }
+
+    /// `Transpose`, composed with the transposes before it that moved the batch axis: when
+    /// the batch axis ends up first, a reshape if only size-1 axes move, else sprout's
+    /// transpose of as few merged axes as the reordering needs (at most four: ShuffleNet's
+    /// 5-D channel shuffle is a 3-D one); else kept aside (see [`Value::Permuted`]).
+    fn transpose(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, stored, before) = self.permuted_input(ctx)?;
         let perm = fold::permutation(ctx.ints("perm"), stored.len()).map_err(|e| ctx.err(e))?;
         let composed: Vec<usize> = perm.iter().map(|&a| before[a]).collect();
         let out = ctx.output()?;
@@ -1733,15 +1742,7 @@ impl<'m> Importer<'m> {
         if ctx.int("batch_dims", 0)? != 0 {
             return Err(ctx.err("batch_dims other than 0 are not supported"));
         }
-        let input = ctx.input(0).ok_or_else(|| ctx.err("input 0 is missing"))?;
-        let (x, stored, perm) = match self.value(ctx, input)? {
-            Value::Permuted { id, stored, perm, .. } => (*id, stored.clone(), perm.clone()),
-            _ => {
-                let (x, dims) = self.act(ctx, 0)?;
-                let identity = (0..dims.len()).collect();
-                (x, dims, identity)
-            }
-        };
+        let (x, stored, perm) = self.permuted_input(ctx)?;
         let indices = self.required_constant(ctx, 1)?;
         let (k, tuples) = match indices.dims.split_last() {
             Some((&k, lead)) if (1..=perm.len()).contains(&k) => (k, lead.to_vec()),
