@@ -1,7 +1,7 @@
 //! Convolutions as GEMMs over im2col column matrices, per sample and group: forward and
 //! input gradient split the batch over threads, the weight gradient splits output channels.
 
-use crate::gemm::{gemm, Mat};
+use crate::gemm::{gemm, sum_of_products_nt, Batch, Mat};
 use crate::im2col::{col2im, col_cols, col_rows, im2col, is_pointwise};
 use crate::parallel::{for_each_chunk, workers};
 use crate::pool::Pool;
@@ -123,8 +123,9 @@ pub fn conv2d_grad_input(
     );
 }
 
-/// `dw = Σₙ dy·colsᵀ`, samples in turn, each product's rows split over threads; `scratch`
-/// holds `scratch_per_worker` values.
+/// `dw = Σₙ dy·colsᵀ`: pointwise, one batch-summed product per group (its input is its
+/// column matrix); otherwise samples in turn, each product's rows split over threads.
+/// `scratch` holds `scratch_per_worker` values.
 pub fn conv2d_grad_weight(
     pool: &Pool,
     scratch: &mut [f32],
@@ -136,6 +137,22 @@ pub fn conv2d_grad_weight(
     let cols = col_cols(g);
     let dy_group_len = g.c_out_per_group() * cols;
     let dw_group_len = g.c_out_per_group() * col_rows(g);
+    if is_pointwise(g) {
+        let plane_rows = |data, rows, per_sample| Batch {
+            data,
+            rows,
+            len: cols,
+            stride: per_sample,
+            count: g.n,
+        };
+        for (group, dw_g) in dw.chunks_mut(dw_group_len).enumerate() {
+            let dy_g = plane_rows(&dy[group * dy_group_len..], g.c_out_per_group(), g.c_out * cols);
+            let x_len = g.c_in_per_group() * cols;
+            let x_g = plane_rows(&x[group * x_len..], g.c_in_per_group(), g.c_in * cols);
+            sum_of_products_nt(pool, dy_g, x_g, dw_g);
+        }
+        return;
+    }
     dw.fill(0.0);
     for n in 0..g.n {
         for (group, dw_g) in dw.chunks_mut(dw_group_len).enumerate() {

@@ -1,5 +1,9 @@
-//! Matrix products: strided matrix views and `C = A·B + β·C` through `matrixmultiply`'s
-//! `sgemm`, with the rows of `C` split over threads.
+//! Matrix products: strided matrix views and `C = A·B + β·C`, with the rows of `C` split
+//! over threads. When the rows of `A` and of `B` are contiguous (a convolution's weights and
+//! its input's column matrix), blocks of [`MR`]` x `[`NR`] outputs are accumulated in registers straight
+//! from `A` and `B` ([`broadcast_rows`]): the small, skinny products of a MobileNet spend
+//! more on the packing of a general GEMM than on its arithmetic. Other products go to
+//! `matrixmultiply`'s `sgemm`.
 
 use crate::parallel::{for_each_chunk, workers};
 use crate::pool::Pool;
@@ -62,6 +66,288 @@ pub fn gemm(pool: &Pool, a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
     });
 }
 
+/// Rows of `C` one register block accumulates.
+const MR: usize = 4;
+/// Columns of `C` one register block accumulates: one AVX-512 register, two AVX2 ones.
+const NR: usize = 16;
+
+/// `c = a·b + beta·c` for `a` and `b` with contiguous rows (`col_stride` 1), every [`NR`]-column
+/// block of `c` by [`MR`]-row register blocks that broadcast an element of `a` over a row
+/// of `b`; columns past the last whole block are plain dot products. The caller has
+/// checked the shapes and that `a` and `b` lie inside their slices.
+#[inline(always)]
+fn broadcast_rows_generic<const FUSED: bool>(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
+    let (m, n) = (a.rows, b.cols);
+    let body = n - n % NR;
+    for j in (0..body).step_by(NR) {
+        let mut i = 0;
+        while i + MR <= m {
+            broadcast_block::<MR, FUSED>(a, b, i, j, beta, c);
+            i += MR;
+        }
+        for i in i..m {
+            broadcast_block::<1, FUSED>(a, b, i, j, beta, c);
+        }
+    }
+    for i in 0..m {
+        for j in body..n {
+            let mut sum = 0.0f32;
+            for k in 0..a.cols {
+                // SAFETY: `i < m`, `k < a.cols == b.rows`, `j < n`; both views were checked.
+                let (x, y) = unsafe { (a.at(i, k), b.at(k, j)) };
+                sum = fma::<FUSED>(x, y, sum);
+            }
+            let out = &mut c[i * n + j];
+            *out = if beta == 0.0 { sum } else { sum + beta * *out };
+        }
+    }
+}
+
+multiversion!(broadcast_rows = fused broadcast_rows_generic(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]));
+
+/// `x·y + acc`, fused (one rounding) where the code has the instruction.
+#[inline(always)]
+fn fma<const FUSED: bool>(x: f32, y: f32, acc: f32) -> f32 {
+    if FUSED {
+        x.mul_add(y, acc)
+    } else {
+        x * y + acc
+    }
+}
+
+/// Rows `i..i + R`, columns `j..j + NR` of `c = a·b + beta·c`, accumulated in registers.
+#[inline(always)]
+fn broadcast_block<const R: usize, const FUSED: bool>(
+    a: Mat<'_>,
+    b: Mat<'_>,
+    i: usize,
+    j: usize,
+    beta: f32,
+    c: &mut [f32],
+) {
+    let mut acc = [[0.0f32; NR]; R];
+    for k in 0..a.cols {
+        // SAFETY: `k < a.cols == b.rows` and `j + NR <= b.cols` with `b.col_stride == 1`,
+        // so the row lies inside `b.data` (checked by `assert_in_bounds`).
+        let row: &[f32; NR] = unsafe { &*b.data.as_ptr().add(k * b.row_stride + j).cast() };
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: the caller passes `i + R <= a.rows`; `k < a.cols`.
+            let x = unsafe { a.at(i + r, k) };
+            for (acc, &y) in acc.iter_mut().zip(row) {
+                *acc = fma::<FUSED>(x, y, *acc);
+            }
+        }
+    }
+    let n = b.cols;
+    for (r, acc) in acc.iter().enumerate() {
+        let out = &mut c[(i + r) * n + j..][..NR];
+        for (out, &v) in out.iter_mut().zip(acc) {
+            *out = if beta == 0.0 { v } else { v + beta * *out };
+        }
+    }
+}
+
+impl Mat<'_> {
+    /// Element `(i, j)`.
+    ///
+    /// # Safety
+    /// `i < rows`, `j < cols`, and the view passed `assert_in_bounds`.
+    #[inline(always)]
+    unsafe fn at(&self, i: usize, j: usize) -> f32 {
+        debug_assert!(i < self.rows && j < self.cols);
+        // SAFETY: the caller's promise puts the index inside `data`.
+        unsafe { *self.data.get_unchecked(i * self.row_stride + j * self.col_stride) }
+    }
+}
+
+/// A batch of `count` row-major `rows x len` matrices in one slice, the `n`-th starting at
+/// `n·stride`: one sample's planes of a convolution's input or output gradient.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub len: usize,
+    pub stride: usize,
+    pub count: usize,
+}
+
+impl Batch<'_> {
+    /// Row `i` of matrix `n`, checked against the slice.
+    #[inline(always)]
+    fn row(&self, n: usize, i: usize) -> &[f32] {
+        &self.data[n * self.stride + i * self.len..][..self.len]
+    }
+}
+
+/// Lanes of each partial sum of [`sum_of_products_nt`]: one AVX2 register.
+const LANES: usize = 8;
+/// Rows of `a` and of `b` one register block of [`sum_of_products_nt`] pairs (channel
+/// counts are mostly multiples of 8, so the edges of one row or column are rare).
+const DOT_ROWS: (usize, usize) = (4, 2);
+
+/// `c[i, j] = Σₙ Σₚ a_n[i, p]·b_n[j, p]`, the sum over the batch of `a_n·b_nᵀ` (a pointwise
+/// convolution's weight gradient), `c` row-major `[a.rows, b.rows]` and overwritten. Blocks
+/// of 4 x 2 outputs keep 8-lane partial sums in registers over the whole batch and add them
+/// up once; rows of `c` are split over threads, once for the whole batch.
+pub fn sum_of_products_nt(pool: &Pool, a: Batch<'_>, b: Batch<'_>, c: &mut [f32]) {
+    assert_eq!((a.len, a.count), (b.len, b.count), "batch and inner dimensions");
+    assert_eq!(c.len(), a.rows * b.rows, "output length");
+    let work = a.count * a.rows * b.rows * a.len;
+    let workers = workers(pool.threads(), a.rows, work);
+    for_each_chunk(pool, workers, c, b.rows, &mut [], 0, |first, c_rows, _| {
+        summed_rows(a, b, first, c_rows)
+    });
+}
+
+/// Rows `first..` of [`sum_of_products_nt`] into `c_rows`, by blocks of [`DOT_ROWS`] (the
+/// edges one row or column at a time).
+#[inline(always)]
+fn summed_rows_generic<const FUSED: bool>(
+    a: Batch<'_>,
+    b: Batch<'_>,
+    first: usize,
+    c_rows: &mut [f32],
+) {
+    let (rows, cols) = (c_rows.len().checked_div(b.rows).unwrap_or(0), b.rows);
+    let (mr, nr) = DOT_ROWS;
+    let mut i = 0;
+    while i < rows {
+        let r = if i + mr <= rows { mr } else { 1 };
+        let mut j = 0;
+        while j < cols {
+            let c = if j + nr <= cols { nr } else { 1 };
+            let out = &mut c_rows[i * cols + j..];
+            match (r, c) {
+                (4, 2) => store(out, cols, block_4x2::<FUSED>(a, b, first + i, j)),
+                (4, _) => store(out, cols, summed_block::<4, 1, FUSED>(a, b, first + i, j)),
+                (_, 2) => store(out, cols, summed_block::<1, 2, FUSED>(a, b, first + i, j)),
+                _ => store(out, cols, summed_block::<1, 1, FUSED>(a, b, first + i, j)),
+            }
+            j += c;
+        }
+        i += r;
+    }
+}
+
+multiversion!(summed_rows = fused summed_rows_generic(a: Batch<'_>, b: Batch<'_>, first: usize, c_rows: &mut [f32]));
+
+/// Writes block `sums` at the start of `out`, whose rows are `pitch` apart.
+#[inline(always)]
+fn store<const R: usize, const C: usize>(out: &mut [f32], pitch: usize, sums: [[f32; C]; R]) {
+    for (r, sums) in sums.iter().enumerate() {
+        out[r * pitch..][..C].copy_from_slice(sums);
+    }
+}
+
+/// The 4 x 2 block at `(ai, j)`: in AVX2 registers on x86-64 code with FMA, else
+/// [`summed_block`].
+#[inline(always)]
+fn block_4x2<const FUSED: bool>(a: Batch<'_>, b: Batch<'_>, ai: usize, j: usize) -> [[f32; 2]; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if FUSED {
+        // SAFETY: on x86-64, `multiversion!` compiles `FUSED` code only into the variants it
+        // runs after detecting AVX-512F or AVX2 with FMA.
+        return unsafe { block_4x2_avx2(a, b, ai, j) };
+    }
+    summed_block::<4, 2, FUSED>(a, b, ai, j)
+}
+
+/// Sums of 8 lanes, added up in halves (the order of [`summed_block`]).
+#[inline(always)]
+fn add_lanes(mut lanes: [f32; LANES]) -> f32 {
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            lanes[l] += lanes[l + width];
+        }
+    }
+    lanes[0]
+}
+
+/// [`summed_block`] for 4 x 2 outputs with eight AVX2 accumulators, six loads per eight
+/// steps of the inner dimension.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn block_4x2_avx2(a: Batch<'_>, b: Batch<'_>, ai: usize, j: usize) -> [[f32; 2]; 4] {
+    use std::arch::x86_64::{__m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps};
+    let mut acc: [[__m256; 2]; 4] = [[_mm256_setzero_ps(); 2]; 4];
+    let mut tail = [[0.0f32; 2]; 4];
+    let body = a.len - a.len % LANES;
+    for n in 0..a.count {
+        let a_rows = [a.row(n, ai), a.row(n, ai + 1), a.row(n, ai + 2), a.row(n, ai + 3)];
+        let b_rows = [b.row(n, j), b.row(n, j + 1)];
+        let mut p = 0;
+        while p < body {
+            // SAFETY: every row holds `len >= body >= p + 8` values.
+            let (x, y) = unsafe {
+                let at = |row: &[f32]| _mm256_loadu_ps(row.as_ptr().add(p));
+                (
+                    [at(a_rows[0]), at(a_rows[1]), at(a_rows[2]), at(a_rows[3])],
+                    [at(b_rows[0]), at(b_rows[1])],
+                )
+            };
+            for (acc, x) in acc.iter_mut().zip(x) {
+                for (acc, y) in acc.iter_mut().zip(y) {
+                    *acc = _mm256_fmadd_ps(x, y, *acc);
+                }
+            }
+            p += LANES;
+        }
+        if body == a.len {
+            continue;
+        }
+        for (tail, x) in tail.iter_mut().zip(a_rows) {
+            for (tail, y) in tail.iter_mut().zip(b_rows) {
+                for p in body..a.len {
+                    *tail = x[p].mul_add(y[p], *tail);
+                }
+            }
+        }
+    }
+    // SAFETY: `__m256` and `[f32; 8]` have the same size, and every bit pattern is valid.
+    let lanes = |v: __m256| unsafe { core::mem::transmute::<__m256, [f32; LANES]>(v) };
+    core::array::from_fn(|r| core::array::from_fn(|s| add_lanes(lanes(acc[r][s])) + tail[r][s]))
+}
+
+/// Outputs `(ai + r, j + s)` for `r < R`, `s < C` of [`sum_of_products_nt`]: partial sums in
+/// [`LANES`] lanes over the whole batch, added up once.
+#[inline(always)]
+fn summed_block<const R: usize, const C: usize, const FUSED: bool>(
+    a: Batch<'_>,
+    b: Batch<'_>,
+    ai: usize,
+    j: usize,
+) -> [[f32; C]; R] {
+    let mut acc = [[[0.0f32; LANES]; C]; R];
+    let mut tail = [[0.0f32; C]; R];
+    let body = a.len - a.len % LANES;
+    for n in 0..a.count {
+        let a_rows: [&[f32]; R] = core::array::from_fn(|r| a.row(n, ai + r));
+        let b_rows: [&[f32]; C] = core::array::from_fn(|s| b.row(n, j + s));
+        let a_chunks = a_rows.map(|row| row.as_chunks::<LANES>().0);
+        let b_chunks = b_rows.map(|row| row.as_chunks::<LANES>().0);
+        for p in 0..body / LANES {
+            for (acc, x) in acc.iter_mut().zip(a_chunks) {
+                for (acc, y) in acc.iter_mut().zip(b_chunks) {
+                    let (x, y) = (&x[p], &y[p]);
+                    for l in 0..LANES {
+                        acc[l] = fma::<FUSED>(x[l], y[l], acc[l]);
+                    }
+                }
+            }
+        }
+        for (tail, x) in tail.iter_mut().zip(a_rows) {
+            for (tail, y) in tail.iter_mut().zip(b_rows) {
+                for p in body..a.len {
+                    *tail = fma::<FUSED>(x[p], y[p], *tail);
+                }
+            }
+        }
+    }
+    core::array::from_fn(|r| core::array::from_fn(|s| add_lanes(acc[r][s]) + tail[r][s]))
+}
+
 /// One single-threaded `c = a·b + beta·c`, `c` row-major `[a.rows, b.cols]`.
 fn sgemm(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
@@ -76,6 +362,9 @@ fn sgemm(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
     }
     a.assert_in_bounds();
     b.assert_in_bounds();
+    if a.col_stride == 1 && b.col_stride == 1 {
+        return broadcast_rows(a, b, beta, c);
+    }
     // SAFETY: the asserts above show that every index `sgemm` reads, `i·rs + j·cs` for
     // `i < rows`, `j < cols`, lies inside `a.data` and `b.data`, and that `c` holds exactly
     // `m·n` values, written at `i·n + j`. Strides are at most a slice length, which never
@@ -116,6 +405,69 @@ mod tests {
         let mut c = [1.0; 9];
         gemm(&Pool::new(2), Mat::new(&a, 2, 3).t(), Mat::new(&a, 2, 3), 1.0, &mut c);
         assert_eq!(c, [18.0, 23.0, 28.0, 23.0, 30.0, 37.0, 28.0, 37.0, 46.0]);
+    }
+
+    /// `a·b + beta·c` summed in f64, element by element.
+    fn naive(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &[f32]) -> Vec<f32> {
+        let n = b.cols;
+        (0..a.rows * n)
+            .map(|at| {
+                let (i, j) = (at / n, at % n);
+                // SAFETY: `i < a.rows`, `j < b.cols`, `k < a.cols`; both views are checked.
+                let sum: f64 =
+                    (0..a.cols).map(|k| unsafe { a.at(i, k) as f64 * b.at(k, j) as f64 }).sum();
+                (sum + beta as f64 * c[at] as f64) as f32
+            })
+            .collect()
+    }
+
+    /// Register blocks with row and column tails, `a` plain and transposed, with and
+    /// without accumulation, one and two threads, against sums in f64.
+    #[test]
+    fn register_blocks_match_plain_sums_on_every_tail() {
+        let mut rng = sprout_core::rng::SplitMix::new(5);
+        for (m, k, n) in [(4, 3, 16), (7, 9, 37), (1, 1, 15), (13, 40, 64), (9, 2, 33)] {
+            let mut random =
+                |len: usize| -> Vec<f32> { (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect() };
+            let (a, a_t, b, c0) = (random(m * k), random(k * m), random(k * n), random(m * n));
+            let b = Mat::new(&b, k, n);
+            for a in [Mat::new(&a, m, k), Mat::new(&a_t, k, m).t()] {
+                for (beta, threads) in [(0.0, 1), (1.0, 2), (0.5, 1)] {
+                    let mut c = c0.clone();
+                    gemm(&Pool::new(threads), a, b, beta, &mut c);
+                    for (got, want) in c.iter().zip(naive(a, b, beta, &c0)) {
+                        assert!((got - want).abs() <= 1e-5 * (1.0 + k as f32), "{m}x{k}x{n}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Batch-summed products with row, column and lane tails and samples spaced wider than
+    /// their planes (one group of several), against sums in f64.
+    #[test]
+    fn batch_summed_products_match_plain_sums() {
+        let mut rng = sprout_core::rng::SplitMix::new(9);
+        for (m, k, len, count) in [(4, 3, 8, 1), (9, 7, 21, 3), (1, 1, 5, 2), (12, 6, 64, 4)] {
+            let mut random =
+                |len: usize| -> Vec<f32> { (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect() };
+            let (a_stride, b_stride) = (m * len + 3, k * len + 5);
+            let (a, b) = (random(count * a_stride), random(count * b_stride));
+            let a = Batch { data: &a, rows: m, len, stride: a_stride, count };
+            let b = Batch { data: &b, rows: k, len, stride: b_stride, count };
+            for threads in [1, 2] {
+                let mut c = vec![f32::NAN; m * k];
+                sum_of_products_nt(&Pool::new(threads), a, b, &mut c);
+                for (at, got) in c.iter().enumerate() {
+                    let (i, j) = (at / k, at % k);
+                    let want: f64 = (0..count)
+                        .flat_map(|n| a.row(n, i).iter().zip(b.row(n, j)))
+                        .map(|(&x, &y)| x as f64 * y as f64)
+                        .sum();
+                    assert!((got - want as f32).abs() <= 1e-5 * (len * count) as f32, "{m}x{k}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,13 +1,14 @@
-//! sprout-cpu: the desktop CPU backend. Dense layers and convolutions run as GEMMs
-//! (`matrixmultiply`) over a persistent thread pool, int8 layers over column matrices; the
-//! activations (ReLU, ReLU6 and the pointwise family) and batch norm are vector loops
+//! sprout-cpu: the desktop CPU backend. Dense layers and convolutions run as GEMMs over a
+//! persistent thread pool (register-blocked kernels where both operands' rows are
+//! contiguous and for pointwise weight gradients, `matrixmultiply` otherwise), int8 layers
+//! over column matrices; the activations (ReLU, ReLU6 and the pointwise family) and batch norm are vector loops
 //! compiled for AVX-512F / AVX2 / the baseline (NEON on aarch64), chosen at run time; every
 //! other kernel is the reference kernel, by [`inherit_reference!`] or explicitly.
 //!
 //! Convolutions lower to GEMM through im2col (pointwise ones multiply their input
 //! directly), except depthwise ones, which run direct vector loops over whole planes. The forward
 //! and input-gradient passes split the batch over threads, the rest split output rows or
-//! channels.
+//! channels (a pointwise weight gradient once for the whole batch).
 //!
 //! ```
 //! use sprout_core::geometry::LinearDims;
