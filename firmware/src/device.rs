@@ -1,9 +1,10 @@
 //! The firmware's side of the host link: [`DeviceTrainer`] serves `sprout_core::link`'s
 //! [`DeviceApp`] from a [`Trainer`] and a [`CheckpointStore`]. Pushed RGB8 pictures go,
 //! normalized, straight into the backbone's input and are cached as features when
-//! complete; training runs one epoch per [`DeviceTrainer::run_epoch`] call from the main
-//! loop, between link polls; every new best checkpoint is saved to flash and is what a
-//! pull sends. Checkpoints are the trainer's bytes
+//! complete; training runs a few batches per [`DeviceTrainer::train_batches`] call from
+//! the main loop, between link polls, so the link answers (progress: "running", with the
+//! updates so far) however long an epoch takes; every new best checkpoint is saved to
+//! flash and is what a pull sends. Checkpoints are the trainer's bytes
 //! ([`sprout_core::format::device_checkpoint`]).
 //!
 //! A run first measures the held-out accuracy of the head as it is (reported as epoch 0),
@@ -148,19 +149,26 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceTrainer<'
         &mut self.trainer
     }
 
-    /// Trains one epoch when a run is going on, saving a new best checkpoint to flash;
-    /// returns its report. A failed epoch or save ends the run as failed.
-    pub fn run_epoch(&mut self, log: &mut impl Log) -> Option<Result<EpochReport, TrainerError>> {
+    /// Trains at most `batches` batches (training or held-out ones) of the current epoch
+    /// when a run is going on; returns the epoch's report when it ended with them, after
+    /// saving a new best checkpoint to flash. A failed epoch or save ends the run as failed.
+    /// The main loop calls it between link polls, so a few batches keep the link answering.
+    pub fn train_batches(
+        &mut self,
+        batches: usize,
+        log: &mut impl Log,
+    ) -> Option<Result<Option<EpochReport>, TrainerError>> {
         if !self.is_training() {
             return None;
         }
         let done = self.trainer.epoch().saturating_sub(self.run.first_epoch);
         self.trainer.set_learning_rate(self.run.learning_rate(done));
-        let report = match self.trainer.train_epoch(log) {
-            Ok(report) if report.loss.is_finite() => report,
-            Ok(report) => {
+        let report = match self.trainer.train_batches(batches, log) {
+            Ok(None) => return Some(Ok(None)),
+            Ok(Some(report)) if report.loss.is_finite() => report,
+            Ok(Some(report)) => {
                 self.run.state = TrainingState::Failed;
-                return Some(Ok(report));
+                return Some(Ok(Some(report)));
             }
             Err(e) => {
                 self.run.state = TrainingState::Failed;
@@ -173,7 +181,7 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceTrainer<'
         } else if self.trainer.epoch() - self.run.first_epoch >= u32::from(self.run.epochs) {
             self.run.state = TrainingState::Finished;
         }
-        Some(Ok(report))
+        Some(Ok(Some(report)))
     }
 
     /// Encodes the trainer's best checkpoint and saves it, unless it is saved already.
@@ -270,6 +278,8 @@ impl<K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceApp for DeviceTrainer
         // The run's best starts as its starting head, scored on this run's held-out samples
         // (a previous run's best was scored on others); it is saved after the first epoch.
         self.trainer.reset_best(initial_accuracy);
+        // A stopped run's unfinished epoch is not this run's.
+        self.trainer.abandon_epoch();
         self.saved_epoch = None;
         self.run = Run {
             state: TrainingState::Running,
@@ -298,8 +308,14 @@ impl<K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceApp for DeviceTrainer
             state: self.run.state,
             epoch: u16::try_from(epoch).unwrap_or(u16::MAX),
             epochs: self.run.epochs,
-            step: self.run.last.map_or(0, |r| r.step.saturating_sub(self.run.first_step)),
-            loss: self.run.last.map_or(0.0, |r| r.loss),
+            // Updates so far while running (an epoch may take many polls), else the last
+            // epoch's.
+            step: match self.run.state {
+                TrainingState::Running => self.trainer.updates(),
+                _ => self.run.last.map_or(self.run.first_step, |r| r.step),
+            }
+            .saturating_sub(self.run.first_step),
+            loss: self.run.last.map(|r| r.loss).or(self.trainer.epoch_loss()).unwrap_or(0.0),
             accuracy: self.run.last.map(|r| r.accuracy).or(self.run.initial_accuracy),
         }
     }

@@ -199,14 +199,32 @@ fn the_device_app_trains_from_pushed_pictures_and_keeps_its_best_checkpoint() {
     assert_eq!(initial, app.trainer().evaluate().unwrap());
     let progress = app.progress();
     assert_eq!((progress.epoch, progress.accuracy), (0, Some(initial)));
+    // Training goes a bounded number of batches per main-loop turn, so the link is served
+    // between them: an epoch is 6 training and 3 held-out batches of 4, five turns of two,
+    // and polls between turns hear "running" with the updates so far.
+    for turn in 1..=4u32 {
+        assert!(matches!(app.train_batches(2, &mut ()), Some(Ok(None))), "turn {turn}");
+        let progress = app.progress();
+        assert_eq!((progress.state, progress.epoch), (TrainingState::Running, 0));
+        assert_eq!(progress.step, (2 * turn).min(6), "turn {turn}");
+        assert!(progress.loss > 0.0 && progress.loss.is_finite(), "turn {turn}");
+    }
+    assert_eq!(app.info().samples, (TRAIN + HELD_OUT) as u32);
+    let report = app.train_batches(2, &mut ()).unwrap().unwrap().unwrap();
+    assert_eq!((report.epoch, report.step), (1, 6));
+    assert!((app.trainer().learning_rate() - 0.1).abs() < 1e-6, "the first epoch's rate");
+    assert_eq!(app.progress().epoch, 1);
     // The learning rate falls along a half cosine over the run's 10 epochs.
-    let mut epochs = 0;
-    while app.run_epoch(&mut ()).is_some() {
-        let phase = core::f32::consts::PI * epochs as f32 / 10.0;
+    let mut epochs = 1;
+    while let Some(turn) = app.train_batches(3, &mut ()) {
+        if turn.unwrap().is_none() {
+            continue;
+        }
+        epochs += 1;
+        let phase = core::f32::consts::PI * (epochs - 1) as f32 / 10.0;
         let want = 0.1 * 0.5 * (1.0 + phase.cos());
         let rate = app.trainer().learning_rate();
         assert!((rate - want).abs() < 1e-6, "epoch {epochs}: rate {rate}, want {want}");
-        epochs += 1;
     }
     let progress = app.progress();
     assert_eq!(
@@ -269,7 +287,7 @@ fn the_device_app_trains_from_pushed_pictures_and_keeps_its_best_checkpoint() {
     }
     second.start_training(TrainingConfig { epochs: 1, learning_rate: Some(0.01) }).unwrap();
     let start = second.initial_accuracy().unwrap();
-    let report = second.run_epoch(&mut ()).unwrap().unwrap();
+    let report = second.train_batches(usize::MAX, &mut ()).unwrap().unwrap().unwrap();
     let run_best = report.accuracy.max(start);
     assert!(run_best < best.accuracy, "the relabelled run scores {run_best}, the first {best:?}");
     let (kept, _) = second.trainer().best().unwrap();

@@ -82,6 +82,21 @@ impl Task {
             *o = p + self.rng.uniform(-0.6, 0.6);
         }
     }
+
+    /// Caches [`TRAIN`] training and [`HELD_OUT`] held-out samples in `trainer`, the classes
+    /// in turn, each made in `sample` (so nothing allocates).
+    fn cache<K: Kernels<Memory = Host> + Clone>(
+        &mut self,
+        trainer: &mut Trainer<'_, '_, '_, K>,
+        sample: &mut [f32],
+    ) -> Result<(), TrainerError> {
+        for i in 0..TRAIN + HELD_OUT {
+            let class = i % 10;
+            self.sample(class, sample);
+            trainer.add_sample(sample, class as i32, i >= TRAIN)?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Default)]
@@ -145,11 +160,7 @@ fn fine_tunes_the_head(trainer: &mut Trainer<'_, '_, '_, Reference>) {
     let mut checkpoint = vec![0u8; 64 * 1024];
 
     let (calls, result) = heap_calls(|| -> Result<usize, TrainerError> {
-        for i in 0..TRAIN + HELD_OUT {
-            let class = i % 10;
-            task.sample(class, &mut sample);
-            trainer.add_sample(&sample, class as i32, i >= TRAIN)?;
-        }
+        task.cache(trainer, &mut sample)?;
         for _ in 0..12 {
             trainer.train_epoch(&mut reports)?;
         }
@@ -307,11 +318,7 @@ fn the_trainer_updates_int8_biases_and_weights_without_allocating() {
         let mut sample = vec![0f32; 64];
         let mut reports = Reports(Vec::with_capacity(16));
         let (calls, result) = heap_calls(|| -> Result<(), TrainerError> {
-            for i in 0..TRAIN + HELD_OUT {
-                let class = i % 10;
-                task.sample(class, &mut sample);
-                trainer.add_sample(&sample, class as i32, i >= TRAIN)?;
-            }
+            task.cache(trainer, &mut sample)?;
             for _ in 0..8 {
                 trainer.train_epoch(&mut reports)?;
             }
@@ -336,4 +343,35 @@ fn the_trainer_updates_int8_biases_and_weights_without_allocating() {
             assert!(after.iter().all(|v| v.is_finite()), "{name}: {after:?}");
         }
     });
+}
+
+#[test]
+fn an_epoch_trained_a_few_batches_at_a_time_is_the_same_epoch() {
+    let model = sparse_mlp();
+    let options = BundleOptions { batch: 8, ..BundleOptions::default() };
+    let choice = sparse::choose(&model, &options, 1 << 20, TRAIN + HELD_OUT).unwrap();
+    // Two epochs, `batches` batches per call: the reports, the best state and the calls.
+    let run = |batches: usize| {
+        with_trainer(&choice.bundle.bytes, CortexM, (TRAIN, HELD_OUT), |trainer| {
+            Task::new().cache(trainer, &mut [0f32; 64]).unwrap();
+            let mut reports = Reports::default();
+            let mut calls = 0;
+            let mut losses = Vec::new();
+            while reports.0.len() < 2 {
+                calls += 1;
+                trainer.train_batches(batches, &mut reports).unwrap();
+                losses.extend(trainer.epoch_loss());
+            }
+            (reports.0, trainer.best().unwrap().1.to_vec(), calls, losses)
+        })
+    };
+    let (whole, whole_state, whole_calls, no_losses) = run(usize::MAX);
+    let (split, split_state, split_calls, losses) = run(3);
+    assert_eq!(whole, split);
+    assert!(whole_state == split_state, "the best states differ");
+    // 160 / 8 = 20 training batches and 60 held-out samples in 8 batches: 28 an epoch.
+    assert_eq!((whole_calls, split_calls), (2, 2 * 28usize.div_ceil(3)));
+    // Between calls the loss so far is known; an epoch ended in one call leaves none.
+    assert!(no_losses.is_empty() && losses.iter().all(|l| l.is_finite() && *l > 0.0));
+    assert_eq!(whole[1].step, 2 * 20);
 }

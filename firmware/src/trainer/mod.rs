@@ -1,7 +1,9 @@
 //! The on-device trainer: runs the frozen backbone once per labeled sample and caches its
 //! features, trains the head for epochs over the cache with the bundle's training plan,
 //! evaluates held-out samples with the evaluation plan (dropout off) and keeps the best
-//! state. Generic over the kernels and a progress log; all memory is the caller's.
+//! state. An epoch can run a few batches at a time ([`Trainer::train_batches`]), so a
+//! caller serving a link between them stays responsive. Generic over the kernels and a
+//! progress log; all memory is the caller's.
 
 mod samples;
 
@@ -114,6 +116,21 @@ pub struct Trainer<'b, 's, 'm, K> {
     learning_rate: f32,
     best: Option<CheckpointInfo>,
     rng: SplitMix,
+    /// The epoch in progress.
+    pass: Option<Pass>,
+}
+
+/// An epoch in progress: training batches in the order `order_seed` draws, then the
+/// held-out samples.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pass {
+    order_seed: u64,
+    /// Training batches done, and the sum of their losses.
+    trained: usize,
+    loss_sum: f32,
+    /// Held-out samples evaluated, and how many of them the head got right.
+    evaluated: usize,
+    correct: usize,
 }
 
 impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
@@ -155,6 +172,7 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
             learning_rate: bundle.header.learning_rate,
             best: None,
             rng: SplitMix::new(seed),
+            pass: None,
         };
         trainer.memory.state[..state_len].copy_from_slice(bundle.initial_state);
         Ok(trainer)
@@ -201,6 +219,8 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
         if cache.len() >= cache.capacity() {
             return Err(TrainerError::Full { capacity: cache.capacity() });
         }
+        // An epoch in progress drew its order for the samples cached before.
+        self.pass = None;
         let mut regions = Regions {
             frozen: self.bundle.frozen,
             state: &mut self.memory.state[..self.state_len],
@@ -216,34 +236,53 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
 
     /// One epoch over the cached training samples in a new random order (a last partial
     /// batch waits for a later epoch), then evaluation; keeps the state if it is the best.
+    /// Finishes an epoch [`Self::train_batches`] began.
     pub fn train_epoch(&mut self, log: &mut impl Log) -> Result<EpochReport, TrainerError> {
+        loop {
+            if let Some(report) = self.train_batches(usize::MAX, log)? {
+                return Ok(report);
+            }
+        }
+    }
+
+    /// At most `batches` batches of the current epoch, training batches first, then
+    /// held-out ones, so a caller between link polls bounds its work; the first begins an
+    /// epoch in a new random order. Returns the epoch's report when its last evaluation
+    /// batch is done (see [`Self::train_epoch`]), `None` while it goes on.
+    pub fn train_batches(
+        &mut self,
+        batches: usize,
+        log: &mut impl Log,
+    ) -> Result<Option<EpochReport>, TrainerError> {
         let batch = self.bundle.head_batch();
         let have = self.memory.train.len();
-        if have < batch || self.memory.held_out.is_empty() {
+        let held_out = self.memory.held_out.len();
+        if have < batch || held_out == 0 {
             return Err(TrainerError::NotEnoughSamples { have, need: batch });
         }
-        let order_seed = self.rng.next_u64();
-        let io = self.bundle.header.train_io;
-        let learning_rate = self.learning_rate;
-        let (mut loss_sum, mut batches) = (0.0f32, 0u32);
-        for first in (0..have - have % batch).step_by(batch) {
-            let mut regions = Regions {
-                frozen: self.bundle.frozen,
-                state: &mut self.memory.state[..self.state_len],
-                arena: &mut *self.memory.arena,
-            };
-            for slot in 0..batch {
-                let sample = shuffled(first + slot, have, order_seed);
-                let label = self.memory.train.label(sample);
-                write_row(&mut regions, &io.features, slot, self.memory.train.row(sample))?;
-                write_row(&mut regions, &io.labels, slot, bytemuck::bytes_of(&label))?;
+        // A failed batch drops the epoch: the next call begins a new one.
+        let mut pass = match self.pass.take() {
+            Some(pass) => pass,
+            None => Pass { order_seed: self.rng.next_u64(), ..Pass::default() },
+        };
+        let training = have / batch;
+        for _ in 0..batches {
+            if pass.trained < training {
+                pass.loss_sum += self.train_batch(pass.trained * batch, pass.order_seed)?;
+                pass.trained += 1;
+            } else if pass.evaluated < held_out {
+                pass.correct += self.evaluate_batch(pass.evaluated)?;
+                pass.evaluated = held_out.min(pass.evaluated + batch);
+            } else {
+                break;
             }
-            self.train.train_step(&mut regions, learning_rate)?;
-            loss_sum += regions.read::<f32>(&io.loss)?[0];
-            batches += 1;
+        }
+        if pass.evaluated < held_out {
+            self.pass = Some(pass);
+            return Ok(None);
         }
         self.epoch += 1;
-        let accuracy = self.evaluate()?;
+        let accuracy = pass.correct as f32 / held_out as f32;
         if self.best.is_none_or(|b| accuracy > b.accuracy) {
             self.memory.best_state[..self.state_len]
                 .copy_from_slice(&self.memory.state[..self.state_len]);
@@ -252,43 +291,82 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
         let report = EpochReport {
             epoch: self.epoch,
             step: self.train.updates(),
-            loss: loss_sum / batches.max(1) as f32,
+            loss: pass.loss_sum / pass.trained.max(1) as f32,
             accuracy,
             best_accuracy: self.best.map_or(accuracy, |b| b.accuracy),
         };
         log.epoch(&report);
-        Ok(report)
+        Ok(Some(report))
+    }
+
+    /// The mean training loss of the batches of the epoch in progress, if one is.
+    pub fn epoch_loss(&self) -> Option<f32> {
+        self.pass.filter(|p| p.trained > 0).map(|p| p.loss_sum / p.trained as f32)
+    }
+
+    /// Drops the epoch in progress (its updates stay): the next batch begins a new epoch.
+    pub fn abandon_epoch(&mut self) {
+        self.pass = None;
+    }
+
+    /// One update on the training batch that starts at position `first` of the order
+    /// `order_seed` draws; returns its loss.
+    fn train_batch(&mut self, first: usize, order_seed: u64) -> Result<f32, TrainerError> {
+        let io = self.bundle.header.train_io;
+        let have = self.memory.train.len();
+        let mut regions = Regions {
+            frozen: self.bundle.frozen,
+            state: &mut self.memory.state[..self.state_len],
+            arena: &mut *self.memory.arena,
+        };
+        for slot in 0..self.bundle.head_batch() {
+            let sample = shuffled(first + slot, have, order_seed);
+            let label = self.memory.train.label(sample);
+            write_row(&mut regions, &io.features, slot, self.memory.train.row(sample))?;
+            write_row(&mut regions, &io.labels, slot, bytemuck::bytes_of(&label))?;
+        }
+        self.train.train_step(&mut regions, self.learning_rate)?;
+        Ok(regions.read::<f32>(&io.loss)?[0])
     }
 
     /// Accuracy of the current head on the held-out samples, dropout off.
     pub fn evaluate(&mut self) -> Result<f32, TrainerError> {
+        let total = self.memory.held_out.len();
+        let mut correct = 0usize;
+        for first in (0..total).step_by(self.bundle.head_batch()) {
+            correct += self.evaluate_batch(first)?;
+        }
+        Ok(correct as f32 / total.max(1) as f32)
+    }
+
+    /// How many held-out samples of the batch starting at `first` the current head gets
+    /// right.
+    fn evaluate_batch(&mut self, first: usize) -> Result<usize, TrainerError> {
         let batch = self.bundle.head_batch();
         let classes = self.bundle.classes();
         let total = self.memory.held_out.len();
         let io = self.bundle.header.eval_io;
-        let mut correct = 0usize;
-        for first in (0..total).step_by(batch) {
-            let mut regions = Regions {
-                frozen: self.bundle.frozen,
-                state: &mut self.memory.state[..self.state_len],
-                arena: &mut *self.memory.arena,
-            };
-            let real = batch.min(total - first);
-            for slot in 0..batch {
-                // A last partial batch is padded with its first sample; only real ones count.
-                let sample = first + if slot < real { slot } else { 0 };
-                write_row(&mut regions, &io.features, slot, self.memory.held_out.row(sample))?;
-            }
-            self.eval.run(&mut regions)?;
-            let logits = regions.read::<f32>(&io.logits)?;
-            for slot in 0..real {
-                let row = &logits[slot * classes..(slot + 1) * classes];
-                if argmax(row) as i32 == self.memory.held_out.label(first + slot) {
-                    correct += 1;
-                }
+        let mut regions = Regions {
+            frozen: self.bundle.frozen,
+            state: &mut self.memory.state[..self.state_len],
+            arena: &mut *self.memory.arena,
+        };
+        let real = batch.min(total - first);
+        for slot in 0..batch {
+            // A last partial batch is padded with its first sample; only real ones count.
+            let sample = first + if slot < real { slot } else { 0 };
+            write_row(&mut regions, &io.features, slot, self.memory.held_out.row(sample))?;
+        }
+        self.eval.run(&mut regions)?;
+        let logits = regions.read::<f32>(&io.logits)?;
+        let mut correct = 0;
+        for slot in 0..real {
+            let row = &logits[slot * classes..(slot + 1) * classes];
+            if argmax(row) as i32 == self.memory.held_out.label(first + slot) {
+                correct += 1;
             }
         }
-        Ok(correct as f32 / total.max(1) as f32)
+        Ok(correct)
     }
 
     /// Epochs completed.
@@ -323,6 +401,7 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
 
     /// Forgets every cached sample (weights and the best checkpoint stay).
     pub fn clear_samples(&mut self) {
+        self.pass = None;
         self.memory.train.clear();
         self.memory.held_out.clear();
     }
@@ -367,6 +446,7 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
         self.memory.best_state[..self.state_len].copy_from_slice(state);
         self.epoch = info.epoch;
         self.best = Some(info);
+        self.pass = None;
         Ok(info)
     }
 

@@ -51,6 +51,11 @@ const TRAIN_SAMPLES: usize = 240;
 const HELD_OUT_SAMPLES: usize = 80;
 const FEATURE_BYTES: usize = 192;
 
+/// Batches (training or held-out) trained between two link polls: a sparse update's batch
+/// takes a few million instructions, a whole epoch of them would leave the host's requests
+/// unanswered for seconds.
+const BATCHES_PER_TURN: usize = 4;
+
 /// All of the trainer's working memory, in `.bss`.
 #[repr(C, align(8))]
 pub struct Memory {
@@ -147,7 +152,8 @@ fn fail(exit: fn(bool) -> !, what: &str, error: impl Display) -> ! {
 }
 
 /// Decodes the embedded bundle, restores the newest checkpoint in flash, then serves the
-/// host link forever, training one epoch between polls while a run goes on.
+/// host link forever, training [`BATCHES_PER_TURN`] batches between polls while a run
+/// goes on.
 pub fn serve<IO, F>(mut board: Board<IO, F>) -> !
 where
     IO: Read + ReadReady + Write,
@@ -201,7 +207,7 @@ where
             Ok(_) => {}
             Err(e) => defmt::warn!("serial: {}", defmt::Debug2Format(&e)),
         }
-        if let Some(Err(e)) = app.run_epoch(&mut Defmt) {
+        if let Some(Err(e)) = app.train_batches(BATCHES_PER_TURN, &mut Defmt) {
             defmt::error!("training failed: {}", defmt::Display2Format(&e));
         }
         if training && !app.is_training() {
