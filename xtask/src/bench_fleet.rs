@@ -37,6 +37,9 @@ const BATCH: u32 = 8;
 const HELD_OUT_SETS: [&str; 2] = ["held-out-source", "held-out-target"];
 /// How long the federation and each baseline job may take.
 const LIMIT: Duration = Duration::from_secs(3600);
+/// How long the ServerApp waits for the boxes' replies in a round (a round takes about a
+/// minute on an idle 2-core machine); a box that does not answer in time is left out.
+const ROUND_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `cargo xtask bench fleet [--sprout PATH]`.
 pub fn run(root: &Path, options: &[&str]) -> Result<()> {
@@ -91,14 +94,14 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
 
-    let mut fleet = Federation::start(&python, &work, boxes, &HELD_OUT_SETS.join(","))?;
+    let mut fleet = Federation::start(root, &python, &work, boxes, &HELD_OUT_SETS.join(","))?;
     let config = format!(
         "num-server-rounds={ROUNDS} min-nodes={} local-epochs={LOCAL_EPOCHS} lr={LR} \
          batch-size={BATCH} trainable='{TRAINABLE}'",
         DOMAINS.len()
     );
     let federated = Instant::now();
-    let lines = fleet.run(root, &config, LIMIT, &mut |_, _| Ok(()))?;
+    let lines = fleet.run(root, &config, LIMIT, ROUND_TIMEOUT, &mut |_, _| Ok(()))?;
     let rounds: Vec<&Value> = lines.iter().filter(|l| l["round"].is_u64()).collect();
     if rounds.len() != ROUNDS as usize {
         bail!("{} of {ROUNDS} rounds were evaluated\n{}", rounds.len(), fleet.log_tail());

@@ -51,6 +51,9 @@ pub const SIZE: &str = "32";
 const PER_CLASS: &str = "30";
 /// How long `flwr run` may take.
 const RUN_LIMIT: Duration = Duration::from_secs(900);
+/// How long the ServerApp waits for the boxes' replies in a round (a round takes about
+/// 30 s on an idle machine; a box left out would fail the checks).
+const ROUND_TIMEOUT: Duration = Duration::from_secs(240);
 
 /// The stage.
 pub fn test(root: &Path) -> Result<()> {
@@ -76,7 +79,7 @@ pub fn test(root: &Path) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     python_checks(root, &python, &boxes[0])?;
-    let mut fleet = Federation::start(&python, &work, boxes, "val")?;
+    let mut fleet = Federation::start(root, &python, &work, boxes, "val")?;
     let started = Instant::now();
     // Box 2's service stops once round 1 is evaluated (round 2's training starts then) and
     // starts again once round 2 is evaluated.
@@ -92,7 +95,7 @@ pub fn test(root: &Path) -> Result<()> {
         Ok(())
     };
     let config = format!("num-server-rounds={ROUNDS} min-nodes={BOXES} local-epochs=2");
-    let lines = fleet.run(root, &config, RUN_LIMIT, &mut dropout)?;
+    let lines = fleet.run(root, &config, RUN_LIMIT, ROUND_TIMEOUT, &mut dropout)?;
     for line in &lines {
         if let Some(round) = line["round"].as_u64() {
             println!(
@@ -127,7 +130,7 @@ pub fn fresh(dir: &Path) -> Result<PathBuf> {
 /// The fleet apps' Python checks (`host-tools/fleet/tests`), against `edge`'s service.
 fn python_checks(root: &Path, python: &Path, edge: &EdgeBox) -> Result<()> {
     let status = Command::new(python)
-        .args(["-m", "unittest", "tests.test_fleet"])
+        .args(["-m", "unittest", "tests.test_fleet", "tests.test_patient"])
         .current_dir(root.join("host-tools/fleet"))
         .env("SPROUT_FLEET_URL", &edge.client.base)
         .env("SPROUT_FLEET_TOKEN", &edge.client.token)
@@ -152,8 +155,17 @@ impl Federation {
     /// Starts the SuperLink and the boxes' SuperNodes (each federating the box's `train`
     /// data set and evaluating on its data sets `val`, comma-separated), Flower from
     /// `python`'s venv, logs in `work`.
-    pub fn start(python: &Path, work: &Path, boxes: Vec<EdgeBox>, val: &str) -> Result<Self> {
+    /// Both started through `sprout_fleet/patient.py`, which gives slow app processes and
+    /// heartbeats more time than Flower's defaults (a loaded machine).
+    pub fn start(
+        root: &Path,
+        python: &Path,
+        work: &Path,
+        boxes: Vec<EdgeBox>,
+        val: &str,
+    ) -> Result<Self> {
         let bin = python.parent().context("the venv's bin folder")?.to_path_buf();
+        let patient = root.join("host-tools/fleet/sprout_fleet/patient.py");
         // The SuperLink and SuperNodes start `flower-superexec` and the apps from PATH.
         let path = std::env::join_paths(
             std::iter::once(bin.clone())
@@ -163,8 +175,9 @@ impl Federation {
         let home = |name: &str| work.join("flwr").join(name);
         let mut processes = Processes::default();
         processes.spawn(
-            Command::new(bin.join("flower-superlink"))
-                .args(["--insecure", "--disable-runtime-dependency-installation"])
+            Command::new(python)
+                .arg(&patient)
+                .args(["superlink", "--insecure", "--disable-runtime-dependency-installation"])
                 .args(["--host", "127.0.0.1", "--port", &link.to_string()])
                 .env("PATH", &path)
                 .env("FLWR_HOME", home("superlink")),
@@ -176,8 +189,9 @@ impl Federation {
                 b.client.base, b.client.token
             );
             processes.spawn(
-                Command::new(bin.join("flower-supernode"))
-                    .args(["--insecure", "--superlink", &format!("127.0.0.1:{link}")])
+                Command::new(python)
+                    .arg(&patient)
+                    .args(["supernode", "--insecure", "--superlink", &format!("127.0.0.1:{link}")])
                     .args(["--host", "127.0.0.1", "--port", &free_port()?.to_string()])
                     .args(["--node-config", &config])
                     .env("PATH", &path)
@@ -190,14 +204,17 @@ impl Federation {
         Ok(Self { processes, boxes, work: work.to_path_buf(), bin, path, link })
     }
 
-    /// Runs `host-tools/fleet` with `run_config` (and a summary file) to its end, calling
-    /// `watch` with the boxes and the summary's lines so far about twice a second; the
-    /// summary's lines.
+    /// Runs `host-tools/fleet` with `run_config` (and a summary file, and `round_timeout`
+    /// as the time the ServerApp waits for the boxes' replies) to its end, calling `watch`
+    /// with the boxes and the summary's lines so far about twice a second; the summary's
+    /// lines. Fails early, naming the cause found in the logs, when the federation stops
+    /// evaluating rounds (see [`Progress`]).
     pub fn run(
         &mut self,
         root: &Path,
         run_config: &str,
         limit: Duration,
+        round_timeout: Duration,
         watch: &mut RoundWatch<'_>,
     ) -> Result<Vec<Value>> {
         let cli_home = self.work.join("flwr").join("cli");
@@ -210,7 +227,11 @@ impl Federation {
             ),
         )?;
         let summary = self.work.join("summary.jsonl");
-        let run_config = format!("{run_config} summary-file='{}'", summary.display());
+        let run_config = format!(
+            "{run_config} round-timeout={} summary-file='{}'",
+            round_timeout.as_secs(),
+            summary.display()
+        );
         let mut run = Command::new(self.bin.join("flwr"));
         run.args([
             "run",
@@ -222,7 +243,12 @@ impl Federation {
         .env("PATH", &self.path)
         .env("FLWR_HOME", &cli_home);
         let boxes = &mut self.boxes;
-        let mut poll = || watch(boxes, &read_summary(&summary)?);
+        let mut progress = Progress::new(&self.work, round_timeout);
+        let mut poll = || {
+            let lines = read_summary(&summary)?;
+            progress.check(&lines)?;
+            watch(boxes, &lines)
+        };
         let log = self.work.join("flwr-run.log");
         let finished = self.processes.run(run, &log, limit, &summary, &mut poll)?;
         ensure!(
@@ -244,6 +270,102 @@ impl Federation {
             tail.join("\n")
         )
     }
+}
+
+/// Log lines that explain a federation that stopped making progress: (the text, what it
+/// means). Seen on a machine at load 20+ before the processes ran through `patient.py`.
+/// (Not "Connection attempt failed": every SuperNode logs it while the SuperLink starts.)
+const STALL_SIGNS: [(&str, &str); 2] = [
+    (
+        "task-token authentication failed",
+        "Flower revoked app processes' task tokens: they started or sent heartbeats too \
+         slowly (an overloaded machine)",
+    ),
+    (
+        "ClientDisconnect",
+        "SuperNode heartbeats to the SuperLink were cut off (an overloaded machine)",
+    ),
+];
+/// How long the federation may go without evaluating a round once the logs show one of
+/// [`STALL_SIGNS`].
+const STALL_WITH_SIGNS: Duration = Duration::from_secs(120);
+/// Without such signs: this many round timeouts (a round waits at most two, for training
+/// and evaluation; round 1 also for the boxes to connect and the starting parameters).
+const STALL_ROUNDS: u32 = 3;
+
+/// Watches a federation's progress: it is stuck when no round was evaluated for
+/// [`STALL_WITH_SIGNS`] while the logs show one of [`STALL_SIGNS`], or for [`STALL_ROUNDS`]
+/// round timeouts whatever the logs say.
+struct Progress {
+    work: PathBuf,
+    round_timeout: Duration,
+    evaluated: usize,
+    since: Instant,
+    read_logs: Instant,
+}
+
+impl Progress {
+    fn new(work: &Path, round_timeout: Duration) -> Self {
+        let now = Instant::now();
+        Self { work: work.to_path_buf(), round_timeout, evaluated: 0, since: now, read_logs: now }
+    }
+
+    /// An error naming the cause and the logs when the federation is stuck.
+    fn check(&mut self, lines: &[Value]) -> Result<()> {
+        let evaluated = lines.iter().filter(|l| l["round"].is_u64()).count();
+        if evaluated != self.evaluated {
+            (self.evaluated, self.since) = (evaluated, Instant::now());
+        }
+        let idle = self.since.elapsed();
+        // The logs are read every 10 s at most, once a round is late.
+        if idle < STALL_WITH_SIGNS || self.read_logs.elapsed() < Duration::from_secs(10) {
+            return Ok(());
+        }
+        self.read_logs = Instant::now();
+        let signs = stall_signs(&self.work);
+        if signs.is_empty() && idle < STALL_ROUNDS * self.round_timeout {
+            return Ok(());
+        }
+        let causes = if signs.is_empty() {
+            "no known cause in the logs".to_string()
+        } else {
+            signs.join("; ")
+        };
+        bail!(
+            "the federation evaluated no round for {:.0} s ({} evaluated): {causes}; see the \
+             logs in {} (superlink.log, supernode-*.log, flwr-run.log)",
+            idle.as_secs_f64(),
+            self.evaluated,
+            self.work.display()
+        )
+    }
+}
+
+/// What the federation's logs in `work` show of [`STALL_SIGNS`], with counts and files.
+fn stall_signs(work: &Path) -> Vec<String> {
+    let logs: Vec<(String, String)> = fs::read_dir(work)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .filter_map(|p| {
+            let text = fs::read_to_string(&p).ok()?;
+            Some((p.file_name()?.to_string_lossy().into_owned(), text))
+        })
+        .collect();
+    STALL_SIGNS
+        .iter()
+        .filter_map(|(sign, meaning)| {
+            let found: Vec<String> = logs
+                .iter()
+                .map(|(name, text)| (name, text.matches(sign).count()))
+                .filter(|(_, n)| *n > 0)
+                .map(|(name, n)| format!("{n} in {name}"))
+                .collect();
+            (!found.is_empty()).then(|| format!("{meaning} (`{sign}`: {})", found.join(", ")))
+        })
+        .collect()
 }
 
 /// The venv's python under `target/fleet-venv`, made and filled with [`PYTHON_PACKAGES`]
