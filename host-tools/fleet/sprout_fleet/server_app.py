@@ -1,6 +1,7 @@
 """The Flower ServerApp: federated averaging of a sprout model's trainable parameters
 (and batch-norm running statistics) across boxes. It takes the starting parameters from
-one box's model, runs FedAvg (FedProx when `proximal-mu` > 0) for the configured rounds
+one box's model, runs FedAvg (FedProx when `proximal-mu` > 0, FedAvgM when
+`server-momentum` > 0) for the configured rounds
 (each box fine-tunes through its `sprout serve`, then every box evaluates the average on
 its validation photos), refuses replies whose parameters do not match the global model's
 names and shapes or are not finite, reports the global accuracy per round and installs
@@ -20,7 +21,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg, FedProx
+from flwr.serverapp.strategy import FedAvg, FedAvgM, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 app = ServerApp()
@@ -146,6 +147,25 @@ class ScreenedFedProx(Screened, FedProx):
     """FedProx (FedAvg whose boxes train with a proximal term) over accepted replies."""
 
 
+def is_statistic(name: str) -> bool:
+    """Whether tensor `name` is a batch-norm running statistic rather than a weight."""
+    return name.endswith((".running_mean", ".running_var"))
+
+
+class ScreenedFedAvgM(Screened, FedAvgM):
+    """FedAvgM (FedAvg whose average step keeps a server momentum across rounds) over
+    accepted replies. Batch-norm running statistics take the plain average: their momentum
+    is reset before every aggregation (with server lr 1 the step is then the average), as a
+    statistic pushed past the boxes' values (a variance below zero) describes no data."""
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]):
+        if self.momentum_vector is not None and self.current_arrays is not None:
+            for i, name in enumerate(self.current_arrays.keys()):
+                if is_statistic(name):
+                    self.momentum_vector[i] = np.zeros_like(self.momentum_vector[i])
+        return super().aggregate_train(server_round, replies)
+
+
 def wait_for_nodes(grid: Grid, count: int, timeout: float) -> list[int]:
     """The connected nodes once at least `count` are, waiting at most `timeout` seconds."""
     started = time.monotonic()
@@ -190,7 +210,15 @@ def main(grid: Grid, context: Context) -> None:
         evaluate_metrics_aggr_fn=report.evaluated,
     )
     mu = float(config["proximal-mu"])
-    strategy = ScreenedFedProx(proximal_mu=mu, **common) if mu > 0 else ScreenedFedAvg(**common)
+    momentum = float(config["server-momentum"])
+    if mu > 0 and momentum > 0:
+        raise ValueError("run config: proximal-mu and server-momentum cannot both be above 0")
+    if mu > 0:
+        strategy = ScreenedFedProx(proximal_mu=mu, **common)
+    elif momentum > 0:
+        strategy = ScreenedFedAvgM(server_momentum=momentum, **common)
+    else:
+        strategy = ScreenedFedAvg(**common)
     train_config = ConfigRecord(
         {
             "trainable": trainable,

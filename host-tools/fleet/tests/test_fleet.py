@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
-from sprout_fleet.server_app import ScreenedFedAvg, refusal
+from sprout_fleet.server_app import ScreenedFedAvg, ScreenedFedAvgM, refusal
 from sprout_fleet.service import Service, ServiceError
 
 
@@ -65,6 +65,22 @@ class Screening(unittest.TestCase):
         self.assertEqual(logs.output, ["WARNING:flwr:fleet round 4: refusing node 2's parameters: tensor 'fc.bias' holds nan"])
         np.testing.assert_allclose(arrays["fc.weight"].numpy(), 2 * GOOD["fc.weight"])
         np.testing.assert_allclose(arrays["fc.bias"].numpy(), GOOD["fc.bias"])
+
+
+    def test_server_momentum_spares_the_running_statistics(self) -> None:
+        start = {"fc.weight": np.zeros((3, 2), np.float32), "bn.running_var": np.ones(3, np.float32)}
+        strategy = ScreenedFedAvgM(server_momentum=0.5)
+        strategy.expected = {"fc.weight": (3, 2), "bn.running_var": (3,)}
+        strategy.current_arrays = record(start)
+        # Every round the boxes move the weights by +1 and report a variance of 2.
+        for round in (1, 2):
+            trained = {"fc.weight": start["fc.weight"] + 1, "bn.running_var": np.full(3, 2, np.float32)}
+            arrays, _ = strategy.aggregate_train(round, [Reply(1, trained, 10)])
+            start = {k: v.numpy() for k, v in arrays.items()}
+        # Round 2's step: its own 1 plus half of round 1's; the variance: the boxes' 2 (with
+        # momentum it would be 2.5).
+        np.testing.assert_allclose(start["fc.weight"], np.full((3, 2), 2.5))
+        np.testing.assert_allclose(start["bn.running_var"], np.full(3, 2.0))
 
 
 class LiveBox(unittest.TestCase):
