@@ -18,10 +18,10 @@ from collections.abc import Iterable
 from logging import INFO, WARNING
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg, FedAvgM, FedProx
+from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 app = ServerApp()
@@ -152,18 +152,37 @@ def is_statistic(name: str) -> bool:
     return name.endswith((".running_mean", ".running_var"))
 
 
-class ScreenedFedAvgM(Screened, FedAvgM):
-    """FedAvgM (FedAvg whose average step keeps a server momentum across rounds) over
-    accepted replies. Batch-norm running statistics take the plain average: their momentum
-    is reset before every aggregation (with server lr 1 the step is then the average), as a
-    statistic pushed past the boxes' values (a variance below zero) describes no data."""
+class ScreenedFedAvgM(Screened, FedAvg):
+    """FedAvgM over accepted replies: each round's step (the average minus the global
+    parameters) adds `server_momentum` times the previous step. Kept by tensor name (Flower's
+    FedAvgM pairs tensors by position, and a reply's order need not be the global model's).
+    Batch-norm running statistics take the plain average: a statistic pushed past the
+    boxes' values (a variance below zero) describes no data."""
+
+    def __init__(self, server_momentum: float, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.server_momentum = server_momentum
+        self.current: dict[str, np.ndarray] = {}
+        self.step: dict[str, np.ndarray] = {}
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
+        self.current = {name: array.numpy() for name, array in arrays.items()}
+        return super().configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
-        if self.momentum_vector is not None and self.current_arrays is not None:
-            for i, name in enumerate(self.current_arrays.keys()):
-                if is_statistic(name):
-                    self.momentum_vector[i] = np.zeros_like(self.momentum_vector[i])
-        return super().aggregate_train(server_round, replies)
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        if arrays is None:
+            return arrays, metrics
+        stepped = {}
+        for name, array in arrays.items():
+            average = array.numpy()
+            if is_statistic(name):
+                stepped[name] = Array(average)
+                continue
+            step = average - self.current[name] + self.server_momentum * self.step.get(name, 0)
+            self.step[name] = step
+            stepped[name] = Array(np.asarray(self.current[name] + step, dtype=average.dtype))
+        return ArrayRecord(stepped), metrics
 
 
 def wait_for_nodes(grid: Grid, count: int, timeout: float) -> list[int]:

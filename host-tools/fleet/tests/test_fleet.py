@@ -71,10 +71,11 @@ class Screening(unittest.TestCase):
         start = {"fc.weight": np.zeros((3, 2), np.float32), "bn.running_var": np.ones(3, np.float32)}
         strategy = ScreenedFedAvgM(server_momentum=0.5)
         strategy.expected = {"fc.weight": (3, 2), "bn.running_var": (3,)}
-        strategy.current_arrays = record(start)
-        # Every round the boxes move the weights by +1 and report a variance of 2.
+        # Every round the boxes move the weights by +1 and report a variance of 2; their
+        # tensors come in another order than the global model's.
         for round in (1, 2):
-            trained = {"fc.weight": start["fc.weight"] + 1, "bn.running_var": np.full(3, 2, np.float32)}
+            strategy.current = dict(start)
+            trained = {"bn.running_var": np.full(3, 2, np.float32), "fc.weight": start["fc.weight"] + 1}
             arrays, _ = strategy.aggregate_train(round, [Reply(1, trained, 10)])
             start = {k: v.numpy() for k, v in arrays.items()}
         # Round 2's step: its own 1 plus half of round 1's; the variance: the boxes' 2 (with
