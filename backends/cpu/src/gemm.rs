@@ -297,13 +297,7 @@ fn block_4x2_avx2(a: Batch<'_>, b: Batch<'_>, ai: usize, j: usize) -> [[f32; 2];
         if body == a.len {
             continue;
         }
-        for (tail, x) in tail.iter_mut().zip(a_rows) {
-            for (tail, y) in tail.iter_mut().zip(b_rows) {
-                for p in body..a.len {
-                    *tail = x[p].mul_add(y[p], *tail);
-                }
-            }
-        }
+        add_tail_products::<4, 2, true>(&mut tail, a_rows, b_rows, body);
     }
     // SAFETY: `__m256` and `[f32; 8]` have the same size, and every bit pattern is valid.
     let lanes = |v: __m256| unsafe { core::mem::transmute::<__m256, [f32; LANES]>(v) };
@@ -337,15 +331,27 @@ fn summed_block<const R: usize, const C: usize, const FUSED: bool>(
                 }
             }
         }
-        for (tail, x) in tail.iter_mut().zip(a_rows) {
-            for (tail, y) in tail.iter_mut().zip(b_rows) {
-                for p in body..a.len {
-                    *tail = fma::<FUSED>(x[p], y[p], *tail);
-                }
+        add_tail_products::<R, C, FUSED>(&mut tail, a_rows, b_rows, body);
+    }
+    core::array::from_fn(|r| core::array::from_fn(|s| add_lanes(acc[r][s]) + tail[r][s]))
+}
+
+/// Adds to `tail[r][s]` the products of rows `a_rows[r]` and `b_rows[s]` at the positions
+/// from `body` on, those past the last whole group of [`LANES`].
+#[inline(always)]
+fn add_tail_products<const R: usize, const C: usize, const FUSED: bool>(
+    tail: &mut [[f32; C]; R],
+    a_rows: [&[f32]; R],
+    b_rows: [&[f32]; C],
+    body: usize,
+) {
+    for (tail, x) in tail.iter_mut().zip(a_rows) {
+        for (tail, y) in tail.iter_mut().zip(b_rows) {
+            for (&x, &y) in x[body..].iter().zip(&y[body..]) {
+                *tail = fma::<FUSED>(x, y, *tail);
             }
         }
     }
-    core::array::from_fn(|r| core::array::from_fn(|s| add_lanes(acc[r][s]) + tail[r][s]))
 }
 
 /// One single-threaded `c = a·b + beta·c`, `c` row-major `[a.rows, b.cols]`.
