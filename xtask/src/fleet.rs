@@ -9,6 +9,7 @@
 //! Every process is stopped at the end, also when something fails. The federation's
 //! pieces ([`Federation`], [`EdgeBox`]) also serve `cargo xtask bench fleet`.
 
+use std::collections::HashMap;
 use std::fs;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -294,20 +295,30 @@ const STALL_WITH_SIGNS: Duration = Duration::from_secs(120);
 const STALL_ROUNDS: u32 = 3;
 
 /// Watches a federation's progress: it is stuck when no round was evaluated for
-/// [`STALL_WITH_SIGNS`] while the logs show one of [`STALL_SIGNS`], or for [`STALL_ROUNDS`]
-/// round timeouts whatever the logs say.
+/// [`STALL_WITH_SIGNS`] while the logs written since the last evaluated round show one of
+/// [`STALL_SIGNS`] (a sign that the federation recovered from does not count), or for
+/// [`STALL_ROUNDS`] round timeouts whatever the logs say.
 struct Progress {
     work: PathBuf,
     round_timeout: Duration,
     evaluated: usize,
     since: Instant,
     read_logs: Instant,
+    /// Each log's length in bytes when the last round was evaluated.
+    log_marks: HashMap<PathBuf, u64>,
 }
 
 impl Progress {
     fn new(work: &Path, round_timeout: Duration) -> Self {
         let now = Instant::now();
-        Self { work: work.to_path_buf(), round_timeout, evaluated: 0, since: now, read_logs: now }
+        Self {
+            work: work.to_path_buf(),
+            round_timeout,
+            evaluated: 0,
+            since: now,
+            read_logs: now,
+            log_marks: HashMap::new(),
+        }
     }
 
     /// An error naming the cause and the logs when the federation is stuck.
@@ -315,6 +326,7 @@ impl Progress {
         let evaluated = lines.iter().filter(|l| l["round"].is_u64()).count();
         if evaluated != self.evaluated {
             (self.evaluated, self.since) = (evaluated, Instant::now());
+            self.log_marks = log_lengths(&self.work);
         }
         let idle = self.since.elapsed();
         // The logs are read every 10 s at most, once a round is late.
@@ -322,7 +334,7 @@ impl Progress {
             return Ok(());
         }
         self.read_logs = Instant::now();
-        let signs = stall_signs(&self.work);
+        let signs = stall_signs(&self.work, &self.log_marks);
         if signs.is_empty() && idle < STALL_ROUNDS * self.round_timeout {
             return Ok(());
         }
@@ -341,16 +353,31 @@ impl Progress {
     }
 }
 
-/// What the federation's logs in `work` show of [`STALL_SIGNS`], with counts and files.
-fn stall_signs(work: &Path) -> Vec<String> {
-    let logs: Vec<(String, String)> = fs::read_dir(work)
+/// The federation's logs in `work`: the `.log` files directly in it.
+fn logs(work: &Path) -> Vec<PathBuf> {
+    fs::read_dir(work)
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect()
+}
+
+/// Each log's length in bytes now.
+fn log_lengths(work: &Path) -> HashMap<PathBuf, u64> {
+    logs(work).into_iter().filter_map(|p| Some((p.clone(), fs::metadata(&p).ok()?.len()))).collect()
+}
+
+/// What the federation's logs in `work` show of [`STALL_SIGNS`] past `marks` (each log's
+/// length when the last round was evaluated), with counts and files.
+fn stall_signs(work: &Path, marks: &HashMap<PathBuf, u64>) -> Vec<String> {
+    let logs: Vec<(String, String)> = logs(work)
+        .into_iter()
         .filter_map(|p| {
-            let text = fs::read_to_string(&p).ok()?;
+            let bytes = fs::read(&p).ok()?;
+            let mark = marks.get(&p).map_or(0, |&m| usize::try_from(m).unwrap_or(usize::MAX));
+            let text = String::from_utf8_lossy(bytes.get(mark..).unwrap_or_default()).into_owned();
             Some((p.file_name()?.to_string_lossy().into_owned(), text))
         })
         .collect();
@@ -651,5 +678,32 @@ impl Drop for Processes {
             unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `ClientDisconnect` from before the last evaluated round is not a stall sign; one
+    /// written after it is.
+    #[test]
+    fn stall_signs_count_only_what_came_after_the_last_evaluated_round() {
+        let work = std::env::temp_dir().join(format!("sprout-fleet-signs-{}", std::process::id()));
+        fs::create_dir_all(&work).unwrap();
+        let log = work.join("superlink.log");
+        fs::write(&log, "INFO starting\nWARNING ClientDisconnect node 7\n").unwrap();
+        assert_eq!(stall_signs(&work, &HashMap::new()).len(), 1);
+
+        let marks = log_lengths(&work);
+        assert!(stall_signs(&work, &marks).is_empty(), "a recovered sign still counted");
+
+        let mut text = fs::read_to_string(&log).unwrap();
+        text.push_str("INFO round 2\nWARNING ClientDisconnect node 3\n");
+        fs::write(&log, text).unwrap();
+        let signs = stall_signs(&work, &marks);
+        assert_eq!(signs.len(), 1);
+        assert!(signs[0].contains("1 in superlink.log"), "{signs:?}");
+        fs::remove_dir_all(&work).unwrap();
     }
 }
