@@ -419,7 +419,7 @@ pub fn conv2d(
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::forward(&l);
-    let workers = workers(pool.threads(), g.n * g.c_out, g.macs());
+    let workers = workers(pool, g.n * g.c_out, g.macs());
     for_each_chunk(pool, workers, y, out_len, scratch, l.scratch(), |first, planes, scratch| {
         let (phases, _, flat) = l.split(scratch);
         let flat = &mut flat[..l.outputs];
@@ -449,7 +449,7 @@ pub fn conv2d_grad_input(
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::backward(&l);
-    let workers = workers(pool.threads(), g.n * g.c_in, g.macs());
+    let workers = workers(pool, g.n * g.c_in, g.macs());
     for_each_chunk(pool, workers, dx, in_len, scratch, l.scratch(), |first, planes, scratch| {
         let (phases, d, _) = l.split(scratch);
         // Every plane writes the same places of `d`: the rest stays zero.
@@ -485,7 +485,7 @@ pub fn conv2d_grad_weight(
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::forward(&l);
-    let workers = workers(pool.threads(), g.c_out, g.macs());
+    let workers = workers(pool, g.c_out, g.macs());
     for_each_chunk(pool, workers, dw, taps, scratch, l.scratch(), |first, filters, scratch| {
         let (phases, d, _) = l.split(scratch);
         phases.fill(0.0);
@@ -565,7 +565,7 @@ mod tests {
             let mut want_dw = vec![0.0; wt.len()];
             r::conv2d_grad_weight(&dy, &x, &mut want_dw, &g);
             for threads in [1, 2] {
-                let pool = Pool::new(threads);
+                let pool = Pool::eager(threads);
                 let mut scratch = vec![f32::NAN; threads * scratch_per_worker(&g)];
                 let mut y = vec![f32::NAN; dy.len()];
                 conv2d(&pool, &mut scratch, &x, &wt, Some(&b), &mut y, &g);

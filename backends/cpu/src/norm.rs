@@ -94,7 +94,7 @@ multiversion!(grad_input_blocks = grad_input_blocks_generic(dx: &mut [f32], dy: 
 /// `out[c] = f(c)` for every channel, channels split over threads (`work`: the values each
 /// channel reads).
 fn per_channel(pool: &Pool, out: &mut [f32], work: usize, f: impl Fn(usize) -> f32 + Sync) {
-    let workers = workers(pool.threads(), out.len(), out.len() * work);
+    let workers = workers(pool, out.len(), out.len() * work);
     for_each_chunk(pool, workers, out, 1, &mut [], 0, |first, out, _| {
         for (i, v) in out.iter_mut().enumerate() {
             *v = f(first + i);
@@ -104,7 +104,7 @@ fn per_channel(pool: &Pool, out: &mut [f32], work: usize, f: impl Fn(usize) -> f
 
 /// Workers of an element-wise pass: whole samples each.
 fn sample_workers(pool: &Pool, d: ChannelDims) -> usize {
-    workers(pool.threads(), d.outer, d.len())
+    workers(pool, d.outer, d.len())
 }
 
 /// Normalises `x` in place with per-channel `p`, samples split over threads.
@@ -270,7 +270,7 @@ mod tests {
                 d,
             );
             for threads in [1, 2] {
-                let pool = Pool::new(threads);
+                let pool = Pool::eager(threads);
                 let mut got = (x.clone(), vec![0.5; d.channels], vec![2.0; d.channels]);
                 let (mut mean, mut invstd) = (vec![f32::NAN; d.channels], vec![0.0; d.channels]);
                 let running = [&mut got.1[..], &mut got.2[..]];
