@@ -353,20 +353,29 @@ impl Taps {
     }
 }
 
-/// `flat[i] += Σ_t w[t] · src[i + offsets[t]]` over whole [`BLOCK`]s, each block summed
-/// in registers.
+/// `flat[i] = start + Σ_t w[t] · src[i + offsets[t]]` over whole [`BLOCK`]s, one tap at a
+/// time over the whole run, the first one overwriting `flat`: two zipped slices per tap,
+/// so the loop has no index arithmetic or bounds checks (with the taps inside, each block
+/// paid both per tap), and no pass clears `flat` first.
 #[inline(always)]
-fn accumulate_generic(w: &[f32], offsets: &[usize], src: &[f32], flat: &mut [f32]) {
-    for (block, out) in flat.chunks_exact_mut(BLOCK).enumerate() {
-        let mut acc: [f32; BLOCK] = (&*out).try_into().expect("BLOCK values");
-        for (&wk, &offset) in w.iter().zip(offsets) {
-            let at = block * BLOCK + offset;
-            let s: &[f32; BLOCK] = src[at..at + BLOCK].try_into().expect("BLOCK values");
+fn accumulate_generic(start: f32, w: &[f32], offsets: &[usize], src: &[f32], flat: &mut [f32]) {
+    let Some((&w0, w)) = w.split_first() else {
+        return flat.fill(start);
+    };
+    let tap = |offset: usize| src[offset..].chunks_exact(BLOCK);
+    for (out, s) in flat.chunks_exact_mut(BLOCK).zip(tap(offsets[0])) {
+        for (out, &s) in out.iter_mut().zip(s) {
+            *out = start + w0 * s;
+        }
+    }
+    for (&wk, &offset) in w.iter().zip(&offsets[1..]) {
+        for (out, s) in flat.chunks_exact_mut(BLOCK).zip(tap(offset)) {
+            let (out, s): (&mut [f32; BLOCK], &[f32; BLOCK]) =
+                (out.try_into().expect("BLOCK values"), s.try_into().expect("BLOCK values"));
             for j in 0..BLOCK {
-                acc[j] += wk * s[j];
+                out[j] += wk * s[j];
             }
         }
-        out.copy_from_slice(&acc);
     }
 }
 
@@ -387,7 +396,7 @@ fn correlate_generic(offsets: &[usize], d: &[f32], src: &[f32], sums: &mut [[f32
     }
 }
 
-multiversion!(accumulate = accumulate_generic(w: &[f32], offsets: &[usize], src: &[f32], flat: &mut [f32]));
+multiversion!(accumulate = accumulate_generic(start: f32, w: &[f32], offsets: &[usize], src: &[f32], flat: &mut [f32]));
 multiversion!(correlate = correlate_generic(offsets: &[usize], d: &[f32], src: &[f32], sums: &mut [[f32; BLOCK]]));
 
 impl Layout {
@@ -429,8 +438,8 @@ pub fn conv2d(
             let plane = first + i;
             let c = plane % g.c_out;
             split_phases(&l, &x[plane * in_len..][..in_len], phases);
-            flat.fill(b.map_or(0.0, |b| b[c]));
-            accumulate(&w[c * taps..][..taps], order.offsets(), phases, flat);
+            let start = b.map_or(0.0, |b| b[c]);
+            accumulate(start, &w[c * taps..][..taps], order.offsets(), phases, flat);
             l.keep_outputs(flat, y_plane);
         }
     });
@@ -463,8 +472,7 @@ pub fn conv2d_grad_input(
             for q in 0..l.phases() {
                 let end = start + order.in_phase(start, q);
                 let out = &mut phases[q * l.phase_len..][..l.inputs];
-                out.fill(0.0);
-                accumulate(&wk[start..end], &order.offsets[start..end], d, out);
+                accumulate(0.0, &wk[start..end], &order.offsets[start..end], d, out);
                 start = end;
             }
             join_phases(&l, phases, dx_plane);
