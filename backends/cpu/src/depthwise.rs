@@ -380,14 +380,15 @@ fn accumulate_generic(start: f32, w: &[f32], offsets: &[usize], src: &[f32], fla
 }
 
 /// `sums[t][j] += Σ_blocks d[block·BLOCK + j] · src[block·BLOCK + j + offsets[t]]`: every
-/// tap's weight-gradient partial sums, lane by lane, one tap at a time in registers.
+/// tap's weight-gradient partial sums, lane by lane, one tap at a time in registers, over
+/// zipped slices (no index arithmetic or bounds checks per block).
 #[inline(always)]
 fn correlate_generic(offsets: &[usize], d: &[f32], src: &[f32], sums: &mut [[f32; BLOCK]]) {
     for (&offset, sum) in offsets.iter().zip(sums) {
         let mut acc = *sum;
-        for (block, dv) in d.chunks_exact(BLOCK).enumerate() {
-            let at = block * BLOCK + offset;
-            let s: &[f32; BLOCK] = src[at..at + BLOCK].try_into().expect("BLOCK values");
+        for (dv, s) in d.chunks_exact(BLOCK).zip(src[offset..].chunks_exact(BLOCK)) {
+            let (dv, s): (&[f32; BLOCK], &[f32; BLOCK]) =
+                (dv.try_into().expect("BLOCK values"), s.try_into().expect("BLOCK values"));
             for j in 0..BLOCK {
                 acc[j] += dv[j] * s[j];
             }
