@@ -18,7 +18,7 @@ pub fn scratch_per_worker(g: &Conv2dGeometry) -> usize {
 
 /// Workers for the batch split of the forward and input-gradient passes.
 pub fn batch_workers(pool: &Pool, g: &Conv2dGeometry) -> usize {
-    workers(pool.threads(), g.n, g.macs())
+    workers(pool, g.n, g.macs())
 }
 
 /// The `[c_in/groups, h·w]` planes of sample `n`, group `group`.

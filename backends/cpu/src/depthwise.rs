@@ -353,32 +353,42 @@ impl Taps {
     }
 }
 
-/// `flat[i] += Σ_t w[t] · src[i + offsets[t]]` over whole [`BLOCK`]s, each block summed
-/// in registers.
+/// `flat[i] = start + Σ_t w[t] · src[i + offsets[t]]` over whole [`BLOCK`]s, one tap at a
+/// time over the whole run, the first one overwriting `flat`: two zipped slices per tap,
+/// so the loop has no index arithmetic or bounds checks (with the taps inside, each block
+/// paid both per tap), and no pass clears `flat` first.
 #[inline(always)]
-fn accumulate_generic(w: &[f32], offsets: &[usize], src: &[f32], flat: &mut [f32]) {
-    for (block, out) in flat.chunks_exact_mut(BLOCK).enumerate() {
-        let mut acc: [f32; BLOCK] = (&*out).try_into().expect("BLOCK values");
-        for (&wk, &offset) in w.iter().zip(offsets) {
-            let at = block * BLOCK + offset;
-            let s: &[f32; BLOCK] = src[at..at + BLOCK].try_into().expect("BLOCK values");
+fn accumulate_generic(start: f32, w: &[f32], offsets: &[usize], src: &[f32], flat: &mut [f32]) {
+    let Some((&w0, w)) = w.split_first() else {
+        return flat.fill(start);
+    };
+    let tap = |offset: usize| src[offset..].chunks_exact(BLOCK);
+    for (out, s) in flat.chunks_exact_mut(BLOCK).zip(tap(offsets[0])) {
+        for (out, &s) in out.iter_mut().zip(s) {
+            *out = start + w0 * s;
+        }
+    }
+    for (&wk, &offset) in w.iter().zip(&offsets[1..]) {
+        for (out, s) in flat.chunks_exact_mut(BLOCK).zip(tap(offset)) {
+            let (out, s): (&mut [f32; BLOCK], &[f32; BLOCK]) =
+                (out.try_into().expect("BLOCK values"), s.try_into().expect("BLOCK values"));
             for j in 0..BLOCK {
-                acc[j] += wk * s[j];
+                out[j] += wk * s[j];
             }
         }
-        out.copy_from_slice(&acc);
     }
 }
 
 /// `sums[t][j] += Σ_blocks d[block·BLOCK + j] · src[block·BLOCK + j + offsets[t]]`: every
-/// tap's weight-gradient partial sums, lane by lane, one tap at a time in registers.
+/// tap's weight-gradient partial sums, lane by lane, one tap at a time in registers, over
+/// zipped slices (no index arithmetic or bounds checks per block).
 #[inline(always)]
 fn correlate_generic(offsets: &[usize], d: &[f32], src: &[f32], sums: &mut [[f32; BLOCK]]) {
     for (&offset, sum) in offsets.iter().zip(sums) {
         let mut acc = *sum;
-        for (block, dv) in d.chunks_exact(BLOCK).enumerate() {
-            let at = block * BLOCK + offset;
-            let s: &[f32; BLOCK] = src[at..at + BLOCK].try_into().expect("BLOCK values");
+        for (dv, s) in d.chunks_exact(BLOCK).zip(src[offset..].chunks_exact(BLOCK)) {
+            let (dv, s): (&[f32; BLOCK], &[f32; BLOCK]) =
+                (dv.try_into().expect("BLOCK values"), s.try_into().expect("BLOCK values"));
             for j in 0..BLOCK {
                 acc[j] += dv[j] * s[j];
             }
@@ -387,7 +397,7 @@ fn correlate_generic(offsets: &[usize], d: &[f32], src: &[f32], sums: &mut [[f32
     }
 }
 
-multiversion!(accumulate = accumulate_generic(w: &[f32], offsets: &[usize], src: &[f32], flat: &mut [f32]));
+multiversion!(accumulate = accumulate_generic(start: f32, w: &[f32], offsets: &[usize], src: &[f32], flat: &mut [f32]));
 multiversion!(correlate = correlate_generic(offsets: &[usize], d: &[f32], src: &[f32], sums: &mut [[f32; BLOCK]]));
 
 impl Layout {
@@ -419,7 +429,7 @@ pub fn conv2d(
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::forward(&l);
-    let workers = workers(pool.threads(), g.n * g.c_out, g.macs());
+    let workers = workers(pool, g.n * g.c_out, g.macs());
     for_each_chunk(pool, workers, y, out_len, scratch, l.scratch(), |first, planes, scratch| {
         let (phases, _, flat) = l.split(scratch);
         let flat = &mut flat[..l.outputs];
@@ -429,8 +439,8 @@ pub fn conv2d(
             let plane = first + i;
             let c = plane % g.c_out;
             split_phases(&l, &x[plane * in_len..][..in_len], phases);
-            flat.fill(b.map_or(0.0, |b| b[c]));
-            accumulate(&w[c * taps..][..taps], order.offsets(), phases, flat);
+            let start = b.map_or(0.0, |b| b[c]);
+            accumulate(start, &w[c * taps..][..taps], order.offsets(), phases, flat);
             l.keep_outputs(flat, y_plane);
         }
     });
@@ -449,7 +459,7 @@ pub fn conv2d_grad_input(
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::backward(&l);
-    let workers = workers(pool.threads(), g.n * g.c_in, g.macs());
+    let workers = workers(pool, g.n * g.c_in, g.macs());
     for_each_chunk(pool, workers, dx, in_len, scratch, l.scratch(), |first, planes, scratch| {
         let (phases, d, _) = l.split(scratch);
         // Every plane writes the same places of `d`: the rest stays zero.
@@ -463,8 +473,7 @@ pub fn conv2d_grad_input(
             for q in 0..l.phases() {
                 let end = start + order.in_phase(start, q);
                 let out = &mut phases[q * l.phase_len..][..l.inputs];
-                out.fill(0.0);
-                accumulate(&wk[start..end], &order.offsets[start..end], d, out);
+                accumulate(0.0, &wk[start..end], &order.offsets[start..end], d, out);
                 start = end;
             }
             join_phases(&l, phases, dx_plane);
@@ -485,7 +494,7 @@ pub fn conv2d_grad_weight(
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::forward(&l);
-    let workers = workers(pool.threads(), g.c_out, g.macs());
+    let workers = workers(pool, g.c_out, g.macs());
     for_each_chunk(pool, workers, dw, taps, scratch, l.scratch(), |first, filters, scratch| {
         let (phases, d, _) = l.split(scratch);
         phases.fill(0.0);
@@ -565,7 +574,7 @@ mod tests {
             let mut want_dw = vec![0.0; wt.len()];
             r::conv2d_grad_weight(&dy, &x, &mut want_dw, &g);
             for threads in [1, 2] {
-                let pool = Pool::new(threads);
+                let pool = Pool::eager(threads);
                 let mut scratch = vec![f32::NAN; threads * scratch_per_worker(&g)];
                 let mut y = vec![f32::NAN; dy.len()];
                 conv2d(&pool, &mut scratch, &x, &wt, Some(&b), &mut y, &g);

@@ -59,7 +59,7 @@ impl<'a> Mat<'a> {
 pub fn gemm(pool: &Pool, a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
     assert_eq!(a.cols, b.rows, "inner dimensions");
     assert_eq!(c.len(), a.rows * b.cols, "output length");
-    let workers = workers(pool.threads(), a.rows, a.rows * a.cols * b.cols);
+    let workers = workers(pool, a.rows, a.rows * a.cols * b.cols);
     for_each_chunk(pool, workers, c, b.cols, &mut [], 0, |first, c_rows, _| {
         let rows = c_rows.len().checked_div(b.cols).unwrap_or(0);
         sgemm(a.rows(first, rows), b, beta, c_rows);
@@ -193,7 +193,7 @@ pub fn sum_of_products_nt(pool: &Pool, a: Batch<'_>, b: Batch<'_>, c: &mut [f32]
     assert_eq!((a.len, a.count), (b.len, b.count), "batch and inner dimensions");
     assert_eq!(c.len(), a.rows * b.rows, "output length");
     let work = a.count * a.rows * b.rows * a.len;
-    let workers = workers(pool.threads(), a.rows, work);
+    let workers = workers(pool, a.rows, work);
     for_each_chunk(pool, workers, c, b.rows, &mut [], 0, |first, c_rows, _| {
         summed_rows(a, b, first, c_rows)
     });
@@ -440,7 +440,7 @@ mod tests {
             for a in [Mat::new(&a, m, k), Mat::new(&a_t, k, m).t()] {
                 for (beta, threads) in [(0.0, 1), (1.0, 2), (0.5, 1)] {
                     let mut c = c0.clone();
-                    gemm(&Pool::new(threads), a, b, beta, &mut c);
+                    gemm(&Pool::eager(threads), a, b, beta, &mut c);
                     for (got, want) in c.iter().zip(naive(a, b, beta, &c0)) {
                         assert!((got - want).abs() <= 1e-5 * (1.0 + k as f32), "{m}x{k}x{n}");
                     }
@@ -463,7 +463,7 @@ mod tests {
             let b = Batch { data: &b, rows: k, len, stride: b_stride, count };
             for threads in [1, 2] {
                 let mut c = vec![f32::NAN; m * k];
-                sum_of_products_nt(&Pool::new(threads), a, b, &mut c);
+                sum_of_products_nt(&Pool::eager(threads), a, b, &mut c);
                 for (at, got) in c.iter().enumerate() {
                     let (i, j) = (at / k, at % k);
                     let want: f64 = (0..count)

@@ -89,6 +89,29 @@ impl Cpu {
     }
 }
 
+impl Cpu {
+    /// Training-mode batch statistics of `x` (`norm::batch_stats`): the saved mean and
+    /// inverse standard deviation, to normalise with.
+    fn batch_stats<'s>(
+        &mut self,
+        x: &[f32],
+        s: TrainStats<'s, Host>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) -> (&'s [f32], &'s [f32]) {
+        let pairs = grow(&mut self.scratch, 2 * d.channels);
+        let (mean, invstd) = (s.saved_mean, s.saved_invstd);
+        let stats = norm::Stats {
+            running_mean: s.running_mean,
+            running_var: s.running_var,
+            saved_mean: &mut *mean,
+            saved_invstd: &mut *invstd,
+        };
+        norm::batch_stats(&self.pool, x, pairs, stats, d, cfg);
+        (mean, invstd)
+    }
+}
+
 /// The first `len` values of `scratch`, grown to hold them.
 fn grow(scratch: &mut Vec<f32>, len: usize) -> &mut [f32] {
     if scratch.len() < len {
@@ -110,20 +133,21 @@ impl Backend for Cpu {
 inherit_reference!(Cpu: Vector, Pool, Dropout, Loss, Optimizer, Half, Int8,
     Int8Training);
 
-/// Batch norm as per-channel vector sums split over channels, then element-wise passes
-/// split over samples (`norm`); the out-of-place forms copy, then work in place.
+/// Batch norm as per-channel vector sums split over channels, both sums of a pass in one
+/// read, then one element-wise pass from input to output split over samples (`norm`).
 impl NormKernels for Cpu {
     fn batch_norm_train(
         &mut self,
         x: &[f32],
         p: Affine<'_, Host>,
-        stats: TrainStats<'_, Host>,
+        s: TrainStats<'_, Host>,
         y: &mut [f32],
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        y.copy_from_slice(x);
-        self.batch_norm_train_in_place(y, p, stats, d, cfg)
+        let (mean, invstd) = self.batch_stats(x, s, d, cfg);
+        let channels = norm::Channels { gamma: p.gamma, beta: p.beta, mean, invstd };
+        norm::normalize(&self.pool, Some(x), y, d, channels)
     }
     fn batch_norm_eval(
         &mut self,
@@ -134,8 +158,10 @@ impl NormKernels for Cpu {
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        y.copy_from_slice(x);
-        self.batch_norm_eval_in_place(y, p, running, d, cfg)
+        let invstd = grow(&mut self.scratch, d.channels);
+        norm::eval_invstd(running.var, invstd, cfg);
+        let channels = norm::Channels { gamma: p.gamma, beta: p.beta, mean: running.mean, invstd };
+        norm::normalize(&self.pool, Some(x), y, d, channels)
     }
     fn batch_norm_train_in_place(
         &mut self,
@@ -145,9 +171,9 @@ impl NormKernels for Cpu {
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        let running = [s.running_mean, s.running_var];
-        let (mean, invstd) = (s.saved_mean, s.saved_invstd);
-        norm::train_in_place(&self.pool, x, p.gamma, p.beta, running, mean, invstd, d, cfg)
+        let (mean, invstd) = self.batch_stats(x, s, d, cfg);
+        let channels = norm::Channels { gamma: p.gamma, beta: p.beta, mean, invstd };
+        norm::normalize(&self.pool, None, x, d, channels)
     }
     fn batch_norm_eval_in_place(
         &mut self,
@@ -158,9 +184,9 @@ impl NormKernels for Cpu {
         cfg: BatchNormConfig,
     ) {
         let invstd = grow(&mut self.scratch, d.channels);
-        let channels =
-            norm::Channels { gamma: p.gamma, beta: p.beta, mean: running.mean, invstd: &[] };
-        norm::eval_in_place(&self.pool, x, channels, running.var, invstd, d, cfg)
+        norm::eval_invstd(running.var, invstd, cfg);
+        let channels = norm::Channels { gamma: p.gamma, beta: p.beta, mean: running.mean, invstd };
+        norm::normalize(&self.pool, None, x, d, channels)
     }
     fn batch_norm_apply(
         &mut self,
@@ -170,9 +196,8 @@ impl NormKernels for Cpu {
         y: &mut [f32],
         d: ChannelDims,
     ) {
-        y.copy_from_slice(x);
         let (gamma, beta, mean, invstd) = (p.gamma, p.beta, saved.mean, saved.invstd);
-        norm::normalize(&self.pool, y, d, norm::Channels { gamma, beta, mean, invstd })
+        norm::normalize(&self.pool, Some(x), y, d, norm::Channels { gamma, beta, mean, invstd })
     }
     fn batch_norm_grad_input(
         &mut self,
@@ -183,9 +208,10 @@ impl NormKernels for Cpu {
         dx: &mut [f32],
         d: ChannelDims,
     ) {
-        let (sum_dy, sum_xhat) = grow(&mut self.scratch, 2 * d.channels).split_at_mut(d.channels);
+        let (sums, pairs) = grow(&mut self.scratch, 4 * d.channels).split_at_mut(2 * d.channels);
+        let (sum_dy, sum_xhat) = sums.split_at_mut(d.channels);
         let (mean, invstd) = (saved.mean, saved.invstd);
-        norm::grad_sums(&self.pool, dy, x, mean, invstd, sum_dy, sum_xhat, d);
+        norm::grad_sums(&self.pool, dy, x, mean, invstd, pairs, sum_dy, sum_xhat, d);
         let sums = [&*sum_dy, &*sum_xhat];
         norm::grad_input(&self.pool, dy, x, gamma, mean, invstd, sums, dx, d)
     }
@@ -198,7 +224,9 @@ impl NormKernels for Cpu {
         dbeta: &mut [f32],
         d: ChannelDims,
     ) {
-        norm::grad_sums(&self.pool, dy, x, saved.mean, saved.invstd, dbeta, dgamma, d)
+        let pairs = grow(&mut self.scratch, 2 * d.channels);
+        let (mean, invstd) = (saved.mean, saved.invstd);
+        norm::grad_sums(&self.pool, dy, x, mean, invstd, pairs, dbeta, dgamma, d)
     }
 }
 

@@ -1,7 +1,10 @@
 //! Batch normalisation over `[outer, channels, inner]` tensors as vector loops over each
-//! (sample, channel) block: per-channel sums in [`LANES`] partial sums, channels split over
-//! threads, then the element-wise pass split over samples. The element formulas are the
-//! reference's, so only the order of the sums differs from it.
+//! (sample, channel) block: both per-channel sums of a pass in one read of the data, in
+//! [`LANES`] partial sums each, channels split over threads, then the element-wise pass
+//! split over samples, reading its input and writing its output in one go (no copy first).
+//! The statistics are shifted sums (`Σ(x − k)`, `Σ(x − k)²` with `k` a value of the
+//! channel), so they are one pass without the cancellation of plain sums of squares; the
+//! element formulas are the reference's.
 
 use sprout_core::geometry::ChannelDims;
 use sprout_core::hyperparams::BatchNormConfig;
@@ -12,29 +15,41 @@ use crate::pool::Pool;
 /// Partial sums of a channel's reduction: an AVX-512 register.
 const LANES: usize = 16;
 
-/// `Σ f(a[i], b[i])` over channel `c`'s elements, in [`LANES`] partial sums.
+/// `acc[i % LANES] += f(a[i], b[i])` over the whole [`LANES`] of one row; returns the sum
+/// over the rest.
 #[inline(always)]
-fn channel_sum_generic(
+fn add_row(acc: &mut [f32; LANES], a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let body = a.len() - a.len() % LANES;
+    for (a, b) in a[..body].chunks_exact(LANES).zip(b[..body].chunks_exact(LANES)) {
+        for i in 0..LANES {
+            acc[i] += f(a[i], b[i]);
+        }
+    }
+    a[body..].iter().zip(&b[body..]).map(|(&a, &b)| f(a, b)).sum()
+}
+
+/// `(Σ f(a[i], b[i]), Σ g(a[i], b[i]))` over channel `c`'s elements, each in [`LANES`]
+/// partial sums, in one read of `a` and `b` from memory: each (sample, channel) row is
+/// summed twice while it is in the first-level cache (in one loop the compiler pairs the
+/// two sums in a vector instead of vectorising over elements).
+#[inline(always)]
+fn channel_sums_generic(
     a: &[f32],
     b: &[f32],
     d: ChannelDims,
     c: usize,
     f: impl Fn(f32, f32) -> f32,
-) -> f32 {
-    let mut acc = [0.0f32; LANES];
-    let mut tail = 0.0;
+    g: impl Fn(f32, f32) -> f32,
+) -> (f32, f32) {
+    let (mut first, mut second) = ([0.0f32; LANES], [0.0f32; LANES]);
+    let mut tail = (0.0, 0.0);
     for o in 0..d.outer {
         let start = (o * d.channels + c) * d.inner;
         let (a, b) = (&a[start..][..d.inner], &b[start..][..d.inner]);
-        let body = d.inner - d.inner % LANES;
-        for (a, b) in a[..body].chunks_exact(LANES).zip(b[..body].chunks_exact(LANES)) {
-            for i in 0..LANES {
-                acc[i] += f(a[i], b[i]);
-            }
-        }
-        tail += a[body..].iter().zip(&b[body..]).map(|(&a, &b)| f(a, b)).sum::<f32>();
+        tail.0 += add_row(&mut first, a, b, &f);
+        tail.1 += add_row(&mut second, a, b, &g);
     }
-    acc.iter().sum::<f32>() + tail
+    (first.iter().sum::<f32>() + tail.0, second.iter().sum::<f32>() + tail.1)
 }
 
 /// Per-channel values the element-wise passes read.
@@ -46,16 +61,20 @@ pub struct Channels<'a> {
     pub invstd: &'a [f32],
 }
 
-/// `x = gamma · (x − mean) · invstd + beta` per channel, over whole sample blocks (the
-/// reference's formula).
+/// `y = gamma · (x − mean) · invstd + beta` per channel over whole sample blocks (the
+/// reference's formula), `x` read from `src` or, without one, from `y` itself.
 #[inline(always)]
-fn normalize_blocks_generic(x: &mut [f32], d: ChannelDims, p: Channels<'_>) {
-    for block in x.chunks_mut(d.channels * d.inner) {
-        for (c, row) in block.chunks_mut(d.inner).enumerate() {
-            let (g, b, m, s) = (p.gamma[c], p.beta[c], p.mean[c], p.invstd[c]);
-            for v in row.iter_mut() {
-                *v = g * (*v - m) * s + b;
+fn normalize_blocks_generic(src: Option<&[f32]>, y: &mut [f32], d: ChannelDims, p: Channels<'_>) {
+    for (row_index, row) in y.chunks_mut(d.inner).enumerate() {
+        let c = row_index % d.channels;
+        let (g, b, m, s) = (p.gamma[c], p.beta[c], p.mean[c], p.invstd[c]);
+        let f = |x: f32| g * (x - m) * s + b;
+        match src {
+            Some(src) => {
+                let x = &src[row_index * d.inner..][..row.len()];
+                row.iter_mut().zip(x).for_each(|(y, &x)| *y = f(x));
             }
+            None => row.iter_mut().for_each(|y| *y = f(*y)),
         }
     }
 }
@@ -87,92 +106,106 @@ fn grad_input_blocks_generic(
     }
 }
 
-multiversion!(channel_sum = channel_sum_generic(a: &[f32], b: &[f32], d: ChannelDims, c: usize, f: impl Fn(f32, f32) -> f32) -> f32);
-multiversion!(normalize_blocks = normalize_blocks_generic(x: &mut [f32], d: ChannelDims, p: Channels<'_>));
+multiversion!(channel_sums = channel_sums_generic(a: &[f32], b: &[f32], d: ChannelDims, c: usize, f: impl Fn(f32, f32) -> f32, g: impl Fn(f32, f32) -> f32) -> (f32, f32));
+multiversion!(normalize_blocks = normalize_blocks_generic(src: Option<&[f32]>, y: &mut [f32], d: ChannelDims, p: Channels<'_>));
 multiversion!(grad_input_blocks = grad_input_blocks_generic(dx: &mut [f32], dy: &[f32], x: &[f32], d: ChannelDims, p: Channels<'_>, sums_xhat: &[f32]));
 
-/// `out[c] = f(c)` for every channel, channels split over threads (`work`: the values each
-/// channel reads).
-fn per_channel(pool: &Pool, out: &mut [f32], work: usize, f: impl Fn(usize) -> f32 + Sync) {
-    let workers = workers(pool.threads(), out.len(), out.len() * work);
-    for_each_chunk(pool, workers, out, 1, &mut [], 0, |first, out, _| {
-        for (i, v) in out.iter_mut().enumerate() {
-            *v = f(first + i);
+/// Both of [`channel_sums`]' sums of every channel `c`, of the pair of functions `f(c)`,
+/// into `first` and `second`, channels split over threads; `pairs` is scratch of two
+/// values per channel.
+fn per_channel<F, G, H>(
+    pool: &Pool,
+    [a, b]: [&[f32]; 2],
+    d: ChannelDims,
+    pairs: &mut [f32],
+    [first, second]: [&mut [f32]; 2],
+    f: F,
+) where
+    F: Fn(usize) -> (G, H) + Sync,
+    G: Fn(f32, f32) -> f32,
+    H: Fn(f32, f32) -> f32,
+{
+    let pairs = &mut pairs[..2 * d.channels];
+    let workers = workers(pool, d.channels, a.len() + b.len());
+    for_each_chunk(pool, workers, pairs, 2, &mut [], 0, |first_c, pairs, _| {
+        for (i, pair) in pairs.chunks_exact_mut(2).enumerate() {
+            let c = first_c + i;
+            let (f, g) = f(c);
+            (pair[0], pair[1]) = channel_sums(a, b, d, c, f, g);
         }
     });
+    for ((pair, u), v) in pairs.chunks_exact(2).zip(first).zip(second) {
+        (*u, *v) = (pair[0], pair[1]);
+    }
 }
-
 /// Workers of an element-wise pass: whole samples each.
 fn sample_workers(pool: &Pool, d: ChannelDims) -> usize {
-    workers(pool.threads(), d.outer, d.len())
+    workers(pool, d.outer, d.len())
 }
 
-/// Normalises `x` in place with per-channel `p`, samples split over threads.
-pub fn normalize(pool: &Pool, x: &mut [f32], d: ChannelDims, p: Channels<'_>) {
+/// `y` normalised with per-channel `p` from `src` (or in place without one), samples split
+/// over threads.
+pub fn normalize(pool: &Pool, src: Option<&[f32]>, y: &mut [f32], d: ChannelDims, p: Channels<'_>) {
     if d.inner == 0 {
         return;
     }
     let block = d.channels * d.inner;
-    for_each_chunk(pool, sample_workers(pool, d), x, block, &mut [], 0, |_, x, _| {
-        normalize_blocks(x, d, p)
+    for_each_chunk(pool, sample_workers(pool, d), y, block, &mut [], 0, |first, y, _| {
+        let src = src.map(|x| &x[first * block..][..y.len()]);
+        normalize_blocks(src, y, d, p)
     });
 }
 
-/// Training-mode batch norm over `x` in place: saves the batch mean and inverse standard
-/// deviation (biased variance), updates the running statistics (unbiased variance),
-/// normalises.
-#[allow(clippy::too_many_arguments)]
-pub fn train_in_place(
+/// What training-mode batch norm writes besides its output.
+pub struct Stats<'a> {
+    pub running_mean: &'a mut [f32],
+    pub running_var: &'a mut [f32],
+    pub saved_mean: &'a mut [f32],
+    pub saved_invstd: &'a mut [f32],
+}
+
+/// Training-mode batch statistics of `x` in one read of it: saves the batch mean and
+/// inverse standard deviation (biased variance), updates the running statistics (unbiased
+/// variance); `pairs` is scratch of two values per channel.
+pub fn batch_stats(
     pool: &Pool,
-    x: &mut [f32],
-    gamma: &[f32],
-    beta: &[f32],
-    running: [&mut [f32]; 2],
-    saved_mean: &mut [f32],
-    saved_invstd: &mut [f32],
+    x: &[f32],
+    pairs: &mut [f32],
+    s: Stats<'_>,
     d: ChannelDims,
     cfg: BatchNormConfig,
 ) {
     let count = d.per_channel();
-    let x_read = &*x;
-    per_channel(pool, saved_mean, 2 * count, |c| {
-        channel_sum(x_read, x_read, d, c, |v, _| v) / count as f32
+    // Each channel's sums are shifted by its first value, near its mean.
+    let shift = |c: usize| if count > 0 { x[c * d.inner] } else { 0.0 };
+    let sums = [&mut *s.saved_mean, &mut *s.saved_invstd];
+    per_channel(pool, [x, x], d, pairs, sums, |c| {
+        let k = shift(c);
+        (move |v: f32, _| v - k, move |v: f32, _| (v - k) * (v - k))
     });
-    let mean = &*saved_mean;
-    // The sums of squared deviations, turned into inverse standard deviations below.
-    per_channel(pool, saved_invstd, 2 * count, |c| {
-        let m = mean[c];
-        channel_sum(x_read, x_read, d, c, |v, _| (v - m) * (v - m))
-    });
-    let [running_mean, running_var] = running;
+    let n = count as f32;
     let unbiased_divisor = if count > 1 { count - 1 } else { count } as f32;
     for c in 0..d.channels {
-        let squared_deviations = saved_invstd[c];
-        saved_invstd[c] = 1.0 / (squared_deviations / count as f32 + cfg.eps).sqrt();
+        let (sum, squares) = (s.saved_mean[c], s.saved_invstd[c]);
+        let mean = shift(c) + sum / n;
+        let squared_deviations = (squares - sum * (sum / n)).max(0.0);
+        s.saved_mean[c] = mean;
+        s.saved_invstd[c] = 1.0 / (squared_deviations / n + cfg.eps).sqrt();
         let unbiased = squared_deviations / unbiased_divisor;
-        running_mean[c] = (1.0 - cfg.momentum) * running_mean[c] + cfg.momentum * mean[c];
-        running_var[c] = (1.0 - cfg.momentum) * running_var[c] + cfg.momentum * unbiased;
+        s.running_mean[c] = (1.0 - cfg.momentum) * s.running_mean[c] + cfg.momentum * mean;
+        s.running_var[c] = (1.0 - cfg.momentum) * s.running_var[c] + cfg.momentum * unbiased;
     }
-    normalize(pool, x, d, Channels { gamma, beta, mean, invstd: saved_invstd });
 }
 
-/// The normalisation of evaluation: running statistics, `invstd = 1 / √(var + eps)`.
-pub fn eval_in_place(
-    pool: &Pool,
-    x: &mut [f32],
-    p: Channels<'_>,
-    running_var: &[f32],
-    invstd: &mut [f32],
-    d: ChannelDims,
-    cfg: BatchNormConfig,
-) {
+/// The inverse standard deviations of evaluation: `invstd = 1 / √(var + eps)`.
+pub fn eval_invstd(running_var: &[f32], invstd: &mut [f32], cfg: BatchNormConfig) {
     for (s, &var) in invstd.iter_mut().zip(running_var) {
         *s = 1.0 / (var + cfg.eps).sqrt();
     }
-    normalize(pool, x, d, Channels { invstd, ..p });
 }
 
-/// `Σdy` into `sum_dy` and `Σ(dy · x̂)` into `sum_xhat`, per channel.
+/// `Σdy` into `sum_dy` and `Σ(dy · x̂)` into `sum_xhat`, per channel, in one read of `dy`
+/// and `x`; `pairs` is scratch of two values per channel.
 #[allow(clippy::too_many_arguments)]
 pub fn grad_sums(
     pool: &Pool,
@@ -180,15 +213,14 @@ pub fn grad_sums(
     x: &[f32],
     mean: &[f32],
     invstd: &[f32],
+    pairs: &mut [f32],
     sum_dy: &mut [f32],
     sum_xhat: &mut [f32],
     d: ChannelDims,
 ) {
-    let count = d.per_channel();
-    per_channel(pool, sum_dy, count, |c| channel_sum(dy, dy, d, c, |v, _| v));
-    per_channel(pool, sum_xhat, 2 * count, |c| {
+    per_channel(pool, [dy, x], d, pairs, [sum_dy, sum_xhat], |c| {
         let (m, s) = (mean[c], invstd[c]);
-        channel_sum(dy, x, d, c, |dy, x| dy * (x - m) * s)
+        (|dy: f32, _| dy, move |dy: f32, x: f32| dy * (x - m) * s)
     });
 }
 
@@ -230,19 +262,21 @@ mod tests {
         }
     }
 
-    /// Channels long enough for vector bodies and tails and big enough to be split over two
-    /// threads, against the reference's loops.
+    /// Channels long enough for vector bodies and tails, on one thread and split over two,
+    /// against the reference's loops.
     #[test]
     fn training_forward_and_gradients_match_the_reference() {
         let mut rng = SplitMix::new(11);
         let cfg = BatchNormConfig { eps: 1e-5, momentum: 0.1 };
-        for d in [
-            ChannelDims { outer: 4, channels: 4, inner: 8203 },
-            ChannelDims { outer: 3, channels: 2, inner: 5 },
+        for (d, offset) in [
+            (ChannelDims { outer: 4, channels: 4, inner: 8203 }, 0.0),
+            (ChannelDims { outer: 3, channels: 2, inner: 5 }, 0.0),
+            (ChannelDims { outer: 2, channels: 3, inner: 999 }, 30.0),
         ] {
             let mut random =
                 |len: usize| -> Vec<f32> { (0..len).map(|_| rng.uniform(-2.0, 3.0)).collect() };
-            let (x, dy) = (random(d.len()), random(d.len()));
+            let x: Vec<f32> = random(d.len()).iter().map(|v| v + offset).collect();
+            let dy = random(d.len());
             let (gamma, beta) = (random(d.channels), random(d.channels));
             let mut want = (x.clone(), vec![0.5; d.channels], vec![2.0; d.channels]);
             let (mut want_mean, mut want_invstd) = (vec![0.0; d.channels], vec![0.0; d.channels]);
@@ -257,42 +291,39 @@ mod tests {
                 d,
                 cfg,
             );
-            let mut want_dx = vec![0.0; d.len()];
-            r::batch_norm_grad_input(&dy, &x, &gamma, &want_mean, &want_invstd, &mut want_dx, d);
-            let (mut want_dgamma, mut want_dbeta) = (vec![0.0; d.channels], vec![0.0; d.channels]);
-            r::batch_norm_grad_params(
-                &dy,
-                &x,
-                &want_mean,
-                &want_invstd,
-                &mut want_dgamma,
-                &mut want_dbeta,
-                d,
-            );
             for threads in [1, 2] {
-                let pool = Pool::new(threads);
+                let pool = Pool::eager(threads);
                 let mut got = (x.clone(), vec![0.5; d.channels], vec![2.0; d.channels]);
                 let (mut mean, mut invstd) = (vec![f32::NAN; d.channels], vec![0.0; d.channels]);
-                let running = [&mut got.1[..], &mut got.2[..]];
-                train_in_place(
-                    &pool,
-                    &mut got.0,
-                    &gamma,
-                    &beta,
-                    running,
-                    &mut mean,
-                    &mut invstd,
-                    d,
-                    cfg,
-                );
-                assert_close(&got.0, &want.0, "y");
+                let stats = Stats {
+                    running_mean: &mut got.1,
+                    running_var: &mut got.2,
+                    saved_mean: &mut mean,
+                    saved_invstd: &mut invstd,
+                };
+                let mut pairs = vec![f32::NAN; 2 * d.channels];
+                batch_stats(&pool, &x, &mut pairs, stats, d, cfg);
+                let p = Channels { gamma: &gamma, beta: &beta, mean: &mean, invstd: &invstd };
+                let mut y = vec![f32::NAN; d.len()];
+                normalize(&pool, Some(&x), &mut y, d, p);
+                assert_close(&y, &want.0, "y from x");
+                normalize(&pool, None, &mut got.0, d, p);
+                assert_close(&got.0, &want.0, "y in place");
                 assert_close(&got.1, &want.1, "running mean");
                 assert_close(&got.2, &want.2, "running var");
                 assert_close(&mean, &want_mean, "saved mean");
                 assert_close(&invstd, &want_invstd, "saved invstd");
+                // The gradients against the reference's from the same statistics.
+                let mut want_dx = vec![0.0; d.len()];
+                r::batch_norm_grad_input(&dy, &x, &gamma, &mean, &invstd, &mut want_dx, d);
+                let (mut want_dgamma, mut want_dbeta) =
+                    (vec![0.0; d.channels], vec![0.0; d.channels]);
+                let (dgamma, dbeta) = (&mut want_dgamma[..], &mut want_dbeta[..]);
+                r::batch_norm_grad_params(&dy, &x, &mean, &invstd, dgamma, dbeta, d);
                 let (mut sum_dy, mut sum_xhat) =
                     (vec![f32::NAN; d.channels], vec![0.0; d.channels]);
-                grad_sums(&pool, &dy, &x, &mean, &invstd, &mut sum_dy, &mut sum_xhat, d);
+                let sums = (&mut sum_dy[..], &mut sum_xhat[..]);
+                grad_sums(&pool, &dy, &x, &mean, &invstd, &mut pairs, sums.0, sums.1, d);
                 // Sums of many terms in another order: within a millionth of the sum of their
                 // magnitudes.
                 for c in 0..d.channels {
@@ -312,5 +343,25 @@ mod tests {
                 assert_close(&dx, &want_dx, "dx");
             }
         }
+    }
+
+    /// A mean ten thousand times the spread: plain one-pass sums of squares would lose the
+    /// variance (10001² is not an f32), shifted ones keep it exactly.
+    #[test]
+    fn statistics_of_a_large_mean_keep_the_variance() {
+        let d = ChannelDims { outer: 2, channels: 1, inner: 2048 };
+        let x: Vec<f32> = (0..d.len()).map(|i| if i % 2 == 0 { 9999.0 } else { 10001.0 }).collect();
+        let cfg = BatchNormConfig { eps: 1e-5, momentum: 1.0 };
+        let ([mut rm, mut rv], [mut mean, mut invstd]) = ([[0.0]; 2], [[0.0]; 2]);
+        let stats = Stats {
+            running_mean: &mut rm,
+            running_var: &mut rv,
+            saved_mean: &mut mean,
+            saved_invstd: &mut invstd,
+        };
+        batch_stats(&Pool::new(1), &x, &mut [0.0; 2], stats, d, cfg);
+        assert_eq!((mean[0], rm[0]), (10000.0, 10000.0));
+        assert!((invstd[0] - 1.0 / (1.0f32 + 1e-5).sqrt()).abs() < 1e-6, "{}", invstd[0]);
+        assert!((rv[0] - 4096.0 / 4095.0).abs() < 1e-6, "{}", rv[0]);
     }
 }

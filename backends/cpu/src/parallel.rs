@@ -6,13 +6,11 @@ use std::sync::Mutex;
 
 use crate::pool::Pool;
 
-/// Multiply-accumulates below which a worker is not worth waking.
-const MIN_WORK_PER_WORKER: usize = 1 << 16;
-
-/// How many workers share `items` independent items worth `work` multiply-accumulates in
-/// all, given `threads`: at least one, at most one per item.
-pub fn workers(threads: usize, items: usize, work: usize) -> usize {
-    threads.min(items).min(work / MIN_WORK_PER_WORKER).max(1)
+/// How many workers of `pool` share `items` independent items worth `work`
+/// multiply-accumulates (or values touched) in all: at least one, at most one per item,
+/// and each with at least the pool's [`Pool::min_work`].
+pub fn workers(pool: &Pool, items: usize, work: usize) -> usize {
+    pool.threads().min(items).min(work / pool.min_work().max(1)).max(1)
 }
 
 /// Cuts `out` into items of `item_len` values and runs `f(first_item, out_chunk, scratch)`
@@ -60,11 +58,15 @@ mod tests {
 
     #[test]
     fn workers_are_bounded_by_threads_items_and_work() {
-        assert_eq!(workers(8, 3, usize::MAX), 3);
-        assert_eq!(workers(2, 100, usize::MAX), 2);
-        assert_eq!(workers(8, 100, MIN_WORK_PER_WORKER * 4), 4);
-        assert_eq!(workers(8, 100, 10), 1);
-        assert_eq!(workers(0, 0, 0), 1);
+        let pool = Pool::new(8);
+        let min = pool.min_work();
+        assert_eq!(workers(&pool, 3, usize::MAX), 3);
+        assert_eq!(workers(&Pool::new(2), 100, usize::MAX), 2);
+        assert_eq!(workers(&pool, 100, min * 4), 4);
+        assert_eq!(workers(&pool, 100, min * 2 - 1), 1);
+        assert_eq!(workers(&pool, 100, 10), 1);
+        assert_eq!(workers(&Pool::new(0), 0, 0), 1);
+        assert_eq!(workers(&Pool::eager(8), 100, 10), 8);
     }
 
     #[test]

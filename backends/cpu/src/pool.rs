@@ -47,10 +47,21 @@ impl Shared {
     }
 }
 
+/// Work (multiply-accumulates, or values an element-wise pass touches) each worker of a
+/// kernel must get before a second thread joins it: 4 Mi, about a millisecond of one core.
+/// Waking a parked worker costs tens of microseconds on an idle machine and far more on a
+/// busy one, where the woken thread waits for a core; main's `bench cpu` measured the
+/// second thread at 0.58-0.86x of one at batch 1 and 8 with the old 64 Ki. LeafNet's
+/// largest kernel at batch 8 (the first expansion, 6.3 M multiply-accumulates) now runs
+/// on one thread, and at batch 32 (25 M) on two.
+const MIN_WORK_PER_WORKER: usize = 1 << 22;
+
 /// `threads - 1` parked worker threads plus the caller; dropping the pool stops and joins
 /// the workers.
 pub struct Pool {
     shared: std::sync::Arc<Shared>,
+    /// Work each worker of a kernel must get (see [`MIN_WORK_PER_WORKER`]).
+    min_work: usize,
     /// Held by the thread whose job the workers serve.
     busy: Mutex<()>,
     workers: Vec<JoinHandle<()>>,
@@ -59,6 +70,16 @@ pub struct Pool {
 impl Pool {
     /// A pool of `threads` threads in all (the caller and `threads - 1` workers).
     pub fn new(threads: usize) -> Self {
+        Self::with_min_work(threads, MIN_WORK_PER_WORKER)
+    }
+
+    /// A pool that wakes a worker for any work at all: tests split tiny kernels with it.
+    #[cfg(test)]
+    pub fn eager(threads: usize) -> Self {
+        Self::with_min_work(threads, 1)
+    }
+
+    fn with_min_work(threads: usize, min_work: usize) -> Self {
         let shared = std::sync::Arc::new(Shared::default());
         let workers = (1..threads.max(1))
             .map(|i| {
@@ -69,12 +90,17 @@ impl Pool {
                     .expect("starting a sprout-cpu worker thread")
             })
             .collect();
-        Self { shared, busy: Mutex::new(()), workers }
+        Self { shared, min_work, busy: Mutex::new(()), workers }
     }
 
     /// Threads a job may run on, the caller's included.
     pub fn threads(&self) -> usize {
         self.workers.len() + 1
+    }
+
+    /// Work each worker of a kernel must get before a second thread joins it.
+    pub fn min_work(&self) -> usize {
+        self.min_work
     }
 
     /// Runs `job` on the calling thread and on up to `helpers` workers at once, returning
