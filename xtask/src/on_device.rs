@@ -82,6 +82,11 @@ const CI_PRETRAIN: &[&str] = &[
 
 /// Epochs the device trains the head for.
 const DEVICE_EPOCHS: &str = "30";
+/// How long the host waits for each answer before sending a request again (`sprout device
+/// --timeout-ms`; 8 sends before it reconnects). QEMU on a loaded machine leaves requests
+/// unanswered for a while: at the 500 ms default a sparse run's 84 samples took 150 resends
+/// in 2,181 frames, and a stretch of 8 unanswered ones ended a run.
+const LINK_TIMEOUT_MS: &str = "3000";
 /// Stack bytes that must stay unused on the device.
 const STACK_HEADROOM: usize = 4096;
 /// The accuracy the device must reach on its held-out photos, and the pulled checkpoint
@@ -359,7 +364,7 @@ fn converse(root: &Path, sprout: &str, port: &str, leaf: &Leaf) -> Result<Outcom
     let data = leaf.data.to_string_lossy().into_owned();
     Cmd::new(sprout, root)
         .args(["device", "train", "--port", port, "--data", &data])
-        .args(["--epochs", DEVICE_EPOCHS])
+        .args(["--epochs", DEVICE_EPOCHS, "--timeout-ms", LINK_TIMEOUT_MS])
         .run()?;
     println!(
         "device training (transfer, backbone, head) took {}",
@@ -369,6 +374,7 @@ fn converse(root: &Path, sprout: &str, port: &str, leaf: &Leaf) -> Result<Outcom
     let checkpoint = leaf.checkpoint.to_string_lossy().into_owned();
     let pulled = Cmd::new(sprout, root)
         .args(["device", "pull", "--port", port, "-o", &checkpoint])
+        .args(["--timeout-ms", LINK_TIMEOUT_MS])
         .read()?;
     print!("{pulled}");
     let device_crc = field(&pulled, "CRC-32 ", ")")

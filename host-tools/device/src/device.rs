@@ -14,7 +14,7 @@ use sprout_core::link::{
 
 use crate::clock::StdClock;
 use crate::error::LinkError;
-use crate::port::{Port, PortSpec};
+use crate::port::{self, Port, PortSpec};
 
 type LinkClient = Client<Port, StdClock>;
 
@@ -243,13 +243,18 @@ impl Device {
         }
     }
 
+    /// Closes the connection, then opens a new one and says hello. The old connection goes
+    /// first: QEMU's serial socket serves one client at a time (a second one is never read
+    /// while the first is open) and a serial port may be opened exclusively.
     fn reconnect(&mut self) -> Result<(), LinkError> {
-        let stats = self.stats();
+        self.earlier = self.stats();
+        let watch = self.client.watch();
+        let closed = Client::new(port::closed(), self.clock, self.options.policy);
+        drop(std::mem::replace(&mut self.client, closed));
         let mut client = Client::new(self.spec.open()?, self.clock, self.options.policy);
-        client.set_watch(self.client.watch());
+        client.set_watch(watch);
         self.info = client.hello(self.session).map_err(|source| link(&self.spec, source))?;
         self.client = client;
-        self.earlier = stats;
         self.reconnects += 1;
         Ok(())
     }

@@ -59,6 +59,12 @@ impl PortSpec {
     }
 }
 
+/// A port with nothing behind it: reads end at once, writes vanish. What a [`Port`] owner
+/// holds while it closes one connection before opening the next.
+pub(crate) fn closed() -> Port {
+    StdStream::new(Box::new(io::empty()))
+}
+
 fn connect(address: &str) -> Result<TcpStream, LinkError> {
     let failed = |source: io::Error| LinkError::Connect { address: address.to_string(), source };
     let mut last = io::Error::new(io::ErrorKind::InvalidInput, "expected tcp:HOST:PORT");

@@ -1,5 +1,7 @@
 //! A `Device` whose connection drops in the middle of a transfer reconnects under the same
-//! session and resumes at the last acknowledged byte: nothing is sent or stored twice.
+//! session and resumes at the last acknowledged byte: nothing is sent or stored twice. A
+//! device that goes silent on an open connection is reached again on a new one, the old
+//! one closed first (QEMU's serial socket serves one client at a time).
 
 mod support;
 
@@ -8,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use sprout_core::link::{Limits, RetryPolicy, MAX_CHUNK};
 use sprout_core::rng::SplitMix;
 use sprout_device::{ConnectOptions, Device, PortSpec};
-use support::fake_app::{spawn_tcp_device, FakeApp};
+use support::fake_app::{spawn_tcp_device, spawn_tcp_device_going_deaf, FakeApp};
 
 const OPTIONS: ConnectOptions = ConnectOptions {
     policy: RetryPolicy { timeout_ms: 2000, compute_timeout_ms: 2000, attempts: 5 },
@@ -57,4 +59,23 @@ fn a_push_cut_off_midway_resumes_where_the_device_stands() {
     let stats = device.stats();
     assert!(stats.frames_sent <= 21 + 2 + 2, "{stats:?}");
     assert_eq!(stats.payload_bytes, checkpoint.len() as u64);
+}
+
+#[test]
+fn a_device_silent_on_its_connection_is_reached_again_after_closing_it() {
+    let checkpoint = random_bytes(20 * MAX_CHUNK + 100, 3);
+    let app = Arc::new(Mutex::new(FakeApp::new(Vec::new())));
+    let port = spawn_tcp_device_going_deaf(app.clone(), |app| app.incoming.len() >= 8 * MAX_CHUNK);
+    let options = ConnectOptions {
+        policy: RetryPolicy { timeout_ms: 200, compute_timeout_ms: 200, attempts: 3 },
+        ..OPTIONS
+    };
+    let spec = PortSpec::parse(&format!("tcp:127.0.0.1:{port}"), 0);
+    let mut device = Device::connect(spec, options).unwrap();
+
+    // The first connection stops answering after 8 chunks and is only let go when the host
+    // closes it: a host holding it open while it says hello on a new one is never answered.
+    device.push_checkpoint(&checkpoint, |_| {}).unwrap();
+    assert_eq!(device.reconnects(), 1);
+    assert!(app.lock().unwrap().checkpoint == checkpoint, "stored bytes differ");
 }

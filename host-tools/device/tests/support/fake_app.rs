@@ -204,6 +204,25 @@ pub fn spawn_tcp_device(
     app: Arc<Mutex<FakeApp>>,
     cut: impl Fn(&FakeApp) -> bool + Send + 'static,
 ) -> u16 {
+    spawn_tcp(app, cut, false)
+}
+
+/// [`spawn_tcp_device`], but once `cut` holds the first connection goes deaf instead of
+/// closing: what arrives on it is read and never answered until the host closes it, and
+/// only then is the next connection taken, one client at a time (as QEMU's serial socket
+/// does).
+pub fn spawn_tcp_device_going_deaf(
+    app: Arc<Mutex<FakeApp>>,
+    cut: impl Fn(&FakeApp) -> bool + Send + 'static,
+) -> u16 {
+    spawn_tcp(app, cut, true)
+}
+
+fn spawn_tcp(
+    app: Arc<Mutex<FakeApp>>,
+    cut: impl Fn(&FakeApp) -> bool + Send + 'static,
+    deaf: bool,
+) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     thread::spawn(move || {
@@ -213,6 +232,7 @@ pub fn spawn_tcp_device(
             stream.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
             let mut io = StdStream::new(stream);
             serve(&mut session, &app, &mut io, |app| connection == 0 && cut(app));
+            while deaf && connection == 0 && io.read(&mut [0; 64]).is_ok_and(|n| n > 0) {}
         }
     });
     port
