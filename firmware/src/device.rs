@@ -304,18 +304,24 @@ impl<K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceApp for DeviceTrainer
 
     fn progress(&self) -> TrainingProgress {
         let epoch = self.trainer.epoch().saturating_sub(self.run.first_epoch);
+        let running = self.run.state == TrainingState::Running;
         TrainingProgress {
             state: self.run.state,
             epoch: u16::try_from(epoch).unwrap_or(u16::MAX),
             epochs: self.run.epochs,
             // Updates so far while running (an epoch may take many polls), else the last
             // epoch's.
-            step: match self.run.state {
-                TrainingState::Running => self.trainer.updates(),
-                _ => self.run.last.map_or(self.run.first_step, |r| r.step),
+            step: match running {
+                true => self.trainer.updates(),
+                false => self.run.last.map_or(self.run.first_step, |r| r.step),
             }
             .saturating_sub(self.run.first_step),
-            loss: self.run.last.map(|r| r.loss).or(self.trainer.epoch_loss()).unwrap_or(0.0),
+            // While running, the loss so far of the epoch in progress (once it trained a
+            // batch), else the last finished epoch's.
+            loss: (self.trainer.epoch_loss().filter(|_| running))
+                .or(self.run.last.map(|r| r.loss))
+                .or(self.trainer.epoch_loss())
+                .unwrap_or(0.0),
             accuracy: self.run.last.map(|r| r.accuracy).or(self.run.initial_accuracy),
         }
     }

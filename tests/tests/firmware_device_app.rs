@@ -214,6 +214,11 @@ fn the_device_app_trains_from_pushed_pictures_and_keeps_its_best_checkpoint() {
     assert_eq!((report.epoch, report.step), (1, 6));
     assert!((app.trainer().learning_rate() - 0.1).abs() < 1e-6, "the first epoch's rate");
     assert_eq!(app.progress().epoch, 1);
+    // Into the second epoch, progress hears its loss so far, not the first epoch's.
+    assert!(matches!(app.train_batches(2, &mut ()), Some(Ok(None))));
+    let running = app.trainer().epoch_loss().unwrap();
+    assert_eq!(app.progress().loss, running);
+    assert_ne!(running, report.loss);
     // The learning rate falls along a half cosine over the run's 10 epochs.
     let mut epochs = 1;
     while let Some(turn) = app.train_batches(3, &mut ()) {
