@@ -87,18 +87,19 @@ impl Cpu {
         let len = self.pool.threads() * depthwise::scratch_per_worker(g);
         (&self.pool, grow(&mut self.scratch, len))
     }
-}
 
-impl Cpu {
-    /// Training-mode batch statistics of `x` (`norm::batch_stats`): the saved mean and
-    /// inverse standard deviation, to normalise with.
-    fn batch_stats<'s>(
+    /// Training-mode batch norm of `src` into `y` (of `y` in place without `src`): the
+    /// batch statistics in one read (`norm::batch_stats`), saved and folded into the
+    /// running ones, then `y` normalised with them.
+    fn batch_norm_train_from(
         &mut self,
-        x: &[f32],
-        s: TrainStats<'s, Host>,
+        src: Option<&[f32]>,
+        y: &mut [f32],
+        p: Affine<'_, Host>,
+        s: TrainStats<'_, Host>,
         d: ChannelDims,
         cfg: BatchNormConfig,
-    ) -> (&'s [f32], &'s [f32]) {
+    ) {
         let pairs = grow(&mut self.scratch, 2 * d.channels);
         let (mean, invstd) = (s.saved_mean, s.saved_invstd);
         let stats = norm::Stats {
@@ -107,8 +108,26 @@ impl Cpu {
             saved_mean: &mut *mean,
             saved_invstd: &mut *invstd,
         };
-        norm::batch_stats(&self.pool, x, pairs, stats, d, cfg);
-        (mean, invstd)
+        norm::batch_stats(&self.pool, src.unwrap_or(y), pairs, stats, d, cfg);
+        let channels = norm::Channels { gamma: p.gamma, beta: p.beta, mean, invstd };
+        norm::normalize(&self.pool, src, y, d, channels)
+    }
+
+    /// Evaluation-mode batch norm of `src` into `y` (of `y` in place without `src`), with
+    /// the running statistics.
+    fn batch_norm_eval_from(
+        &mut self,
+        src: Option<&[f32]>,
+        y: &mut [f32],
+        p: Affine<'_, Host>,
+        running: Running<'_, Host>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        let invstd = grow(&mut self.scratch, d.channels);
+        norm::eval_invstd(running.var, invstd, cfg);
+        let channels = norm::Channels { gamma: p.gamma, beta: p.beta, mean: running.mean, invstd };
+        norm::normalize(&self.pool, src, y, d, channels)
     }
 }
 
@@ -145,9 +164,7 @@ impl NormKernels for Cpu {
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        let (mean, invstd) = self.batch_stats(x, s, d, cfg);
-        let channels = norm::Channels { gamma: p.gamma, beta: p.beta, mean, invstd };
-        norm::normalize(&self.pool, Some(x), y, d, channels)
+        self.batch_norm_train_from(Some(x), y, p, s, d, cfg)
     }
     fn batch_norm_eval(
         &mut self,
@@ -158,10 +175,7 @@ impl NormKernels for Cpu {
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        let invstd = grow(&mut self.scratch, d.channels);
-        norm::eval_invstd(running.var, invstd, cfg);
-        let channels = norm::Channels { gamma: p.gamma, beta: p.beta, mean: running.mean, invstd };
-        norm::normalize(&self.pool, Some(x), y, d, channels)
+        self.batch_norm_eval_from(Some(x), y, p, running, d, cfg)
     }
     fn batch_norm_train_in_place(
         &mut self,
@@ -171,9 +185,7 @@ impl NormKernels for Cpu {
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        let (mean, invstd) = self.batch_stats(x, s, d, cfg);
-        let channels = norm::Channels { gamma: p.gamma, beta: p.beta, mean, invstd };
-        norm::normalize(&self.pool, None, x, d, channels)
+        self.batch_norm_train_from(None, x, p, s, d, cfg)
     }
     fn batch_norm_eval_in_place(
         &mut self,
@@ -183,10 +195,7 @@ impl NormKernels for Cpu {
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        let invstd = grow(&mut self.scratch, d.channels);
-        norm::eval_invstd(running.var, invstd, cfg);
-        let channels = norm::Channels { gamma: p.gamma, beta: p.beta, mean: running.mean, invstd };
-        norm::normalize(&self.pool, None, x, d, channels)
+        self.batch_norm_eval_from(None, x, p, running, d, cfg)
     }
     fn batch_norm_apply(
         &mut self,

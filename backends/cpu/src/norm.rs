@@ -138,6 +138,7 @@ fn per_channel<F, G, H>(
         (*u, *v) = (pair[0], pair[1]);
     }
 }
+
 /// Workers of an element-wise pass: whole samples each.
 fn sample_workers(pool: &Pool, d: ChannelDims) -> usize {
     workers(pool, d.outer, d.len())

@@ -50,7 +50,7 @@ impl Shared {
 /// Work (multiply-accumulates, or values an element-wise pass touches) each worker of a
 /// kernel must get before a second thread joins it: 4 Mi, about a millisecond of one core.
 /// Waking a parked worker costs tens of microseconds on an idle machine and far more on a
-/// busy one, where the woken thread waits for a core; main's `bench cpu` measured the
+/// busy one, where the woken thread waits for a core; `bench cpu` measured the
 /// second thread at 0.58-0.86x of one at batch 1 and 8 with the old 64 Ki. LeafNet's
 /// largest kernel at batch 8 (the first expansion, 6.3 M multiply-accumulates) now runs
 /// on one thread, and at batch 32 (25 M) on two.
