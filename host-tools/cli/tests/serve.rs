@@ -329,6 +329,9 @@ fn tokens_scopes_and_bad_requests_get_json_errors() {
     let prox = json!({"dataset": "leaves", "base": {"zoo": "mlp"}, "proximal_mu": -0.5});
     let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(prox));
     assert_eq!(error(status, &body, "proximal_mu must be a number of 0 or more"), 422);
+    let linear = json!({"dataset": "leaves", "base": {"zoo": "mlp"}, "schedule": "linear"});
+    let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(linear));
+    assert_eq!(error(status, &body, "unknown variant `linear`"), 422);
     let (_, jobs) = server.json("GET", "/api/v1/jobs", Some(&reader), None);
     assert_eq!(jobs, json!([]));
 
@@ -490,6 +493,8 @@ fn a_job_trains_registers_a_version_that_predicts_and_can_be_rolled_back() {
     for key in ["train_loss", "val_loss", "val_accuracy", "learning_rate", "images_per_second"] {
         assert!(epochs[1]["data"][key].is_number(), "{key} in {}", epochs[1]);
     }
+    let rate = |epoch: &Value| epoch["data"]["learning_rate"].as_f64().unwrap();
+    assert_eq!(rate(epochs[1]), 0.05f32 as f64, "a constant rate by default");
     // A late client sees the same history.
     assert_eq!(server.events(id, &trainer), events);
     let job = server.wait_for(id, &trainer, &["succeeded"]);
@@ -550,9 +555,16 @@ fn a_job_trains_registers_a_version_that_predicts_and_can_be_rolled_back() {
     );
     assert_eq!(status, 422, "{}", String::from_utf8_lossy(&bytes));
 
-    // A second job makes version 2, not current until promoted; rollback returns to 1.
+    // A second job (with a cosine schedule) makes version 2, not current until promoted;
+    // rollback returns to 1.
+    let mut request = request;
+    request["schedule"] = json!("cosine");
     let (_, second) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(request));
-    server.wait_for(second["id"].as_i64().unwrap(), &trainer, &["succeeded"]);
+    let second = second["id"].as_i64().unwrap();
+    server.wait_for(second, &trainer, &["succeeded"]);
+    let events = server.events(second, &trainer);
+    let epochs: Vec<&Value> = events.iter().filter(|e| e["kind"] == "epoch").collect();
+    assert!(rate(epochs[1]) < 0.5 * rate(epochs[0]), "the cosine decays: {epochs:?}");
     let (_, model) = server.json("GET", "/api/v1/models/leaves", Some(&trainer), None);
     assert_eq!(
         (model["current_version"].as_u64(), model["versions"].as_array().unwrap().len()),

@@ -37,6 +37,19 @@ pub enum Optimizer {
     Adamw,
 }
 
+/// How the learning rate moves over the job, as `sprout train --schedule`: `constant`,
+/// `step` (divided by 10 after each third), `cosine` (5 % warm-up, then decay to 0) or
+/// `plateau` (halved when validation accuracy stalls for 2 epochs).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    #[default]
+    Constant,
+    Step,
+    Cosine,
+    Plateau,
+}
+
 /// Where a job trains, as `sprout train --backend`: `auto` (CUDA when the build has it and
 /// a GPU is present, else the CPU; the job's log says which) or `cpu`.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
@@ -75,6 +88,8 @@ pub struct JobRequest {
     pub optimizer: Optimizer,
     /// Learning rate (default 0.05).
     pub lr: Option<f32>,
+    #[serde(default)]
+    pub schedule: Schedule,
     #[serde(default = "default_epochs")]
     pub epochs: u32,
     /// FedProx's proximal term: each update also pulls the trainable weights towards the

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::api::AppState;
 use crate::boards::{self, BoardTask};
 use crate::db::now;
-use crate::jobs::{Backend, Base, JobRequest, Optimizer};
+use crate::jobs::{Backend, Base, JobRequest, Optimizer, Schedule};
 use crate::models;
 
 /// How often a job's batch progress is stored at most.
@@ -319,6 +319,13 @@ fn arguments(
     if let Some(lr) = request.lr {
         args.extend(["--lr".into(), lr.to_string()]);
     }
+    let schedule = match request.schedule {
+        Schedule::Constant => "constant",
+        Schedule::Step => "step",
+        Schedule::Cosine => "cosine",
+        Schedule::Plateau => "plateau",
+    };
+    args.extend(["--schedule".into(), schedule.into()]);
     if let Some(batch) = request.batch_size {
         args.extend(["--batch-size".into(), batch.to_string()]);
     }
