@@ -1,7 +1,8 @@
 """The Flower ServerApp: federated averaging of a sprout model's trainable parameters
 (and batch-norm running statistics) across boxes. It takes the starting parameters from
 one box's model, runs FedAvg (FedProx when `proximal-mu` > 0, FedAvgM when
-`server-momentum` > 0) for the configured rounds
+`server-momentum` > 0) for the configured rounds, at a learning rate that may decay from
+round to round, pooling batch-norm variances across boxes
 (each box fine-tunes through its `sprout serve`, then every box evaluates the average on
 its validation photos), refuses replies whose parameters do not match the global model's
 names and shapes or are not finite, reports the global accuracy per round and installs
@@ -13,6 +14,7 @@ Run config: see `[tool.flwr.app.config]` in pyproject.toml.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable
 from logging import INFO, WARNING
@@ -139,25 +141,88 @@ class Screened:
         return super().aggregate_train(server_round, kept)
 
 
-class ScreenedFedAvg(Screened, FedAvg):
-    """FedAvg over the replies `Screened` accepts."""
-
-
-class ScreenedFedProx(Screened, FedProx):
-    """FedProx (FedAvg whose boxes train with a proximal term) over accepted replies."""
-
-
 def is_statistic(name: str) -> bool:
     """Whether tensor `name` is a batch-norm running statistic rather than a weight."""
     return name.endswith((".running_mean", ".running_var"))
 
 
-class ScreenedFedAvgM(Screened, FedAvg):
+def pooled_variances(arrays: ArrayRecord, replies: list[RecordDict], weighted_by: str) -> ArrayRecord:
+    """`arrays` (the weighted average of the replies' tensors) with each batch norm's
+    `running_var` replaced by the variance of all the boxes' data pooled: the average
+    variance plus the spread of the boxes' means, sum(w * (var + mean^2)) - mean_avg^2.
+    A plain average of variances leaves that spread out, so a model averaged over boxes
+    that see different domains normalises with too small a variance."""
+    weights = np.array([float(next(iter(r.metric_records.values()))[weighted_by]) for r in replies])
+    weights = weights / weights.sum()
+    pooled = {}
+    for name, array in arrays.items():
+        values = array.numpy()
+        mean_name = name.removesuffix(".running_var") + ".running_mean"
+        if name.endswith(".running_var") and mean_name in arrays.keys():
+            means = [r.array_records["arrays"][mean_name].numpy() for r in replies]
+            second_moment = sum(w * m.astype(np.float64) ** 2 for w, m in zip(weights, means))
+            spread = np.maximum(second_moment - arrays[mean_name].numpy().astype(np.float64) ** 2, 0)
+            values = np.asarray(values + spread, dtype=values.dtype)
+        pooled[name] = Array(values)
+    return ArrayRecord(pooled)
+
+
+class PooledStatistics:
+    """A strategy mixin whose average sets batch-norm variances by `pooled_variances`."""
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]):
+        replies = list(replies)
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        if arrays is None:
+            return arrays, metrics
+        contents = [r.content for r in replies if not r.has_error()]
+        return pooled_variances(arrays, contents, self.weighted_by_key), metrics
+
+
+def round_lr(schedule: str, lr: float, server_round: int, rounds: int) -> float:
+    """The learning rate of round `server_round` (from 1) of `rounds`: `constant` keeps
+    `lr`; `cosine` starts at `lr`, halves it by the middle round and decays towards 0,
+    lr * (1 + cos(pi * (round - 1) / rounds)) / 2, so the last round still learns."""
+    if schedule == "constant":
+        return lr
+    if schedule == "cosine":
+        return lr * (1 + math.cos(math.pi * (server_round - 1) / rounds)) / 2
+    raise ValueError(f"run config: lr-schedule must be 'constant' or 'cosine', not '{schedule}'")
+
+
+class ScheduledRate:
+    """A strategy mixin that sets each round's learning rate (`lr` in the training config,
+    the first round's) by `round_lr`."""
+
+    def __init__(self, schedule: str = "constant", rounds: int = 1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        round_lr(schedule, 1.0, 1, rounds)
+        self.schedule = schedule
+        self.rounds = rounds
+        self.base_lr: float | None = None
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
+        if self.base_lr is None:
+            self.base_lr = float(config["lr"])
+        config["lr"] = round_lr(self.schedule, self.base_lr, server_round, self.rounds)
+        log(INFO, "fleet round %d: learning rate %.6f", server_round, float(config["lr"]))
+        return super().configure_train(server_round, arrays, config, grid)
+
+
+class ScreenedFedAvg(Screened, ScheduledRate, PooledStatistics, FedAvg):
+    """FedAvg over the replies `Screened` accepts."""
+
+
+class ScreenedFedProx(Screened, ScheduledRate, PooledStatistics, FedProx):
+    """FedProx (FedAvg whose boxes train with a proximal term) over accepted replies."""
+
+
+class ScreenedFedAvgM(Screened, ScheduledRate, PooledStatistics, FedAvg):
     """FedAvgM over accepted replies: each round's step (the average minus the global
     parameters) adds `server_momentum` times the previous step. Kept by tensor name (Flower's
     FedAvgM pairs tensors by position, and a reply's order need not be the global model's).
-    Batch-norm running statistics take the plain average: a statistic pushed past the
-    boxes' values (a variance below zero) describes no data."""
+    Batch-norm running statistics take the pooled average without momentum: a statistic
+    pushed past the boxes' values (a variance below zero) describes no data."""
 
     def __init__(self, server_momentum: float, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -220,6 +285,8 @@ def main(grid: Grid, context: Context) -> None:
     log(INFO, "starting from node %d's model: %d tensors (%s)", nodes[0], len(initial), trainable)
 
     common = dict(
+        schedule=str(config["lr-schedule"]),
+        rounds=int(config["num-server-rounds"]),
         fraction_train=float(config["fraction-train"]),
         fraction_evaluate=float(config["fraction-evaluate"]),
         min_train_nodes=min_nodes,

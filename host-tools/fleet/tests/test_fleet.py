@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
-from sprout_fleet.server_app import ScreenedFedAvg, ScreenedFedAvgM, refusal
+from sprout_fleet.server_app import ScreenedFedAvg, ScreenedFedAvgM, refusal, round_lr
 from sprout_fleet.service import Service, ServiceError
 
 
@@ -82,6 +82,25 @@ class Screening(unittest.TestCase):
         # momentum it would be 2.5).
         np.testing.assert_allclose(start["fc.weight"], np.full((3, 2), 2.5))
         np.testing.assert_allclose(start["bn.running_var"], np.full(3, 2.0))
+
+
+    def test_batch_norm_variances_pool_the_boxes_data(self) -> None:
+        strategy = ScreenedFedAvg()
+        strategy.expected = {"bn.running_mean": (2,), "bn.running_var": (2,)}
+        # Box 1's data has mean 0 and variance 1 per channel, box 2's (three times as many
+        # photos) mean 4 and variance 1: pooled, mean 3 and variance 1 + 0.25*9 + 0.75*1 = 4.
+        one = {"bn.running_mean": np.zeros(2, np.float32), "bn.running_var": np.ones(2, np.float32)}
+        two = {"bn.running_mean": np.full(2, 4, np.float32), "bn.running_var": np.ones(2, np.float32)}
+        arrays, _ = strategy.aggregate_train(1, [Reply(1, one, 10), Reply(2, two, 30)])
+        np.testing.assert_allclose(arrays["bn.running_mean"].numpy(), np.full(2, 3.0))
+        np.testing.assert_allclose(arrays["bn.running_var"].numpy(), np.full(2, 4.0))
+
+    def test_the_cosine_schedule_decays_over_the_rounds(self) -> None:
+        self.assertEqual([round_lr("constant", 0.1, r, 4) for r in (1, 4)], [0.1, 0.1])
+        rates = [round_lr("cosine", 0.1, r, 4) for r in (1, 2, 3, 4)]
+        np.testing.assert_allclose(rates, [0.1, 0.1 * (1 + 0.5**0.5) / 2, 0.05, 0.1 * (1 - 0.5**0.5) / 2])
+        with self.assertRaisesRegex(ValueError, "lr-schedule must be 'constant' or 'cosine', not 'linear'"):
+            ScreenedFedAvg(schedule="linear")
 
 
 class LiveBox(unittest.TestCase):
