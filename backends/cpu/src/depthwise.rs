@@ -16,6 +16,9 @@
 //! that output gradient with each tap's phase, summed over the whole batch in vector lanes
 //! and added up once per channel. Tap offsets are worked out once per call; the padding of
 //! the phases and of the laid-out gradient is zeroed once per worker, not per plane.
+//!
+//! Stride-1 layers that keep the plane's size, on planes of whole blocks, skip the phases
+//! and run in place (`same_depthwise`).
 
 use crate::parallel::{for_each_chunk, workers};
 use crate::pool::Pool;

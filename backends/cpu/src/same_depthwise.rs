@@ -160,8 +160,23 @@ fn correlate_generic<const FUSED: bool>(
 ) {
     let (lo, hi) = s.inside(p0, x.len());
     let plane = &dy[p0..][..s.plane];
-    let (inner, len) = (lo * BLOCK, (hi - lo) * BLOCK);
     let tap_masks = s.masks.chunks_exact(s.plane);
+    if (lo, hi) == (0, s.plane / BLOCK) {
+        // Every block inside: one zipped run per tap, no setup for the blocks outside.
+        for ((&offset, sum), mask) in s.offsets().iter().zip(sums).zip(tap_masks) {
+            let mut acc = *sum;
+            let v = &x[p0.wrapping_add_signed(offset)..][..s.plane];
+            let blocks = plane.chunks_exact(BLOCK).zip(v.chunks_exact(BLOCK));
+            for ((d, v), m) in blocks.zip(mask.chunks_exact(BLOCK)) {
+                for j in 0..BLOCK {
+                    acc[j] = fma::<FUSED>(d[j] * m[j], v[j], acc[j]);
+                }
+            }
+            *sum = acc;
+        }
+        return;
+    }
+    let (inner, len) = (lo * BLOCK, (hi - lo) * BLOCK);
     for ((&offset, sum), mask) in s.offsets().iter().zip(sums).zip(tap_masks) {
         let mut acc = *sum;
         // Empty when no block is inside (its start may then lie outside `x`).
