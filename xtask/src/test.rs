@@ -231,7 +231,17 @@ const MIRI_TOOLCHAIN: &str = "nightly";
 const MIRI_TESTS: &[(&str, &str, &[&str])] = &[
     ("sprout-planner", "", &[]),
     ("sprout-core", "link", &["link::", "format::", "--skip", "random_bytes"]),
-    ("sprout-cpu", "", &["gemm::", "pool::", "pointwise::tests::dot", "pointwise::tests::sigmoid"]),
+    (
+        "sprout-cpu",
+        "",
+        &[
+            "gemm::",
+            "pool::",
+            "pointwise::tests::dot",
+            "pointwise::tests::sigmoid",
+            "same_depthwise::",
+        ],
+    ),
 ];
 
 /// Runs [`MIRI_TESTS`] under Miri (installing the nightly toolchain's `miri` and `rust-src`

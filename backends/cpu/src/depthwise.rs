@@ -16,13 +16,17 @@
 //! that output gradient with each tap's phase, summed over the whole batch in vector lanes
 //! and added up once per channel. Tap offsets are worked out once per call; the padding of
 //! the phases and of the laid-out gradient is zeroed once per worker, not per plane.
+//!
+//! Stride-1 layers that keep the plane's size, on planes of whole blocks, skip the phases
+//! and run in place (`same_depthwise`).
 
 use crate::parallel::{for_each_chunk, workers};
 use crate::pool::Pool;
+use crate::same_depthwise as same;
 use sprout_core::geometry::Conv2dGeometry;
 
 /// Outputs per accumulator block: one AVX-512 register, two AVX2 ones.
-const BLOCK: usize = 16;
+pub(crate) const BLOCK: usize = 16;
 
 /// Whether `g` is depthwise: every group holds one input and one output channel.
 pub fn is_depthwise(g: &Conv2dGeometry) -> bool {
@@ -274,9 +278,13 @@ impl Layout {
     }
 }
 
-/// Scratch values one worker of any pass needs.
-pub fn scratch_per_worker(g: &Conv2dGeometry) -> usize {
-    Layout::new(g).scratch()
+/// Scratch values any pass needs on `threads` threads: the in-place kernels' masks, or
+/// one worker's phases per thread.
+pub fn scratch_len(g: &Conv2dGeometry, threads: usize) -> usize {
+    match same::runs_in_place(g) {
+        true => same::scratch_len(g),
+        false => threads * Layout::new(g).scratch(),
+    }
 }
 
 /// Taps of the largest filter run here (an 8x8 kernel); larger depthwise filters run as
@@ -426,6 +434,9 @@ pub fn conv2d(
     y: &mut [f32],
     g: &Conv2dGeometry,
 ) {
+    if same::runs_in_place(g) {
+        return same::conv2d(pool, scratch, x, w, b, y, g);
+    }
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::forward(&l);
@@ -456,6 +467,9 @@ pub fn conv2d_grad_input(
     dx: &mut [f32],
     g: &Conv2dGeometry,
 ) {
+    if same::runs_in_place(g) {
+        return same::conv2d_grad_input(pool, scratch, dy, w, dx, g);
+    }
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::backward(&l);
@@ -491,6 +505,9 @@ pub fn conv2d_grad_weight(
     dw: &mut [f32],
     g: &Conv2dGeometry,
 ) {
+    if same::runs_in_place(g) {
+        return same::conv2d_grad_weight(pool, scratch, dy, x, dw, g);
+    }
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::forward(&l);
@@ -499,9 +516,10 @@ pub fn conv2d_grad_weight(
         let (phases, d, _) = l.split(scratch);
         phases.fill(0.0);
         d.fill(0.0);
+        let mut sums = [[0.0; BLOCK]; MAX_TAPS];
         for (i, dw_c) in filters.chunks_mut(taps).enumerate() {
             let c = first + i;
-            let mut sums = [[0.0; BLOCK]; MAX_TAPS];
+            sums[..taps].fill([0.0; BLOCK]);
             for n in 0..g.n {
                 let plane = n * g.c_in + c;
                 split_phases(&l, &x[plane * in_len..][..in_len], phases);
@@ -517,55 +535,66 @@ pub fn conv2d_grad_weight(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use sprout_core::reference as r;
     use sprout_core::rng::SplitMix;
 
-    fn random(len: usize, rng: &mut SplitMix) -> Vec<f32> {
+    pub(crate) fn random(len: usize, rng: &mut SplitMix) -> Vec<f32> {
         (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect()
     }
 
-    fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    pub(crate) fn assert_close(got: &[f32], want: &[f32], what: &str) {
         for (i, (a, b)) in got.iter().zip(want).enumerate() {
             assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{what}[{i}]: {a} vs {b}");
         }
     }
 
     /// Planes from wider than a block to smaller than the kernel's reach, at strides 1, 2
-    /// and 3, kernels 1, 3 and 5, against the reference's loops, on one thread and two.
+    /// and 3, kernels 1, 3, 5 and 3x1, against the reference's loops, on one thread and two;
+    /// the stride-1 "same" planes of whole blocks run in place (`same_depthwise`), their
+    /// first and last blocks reading past the tensor's ends.
     #[test]
     fn every_stride_padding_and_plane_size_matches_the_reference() {
         let mut rng = SplitMix::new(7);
         let cases = [
-            (1, 1, 37, 5, 3),
-            (2, 1, 37, 5, 3),
-            (2, 0, 40, 5, 3),
-            (3, 2, 29, 5, 3),
-            (1, 1, 4, 4, 3),
-            (2, 1, 4, 4, 3),
-            (1, 2, 6, 3, 5),
-            (2, 2, 7, 9, 5),
-            (2, 0, 5, 5, 1),
+            (1, (1, 1), 37, 5, (3, 3)),
+            (2, (1, 1), 37, 5, (3, 3)),
+            (2, (0, 0), 40, 5, (3, 3)),
+            (3, (2, 2), 29, 5, (3, 3)),
+            (1, (1, 1), 4, 4, (3, 3)),
+            (2, (1, 1), 4, 4, (3, 3)),
+            (1, (2, 2), 6, 3, (5, 5)),
+            (2, (2, 2), 7, 9, (5, 5)),
+            (2, (0, 0), 5, 5, (1, 1)),
+            (1, (1, 1), 8, 8, (3, 3)),
+            (1, (1, 1), 16, 3, (3, 3)),
+            (1, (1, 1), 3, 16, (3, 3)),
+            (1, (2, 2), 4, 8, (5, 5)),
+            (1, (0, 0), 4, 4, (1, 1)),
+            (1, (1, 0), 8, 2, (3, 1)),
+            (1, (3, 3), 32, 2, (7, 7)),
         ];
-        for (stride, padding, w, h, k) in cases {
+        let mut in_place = 0;
+        for (stride, padding, w, h, (kh, kw)) in cases {
             let c = 3;
-            let out = |size: usize| (size + 2 * padding - k) / stride + 1;
+            let out = |size: usize, pad: usize, k: usize| (size + 2 * pad - k) / stride + 1;
             let g = Conv2dGeometry {
                 n: 2,
                 c_in: c,
                 h,
                 w,
                 c_out: c,
-                kh: k,
-                kw: k,
+                kh,
+                kw,
                 stride: (stride, stride),
-                padding: (padding, padding),
+                padding,
                 groups: c,
-                out_h: out(h),
-                out_w: out(w),
+                out_h: out(h, padding.0, kh),
+                out_w: out(w, padding.1, kw),
             };
-            let (x, wt) = (random(g.n * c * h * w, &mut rng), random(c * k * k, &mut rng));
+            in_place += usize::from(same::runs_in_place(&g));
+            let (x, wt) = (random(g.n * c * h * w, &mut rng), random(c * kh * kw, &mut rng));
             let (b, dy) = (random(c, &mut rng), random(g.n * c * g.out_h * g.out_w, &mut rng));
             let mut want_y = vec![0.0; dy.len()];
             r::conv2d(&x, &wt, Some(&b), &mut want_y, &g);
@@ -575,18 +604,20 @@ mod tests {
             r::conv2d_grad_weight(&dy, &x, &mut want_dw, &g);
             for threads in [1, 2] {
                 let pool = Pool::eager(threads);
-                let mut scratch = vec![f32::NAN; threads * scratch_per_worker(&g)];
+                let mut scratch = vec![f32::NAN; scratch_len(&g, threads)];
+                let what = format!("stride {stride}, {h}x{w}, kernel {kh}x{kw}");
                 let mut y = vec![f32::NAN; dy.len()];
                 conv2d(&pool, &mut scratch, &x, &wt, Some(&b), &mut y, &g);
-                assert_close(&y, &want_y, &format!("y, stride {stride}"));
+                assert_close(&y, &want_y, &format!("y, {what}"));
                 let mut dx = vec![f32::NAN; x.len()];
                 conv2d_grad_input(&pool, &mut scratch, &dy, &wt, &mut dx, &g);
-                assert_close(&dx, &want_dx, &format!("dx, stride {stride}"));
+                assert_close(&dx, &want_dx, &format!("dx, {what}"));
                 let mut dw = vec![f32::NAN; wt.len()];
                 conv2d_grad_weight(&pool, &mut scratch, &dy, &x, &mut dw, &g);
-                assert_close(&dw, &want_dw, &format!("dw, stride {stride}"));
+                assert_close(&dw, &want_dw, &format!("dw, {what}"));
             }
         }
+        assert_eq!(in_place, 8, "the stride-1 same planes of whole blocks run in place");
     }
 
     /// A 9x9 filter has more taps than the direct loops take: it runs as a grouped im2col

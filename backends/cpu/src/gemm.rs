@@ -107,7 +107,7 @@ multiversion!(broadcast_rows = fused broadcast_rows_generic(a: Mat<'_>, b: Mat<'
 
 /// `x·y + acc`, fused (one rounding) where the code has the instruction.
 #[inline(always)]
-fn fma<const FUSED: bool>(x: f32, y: f32, acc: f32) -> f32 {
+pub(crate) fn fma<const FUSED: bool>(x: f32, y: f32, acc: f32) -> f32 {
     if FUSED {
         x.mul_add(y, acc)
     } else {

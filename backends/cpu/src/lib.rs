@@ -35,6 +35,7 @@ mod norm;
 mod parallel;
 mod pointwise;
 mod pool;
+mod same_depthwise;
 mod window;
 
 use std::sync::Arc;
@@ -84,7 +85,7 @@ impl Cpu {
 
     /// The pool, and scratch for a depthwise convolution's workers (one piece per thread).
     fn depthwise_scratch(&mut self, g: &Conv2dGeometry) -> (&Pool, &mut [f32]) {
-        let len = self.pool.threads() * depthwise::scratch_per_worker(g);
+        let len = depthwise::scratch_len(g, self.pool.threads());
         (&self.pool, grow(&mut self.scratch, len))
     }
 
