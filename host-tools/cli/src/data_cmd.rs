@@ -29,8 +29,8 @@ struct LeavesArgs {
     /// Folder to write into; it must be empty or absent unless --force is given.
     #[arg(short, long, value_name = "DIR", alias = "out")]
     output: PathBuf,
-    /// Comma-separated class names. Both domains know healthy, leaf_spot and rust; the
-    /// source domain also powdery_mildew, blight, mosaic and scorch.
+    /// Comma-separated class names. Every domain knows healthy, leaf_spot and rust; the
+    /// source and soil domains also powdery_mildew, blight, mosaic and scorch.
     #[arg(
         long,
         value_name = "NAMES",
@@ -47,8 +47,9 @@ struct LeavesArgs {
     /// Seed of every random choice: the same arguments write the same bytes.
     #[arg(long, value_name = "S", default_value_t = 0)]
     seed: u64,
-    /// The look of the scenes: source (broad leaves on soil, seven classes) or target
-    /// (narrow leaves on grass and grey benches, three classes).
+    /// The look of the scenes: source (every leaf shape on soil, wood and field backgrounds,
+    /// seven classes), target (narrow leaves on grass and grey benches, three classes) or
+    /// soil (a narrow source: broad dark leaves on brown soil and wood only, seven classes).
     #[arg(long, value_name = "DOMAIN", default_value = "source")]
     domain: Domain,
     /// Share of each class's images that go to val/.

@@ -18,12 +18,15 @@ use crate::rng::{fnv1a, Rng};
 /// Which look the scenes have. The source domain has more classes (to pretrain a backbone on)
 /// and a broad look (every leaf shape and shade, soil, wood and field backgrounds), as a large
 /// pretraining corpus would; the target domain has the three field classes and narrow,
-/// yellower leaves on grass or grey benches.
+/// yellower leaves on grass or grey benches. The soil domain is a narrow source: the
+/// source's classes, but only broad dark leaves on brown soil and wood, none of the field's
+/// looks (a backbone pretrained on it leaves a new head far from the target).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Domain {
     #[default]
     Source,
     Target,
+    Soil,
 }
 
 impl Domain {
@@ -31,7 +34,9 @@ impl Domain {
     pub fn diseases(self) -> &'static [Disease] {
         use Disease::*;
         match self {
-            Domain::Source => &[Healthy, LeafSpot, Rust, PowderyMildew, Blight, Mosaic, Scorch],
+            Domain::Source | Domain::Soil => {
+                &[Healthy, LeafSpot, Rust, PowderyMildew, Blight, Mosaic, Scorch]
+            }
             Domain::Target => &[Healthy, LeafSpot, Rust],
         }
     }
@@ -52,6 +57,7 @@ impl fmt::Display for Domain {
         f.write_str(match self {
             Domain::Source => "source",
             Domain::Target => "target",
+            Domain::Soil => "soil",
         })
     }
 }
@@ -63,7 +69,8 @@ impl FromStr for Domain {
         match s {
             "source" => Ok(Domain::Source),
             "target" => Ok(Domain::Target),
-            _ => Err(format!("unknown domain '{s}' (known: source, target)")),
+            "soil" => Ok(Domain::Soil),
+            _ => Err(format!("unknown domain '{s}' (known: source, target, soil)")),
         }
     }
 }
@@ -271,6 +278,12 @@ impl Leaf {
                 rng.range(0.2, 0.65),
                 rng.range(0.35, 0.6),
                 [rng.range(0.18, 0.5), rng.range(0.42, 0.7), rng.range(0.1, 0.28)],
+            ),
+            // Broad, dark green leaves only.
+            Domain::Soil => (
+                rng.range(0.45, 0.65),
+                rng.range(0.35, 0.5),
+                [rng.range(0.18, 0.3), rng.range(0.42, 0.55), rng.range(0.1, 0.18)],
             ),
             Domain::Target => (
                 rng.range(0.2, 0.32),
@@ -514,16 +527,12 @@ impl Background {
     fn random(rng: &mut Rng, domain: Domain) -> Self {
         // The field: grass, grey concrete, a grey-green bench.
         const FIELD: [Rgb; 3] = [[0.33, 0.46, 0.24], [0.52, 0.52, 0.5], [0.38, 0.44, 0.4]];
+        // Soil, dark soil, a wooden bench.
+        const SOIL: [Rgb; 3] = [[0.4, 0.28, 0.17], [0.3, 0.21, 0.14], [0.52, 0.4, 0.27]];
         let palette: &[Rgb] = match domain {
-            // Soil, dark soil, a wooden bench, and the field's backgrounds too.
-            Domain::Source => &[
-                [0.4, 0.28, 0.17],
-                [0.3, 0.21, 0.14],
-                [0.52, 0.4, 0.27],
-                FIELD[0],
-                FIELD[1],
-                FIELD[2],
-            ],
+            // The soil's backgrounds and the field's too.
+            Domain::Source => &[SOIL[0], SOIL[1], SOIL[2], FIELD[0], FIELD[1], FIELD[2]],
+            Domain::Soil => &SOIL,
             Domain::Target => &FIELD,
         };
         let base = palette[rng.below(palette.len())];

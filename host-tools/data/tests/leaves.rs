@@ -137,6 +137,22 @@ fn source_and_target_domains_differ() {
 }
 
 #[test]
+fn the_soil_domain_is_the_source_without_the_field() {
+    let scratch = Scratch::new("soil");
+    let (soil, source) = (scratch.0.join("soil"), scratch.0.join("source"));
+    generate_into(&config(&["healthy", "blight"], 20, Domain::Soil), &soil);
+    generate_into(&config(&["healthy"], 20, Domain::Source), &source);
+    let (s, b) = (
+        class_mean(&decoded(&soil, "train", "healthy")),
+        class_mean(&decoded(&source, "train", "healthy")),
+    );
+    // Brown soil and wood only: redder than green, and more so than the broad source
+    // whose backgrounds include grass and grey.
+    assert!(s[0] > s[1], "soil {s:?}");
+    assert!(s[0] - s[1] > b[0] - b[1] + 0.03, "soil {s:?} source {b:?}");
+}
+
+#[test]
 fn bad_configurations_are_refused_before_writing() {
     let scratch = Scratch::new("bad");
     let out = scratch.0.join("out");
