@@ -281,9 +281,10 @@ impl Layout {
 /// Scratch values any pass needs on `threads` threads: the in-place kernels' masks, or
 /// one worker's phases per thread.
 pub fn scratch_len(g: &Conv2dGeometry, threads: usize) -> usize {
-    match same::runs_in_place(g) {
-        true => same::scratch_len(g),
-        false => threads * Layout::new(g).scratch(),
+    if same::runs_in_place(g) {
+        same::scratch_len(g)
+    } else {
+        threads * Layout::new(g).scratch()
     }
 }
 

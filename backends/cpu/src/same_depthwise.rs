@@ -147,6 +147,18 @@ fn plane_generic<const FUSED: bool>(
     }
 }
 
+/// `acc[j] += Σ d·m·v` over the lanes `j` of whole blocks of `d`, `v` and `m` (as long as
+/// the shortest).
+#[inline(always)]
+fn correlate_blocks<const FUSED: bool>(acc: &mut [f32; BLOCK], d: &[f32], v: &[f32], m: &[f32]) {
+    let blocks = d.chunks_exact(BLOCK).zip(v.chunks_exact(BLOCK)).zip(m.chunks_exact(BLOCK));
+    for ((d, v), m) in blocks {
+        for j in 0..BLOCK {
+            acc[j] = fma::<FUSED>(d[j] * m[j], v[j], acc[j]);
+        }
+    }
+}
+
 /// Adds plane `p0`'s share of every tap's weight gradient to `sums[t]`, lane by lane:
 /// `Σ_q dy[p0 + q]·mask·x[p0 + q + offset[t]]`, one tap at a time in registers over zipped
 /// slices (the blocks inside `x`), then the few outside lane by lane.
@@ -166,12 +178,7 @@ fn correlate_generic<const FUSED: bool>(
         for ((&offset, sum), mask) in s.offsets().iter().zip(sums).zip(tap_masks) {
             let mut acc = *sum;
             let v = &x[p0.wrapping_add_signed(offset)..][..s.plane];
-            let blocks = plane.chunks_exact(BLOCK).zip(v.chunks_exact(BLOCK));
-            for ((d, v), m) in blocks.zip(mask.chunks_exact(BLOCK)) {
-                for j in 0..BLOCK {
-                    acc[j] = fma::<FUSED>(d[j] * m[j], v[j], acc[j]);
-                }
-            }
+            correlate_blocks::<FUSED>(&mut acc, plane, v, mask);
             *sum = acc;
         }
         return;
@@ -181,12 +188,7 @@ fn correlate_generic<const FUSED: bool>(
         let mut acc = *sum;
         // Empty when no block is inside (its start may then lie outside `x`).
         let v = x.get((p0 + inner).wrapping_add_signed(offset)..).map_or(&[][..], |v| &v[..len]);
-        let blocks = plane[inner..][..len].chunks_exact(BLOCK).zip(v.chunks_exact(BLOCK));
-        for ((d, v), m) in blocks.zip(mask[inner..].chunks_exact(BLOCK)) {
-            for j in 0..BLOCK {
-                acc[j] = fma::<FUSED>(d[j] * m[j], v[j], acc[j]);
-            }
-        }
+        correlate_blocks::<FUSED>(&mut acc, &plane[inner..][..len], v, &mask[inner..]);
         let outside = (0..inner).chain(inner + len..s.plane).filter(|&q| mask[q] != 0.0);
         for q in outside {
             // Inside the plane, so inside `x`.
