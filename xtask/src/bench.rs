@@ -36,7 +36,8 @@ pub const SUITES: &[(&str, &str)] = &[
         "cortex-m",
         "executed instructions per multiply-accumulate of the Cortex-M int8 and f32 kernels, \
          DSP against scalar, on the QEMU board under -icount shift=0; LeafNet's int8 \
-         convolutions against CMSIS-NN (built with arm-none-eabi-gcc), bit for bit",
+         convolutions against CMSIS-NN (built with arm-none-eabi-gcc), bit for bit; LeafNet \
+         pretrained on soil scenes, fine-tuned on the board head-only and with a sparse update",
     ),
     (
         "cpu",

@@ -103,7 +103,8 @@ pub fn run_on_qemu(root: &Path) -> Result<()> {
 }
 
 /// `cargo xtask bench cortex-m`: builds the boards and prints the bench's insn/MAC lines,
-/// counted under `-icount shift=0`, then LeafNet's convolutions side by side with CMSIS-NN.
+/// counted under `-icount shift=0`, then LeafNet's convolutions side by side with CMSIS-NN,
+/// then head-only against a sparse update on the board ([`crate::sparse_update::bench`]).
 pub fn bench(root: &Path) -> Result<()> {
     qemu::ensure_installed(root)?;
     build(root, None)?;
@@ -113,7 +114,9 @@ pub fn bench(root: &Path) -> Result<()> {
     print_log(&run.log);
     run.expect_success(&bench)?;
     println!("\nleafnet's int8 convolutions, sprout against CMSIS-NN on the same data:");
-    crate::cmsis::side_by_side(root)
+    crate::cmsis::side_by_side(root)?;
+    println!("\nleafnet fine-tuned on the board, head-only against a sparse update:");
+    crate::sparse_update::bench(root)
 }
 
 fn print_log(log: &[String]) {

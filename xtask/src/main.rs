@@ -18,6 +18,7 @@ mod fuzz;
 mod int8_layers;
 mod on_device;
 mod qemu;
+mod sparse_update;
 mod test;
 
 use std::path::{Path, PathBuf};

@@ -5,15 +5,16 @@
 //! photos (training and held-out split) and trains there, `sprout device pull` fetches the
 //! best checkpoint (its CRC-32 must be the device's), and `sprout eval` with the pulled
 //! head must reproduce the accuracy the device recorded. The head starts fresh (random), so
-//! the accuracy is the device's own learning; both it and the pulled head's accuracy on
-//! target photos the device never saw must reach [`TARGET_ACCURACY`].
+//! the accuracy is the device's own learning. `cargo xtask demo` runs it with the demo's
+//! own backbone, where it and the pulled head's accuracy on target photos the device never
+//! saw must reach [`TARGET_ACCURACY`].
 //!
 //! `cargo xtask test` runs it on a small set made from scratch ([`prepare_ci`]): a short
-//! pretraining on the source domain's photos of the three target classes, so the whole
-//! stage stays within a few minutes. It then boots the board again and has `sprout serve`
+//! pretraining on the narrow soil domain's photos of the three target classes, so the whole
+//! stage stays within a few minutes, then a head-only and a sparse-update fine-tune side by
+//! side ([`crate::sparse_update`]). It then boots the board again and has `sprout serve`
 //! drive it ([`through_service`]): registered by its port, trained on a data set, its
 //! checkpoint pulled into the registry as a new version and pushed back.
-//! `cargo xtask demo` runs it with the demo's own backbone.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -28,12 +29,14 @@ use crate::qemu::{self, Emulation};
 /// Where `cargo xtask test` keeps its data, models and bundle.
 const CI_DIR: &str = "target/sprout-qemu";
 
-/// CI's source photos: the source domain's pictures of the three target classes only
-/// (seven classes learn too slowly for CI's two minutes of pretraining). The device still starts
-/// from a fresh head (`--fresh head`), so what it reaches is its own training's.
+/// CI's source photos: the narrow soil domain (broad dark leaves on brown soil and wood,
+/// none of the field's looks), the three target classes only (seven classes learn too slowly
+/// for CI's two minutes of pretraining). A new head alone adapts such a backbone poorly to
+/// the field, which is what a sparse update is for ([`crate::sparse_update`]). The device
+/// still starts from a fresh head (`--fresh head`), so what it reaches is its own training's.
 const CI_SOURCE: LeafSet = LeafSet {
-    folder: "source",
-    domain: "source",
+    folder: "soil",
+    domain: "soil",
     classes: TARGET_CLASSES,
     per_class: "200",
     seed: "1",
@@ -80,6 +83,10 @@ const CI_PRETRAIN: &[&str] = &[
     "1",
 ];
 
+/// The int8 layers a sparse update may train (`sprout quantize --trainable-int8`): LeafNet's
+/// last three blocks, which the leaf-trainer firmware has room for.
+pub const TRAINABLE_INT8: &str = "features.8.*,features.9.*,features.10.*";
+
 /// Epochs the device trains the head for.
 const DEVICE_EPOCHS: &str = "30";
 /// How long the host waits for each answer before sending a request again (`sprout device
@@ -94,6 +101,7 @@ const STACK_HEADROOM: usize = 4096;
 const TARGET_ACCURACY: f64 = 90.0;
 
 /// The files of one on-device fine-tune.
+#[derive(Clone)]
 pub struct Leaf {
     /// The int8-backbone, float-head model the bundle was made from.
     pub model: PathBuf,
@@ -115,25 +123,41 @@ pub fn ci_sprout(root: &Path) -> Result<String> {
 }
 
 /// Makes CI's photos and pretrained backbone (once per checkout; later runs reuse them)
-/// and, every time, the bundle from them; returns CI's files.
+/// and, every time, the head-only and sparse-update bundles from them; returns CI's files
+/// (the head-only bundle's, which the boards stage embeds).
 pub fn prepare_ci(root: &Path) -> Result<Leaf> {
     let work = root.join(CI_DIR);
-    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     let sprout = ci_sprout(root)?;
-    let path = |name: &str| work.join(name).to_string_lossy().into_owned();
+    let backbone = pretrain(root, &sprout, &work, &CI_SOURCE, CI_PRETRAIN)?;
+    let leaf = bundle_for_device(root, &sprout, &backbone, &work)?;
+    crate::sparse_update::sparse_bundle(root, &sprout, &leaf)?;
+    Ok(leaf)
+}
+
+/// `work/backbone.sprout`: LeafNet trained with `args` on the photos of `source` (drawn in
+/// `work`), unless an earlier run left it there.
+pub fn pretrain(
+    root: &Path,
+    sprout: &str,
+    work: &Path,
+    source: &LeafSet,
+    args: &[&str],
+) -> Result<PathBuf> {
+    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
     let backbone = work.join("backbone.sprout");
     if is_current_model(&backbone) {
         println!("reusing the pretrained backbone {}", backbone.display());
-    } else {
-        draw(root, &sprout, &work.join(CI_SOURCE.folder), &CI_SOURCE)?;
-        Cmd::new(&sprout, root)
-            .args(["train", "--zoo", "leafnet", "--data", &path(CI_SOURCE.folder)])
-            .args(CI_PRETRAIN.iter().copied())
-            .args(["--out-dir", &fresh_run_folder(&work.join("pretrain-run"))?])
-            .args(["-o", &path("backbone.sprout")])
-            .run()?;
+        return Ok(backbone);
     }
-    bundle_for_device(root, &sprout, &backbone, &work)
+    let data = work.join(source.folder);
+    draw(root, sprout, &data, source)?;
+    Cmd::new(sprout, root)
+        .args(["train", "--zoo", "leafnet", "--data", &data.to_string_lossy()])
+        .args(args.iter().copied())
+        .args(["--out-dir", &fresh_run_folder(&work.join("pretrain-run"))?])
+        .args(["-o", &backbone.to_string_lossy()])
+        .run()?;
+    Ok(backbone)
 }
 
 /// Whether `path` holds a model this sprout reads: a model saved by an older format version
@@ -171,8 +195,9 @@ fn leaf_files(work: &Path) -> Leaf {
 }
 
 /// From a pretrained `backbone`: the device's photos, a fresh 3-class head over the
-/// backbone, the int8 model (calibrated on the device's training photos, head kept float)
-/// and its bundle, all in `work`.
+/// backbone, the int8 model (calibrated on the device's training photos, head kept float,
+/// [`TRAINABLE_INT8`] kept trainable for a sparse update) and its head-only bundle, all in
+/// `work`.
 pub fn bundle_for_device(root: &Path, sprout: &str, backbone: &Path, work: &Path) -> Result<Leaf> {
     let leaf = leaf_files(work);
     let path = |name: &str| work.join(name).to_string_lossy().into_owned();
@@ -189,19 +214,21 @@ pub fn bundle_for_device(root: &Path, sprout: &str, backbone: &Path, work: &Path
     let model = leaf.model.to_string_lossy().into_owned();
     Cmd::new(sprout, root)
         .args(["quantize", &path("fresh-head.sprout"), "--calib", &data])
-        .args(["--keep-float", "head", "-o", &model])
+        .args(["--keep-float", "head", "--trainable-int8", TRAINABLE_INT8, "-o", &model])
         .run()?;
     Cmd::new(sprout, root).args(["bundle", &model, "-o", &leaf.bundle.to_string_lossy()]).run()?;
     Ok(leaf)
 }
 
-/// `cargo xtask test`'s stage: CI's fine-tune on the firmware the boards stage built, then
-/// the same board driven by the service.
+/// `cargo xtask test`'s stage: CI's head-only and sparse-update fine-tunes side by side
+/// ([`crate::sparse_update::compare`]), then the head-only firmware (the boards stage's)
+/// driven by the service.
 pub fn test(root: &Path) -> Result<()> {
     let leaf = leaf_files(&root.join(CI_DIR));
     let sprout = ci_sprout(root)?;
+    let sparse = crate::sparse_update::sparse_files(&leaf);
+    crate::sparse_update::compare(root, &sprout, &leaf, &sparse)?;
     let elf = crate::boards::elf(root, "leaf-trainer");
-    fine_tune(root, &sprout, &elf, &leaf)?;
     let emulation = Emulation::start(&elf)?;
     let result = through_service(root, &sprout, &emulation.port_spec(), &leaf);
     let log = emulation.stop()?;
@@ -331,17 +358,7 @@ pub struct Outcome {
 
 /// Runs the fine-tune on `elf` under QEMU and checks it (see the module documentation).
 pub fn fine_tune(root: &Path, sprout: &str, elf: &Path, leaf: &Leaf) -> Result<Outcome> {
-    qemu::ensure_installed(root)?;
-    let emulation = Emulation::start(elf)?;
-    let port = emulation.port_spec();
-    let result = converse(root, sprout, &port, leaf);
-    let log = emulation.stop()?;
-    println!("--- device log ---");
-    for line in &log {
-        println!("  {line}");
-    }
-    let outcome = result?;
-    check_stack(&log)?;
+    let (outcome, _) = run_on_board(root, sprout, elf, leaf)?;
     if outcome.device_accuracy < TARGET_ACCURACY {
         bail!(
             "the device reached {:.1}% held-out accuracy, below the {TARGET_ACCURACY}% target",
@@ -356,6 +373,29 @@ pub fn fine_tune(root: &Path, sprout: &str, elf: &Path, leaf: &Leaf) -> Result<O
         );
     }
     Ok(outcome)
+}
+
+/// Runs the fine-tune on `elf` under QEMU and checks what does not depend on how well it
+/// learns: the pulled checkpoint is the device's and scores what the device recorded, the
+/// stack kept its headroom. Returns the outcome and the device's log.
+pub fn run_on_board(
+    root: &Path,
+    sprout: &str,
+    elf: &Path,
+    leaf: &Leaf,
+) -> Result<(Outcome, Vec<String>)> {
+    qemu::ensure_installed(root)?;
+    let emulation = Emulation::start(elf)?;
+    let port = emulation.port_spec();
+    let result = converse(root, sprout, &port, leaf);
+    let log = emulation.stop()?;
+    println!("--- device log ---");
+    for line in &log {
+        println!("  {line}");
+    }
+    let outcome = result?;
+    check_stack(&log)?;
+    Ok((outcome, log))
 }
 
 /// Train, pull and evaluate over `port`.
@@ -454,7 +494,7 @@ fn check_stack(log: &[String]) -> Result<()> {
 }
 
 /// The text between the first `start` in `text` and the next `end`.
-fn field<'t>(text: &'t str, start: &str, end: &str) -> Option<&'t str> {
+pub fn field<'t>(text: &'t str, start: &str, end: &str) -> Option<&'t str> {
     let from = text.find(start)? + start.len();
     let len = text[from..].find(end)?;
     Some(&text[from..from + len])

@@ -6,7 +6,8 @@
 //! The firmware's defmt frames reach QEMU's stdout (semihosting writes to `:tt` go to the
 //! host's stdout); UART0 is a Unix socket QEMU connects to, so the two never mix. A
 //! firmware that serves the host link instead runs as an [`Emulation`] whose UART0 is a
-//! TCP server socket (`sprout device --port tcp:127.0.0.1:PORT`).
+//! TCP server socket (`sprout device --port tcp:127.0.0.1:PORT`), under `-icount shift=0`
+//! so that the clock it reads counts its instructions.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -125,7 +126,7 @@ impl Emulation {
             .port();
         let serial = format!("tcp:127.0.0.1:{port},server=on,wait=off");
         let mut child =
-            command(elf, &serial, false).spawn().with_context(|| format!("starting {QEMU}"))?;
+            command(elf, &serial, true).spawn().with_context(|| format!("starting {QEMU}"))?;
         let defmt = Some(drain(child.stdout.take().context("QEMU's stdout")?));
         let stderr = Some(drain(child.stderr.take().context("QEMU's stderr")?));
         let mut emulation = Self { child, table, elf: elf.to_path_buf(), defmt, stderr, port };

@@ -2,8 +2,8 @@
 //! the microcontroller targets, rustfmt, clippy, the workspace tests, the service's web page
 //! in headless Chromium, Miri, the CPU backend's conformance on aarch64 under qemu-aarch64,
 //! the no_std builds, the boards (built, run under QEMU, compared bit for bit with CMSIS-NN,
-//! sizes compared with their snapshot), the leaf head fine-tuned on the emulated
-//! microcontroller, and a federated fine-tuning run on Flower's deployment engine across
+//! sizes compared with their snapshot), the leaf classifier fine-tuned on the emulated
+//! microcontroller (head-only and a sparse update), and a federated fine-tuning run on Flower's deployment engine across
 //! three local `sprout serve` boxes.
 
 use std::path::Path;
@@ -101,7 +101,7 @@ const STAGES: &[Stage] = &[
     ),
     stage(
         "on-device",
-        "leaf head fine-tuned on the device under QEMU, pulled, evaluated",
+        "leafnet fine-tuned on the device under QEMU, head-only and sparse, pulled, evaluated",
         crate::on_device::test,
     ),
     stage(

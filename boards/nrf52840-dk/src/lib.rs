@@ -16,6 +16,8 @@ use nrf52840_hal::uarte::{Baudrate, Parity, Pins, Uarte, UarteRx, UarteTx};
 
 /// The board's name, as the firmware reports it.
 pub const NAME: &str = "nrf52840-dk";
+/// No clock for the trainer's tick count.
+pub const CLOCK: Option<fn() -> u32> = None;
 
 extern "C" {
     /// The storage region, from `memory.x`.

@@ -61,6 +61,11 @@ impl InstructionCounter {
     }
 }
 
+/// SysTick's ticks since it last wrapped, counting up (it counts down from [`RELOAD`]).
+pub fn ticks() -> u32 {
+    RELOAD - SYST::get_current()
+}
+
 /// Exactly `2 · count` instructions (`subs` + `bne` per iteration) for `count ≥ 1`.
 fn busy_loop(count: u32) {
     // SAFETY: register-only arithmetic and a local branch; no memory, stack or flags

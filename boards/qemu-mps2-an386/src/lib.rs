@@ -21,6 +21,9 @@ use defmt_semihosting as _;
 pub const NAME: &str = "qemu-mps2-an386";
 /// Core clock (SysTick's processor clock source), in Hz.
 pub const CORE_CLOCK_HZ: u32 = 25_000_000;
+/// SysTick as the trainer's clock (free-running from [`init`] on): one tick per 40
+/// instructions under `-icount shift=0`.
+pub const CLOCK: Option<fn() -> u32> = Some(counter::ticks);
 
 /// The peripherals a firmware uses.
 pub struct Board {

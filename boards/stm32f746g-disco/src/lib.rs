@@ -18,6 +18,8 @@ use stm32f7xx_hal::serial::{self, Config};
 
 /// The board's name, as the firmware reports it.
 pub const NAME: &str = "stm32f746g-disco";
+/// No clock for the trainer's tick count.
+pub const CLOCK: Option<fn() -> u32> = None;
 
 /// USART1 as one byte stream: reads block for the first byte; [`embedded_io::ReadReady`]
 /// looks ahead by one byte, which the next read returns first.

@@ -6,7 +6,8 @@
 //! the last blocks) is embedded at build time from `SPROUT_LEAF_BUNDLE`
 //! (this crate's `build.rs`); everything else is static memory ([`Memory`]), logged with
 //! `defmt` through whatever transport the board gives it. [`stack`] measures the deepest
-//! stack use, which the trainer logs when a run ends.
+//! stack use, which the trainer logs when a run ends, with the clock ticks the run's
+//! training took where the board has a clock ([`Board::clock`]).
 #![no_std]
 
 pub mod stack;
@@ -122,11 +123,18 @@ pub struct Board<IO, F> {
     pub slot_bytes: u32,
     /// Ends the run (`false`: failed) the board's way.
     pub exit: fn(bool) -> !,
+    /// Clock ticks counting up, wrapping at [`CLOCK_WRAP`] (SysTick's range); `None` where
+    /// the board runs no such clock. Under `qemu-system-arm -icount shift=0` the QEMU
+    /// board's ticks count executed instructions.
+    pub clock: Option<fn() -> u32>,
 }
 
+/// Where [`Board::clock`] wraps: 2^24 ticks.
+pub const CLOCK_WRAP: u32 = 1 << 24;
+
 /// The `main` of a board's trainer binary: paints the stack, initializes the board crate
-/// `$board` (`init() -> Option<Board>` with `serial` and `storage`, `exit`, `NAME`) and
-/// serves with checkpoint slots of `$slot_bytes` from the start of its storage.
+/// `$board` (`init() -> Option<Board>` with `serial` and `storage`, `exit`, `NAME`,
+/// `CLOCK`) and serves with checkpoint slots of `$slot_bytes` from the start of its storage.
 #[macro_export]
 macro_rules! board_main {
     ($board:ident, $slot_bytes:expr) => {
@@ -140,6 +148,7 @@ macro_rules! board_main {
                 flash: b.storage,
                 slot_bytes: $slot_bytes,
                 exit: $board::exit,
+                clock: $board::CLOCK,
             })
         }
     };
@@ -189,11 +198,14 @@ where
     );
     let mut session = DeviceSession::default();
     let mut training = false;
+    // Clock ticks inside this run's training calls, and the epochs they ended.
+    let (mut ticks, mut epochs) = (0u64, 0u32);
     loop {
         match session.poll(&mut board.serial, &mut app) {
             Ok(Polled::Answered) if app.is_training() != training => {
                 training = app.is_training();
                 if training {
+                    (ticks, epochs) = (0, 0);
                     let (train, held_out) = app.trainer().samples();
                     let before = app.initial_accuracy().unwrap_or(0.0);
                     defmt::info!(
@@ -207,13 +219,28 @@ where
             Ok(_) => {}
             Err(e) => defmt::warn!("serial: {}", defmt::Debug2Format(&e)),
         }
-        if let Some(Err(e)) = app.train_batches(BATCHES_PER_TURN, &mut Defmt) {
-            defmt::error!("training failed: {}", defmt::Display2Format(&e));
+        let start = board.clock.filter(|_| app.is_training()).map(|now| now());
+        match app.train_batches(BATCHES_PER_TURN, &mut Defmt) {
+            Some(Err(e)) => defmt::error!("training failed: {}", defmt::Display2Format(&e)),
+            Some(Ok(Some(_))) => epochs += 1,
+            _ => {}
+        }
+        if let (Some(now), Some(start)) = (board.clock, start) {
+            ticks += u64::from(now().wrapping_sub(start) % CLOCK_WRAP);
         }
         if training && !app.is_training() {
             training = false;
             let best = app.trainer().best().map_or(0.0, |(info, _)| info.accuracy);
             defmt::info!("training ended; best held-out accuracy {=f32}%", 100.0 * best);
+            if board.clock.is_some() {
+                let (train, _) = app.trainer().samples();
+                defmt::info!(
+                    "training took {=u64} clock ticks for {=u32} epochs of {=usize} samples",
+                    ticks,
+                    epochs,
+                    train
+                );
+            }
             defmt::info!(
                 "stack: {=usize} of {=usize} bytes used at most",
                 stack::peak(),

@@ -1,0 +1,213 @@
+//! Why training inside the int8 backbone matters on a microcontroller: from one int8 model
+//! (LeafNet pretrained on the narrow soil domain, a fresh head for the field's classes), the
+//! emulated board fine-tunes twice on the same photos, from the same start: the head alone,
+//! and a sparse update that `sprout bundle --sparse-budget` picks (the head and the biases of
+//! the last int8 blocks, with QAS). The host evaluates both pulled checkpoints on target
+//! photos the device never saw; the memory figures come from the bundles and the firmware
+//! image. `cargo xtask test on-device` runs it on CI's small set, `cargo xtask bench
+//! cortex-m` on a backbone pretrained longer on more photos.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::cmd::Cmd;
+use crate::demo::{LeafSet, TARGET_CLASSES};
+use crate::on_device::{self, Leaf, Outcome};
+
+/// The device memory the sparse update must fit: the largest arena, the state four times
+/// and the cached samples (what the leaf-trainer firmware holds).
+const BUDGET: &str = "200KiB";
+/// Samples the device caches, training and held out (the firmware's room for deeper
+/// features: 90 + 30).
+const CACHE_SAMPLES: &str = "120";
+/// SGD on the device for the sparse update: one sample per step and no momentum, which
+/// keeps the state and the training arena within the firmware's buffers.
+const SPARSE_SGD: &[&str] = &["--batch-size", "1", "--momentum", "0"];
+/// The RAM of the emulated board (mps2-an386 with sprout's 256 KiB budget).
+const BOARD_RAM: u64 = 262_144;
+/// The most the sparse update's training arena may take against the int8 backbone's
+/// inference arena.
+const ARENA_RATIO: f64 = 1.25;
+/// Instructions per tick of the QEMU board's clock (SysTick at 25 MHz) under `-icount
+/// shift=0`, which runs one instruction per virtual nanosecond.
+const INSTRUCTIONS_PER_TICK: f64 = 40.0;
+
+/// `cargo xtask bench cortex-m`'s source: four times CI's soil photos.
+const BENCH_SOURCE: LeafSet = LeafSet {
+    folder: "soil",
+    domain: "soil",
+    classes: TARGET_CLASSES,
+    per_class: "800",
+    seed: "1",
+};
+
+/// The bench's pretraining: as CI's, 16 epochs.
+const BENCH_PRETRAIN: &[&str] = &[
+    "--trainable",
+    "all",
+    "--optimizer",
+    "adamw",
+    "--lr",
+    "0.003",
+    "--schedule",
+    "cosine",
+    "--epochs",
+    "16",
+    "--batch-size",
+    "16",
+    "--seed",
+    "1",
+];
+
+/// Where the bench keeps its photos, backbone and bundles.
+const BENCH_DIR: &str = "target/sprout-bench-sparse";
+
+/// `leaf` with the sparse update's bundle and checkpoint in place of the head-only ones.
+pub fn sparse_files(leaf: &Leaf) -> Leaf {
+    Leaf {
+        bundle: leaf.bundle.with_file_name("leaf-sparse.bundle"),
+        checkpoint: leaf.checkpoint.with_file_name("device-sparse.ckpt"),
+        ..leaf.clone()
+    }
+}
+
+/// The sparse update's bundle of `leaf`'s model, picked under [`BUDGET`].
+pub fn sparse_bundle(root: &Path, sprout: &str, leaf: &Leaf) -> Result<Leaf> {
+    let sparse = sparse_files(leaf);
+    Cmd::new(sprout, root)
+        .args(["bundle", &leaf.model.to_string_lossy(), "--sparse-budget", BUDGET])
+        .args(["--cache-samples", CACHE_SAMPLES])
+        .args(SPARSE_SGD.iter().copied())
+        .args(["-o", &sparse.bundle.to_string_lossy()])
+        .run()?;
+    Ok(sparse)
+}
+
+/// What the two fine-tunes reached and what the sparse one needs.
+pub struct Comparison {
+    pub head_only: Outcome,
+    pub sparse: Outcome,
+    /// Static RAM of the sparse update's firmware image, in bytes.
+    pub static_ram: u64,
+    /// The sparse update's training arena, in bytes.
+    pub training_arena: usize,
+    /// The int8 backbone's inference arena (the head-only bundle's backbone plan).
+    pub inference_arena: usize,
+    /// Instructions the sparse update's training took per training sample and epoch
+    /// (its held-out evaluation included), in millions.
+    pub insn_per_sample: f64,
+}
+
+impl fmt::Display for Comparison {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "on-device leafnet: head-only {:.1}%, sparse update {:.1}%, static RAM {} B of \
+             {BOARD_RAM}, training arena {} B, int8 inference arena {} B, insn per sample {:.1} M",
+            self.head_only.unseen_accuracy,
+            self.sparse.unseen_accuracy,
+            self.static_ram,
+            self.training_arena,
+            self.inference_arena,
+            self.insn_per_sample
+        )
+    }
+}
+
+/// Fine-tunes on the emulated board with `head_only`'s bundle, then with `sparse`'s (each
+/// embedded in a firmware build of its own, kept as `leaf-trainer-NAME` beside the bundle),
+/// prints the comparison and checks what holds whatever the accuracies: both runs complete
+/// with checkpoints that score what the device recorded, the firmware fits the board's RAM
+/// and the training arena stays within [`ARENA_RATIO`] of the inference arena. The boards'
+/// leaf trainers are left built with `head_only`'s bundle (as the size snapshot expects).
+pub fn compare(root: &Path, sprout: &str, head_only: &Leaf, sparse: &Leaf) -> Result<Comparison> {
+    let sparse_elf = firmware(root, sparse, "sparse")?;
+    let head_elf = firmware(root, head_only, "head-only")?;
+    let (head_outcome, _) = on_device::run_on_board(root, sprout, &head_elf, head_only)?;
+    let (sparse_outcome, log) = on_device::run_on_board(root, sprout, &sparse_elf, sparse)?;
+    let image =
+        std::fs::read(&sparse_elf).with_context(|| format!("reading {}", sparse_elf.display()))?;
+    let (_, static_ram) = crate::boards::sizes(&image)?;
+    let comparison = Comparison {
+        head_only: head_outcome,
+        sparse: sparse_outcome,
+        static_ram,
+        training_arena: arenas(&sparse.bundle)?.0,
+        inference_arena: arenas(&head_only.bundle)?.1,
+        insn_per_sample: instructions_per_sample(&log)?,
+    };
+    println!("{comparison}");
+    if comparison.static_ram > BOARD_RAM {
+        bail!("the sparse firmware's static RAM exceeds the board's {BOARD_RAM} bytes");
+    }
+    let limit = ARENA_RATIO * comparison.inference_arena as f64;
+    if comparison.training_arena as f64 > limit {
+        bail!("the sparse update's training arena exceeds {ARENA_RATIO}x the int8 inference arena");
+    }
+    Ok(comparison)
+}
+
+/// The leaf-trainer firmware for the QEMU board with `leaf`'s bundle, copied beside it as
+/// `leaf-trainer-NAME`.
+fn firmware(root: &Path, leaf: &Leaf, name: &str) -> Result<PathBuf> {
+    crate::boards::build(root, Some(&leaf.bundle))?;
+    let built = crate::boards::elf(root, "leaf-trainer");
+    let copy = leaf.bundle.with_file_name(format!("leaf-trainer-{name}"));
+    std::fs::copy(&built, &copy)
+        .with_context(|| format!("copying {} to {}", built.display(), copy.display()))?;
+    Ok(copy)
+}
+
+/// Millions of instructions per training sample and epoch, from the device's log line
+/// `training took T clock ticks for E epochs of S samples`.
+fn instructions_per_sample(log: &[String]) -> Result<f64> {
+    let parsed = log.iter().find_map(|line| {
+        let ticks: f64 = on_device::field(line, "training took ", " clock ticks")?.parse().ok()?;
+        let epochs: f64 = on_device::field(line, " for ", " epochs")?.parse().ok()?;
+        let samples: f64 = on_device::field(line, " epochs of ", " samples")?.parse().ok()?;
+        Some((ticks, epochs * samples))
+    });
+    match parsed {
+        Some((ticks, samples)) if samples > 0.0 => {
+            Ok(ticks * INSTRUCTIONS_PER_TICK / samples / 1e6)
+        }
+        _ => bail!("the device logged no training ticks for a finished run"),
+    }
+}
+
+/// `(training arena, backbone inference arena)` in bytes, from the header of `bundle`.
+fn arenas(bundle: &Path) -> Result<(usize, usize)> {
+    let bytes = std::fs::read(bundle).with_context(|| format!("reading {}", bundle.display()))?;
+    let (header, _) = sprout_core::format::bundle::read_header(&bytes)
+        .with_context(|| format!("reading the header of {}", bundle.display()))?;
+    Ok((header.train.sizes.arena, header.backbone.sizes.arena))
+}
+
+/// `cargo xtask bench cortex-m`'s comparison: the release CLI, a backbone pretrained on
+/// [`BENCH_SOURCE`].
+pub fn bench(root: &Path) -> Result<()> {
+    let sprout = crate::bench::release_sprout(root)?;
+    let sprout = sprout.to_str().context("the workspace path is not UTF-8")?;
+    let work = root.join(BENCH_DIR);
+    let backbone = on_device::pretrain(root, sprout, &work, &BENCH_SOURCE, BENCH_PRETRAIN)?;
+    let head_only = on_device::bundle_for_device(root, sprout, &backbone, &work)?;
+    let sparse = sparse_bundle(root, sprout, &head_only)?;
+    compare(root, sprout, &head_only, &sparse).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instructions_per_sample_come_from_the_device_log() {
+        let log = |line: &str| vec!["INFO training ended".to_string(), line.to_string()];
+        let line = "INFO training took 1500000 clock ticks for 10 epochs of 60 samples";
+        assert_eq!(instructions_per_sample(&log(line)).unwrap(), 0.1);
+        let none = "INFO training took 1500000 clock ticks for 0 epochs of 60 samples";
+        assert!(instructions_per_sample(&log(none)).is_err());
+        assert!(instructions_per_sample(&log("INFO nothing")).is_err());
+    }
+}
