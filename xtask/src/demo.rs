@@ -19,7 +19,7 @@ use crate::on_device::{fresh_run_folder, is_current_model};
 const WORK_DIR: &str = "target/sprout-demo";
 
 /// The source domain: seven leaf conditions on broad leaves, for pretraining.
-const SOURCE_CLASSES: &str = "healthy,leaf_spot,rust,powdery_mildew,blight,mosaic,scorch";
+pub const SOURCE_CLASSES: &str = "healthy,leaf_spot,rust,powdery_mildew,blight,mosaic,scorch";
 /// The target domain: the three field classes on narrower leaves and other backgrounds.
 pub const TARGET_CLASSES: &str = "healthy,leaf_spot,rust";
 
