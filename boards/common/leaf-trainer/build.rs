@@ -1,7 +1,7 @@
 //! Copies the device bundle named by `SPROUT_LEAF_BUNDLE` to `OUT_DIR/leaf.bundle` for the
-//! trainer to embed, padded to a fixed partition of [`BUNDLE_PARTITION`] bytes (so the
-//! firmware's size does not move with the bundle's exact length), and its length to
-//! `OUT_DIR/leaf_bundle_len.rs`.
+//! trainer to embed, padded with erased bytes to a fixed partition of [`BUNDLE_PARTITION`]
+//! bytes (so the firmware's size does not move with the bundle's exact length; the trainer
+//! finds the bundle's end in its frame header).
 
 use std::path::PathBuf;
 
@@ -28,7 +28,5 @@ fn main() {
     );
     bytes.resize(BUNDLE_PARTITION, 0xFF);
     std::fs::write(out.join("leaf.bundle"), bytes).expect("OUT_DIR is writable");
-    let length = format!("/// Bytes of the embedded bundle.\nconst BUNDLE_LEN: usize = {len};\n");
-    std::fs::write(out.join("leaf_bundle_len.rs"), length).expect("OUT_DIR is writable");
     println!("cargo:rerun-if-changed={}", bundle.display());
 }

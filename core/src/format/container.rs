@@ -108,6 +108,17 @@ pub fn seal(framing: Framing, body: &[u8]) -> Result<Vec<u8>, FrameError> {
 
 /// The body of a framed file, after checking magic, version, lengths and checksum.
 pub fn open(framing: Framing, bytes: &[u8]) -> Result<&[u8], FrameError> {
+    let frame = leading_frame(framing, bytes)?;
+    if bytes.len() > frame.len() {
+        return Err(FrameError::TrailingBytes { count: bytes.len() - frame.len() });
+    }
+    Ok(&frame[HEADER_BYTES..frame.len() - CHECKSUM_BYTES])
+}
+
+/// The whole frame at the start of `bytes` (header, body, checksum), checked as [`open`]
+/// checks a file, whatever follows it: a bundle in a flash partition is followed by the
+/// partition's erased bytes.
+pub fn leading_frame(framing: Framing, bytes: &[u8]) -> Result<&[u8], FrameError> {
     let need = |needed: usize| match bytes.len() < needed {
         true => Err(FrameError::Truncated { needed, available: bytes.len() }),
         false => Ok(()),
@@ -134,9 +145,6 @@ pub fn open(framing: Framing, bytes: &[u8]) -> Result<&[u8], FrameError> {
     let body_end = HEADER_BYTES.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
     let total = body_end.saturating_add(CHECKSUM_BYTES);
     need(total)?;
-    if bytes.len() > total {
-        return Err(FrameError::TrailingBytes { count: bytes.len() - total });
-    }
     let stored = u32::from_le_bytes([
         bytes[body_end],
         bytes[body_end + 1],
@@ -147,7 +155,7 @@ pub fn open(framing: Framing, bytes: &[u8]) -> Result<&[u8], FrameError> {
     if stored != computed {
         return Err(FrameError::ChecksumMismatch { stored, computed });
     }
-    Ok(&bytes[HEADER_BYTES..body_end])
+    Ok(&bytes[..total])
 }
 
 #[cfg(all(test, feature = "alloc"))]
@@ -185,6 +193,22 @@ mod tests {
         file.extend_from_slice(&[0, 0]);
         assert_eq!(open(MODEL, &file), Err(FrameError::TrailingBytes { count: 2 }));
         assert_eq!(open(MODEL, &[0x89]), Err(FrameError::Truncated { needed: 8, available: 1 }));
+    }
+
+    #[test]
+    fn a_leading_frame_ends_where_its_length_says_and_is_checked() {
+        let mut partition = seal(MODEL, b"abc").unwrap();
+        let frame = partition.clone();
+        partition.resize(64, 0xFF);
+        assert_eq!(leading_frame(MODEL, &partition), Ok(&frame[..]));
+        assert_eq!(open(MODEL, leading_frame(MODEL, &partition).unwrap()), Ok(&b"abc"[..]));
+        partition[HEADER_BYTES] = b'x';
+        assert!(matches!(
+            leading_frame(MODEL, &partition),
+            Err(FrameError::ChecksumMismatch { .. })
+        ));
+        let erased = [0xFF; 64];
+        assert!(matches!(leading_frame(MODEL, &erased), Err(FrameError::BadMagic { .. })));
     }
 
     #[test]

@@ -3,11 +3,12 @@
 //! labeled pictures over the board's serial stream, starts training, watches progress and
 //! pulls the best checkpoint, which is also kept in the board's flash. The device bundle
 //! (int8 LeafNet backbone, float head; or a sparse update that also trains int8 biases of
-//! the last blocks) is embedded at build time from `SPROUT_LEAF_BUNDLE`
-//! (this crate's `build.rs`); everything else is static memory ([`Memory`]), logged with
-//! `defmt` through whatever transport the board gives it. [`stack`] measures the deepest
-//! stack use, which the trainer logs when a run ends, with the clock ticks the run's
-//! training took where the board has a clock ([`Board::clock`]).
+//! the last blocks) is embedded at build time from `SPROUT_LEAF_BUNDLE` (this crate's
+//! `build.rs`), in a partition where another bundle may replace it in the built image;
+//! everything else is static memory ([`Memory`]), logged with `defmt` through whatever
+//! transport the board gives it. [`stack`] measures the deepest stack use, which the
+//! trainer logs when a run ends, with the clock ticks the run's training took where the
+//! board has a clock ([`Board::clock`]).
 #![no_std]
 
 pub mod stack;
@@ -18,6 +19,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use embedded_io::{Read, ReadReady, Write};
 use embedded_storage::nor_flash::NorFlash;
 use sprout_core::format::bundle::{self, Bundle};
+use sprout_core::format::container;
 use sprout_core::link::{DeviceSession, Polled};
 use sprout_core::Step;
 use sprout_cortex_m::CortexM;
@@ -31,9 +33,11 @@ use sprout_firmware::trainer::{EpochReport, Log, SampleCache, Trainer, TrainerMe
 struct Aligned<T: ?Sized>(T);
 
 const PARTITION: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/leaf.bundle"));
+/// The partition, under a symbol of its own: a tool may write another bundle into a built
+/// image there (`cargo xtask` does, to run one firmware with two bundles).
+#[export_name = "SPROUT_LEAF_BUNDLE"]
 static BUNDLE: Aligned<[u8; PARTITION.len()]> =
     Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/leaf.bundle")));
-include!(concat!(env!("OUT_DIR"), "/leaf_bundle_len.rs"));
 
 /// Plan steps of the three plans together: LeafNet's head takes 45, a sparse update of the
 /// biases of its last three int8 blocks (`features.8` to `features.10`) 119.
@@ -170,8 +174,12 @@ where
 {
     let exit = board.exit;
     let Some(m) = memory() else { fail(exit, "memory", "taken twice") };
-    let bundle: Bundle<'_, '_> = bundle::decode(&BUNDLE.0[..BUNDLE_LEN], &mut m.steps)
+    // Opaque to the optimizer: the image may carry another bundle than the build embedded.
+    let partition: &[u8] = core::hint::black_box(&BUNDLE.0);
+    let bytes = container::leading_frame(bundle::FRAMING, partition)
         .unwrap_or_else(|e| fail(exit, "bundle", e));
+    let bundle: Bundle<'_, '_> =
+        bundle::decode(bytes, &mut m.steps).unwrap_or_else(|e| fail(exit, "bundle", e));
     let rows = bundle.feature_bytes();
     let memory = TrainerMemory {
         state: &mut m.state,
@@ -189,7 +197,7 @@ where
     defmt::info!(
         "leaf-trainer on {=str}: bundle {=usize} bytes, arena {=usize} of {=usize} bytes, {=usize}+{=usize} cached samples of {=usize} bytes",
         board.name,
-        BUNDLE_LEN,
+        bytes.len(),
         bundle.arena_bytes(),
         ARENA,
         TRAIN_SAMPLES,
