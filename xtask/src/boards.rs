@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use object::{Object, ObjectSection, SectionFlags, SectionKind};
+use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SectionKind};
 
 use crate::cmd::Cmd;
 use crate::qemu::{self, Options};
@@ -123,6 +123,46 @@ fn print_log(log: &[String]) {
     for line in log {
         println!("  {line}");
     }
+}
+
+/// The symbol of a leaf trainer's bundle partition (`boards/common/leaf-trainer`).
+const BUNDLE_SYMBOL: &str = "SPROUT_LEAF_BUNDLE";
+
+/// Writes a copy of the leaf trainer `elf` to `out` with `bundle` in its bundle partition in
+/// place of the one it was built with (the rest erased, as the build pads it): the same
+/// firmware with another bundle, without a build.
+pub fn with_bundle(elf: &Path, bundle: &Path, out: &Path) -> Result<()> {
+    let mut image = std::fs::read(elf).with_context(|| format!("reading {}", elf.display()))?;
+    let bundle = std::fs::read(bundle).with_context(|| format!("reading {}", bundle.display()))?;
+    let partition = bundle_partition(&image)
+        .with_context(|| format!("finding the bundle partition of {}", elf.display()))?;
+    let Some(partition) = image.get_mut(partition) else {
+        bail!("{}'s bundle partition lies outside the file", elf.display());
+    };
+    if bundle.len() > partition.len() {
+        bail!("a {}-byte bundle does not fit the {}-byte partition", bundle.len(), partition.len());
+    }
+    partition.fill(0xFF);
+    partition[..bundle.len()].copy_from_slice(&bundle);
+    std::fs::write(out, &image).with_context(|| format!("writing {}", out.display()))
+}
+
+/// The file bytes of [`BUNDLE_SYMBOL`] in an ELF image.
+fn bundle_partition(image: &[u8]) -> Result<std::ops::Range<usize>> {
+    let file = object::File::parse(image).context("parsing the ELF")?;
+    let symbol = file
+        .symbols()
+        .find(|s| s.name() == Ok(BUNDLE_SYMBOL))
+        .with_context(|| format!("no symbol {BUNDLE_SYMBOL}"))?;
+    let index = symbol.section_index().context("the symbol is in no section")?;
+    let section = file.section_by_index(index)?;
+    let (offset, size) = section.file_range().context("the section has no file bytes")?;
+    let start = symbol.address().checked_sub(section.address()).context("symbol before section")?;
+    if start + symbol.size() > size {
+        bail!("the symbol runs past its section");
+    }
+    let start = usize::try_from(offset + start)?;
+    Ok(start..start + usize::try_from(symbol.size())?)
 }
 
 /// Flash (everything loaded: vector table, code, read-only data, `.data`'s initial values)

@@ -1,14 +1,15 @@
 //! Why training inside the int8 backbone matters on a microcontroller: from one int8 model
-//! (LeafNet pretrained on the narrow soil domain, a fresh head for the field's classes), the
-//! emulated board fine-tunes twice on the same photos, from the same start: the head alone,
-//! and a sparse update that `sprout bundle --sparse-budget` picks (the head and the biases of
-//! the last int8 blocks, with QAS). The host evaluates both pulled checkpoints on target
-//! photos the device never saw; the memory figures come from the bundles and the firmware
-//! image. `cargo xtask test on-device` runs it on CI's small set, `cargo xtask bench
-//! cortex-m` on a backbone pretrained longer on the soil domain's seven classes.
+//! (LeafNet pretrained on a narrow source, a fresh head for the field's classes), the
+//! emulated board fine-tunes the head alone, then a sparse update that `sprout bundle
+//! --sparse-budget` picks (the head and the biases of the last int8 blocks, with QAS) on the
+//! same firmware, the sparse bundle written into its image. The host evaluates both pulled
+//! checkpoints on target photos the device never saw; the memory figures come from the
+//! bundles and the firmware image. `cargo xtask bench cortex-m` compares the two on the same
+//! photos, from a backbone pretrained on the soil domain's seven classes; `cargo xtask test
+//! on-device` runs a short sparse update after CI's head-only fine-tune, its path end to end.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
@@ -117,22 +118,28 @@ impl fmt::Display for Comparison {
     }
 }
 
-/// Fine-tunes on the emulated board with `head_only`'s bundle, then with `sparse`'s (each
-/// embedded in a firmware build of its own, kept as `leaf-trainer-NAME` beside the bundle),
-/// prints the comparison and checks what holds whatever the accuracies: both runs complete
-/// with checkpoints that score what the device recorded, the firmware fits the board's RAM
-/// and the training arena stays within [`ARENA_RATIO`] of the inference arena. The boards'
-/// leaf trainers are left built with `head_only`'s bundle (as the size snapshot expects).
-pub fn compare(root: &Path, sprout: &str, head_only: &Leaf, sparse: &Leaf) -> Result<Comparison> {
-    let sparse_elf = firmware(root, sparse, "sparse")?;
-    let head_elf = firmware(root, head_only, "head-only")?;
-    let (head_outcome, _) = on_device::run_on_board(root, sprout, &head_elf, head_only)?;
+/// Fine-tunes on the emulated board with `sparse`'s bundle written into the leaf trainer
+/// `elf` (built with `head_only`'s bundle, which ran as `head_only_outcome`), prints the
+/// comparison and checks what holds whatever the accuracies: the run completes with a
+/// checkpoint that scores what the device recorded, the device ran the sparse bundle, the
+/// firmware fits the board's RAM and the training arena stays within [`ARENA_RATIO`] of the
+/// inference arena.
+pub fn compare(
+    root: &Path,
+    sprout: &str,
+    elf: &Path,
+    (head_only, head_only_outcome): (&Leaf, Outcome),
+    sparse: &Leaf,
+) -> Result<Comparison> {
+    let sparse_elf = sparse.bundle.with_file_name("leaf-trainer-sparse");
+    crate::boards::with_bundle(elf, &sparse.bundle, &sparse_elf)?;
     let (sparse_outcome, log) = on_device::run_on_board(root, sprout, &sparse_elf, sparse)?;
+    check_bundle_size(&log, &sparse.bundle)?;
     let image =
         std::fs::read(&sparse_elf).with_context(|| format!("reading {}", sparse_elf.display()))?;
     let (_, static_ram) = crate::boards::sizes(&image)?;
     let comparison = Comparison {
-        head_only: head_outcome,
+        head_only: head_only_outcome,
         sparse: sparse_outcome,
         static_ram,
         training_arena: arenas(&sparse.bundle)?.0,
@@ -150,15 +157,19 @@ pub fn compare(root: &Path, sprout: &str, head_only: &Leaf, sparse: &Leaf) -> Re
     Ok(comparison)
 }
 
-/// The leaf-trainer firmware for the QEMU board with `leaf`'s bundle, copied beside it as
-/// `leaf-trainer-NAME`.
-fn firmware(root: &Path, leaf: &Leaf, name: &str) -> Result<PathBuf> {
-    crate::boards::build(root, Some(&leaf.bundle))?;
-    let built = crate::boards::elf(root, "leaf-trainer");
-    let copy = leaf.bundle.with_file_name(format!("leaf-trainer-{name}"));
-    std::fs::copy(&built, &copy)
-        .with_context(|| format!("copying {} to {}", built.display(), copy.display()))?;
-    Ok(copy)
+/// Checks that the device decoded a bundle of `bundle`'s size (its log line `...: bundle N
+/// bytes`), so that it ran the bundle written into its image.
+fn check_bundle_size(log: &[String], bundle: &Path) -> Result<()> {
+    let expected =
+        std::fs::metadata(bundle).with_context(|| format!("reading {}", bundle.display()))?.len();
+    let logged = log
+        .iter()
+        .find_map(|line| on_device::field(line, ": bundle ", " bytes")?.parse::<u64>().ok())
+        .context("the device logged no bundle size")?;
+    if logged != expected {
+        bail!("the device ran a {logged}-byte bundle, not {}'s {expected} bytes", bundle.display());
+    }
+    Ok(())
 }
 
 /// Millions of instructions per training sample and epoch, from the device's log line
@@ -187,7 +198,8 @@ fn arenas(bundle: &Path) -> Result<(usize, usize)> {
 }
 
 /// `cargo xtask bench cortex-m`'s comparison: the release CLI, a backbone pretrained on
-/// [`BENCH_SOURCE`].
+/// [`BENCH_SOURCE`], the boards built with its head-only bundle, both fine-tunes on the same
+/// photos for as many epochs.
 pub fn bench(root: &Path) -> Result<()> {
     let sprout = crate::bench::release_sprout(root)?;
     let sprout = sprout.to_str().context("the workspace path is not UTF-8")?;
@@ -195,12 +207,29 @@ pub fn bench(root: &Path) -> Result<()> {
     let backbone = on_device::pretrain(root, sprout, &work, &BENCH_SOURCE, BENCH_PRETRAIN)?;
     let head_only = on_device::bundle_for_device(root, sprout, &backbone, &work)?;
     let sparse = sparse_bundle(root, sprout, &head_only)?;
-    compare(root, sprout, &head_only, &sparse).map(|_| ())
+    crate::boards::build(root, Some(&head_only.bundle))?;
+    let elf = crate::boards::elf(root, "leaf-trainer");
+    let (outcome, _) = on_device::run_on_board(root, sprout, &elf, &head_only)?;
+    compare(root, sprout, &elf, (&head_only, outcome), &sparse).map(|_| ())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bundle_size_the_device_logged_must_be_the_files() {
+        let bundle =
+            std::env::temp_dir().join(format!("sprout-xtask-{}.bundle", std::process::id()));
+        std::fs::write(&bundle, [0u8; 1234]).unwrap();
+        let log = |line: &str| vec![line.to_string(), "INFO training ended".to_string()];
+        let line = "INFO leaf-trainer on qemu: bundle 1234 bytes, arena 1 of 2 bytes";
+        assert!(check_bundle_size(&log(line), &bundle).is_ok());
+        let other = check_bundle_size(&log(&line.replace("1234", "1200")), &bundle);
+        assert!(other.unwrap_err().to_string().contains("a 1200-byte bundle"));
+        assert!(check_bundle_size(&log("INFO nothing"), &bundle).is_err());
+        std::fs::remove_file(&bundle).unwrap();
+    }
 
     #[test]
     fn instructions_per_sample_come_from_the_device_log() {
