@@ -3,8 +3,8 @@
 //! in headless Chromium, Miri, the CPU backend's conformance on aarch64 under qemu-aarch64,
 //! the no_std builds, the boards (built, run under QEMU, compared bit for bit with CMSIS-NN,
 //! sizes compared with their snapshot), the leaf classifier fine-tuned on the emulated
-//! microcontroller (head-only and a sparse update), and a federated fine-tuning run on Flower's deployment engine across
-//! three local `sprout serve` boxes.
+//! microcontroller (head-only and a short sparse update), and a federated fine-tuning run
+//! on Flower's deployment engine across three local `sprout serve` boxes.
 
 use std::path::Path;
 use std::time::Instant;
