@@ -11,6 +11,7 @@
 
 use crate::graph::{Graph, GraphError, Node, TensorInfo};
 use crate::hyperparams::BatchNormConfig;
+use crate::op::ConvParams;
 use crate::ops::{
     Int8Clamp, Int8Form, Int8Layer, Int8Same, Int8Weights, Op, QAddParams, QConcatParams,
     QConvParams, QLinearParams, QLutParams, QMulParams,
@@ -44,12 +45,38 @@ pub struct QuantizeOptions {
     /// Ops with no int8 form where they stand (a batch norm with no convolution before it)
     /// run in float instead of refusing the model.
     pub allow_float: bool,
+    /// Amounts added to int8 layers' float biases before rounding, one per output channel,
+    /// by the name of the tensor the layer outputs (empirical bias correction).
+    pub bias_shift: BTreeMap<String, Vec<f32>>,
 }
 
 /// A graph rewritten in int8, and the ops that stayed float on int8 input.
 pub struct Quantized {
     pub graph: Graph,
     pub float_fallbacks: Vec<FloatFallback>,
+    /// Its int8 convolutions and dense layers, in graph order.
+    pub layers: Vec<QuantizedLayer>,
+}
+
+/// An int8 convolution or dense layer, as the float and the int8 graph hold it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuantizedLayer {
+    /// The index of its convolution or dense node in the float graph.
+    pub node: usize,
+    /// The name of the float tensor it outputs (after what fused into it).
+    pub output: String,
+    /// Its input in the float graph.
+    pub float_input: TensorId,
+    /// Its int8 input in the int8 graph, and that input's quantization.
+    pub int8_input: (TensorId, QuantParams),
+    /// Stride, padding and groups of a convolution; `None` for a dense layer.
+    pub conv: Option<ConvParams>,
+    /// The shape of its weights (`[O, C / groups, KH, KW]` or `[M, K]`).
+    pub weight_shape: Shape,
+    /// Its float weights with a batch norm folded in.
+    pub float_weights: Vec<f32>,
+    /// Its int8 weights, dequantized (`code · scale` of the channel).
+    pub int8_weights: Vec<f32>,
 }
 
 /// An op of the float graph that an int8 value reaches but that runs in float, reading it
@@ -127,13 +154,14 @@ pub fn quantize_graph(
         options,
         float_fallbacks: Vec::new(),
         from_int8: vec![false; model.tensors().len()],
+        layers: Vec::new(),
     };
     let nodes = model.nodes();
     let mut i = 0;
     while i < nodes.len() {
         i += c.convert(i)?;
     }
-    Ok(Quantized { graph: c.dst, float_fallbacks: c.float_fallbacks })
+    Ok(Quantized { graph: c.dst, float_fallbacks: c.float_fallbacks, layers: c.layers })
 }
 
 /// For each tensor, the indices of the nodes that read it.
@@ -157,6 +185,7 @@ struct Converter<'a> {
     float_fallbacks: Vec<FloatFallback>,
     /// Per source tensor: it held an int8 value, or a float op computed it from one.
     from_int8: Vec<bool>,
+    layers: Vec<QuantizedLayer>,
 }
 
 /// An activation fused into the op before it.
@@ -190,6 +219,8 @@ impl Activation {
 /// A convolution or dense layer with what folds into it.
 struct Layer<'n> {
     node: &'n Node,
+    /// Its index in the float graph.
+    index: usize,
     /// The int8 op it becomes.
     kind: Int8Layer,
     /// A batch norm folded into it, with its settings.
@@ -385,7 +416,7 @@ impl<'a> Converter<'a> {
                 len += 1;
             }
         }
-        Layer { node, kind, batch_norm, act, output: end, len }
+        Layer { node, index: i, kind, batch_norm, act, output: end, len }
     }
 
     /// The calibrated int8 parameters of float tensor `t`.
@@ -495,15 +526,19 @@ impl<'a> Converter<'a> {
         let node = layer.node;
         let (x, input) = self.int8(node.inputs[0])?;
         let output = self.params_of(layer.output)?;
-        let (weights, bias) = self.folded_weights(layer)?;
+        let (float_weights, mut bias) = self.folded_weights(layer)?;
+        let name = self.src.tensor(layer.output).name.clone();
+        if let Some(shift) = self.options.bias_shift.get(&name) {
+            bias.iter_mut().zip(shift).for_each(|(b, s)| *b += s);
+        }
         let channels = bias.len();
-        let per_channel = weights.len() / channels.max(1);
-        let mut codes = vec![0i32; weights.len()];
+        let per_channel = float_weights.len() / channels.max(1);
+        let mut codes = vec![0i32; float_weights.len()];
         let mut scales = vec![0f32; channels];
         let mut biases = vec![0i32; channels];
         let mut requant = vec![0i32; 2 * channels];
         for o in 0..channels {
-            let w = &weights[o * per_channel..][..per_channel];
+            let w = &float_weights[o * per_channel..][..per_channel];
             let scale = symmetric_scale(w.iter().fold(0.0f32, |m, v| m.max(v.abs())));
             for (q, &v) in codes[o * per_channel..][..per_channel].iter_mut().zip(w) {
                 *q = i32::from(quantize_weight(v, scale));
@@ -517,6 +552,9 @@ impl<'a> Converter<'a> {
             requant[2 * o] = r.multiplier;
             requant[2 * o + 1] = r.shift;
         }
+        let int8_weights = (codes.iter().enumerate())
+            .map(|(i, &q)| q as f32 * scales[i / per_channel.max(1)])
+            .collect();
         let w_info = self.src.tensor(node.inputs[1]);
         let (w_name, w_shape) = (w_info.name.clone(), w_info.shape);
         let bias_name = format!("{}.bias", node.name);
@@ -553,16 +591,26 @@ impl<'a> Converter<'a> {
         };
         let weights = Int8Weights { weight, bias, requant, weight_scale };
         let act = layer.act.bounds(output);
-        let name = self.src.tensor(layer.output).name.clone();
-        let y = match layer.kind {
+        let (y, conv) = match layer.kind {
             Int8Layer::Conv2d(conv) => {
-                g.qconv2d(&name, x, weights, QConvParams { conv, input, output, act })?
+                let params = QConvParams { conv, input, output, act };
+                (g.qconv2d(&name, x, weights, params)?, Some(conv))
             }
             Int8Layer::Linear => {
-                g.qlinear(&name, x, weights, QLinearParams { input, output, act })?
+                (g.qlinear(&name, x, weights, QLinearParams { input, output, act })?, None)
             }
         };
         self.values[layer.output.index()] = Some(Value::Int8(y, output));
+        self.layers.push(QuantizedLayer {
+            node: layer.index,
+            output: name,
+            float_input: node.inputs[0],
+            int8_input: (x, input),
+            conv,
+            weight_shape: w_shape,
+            float_weights,
+            int8_weights,
+        });
         Ok(())
     }
 

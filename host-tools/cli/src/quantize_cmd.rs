@@ -55,6 +55,12 @@ pub struct QuantizeArgs {
     /// (softmax, say) always run in float; each one is listed.
     #[arg(long)]
     allow_float: bool,
+    /// int8: correct each int8 layer's bias so that its mean output per channel over the
+    /// calibration data is the float layer's (rounded weights and inputs move it), layer
+    /// after layer. Reads the calibration data once more per depth of layers. It helps
+    /// some models and hurts others: compare with and without on your own photos.
+    #[arg(long)]
+    bias_correction: bool,
     /// The quantized model (written atomically).
     #[arg(short = 'o', long = "output", value_name = "OUT.sprout")]
     output: PathBuf,
@@ -112,6 +118,7 @@ fn check(args: &QuantizeArgs) -> Result<()> {
             ("--trainable-int8", args.trainable_int8.is_some()),
             ("--no-qas", args.no_qas),
             ("--allow-float", args.allow_float),
+            ("--bias-correction", args.bias_correction),
         ];
         if let Some((flag, _)) = int8_only.iter().find(|(_, given)| *given) {
             bail!("{flag} applies to --dtype int8, not f16");
@@ -218,6 +225,7 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
         trainable: args.trainable_int8.clone(),
         qas: !args.no_qas,
         allow_float: args.allow_float,
+        bias_correction: args.bias_correction,
     };
     let bar = progress::bar("calibrate", data.len() as u64, Unit::Images);
     let quantized = quantize_with_progress(&model, &mut data, &settings, &mut |done, total| {

@@ -82,6 +82,7 @@ fn options_that_would_do_nothing_are_refused() {
         (&["--percentile", "99"], "--percentile"),
         (&["--keep-float", "head"], "--keep-float"),
         (&["--trainable-int8", "head", "--no-qas"], "--trainable-int8"),
+        (&["--bias-correction"], "--bias-correction"),
     ] {
         let args = [&f16[..], extra].concat();
         fails_once(&args, &format!("{flag} applies to --dtype int8, not f16"));

@@ -17,6 +17,7 @@
 //! # }
 //! ```
 
+mod bias_correction;
 mod calibration;
 mod checkpoint;
 mod error;

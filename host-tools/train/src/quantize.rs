@@ -2,6 +2,7 @@
 //! calibration set (min/max or a percentile of each tensor's values), then core's graph
 //! rewrite (`sprout_core::int8_conversion`) into a model file.
 
+use crate::bias_correction;
 use crate::error::TrainError;
 use crate::model::Model;
 use crate::source::DataSource;
@@ -10,9 +11,9 @@ use sprout_core::int8_conversion::{
     quantize_graph, FloatFallback, QuantizeError, QuantizeOptions, Ranges,
 };
 use sprout_core::op::Op;
-use sprout_core::{compile_inference, DType, Executor, Operand, TensorId};
+use sprout_core::{compile_inference, DType, Executor, Graph, Operand, Regions, TensorId};
 use sprout_cpu::Cpu;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How a tensor's calibration range is chosen from the values it took.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -35,6 +36,8 @@ pub struct QuantizeSettings {
     pub trainable: Option<String>,
     /// Quantization-aware scaling for those layers' gradients.
     pub qas: bool,
+    /// Empirical bias correction of the int8 layers (see [`crate::bias_correction`]).
+    pub bias_correction: bool,
 }
 
 impl Default for QuantizeSettings {
@@ -45,6 +48,7 @@ impl Default for QuantizeSettings {
             keep_float: None,
             trainable: None,
             qas: true,
+            bias_correction: false,
         }
     }
 }
@@ -52,10 +56,9 @@ impl Default for QuantizeSettings {
 /// Histogram resolution of the percentile method.
 const BINS: usize = 2048;
 
-/// One observed float tensor: where the calibration plan keeps it and what it has seen.
+/// One observed float tensor: its name and what it has seen.
 struct Observed {
     name: String,
-    operand: Operand,
     min: f32,
     max: f32,
     histogram: Vec<u64>,
@@ -120,31 +123,20 @@ pub fn calibrate_with_progress(
             data.origin().display()
         )));
     }
-    let g = &model.zoo.graph;
     let wanted = observable(model);
-    let plan = compile_inference(g, &wanted)?;
-    let mut memory = crate::memory::initial_memory(&plan, g, "the calibration pass")?;
     let mut observed: Vec<Observed> = wanted
         .iter()
-        .filter_map(|&t| plan.binding_of(t))
-        .map(|b| Observed {
-            name: b.name.clone(),
-            operand: b.operand,
+        .map(|&t| Observed {
+            name: model.zoo.graph.tensor(t).name.clone(),
             min: f32::INFINITY,
             max: f32::NEG_INFINITY,
             histogram: Vec::new(),
         })
         .collect();
-    let input = plan
-        .binding_of(model.zoo.input)
-        .map(|b| b.operand)
-        .ok_or_else(|| TrainError::Mismatch("the model's outputs do not read its input".into()))?;
     let passes = match method {
         RangeMethod::MinMax => 1,
         RangeMethod::Percentile(_) => 2,
     };
-    let (batch, per_sample) = (model.batch(), model.sample_dims().iter().product::<usize>());
-    let mut exec = Executor::new(plan.view(), Cpu::new())?;
     let (total, mut done) = (passes * data.len(), 0);
     for pass in 0..passes {
         if pass == 1 {
@@ -152,34 +144,29 @@ pub fn calibrate_with_progress(
                 o.histogram = vec![0; BINS];
             }
         }
-        for samples in data.epoch(0) {
-            let samples = samples?;
-            let count = samples.y.len();
-            for start in (0..count).step_by(batch) {
-                let n = (count - start).min(batch);
-                let mut x = vec![0.0f32; batch * per_sample];
-                x[..n * per_sample]
-                    .copy_from_slice(&samples.x[start * per_sample..(start + n) * per_sample]);
-                let mut regions = memory.regions();
-                regions.write(&input, &x)?;
-                exec.run(&mut regions)?;
-                for o in &mut observed {
-                    let values = regions.read::<f32>(&o.operand)?;
-                    // Only the real samples of a padded batch count.
-                    let values = &values[..values.len() / batch * n];
-                    for &v in values.iter().filter(|v| v.is_finite()) {
-                        if pass == 0 {
-                            (o.min, o.max) = (o.min.min(v), o.max.max(v));
-                        } else {
-                            let bin = o.bin(v);
-                            o.histogram[bin] += 1;
-                        }
+        let mut visit = |regions: &Regions<'_>, operands: &[Option<Operand>], n: usize| {
+            for (o, operand) in observed.iter_mut().zip(operands) {
+                let Some(operand) = operand else { continue };
+                for &v in real_samples(regions.read::<f32>(operand)?, model.batch(), n)
+                    .iter()
+                    .filter(|v| v.is_finite())
+                {
+                    if pass == 0 {
+                        (o.min, o.max) = (o.min.min(v), o.max.max(v));
+                    } else {
+                        let bin = o.bin(v);
+                        o.histogram[bin] += 1;
                     }
                 }
             }
+            Ok(())
+        };
+        let mut chunk_done = |count| {
             done += count;
             progress(done, total);
-        }
+        };
+        let input = model.zoo.input;
+        run_over(model, &model.zoo.graph, input, &wanted, data, &mut visit, &mut chunk_done)?;
     }
     Ok(observed
         .iter()
@@ -195,6 +182,56 @@ pub fn calibrate_with_progress(
             (o.name.clone(), range)
         })
         .collect())
+}
+
+/// Of a tensor's values over a padded batch of `batch` samples, those of the first `n`.
+pub(crate) fn real_samples<T>(values: &[T], batch: usize, n: usize) -> &[T] {
+    &values[..values.len() / batch * n]
+}
+
+/// What [`run_over`] hands on after each batch: the memory, the operands of the tensors
+/// asked for (`None` for those the plan does not keep) and the real samples in the batch.
+pub(crate) type Visit<'v> =
+    dyn FnMut(&Regions<'_>, &[Option<Operand>], usize) -> Result<(), TrainError> + 'v;
+
+/// Runs `graph`, whose input is `input`, over every sample of `data` at the model's batch
+/// (the last batch padded with zeros), calling `visit` after each batch with the values of
+/// `wanted` and `chunk_done(samples)` after each chunk of data.
+pub(crate) fn run_over(
+    model: &Model,
+    graph: &Graph,
+    input: TensorId,
+    wanted: &[TensorId],
+    data: &mut DataSource,
+    visit: &mut Visit<'_>,
+    chunk_done: &mut dyn FnMut(usize),
+) -> Result<(), TrainError> {
+    let plan = compile_inference(graph, wanted)?;
+    let mut memory = crate::memory::initial_memory(&plan, graph, "the calibration pass")?;
+    let operands: Vec<Option<Operand>> =
+        wanted.iter().map(|&t| plan.binding_of(t).map(|b| b.operand)).collect();
+    let input = plan
+        .binding_of(input)
+        .map(|b| b.operand)
+        .ok_or_else(|| TrainError::Mismatch("the model's outputs do not read its input".into()))?;
+    let (batch, per_sample) = (model.batch(), model.sample_dims().iter().product::<usize>());
+    let mut exec = Executor::new(plan.view(), Cpu::new())?;
+    for samples in data.epoch(0) {
+        let samples = samples?;
+        let count = samples.y.len();
+        for start in (0..count).step_by(batch) {
+            let n = (count - start).min(batch);
+            let mut x = vec![0.0f32; batch * per_sample];
+            x[..n * per_sample]
+                .copy_from_slice(&samples.x[start * per_sample..(start + n) * per_sample]);
+            let mut regions = memory.regions();
+            regions.write(&input, &x)?;
+            exec.run(&mut regions)?;
+            visit(&regions, &operands, n)?;
+        }
+        chunk_done(count);
+    }
+    Ok(())
 }
 
 /// A model rewritten in int8, and the ops that run in float on int8 input.
@@ -224,20 +261,38 @@ pub fn quantize_with_progress(
         let ids = sprout_zoo::select_trainable(&model.zoo, choice)?;
         Ok(ids.iter().map(|&id| model.zoo.graph.tensor(id).name.clone()).collect())
     };
-    let options = QuantizeOptions {
+    let mut options = QuantizeOptions {
         keep_float: names(&settings.keep_float)?,
         trainable: names(&settings.trainable)?,
         qas: settings.qas,
         allow_float: settings.allow_float,
+        bias_shift: BTreeMap::new(),
     };
     let ranges = calibrate_with_progress(model, data, settings.method, progress)?;
-    let quantized = quantize_graph(&model.zoo.graph, &ranges, &options).map_err(|e| {
-        let hint = match (&e, settings.allow_float) {
-            (QuantizeError::NoInt8Kernel { .. }, false) => " (allowing float keeps it in float)",
-            _ => "",
+    let quantize = |options: &QuantizeOptions| {
+        quantize_graph(&model.zoo.graph, &ranges, options).map_err(|e| {
+            let hint = match (&e, settings.allow_float) {
+                (QuantizeError::NoInt8Kernel { .. }, false) => {
+                    " (allowing float keeps it in float)"
+                }
+                _ => "",
+            };
+            TrainError::Mismatch(format!("cannot quantize the model: {e}{hint}"))
+        })
+    };
+    let mut quantized = quantize(&options)?;
+    if settings.bias_correction && !quantized.layers.is_empty() {
+        // The float pass, then one int8 pass per depth of layers.
+        let passes = 1 + bias_correction::passes(&model.zoo.graph, &quantized.layers);
+        let (total, mut done) = (passes * data.len(), 0);
+        let mut read = |count| {
+            done += count;
+            progress(done, total);
         };
-        TrainError::Mismatch(format!("cannot quantize the model: {e}{hint}"))
-    })?;
+        options.bias_shift =
+            bias_correction::bias_shifts(model, data, &ranges, &options, &mut read)?;
+        quantized = quantize(&options)?;
+    }
     let mut metadata = model.metadata.clone();
     metadata.provenance = format!("{} quantized to int8", metadata.provenance);
     let file = ModelFile::from_graph(&quantized.graph, metadata);
