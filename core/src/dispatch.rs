@@ -3,7 +3,9 @@
 
 use bytemuck::Pod;
 
-use crate::backend::{Affine, Host, Kernels, Memory, ParamUpdate, Running, Saved, TrainStats};
+use crate::backend::{
+    Affine, Host, Kernels, Memory, ParamUpdate, Running, Saved, SavedMut, TrainStats,
+};
 use crate::error::KernelError;
 use crate::kernel::{KernelCall, MAX_OPERANDS};
 use crate::quant::{QLayerArgs, Requantization, Requantize};
@@ -216,6 +218,18 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             let (dy, x, gamma) = (o.f32()?, o.f32()?, o.f32()?);
             let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
             k.batch_norm_grad_input(dy, x, gamma, saved, o.f32_mut()?, d)
+        }
+        KernelCall::BatchNormRunning(d, cfg) => {
+            let (x, p) = (o.f32()?, Affine { gamma: o.f32()?, beta: o.f32()? });
+            let running = Running { mean: o.f32()?, var: o.f32()? };
+            let y = o.f32_mut()?;
+            let saved = SavedMut { mean: o.f32_mut()?, invstd: o.f32_mut()? };
+            k.batch_norm_running(x, p, running, y, saved, d, cfg)
+        }
+        KernelCall::BatchNormGradInputRunning(d) => {
+            let (dy, _x, gamma) = (o.f32()?, o.f32()?, o.f32()?);
+            let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
+            k.batch_norm_grad_input_running(dy, gamma, saved, o.f32_mut()?, d)
         }
         KernelCall::BatchNormGradParams(d) => {
             let (dy, x) = (o.f32()?, o.f32()?);

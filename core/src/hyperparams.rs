@@ -23,6 +23,19 @@ impl BatchNormConfig {
     }
 }
 
+/// What a training step's batch norms normalise with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BatchNormStats {
+    /// Each batch's own statistics, updating the running ones (PyTorch's `train()`).
+    #[default]
+    Batch,
+    /// The running statistics, left as they are; scale and shift still train (PyTorch: the
+    /// batch norms of a training model in `eval()` mode). Training then normalises as
+    /// evaluation will, whatever each batch holds: small or one-sided batches, or a data
+    /// set unlike the one the statistics describe.
+    Running,
+}
+
 /// Inverted dropout: kept elements are scaled by `1 / (1 - p)`. The mask is a pure function
 /// of `(seed, step, element index)`, so the backward pass recomputes it instead of storing it.
 #[derive(Clone, Copy, Debug, PartialEq)]

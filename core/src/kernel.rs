@@ -257,6 +257,13 @@ kernels! {
         82 => Broadcast(dims: BroadcastDims),
         /// `dy → dx`: `dy` summed over the axes a broadcast repeated along (its gradient).
         83 => BroadcastGrad(dims: BroadcastDims),
+        /// Training with running statistics: `x, gamma, beta, running_mean, running_var → y,
+        /// saved_mean, saved_invstd`, normalising by the running statistics (left as they are)
+        /// and saving them for the backward pass in the form a batch's are saved.
+        84 => BatchNormRunning(dims: ChannelDims, cfg: BatchNormConfig),
+        /// `dy, x, gamma, saved_mean, saved_invstd → dx` of [`KernelCall::BatchNormRunning`]:
+        /// `dx = gamma · invstd · dy` (the statistics do not depend on `x`).
+        85 => BatchNormGradInputRunning(dims: ChannelDims),
     }
 }
 
@@ -374,9 +381,13 @@ impl KernelCall {
                 let c = d.channels;
                 s.read(d.len()).read(c).read(c).read(c).read(c).write(d.len())
             }
-            KernelCall::BatchNormGradInput(d) => {
+            KernelCall::BatchNormGradInput(d) | KernelCall::BatchNormGradInputRunning(d) => {
                 let c = d.channels;
                 s.read(d.len()).read(d.len()).read(c).read(c).read(c).write(d.len())
+            }
+            KernelCall::BatchNormRunning(d, _) => {
+                let c = d.channels;
+                s.read(d.len()).read(c).read(c).read(c).read(c).write(d.len()).write(c).write(c)
             }
             KernelCall::BatchNormApply(d) => {
                 let c = d.channels;
@@ -534,7 +545,9 @@ impl KernelCall {
             | KernelCall::BatchNormTrainInPlace(d, _)
             | KernelCall::BatchNormEvalInPlace(d, _)
             | KernelCall::BatchNormGradInput(d)
-            | KernelCall::BatchNormGradParams(d) => d.check(),
+            | KernelCall::BatchNormGradParams(d)
+            | KernelCall::BatchNormRunning(d, _)
+            | KernelCall::BatchNormGradInputRunning(d) => d.check(),
             KernelCall::Softmax(r)
             | KernelCall::SoftmaxGrad(r)
             | KernelCall::LogSoftmax(r)
@@ -603,7 +616,9 @@ impl KernelCall {
             }
             KernelCall::BatchNormEval(d, _)
             | KernelCall::BatchNormEvalInPlace(d, _)
-            | KernelCall::BatchNormApply(d) => 4 * d.len(),
+            | KernelCall::BatchNormApply(d)
+            | KernelCall::BatchNormRunning(d, _) => 4 * d.len(),
+            KernelCall::BatchNormGradInputRunning(d) => 2 * d.len(),
             KernelCall::BatchNormGradInput(d) => 8 * d.len(),
             KernelCall::BatchNormGradParams(d) => 4 * d.len(),
             KernelCall::Softmax(r)
@@ -712,6 +727,8 @@ impl KernelCall {
             KernelCall::BatchNormEvalInPlace(..) => "batch_norm_eval_in_place",
             KernelCall::BatchNormGradInput(_) => "batch_norm_grad_input",
             KernelCall::BatchNormGradParams(_) => "batch_norm_grad_params",
+            KernelCall::BatchNormRunning(..) => "batch_norm_running",
+            KernelCall::BatchNormGradInputRunning(_) => "batch_norm_grad_input_running",
             KernelCall::Dropout(..) => "dropout",
             KernelCall::DropoutGrad(..) => "dropout_grad",
             KernelCall::Softmax(_) => "softmax",

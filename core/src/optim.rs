@@ -3,7 +3,7 @@
 
 use crate::builder::OutputSpec;
 use crate::graph::{Graph, GraphError, Init, Phase, Stage, TensorInfo};
-use crate::hyperparams::{AdamWConfig, LossScaleConfig, SgdConfig};
+use crate::hyperparams::{AdamWConfig, BatchNormStats, LossScaleConfig, SgdConfig};
 use crate::ops::Op;
 use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};
@@ -31,6 +31,8 @@ pub struct TrainConfig {
     /// ([`crate::F16Storage::MIXED_PRECISION`]), the optimizer updates f32 masters, and the
     /// loss is scaled dynamically with these settings (overflowing steps are skipped).
     pub mixed_precision: Option<LossScaleConfig>,
+    /// What the batch norms normalise with while training.
+    pub batch_norm: BatchNormStats,
 }
 
 impl TrainConfig {
@@ -41,6 +43,7 @@ impl TrainConfig {
             clip_grad_norm: None,
             accumulation: 1,
             mixed_precision: None,
+            batch_norm: BatchNormStats::Batch,
         }
     }
 }

@@ -85,7 +85,7 @@ impl Graph {
             }
         }
         for node in &nodes {
-            for mode in [Mode::Train, Mode::Eval] {
+            for mode in [Mode::Train, Mode::Eval, Mode::TrainRunningStats] {
                 check_kernel(&graph, node, mode)?;
             }
         }

@@ -153,6 +153,7 @@ fn a_training_graph_with_backward_and_optimizer_ops_round_trips() {
         clip_grad_norm: Some(1.0),
         accumulation: 2,
         mixed_precision: None,
+        batch_norm: sprout_core::hyperparams::BatchNormStats::Batch,
     };
     let training = compile_training_step(&g, loss, &trainable, &cfg).unwrap();
     let model = ModelFile::from_graph(&training.graph, metadata());

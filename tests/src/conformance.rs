@@ -15,7 +15,7 @@
 
 use sprout_core::backend::{
     ActivationKernels, Affine, LossKernels, NormKernels, ParamUpdate, PointwiseKernels, Running,
-    Saved, TrainStats,
+    Saved, SavedMut, TrainStats,
 };
 use sprout_core::geometry::{
     window_output, ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,
@@ -474,15 +474,30 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         };
         Reference.batch_norm_train(&x, affine, stats, &mut out, d, cfg);
         let saved = Saved { mean: &saved_mean[..], invstd: &saved_invstd[..] };
-        self.compare("batch_norm_apply", &case, EXACT, vec![y], &|k, o| {
+        self.compare("batch_norm_apply", &case, EXACT, vec![y.clone()], &|k, o| {
             k.batch_norm_apply(&x, affine, saved, &mut o[0], d)
         });
         self.compare("batch_norm_grad_input", &case, tol, vec![Self::nans(d.len())], &|k, o| {
             k.batch_norm_grad_input(&dy, &x, &gamma, saved, &mut o[0], d)
         });
-        self.compare("batch_norm_grad_params", &case, tol, vec![stat.clone(), stat], &|k, o| {
-            let [dgamma, dbeta] = o else { unreachable!("two buffers") };
-            k.batch_norm_grad_params(&dy, &x, saved, dgamma, dbeta, d)
+        self.compare(
+            "batch_norm_grad_params",
+            &case,
+            tol,
+            vec![stat.clone(), stat.clone()],
+            &|k, o| {
+                let [dgamma, dbeta] = o else { unreachable!("two buffers") };
+                k.batch_norm_grad_params(&dy, &x, saved, dgamma, dbeta, d)
+            },
+        );
+        let running_outputs = vec![y.clone(), stat.clone(), stat.clone()];
+        self.compare("batch_norm_running", &case, EXACT, running_outputs, &|k, o| {
+            let [y, mean, invstd] = o else { unreachable!("three buffers") };
+            let saved = SavedMut { mean: &mut mean[..], invstd: &mut invstd[..] };
+            k.batch_norm_running(&x, affine, running, y, saved, d, cfg)
+        });
+        self.compare("batch_norm_grad_input_running", &case, EXACT, vec![y], &|k, o| {
+            k.batch_norm_grad_input_running(&dy, &gamma, saved, &mut o[0], d)
         });
     }
 

@@ -136,6 +136,7 @@ pub struct GradCheck<'g> {
     tolerance: Tolerance,
     min_signal: f32,
     max_skipped: f32,
+    mode: Mode,
 }
 
 /// Checks the gradients of `loss` with respect to `params` with the default step and
@@ -162,7 +163,14 @@ impl<'g> GradCheck<'g> {
             tolerance: TOLERANCE,
             min_signal: MIN_SIGNAL,
             max_skipped: 0.0,
+            mode: Mode::Train,
         }
+    }
+
+    /// The training mode both plans are compiled in (default [`Mode::Train`]).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
     }
 
     /// Feeds an input or label tensor before every run.
@@ -210,7 +218,7 @@ impl<'g> GradCheck<'g> {
         // Analytic gradients: loss and every gradient in one plan.
         let mut outputs = vec![d.loss];
         outputs.extend(d.gradients.iter().map(|&(_, g)| g));
-        let grad_plan = compile_outputs(graph, &outputs, Mode::Train)
+        let grad_plan = compile_outputs(graph, &outputs, self.mode)
             .map_err(|e| format!("{op}: compiling the gradient plan failed: {e}"))?;
         let mut grad_run = Runner::new(op, graph, &grad_plan, &self.feeds)?;
         grad_run.run()?;
@@ -221,7 +229,7 @@ impl<'g> GradCheck<'g> {
         // Numeric gradients: a forward-only plan of the same graph.
         let mut forward_outputs = vec![d.loss];
         forward_outputs.extend(self.watched.iter().map(|(t, _)| *t));
-        let forward_plan = compile_outputs(graph, &forward_outputs, Mode::Train)
+        let forward_plan = compile_outputs(graph, &forward_outputs, self.mode)
             .map_err(|e| format!("{op}: compiling the forward plan failed: {e}"))?;
         let mut forward = Runner::new(op, graph, &forward_plan, &self.feeds)?;
         let (base_loss, base_sides) = self.evaluate(&mut forward)?;

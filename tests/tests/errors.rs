@@ -45,6 +45,7 @@ fn sgd_config(accumulation: u32) -> TrainConfig {
         clip_grad_norm: None,
         accumulation,
         mixed_precision: None,
+        batch_norm: sprout_core::hyperparams::BatchNormStats::Batch,
     }
 }
 

@@ -597,8 +597,10 @@ fn shared_weight_fan_out() {
 
 // ---- batch norm ----
 
-#[test]
-fn batch_norm2d_training_mode() {
+/// Batch norm's gradients with respect to its input, scale and shift when compiled in
+/// `mode`, running statistics drawn at random (a batch's own statistics in `Mode::Train`;
+/// the running ones, as constants, in `Mode::TrainRunningStats`).
+fn check_batch_norm2d(mode: Mode) {
     for seed in SEEDS {
         let mut r = Rand::new(seed);
         // At least four elements per channel, so the batch statistics are not degenerate.
@@ -610,18 +612,31 @@ fn batch_norm2d_training_mode() {
         let gamma_values = r.values(c, 0.5, 1.5);
         let gamma = param(&mut g, "gamma", Shape::d1(c), gamma_values);
         let beta = random_param(&mut g, &mut r, "beta", Shape::d1(c));
-        let mean = g.buffer("running_mean", Shape::d1(c), Init::Zeros).unwrap();
-        let var = g.buffer("running_var", Shape::d1(c), Init::Constant(1.0)).unwrap();
+        let mean = Init::Values(r.values(c, -1.0, 1.0));
+        let mean = g.buffer("running_mean", Shape::d1(c), mean).unwrap();
+        let var = Init::Values(r.values(c, 0.5, 2.0));
+        let var = g.buffer("running_var", Shape::d1(c), var).unwrap();
         let cfg = BatchNormConfig::default();
         let y = g.batch_norm2d("bn", x, gamma, beta, mean, var, cfg).unwrap();
         let loss = mse_to_random_target(&mut g, &mut r, y);
-        let name = format!("batch_norm2d {shape}");
-        pass(check_gradients(&name, &g, loss, &[x, gamma, beta]));
+        let name = format!("batch_norm2d {shape} {mode:?}");
+        let check = |params: &[TensorId]| GradCheck::new(&name, &g, loss, params).mode(mode).run();
+        pass(check(&[x, gamma, beta]));
         // Each gradient on its own too: the rule builds only what is wanted.
         for only in [x, gamma, beta] {
-            pass(check_gradients(&name, &g, loss, &[only]));
+            pass(check(&[only]));
         }
     }
+}
+
+#[test]
+fn batch_norm2d_training_mode() {
+    check_batch_norm2d(Mode::Train);
+}
+
+#[test]
+fn batch_norm2d_normalising_with_running_statistics() {
+    check_batch_norm2d(Mode::TrainRunningStats);
 }
 
 // ---- dropout ----

@@ -24,6 +24,7 @@ fn mixed(optimizer: Optimizer, accumulation: u32, init_scale: f32) -> TrainConfi
         clip_grad_norm: Some(5.0),
         accumulation,
         mixed_precision: Some(scaling),
+        batch_norm: sprout_core::hyperparams::BatchNormStats::Batch,
     }
 }
 

@@ -97,6 +97,7 @@ fn training_and_inference_plans_run_without_heap_allocation() {
         clip_grad_norm: Some(1.0),
         accumulation: 2,
         mixed_precision: None,
+        batch_norm: sprout_core::hyperparams::BatchNormStats::Batch,
     };
     let training = compile_training_step(&model.graph, model.loss, &model.parameters, &cfg)
         .expect("the training step compiles");
@@ -160,6 +161,7 @@ fn mixed_precision_training_runs_without_heap_allocation() {
         clip_grad_norm: Some(1.0),
         accumulation: 1,
         mixed_precision: Some(scaling),
+        batch_norm: sprout_core::hyperparams::BatchNormStats::Batch,
     };
     let training = compile_training_step(&model.graph, model.loss, &model.parameters, &cfg)
         .expect("the training step compiles");

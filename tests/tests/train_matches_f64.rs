@@ -399,6 +399,7 @@ fn sgd_momentum_weight_decay_five_steps_match_f64() {
         clip_grad_norm: None,
         accumulation: 1,
         mixed_precision: None,
+        batch_norm: sprout_core::hyperparams::BatchNormStats::Batch,
     };
     let data = batches(5);
     let lrs = [0.1, 0.1, 0.05, 0.05, 0.02];
@@ -437,6 +438,7 @@ fn adamw_accumulation_and_clipping_match_f64() {
         clip_grad_norm: Some(max_norm),
         accumulation: 2,
         mixed_precision: None,
+        batch_norm: sprout_core::hyperparams::BatchNormStats::Batch,
     };
     let data = batches(4);
     let lr = 0.01;
@@ -513,6 +515,7 @@ fn sgd_accumulation_averages_micro_batches() {
         clip_grad_norm: None,
         accumulation: 3,
         mixed_precision: None,
+        batch_norm: sprout_core::hyperparams::BatchNormStats::Batch,
     };
     let data = batches(6);
     let lr = 0.1;

@@ -44,7 +44,7 @@ use depthwise::runs_direct;
 use pool::Pool;
 use sprout_core::backend::{
     ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, Int8LayerKernels, NormKernels,
-    PointwiseKernels, Running, Saved, TrainStats,
+    PointwiseKernels, Running, Saved, SavedMut, TrainStats,
 };
 use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
 use sprout_core::hyperparams::BatchNormConfig;
@@ -237,6 +237,30 @@ impl NormKernels for Cpu {
         let pairs = grow(&mut self.scratch, 2 * d.channels);
         let (mean, invstd) = (saved.mean, saved.invstd);
         norm::grad_sums(&self.pool, dy, x, mean, invstd, pairs, dbeta, dgamma, d)
+    }
+    fn batch_norm_running(
+        &mut self,
+        x: &[f32],
+        p: Affine<'_, Host>,
+        running: Running<'_, Host>,
+        y: &mut [f32],
+        saved: SavedMut<'_, Host>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        r::save_running_statistics(running.mean, running.var, saved.mean, saved.invstd, cfg);
+        let (gamma, beta, mean, invstd) = (p.gamma, p.beta, &*saved.mean, &*saved.invstd);
+        norm::normalize(&self.pool, Some(x), y, d, norm::Channels { gamma, beta, mean, invstd })
+    }
+    fn batch_norm_grad_input_running(
+        &mut self,
+        dy: &[f32],
+        gamma: &[f32],
+        saved: Saved<'_, Host>,
+        dx: &mut [f32],
+        d: ChannelDims,
+    ) {
+        r::batch_norm_grad_input_running(dy, gamma, saved.invstd, dx, d)
     }
 }
 

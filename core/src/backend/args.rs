@@ -37,6 +37,13 @@ pub struct Saved<'a, M: Memory> {
     pub invstd: M::Slice<'a, f32>,
 }
 
+/// Where a forward pass saves the mean and inverse standard deviation it normalised with.
+#[derive(Debug)]
+pub struct SavedMut<'a, M: Memory> {
+    pub mean: M::SliceMut<'a, f32>,
+    pub invstd: M::SliceMut<'a, f32>,
+}
+
 /// One parameter's optimizer update: the parameter, its gradient, the gradient-clipping
 /// factor (a one-value tensor; none when not clipped) and the learning rate.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! The kernel families a backend implements, one trait each, over views of the backend's
 //! [`Memory`](super::Memory) (`In` to read, `Out` to write). No method has a default.
 
-use super::args::{Affine, ParamUpdate, Running, Saved, TrainStats};
+use super::args::{Affine, ParamUpdate, Running, Saved, SavedMut, TrainStats};
 use super::{Backend, In, Out};
 use crate::error::KernelError;
 use crate::geometry::{
@@ -237,6 +237,28 @@ pub trait NormKernels: Backend {
         saved: Saved<'_, Self::Memory>,
         dgamma: Out<'_, Self, f32>,
         dbeta: Out<'_, Self, f32>,
+        d: ChannelDims,
+    );
+    /// Training that normalises with the running statistics (which stay as they are) and
+    /// saves them, as mean and inverse standard deviation, for the backward pass.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_running(
+        &mut self,
+        x: In<'_, Self, f32>,
+        p: Affine<'_, Self::Memory>,
+        running: Running<'_, Self::Memory>,
+        y: Out<'_, Self, f32>,
+        saved: SavedMut<'_, Self::Memory>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    );
+    /// The input gradient of [`NormKernels::batch_norm_running`]: `dx = gamma · invstd · dy`.
+    fn batch_norm_grad_input_running(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        gamma: In<'_, Self, f32>,
+        saved: Saved<'_, Self::Memory>,
+        dx: Out<'_, Self, f32>,
         d: ChannelDims,
     );
 }

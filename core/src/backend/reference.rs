@@ -1,7 +1,7 @@
 //! The reference kernels as every kernel family, for host-memory backends that choose them
 //! with [`InheritReference`] ([`Reference`](super::Reference) chooses all of them).
 
-use super::args::{Affine, ParamUpdate, Running, Saved, TrainStats};
+use super::args::{Affine, ParamUpdate, Running, Saved, SavedMut, TrainStats};
 use super::families::*;
 use super::{family, Backend, Host, InheritReference};
 use crate::error::KernelError;
@@ -233,6 +233,29 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Norm>> NormKernels for
         d: ChannelDims,
     ) {
         r::batch_norm_grad_params(dy, x, saved.mean, saved.invstd, dgamma, dbeta, d)
+    }
+    fn batch_norm_running(
+        &mut self,
+        x: &[f32],
+        p: Affine<'_, Host>,
+        running: Running<'_, Host>,
+        y: &mut [f32],
+        saved: SavedMut<'_, Host>,
+        d: ChannelDims,
+        cfg: BatchNormConfig,
+    ) {
+        r::save_running_statistics(running.mean, running.var, saved.mean, saved.invstd, cfg);
+        r::batch_norm_apply(x, p.gamma, p.beta, saved.mean, saved.invstd, y, d)
+    }
+    fn batch_norm_grad_input_running(
+        &mut self,
+        dy: &[f32],
+        gamma: &[f32],
+        saved: Saved<'_, Host>,
+        dx: &mut [f32],
+        d: ChannelDims,
+    ) {
+        r::batch_norm_grad_input_running(dy, gamma, saved.invstd, dx, d)
     }
 }
 

@@ -269,6 +269,8 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::BatchNormEvalInPlace(..)
         | KernelCall::BatchNormGradInput(_)
         | KernelCall::BatchNormGradParams(_)
+        | KernelCall::BatchNormRunning(..)
+        | KernelCall::BatchNormGradInputRunning(_)
         | KernelCall::Softmax(_)
         | KernelCall::SoftmaxGrad(_)
         | KernelCall::LogSoftmax(_)

@@ -52,11 +52,12 @@ pub fn compile_outputs(
     compile(graph, &needed, Kind::Outputs(mode), 1, outputs, &PlacementOptions::default())
 }
 
-/// Compiles a differentiated graph with its optimizer steps in training mode; the loss
+/// Compiles a differentiated graph with its optimizer steps in a training mode; the loss
 /// stays readable after the run.
 pub(crate) fn compile_training(
     graph: &Graph,
     loss: TensorId,
+    mode: Mode,
     accumulation: u32,
     options: &PlacementOptions,
 ) -> Result<Plan, GraphError> {
@@ -69,7 +70,7 @@ pub(crate) fn compile_training(
     for (i, node) in graph.nodes().iter().enumerate() {
         needed[i] |= node.outputs.is_empty();
     }
-    compile(graph, &needed, Kind::TrainingStep, accumulation, &[loss], options)
+    compile(graph, &needed, Kind::TrainingStep(mode), accumulation, &[loss], options)
 }
 
 /// Marks the nodes whose outputs `roots` depend on.
@@ -106,8 +107,8 @@ pub(crate) struct Lowered {
 /// What a compile is for.
 #[derive(Clone, Copy)]
 enum Kind {
-    /// A whole training step: frozen batch norms run as in evaluation.
-    TrainingStep,
+    /// A whole training step in the given mode: frozen batch norms run as in evaluation.
+    TrainingStep(Mode),
     /// Some outputs, every node in the given mode.
     Outputs(Mode),
 }
@@ -121,12 +122,12 @@ fn compile(
     options: &PlacementOptions,
 ) -> Result<Plan, GraphError> {
     let mode = match step {
-        Kind::TrainingStep => Mode::Train,
+        Kind::TrainingStep(mode) => mode,
         Kind::Outputs(mode) => mode,
     };
     let per_update = |phase: Phase| accumulation > 1 && phase == Phase::Update;
     let frozen = match step {
-        Kind::TrainingStep => frozen_batch_norms(graph, needed),
+        Kind::TrainingStep(_) => frozen_batch_norms(graph, needed),
         Kind::Outputs(_) => vec![false; graph.nodes().len()],
     };
     let mut lowered: Vec<Lowered> = Vec::new();

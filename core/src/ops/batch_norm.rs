@@ -55,6 +55,7 @@ impl OpRules for BatchNorm2d {
         let dims = channel_dims(cx.input(0));
         match cx.mode {
             Mode::Train => cx.all(KernelCall::BatchNormTrain(dims, cfg)),
+            Mode::TrainRunningStats => cx.all(KernelCall::BatchNormRunning(dims, cfg)),
             Mode::Eval => {
                 // Evaluation reads the running statistics and saves nothing for a backward pass.
                 let (kernel, mut operands) = cx.all(KernelCall::BatchNormEval(dims, cfg));
@@ -98,7 +99,11 @@ impl OpRules for BatchNormGradInput {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        cx.all(KernelCall::BatchNormGradInput(channel_dims(cx.input(0))))
+        let dims = channel_dims(cx.input(0));
+        cx.all(match cx.mode {
+            Mode::TrainRunningStats => KernelCall::BatchNormGradInputRunning(dims),
+            Mode::Train | Mode::Eval => KernelCall::BatchNormGradInput(dims),
+        })
     }
 }
 

@@ -27,7 +27,7 @@ impl OpRules for Dropout {
 
     fn lower(cfg: DropoutConfig, cx: &Lowering<'_>) -> Lowered {
         cx.all(match cx.mode {
-            Mode::Train => KernelCall::Dropout(cfg, cx.numel()),
+            Mode::Train | Mode::TrainRunningStats => KernelCall::Dropout(cfg, cx.numel()),
             Mode::Eval => KernelCall::Copy(cx.numel()),
         })
     }

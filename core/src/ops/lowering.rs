@@ -13,6 +13,10 @@ use alloc::vec::Vec;
 pub enum Mode {
     Train,
     Eval,
+    /// Training whose batch norms normalise with their running statistics, which stay as
+    /// they are (PyTorch: the batch-norm layers of a training model put in `eval()` mode).
+    /// Gradients flow through them and their scale and shift still train; dropout is on.
+    TrainRunningStats,
 }
 
 /// A kernel and its operands in signature order.

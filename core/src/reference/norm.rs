@@ -286,6 +286,42 @@ pub fn batch_norm_grad_params(
     }
 }
 
+/// The running statistics in the form a training pass saves a batch's: `saved_mean` the
+/// running mean, `saved_invstd = 1 / sqrt(running_var + eps)`. With them,
+/// [`batch_norm_apply`] normalises exactly as [`batch_norm_eval`] does.
+pub fn save_running_statistics(
+    running_mean: &[f32],
+    running_var: &[f32],
+    saved_mean: &mut [f32],
+    saved_invstd: &mut [f32],
+    cfg: BatchNormConfig,
+) {
+    saved_mean.copy_from_slice(running_mean);
+    for (invstd, &var) in saved_invstd.iter_mut().zip(running_var) {
+        *invstd = inv_std(var, cfg.eps);
+    }
+}
+
+/// Input gradient of a batch norm that normalised with fixed (running) statistics:
+/// `dx = gamma · invstd · dy` per channel; overwrites `dx`.
+pub fn batch_norm_grad_input_running(
+    dy: &[f32],
+    gamma: &[f32],
+    saved_invstd: &[f32],
+    dx: &mut [f32],
+    d: ChannelDims,
+) {
+    debug_assert_eq!(dy.len(), d.len());
+    debug_assert_eq!(dx.len(), d.len());
+    debug_assert_per_channel(&[gamma, saved_invstd], d);
+    for c in 0..d.channels {
+        let scale = gamma[c] * saved_invstd[c];
+        for i in channel_indices(d, c) {
+            dx[i] = scale * dy[i];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,6 +415,26 @@ mod tests {
             cfg,
         );
         assert_close(&y, &[0.0, 2.0, -1.0, 0.0], 1e-6);
+    }
+
+    #[test]
+    fn saved_running_statistics_normalise_as_evaluation_does_bit_for_bit() {
+        let d = ChannelDims { outer: 2, channels: 2, inner: 3 };
+        let x: [f32; 12] = core::array::from_fn(|i| 0.37 * i as f32 - 1.9);
+        let (gamma, beta, mean, var) = ([1.3, 0.7], [0.1, -0.4], [0.25, -0.6], [0.8, 2.3]);
+        let (mut eval, mut applied) = ([f32::NAN; 12], [f32::NAN; 12]);
+        batch_norm_eval(&x, &gamma, &beta, &mean, &var, &mut eval, d, CFG);
+        let (mut saved_mean, mut saved_invstd) = ([f32::NAN; 2], [f32::NAN; 2]);
+        save_running_statistics(&mean, &var, &mut saved_mean, &mut saved_invstd, CFG);
+        batch_norm_apply(&x, &gamma, &beta, &saved_mean, &saved_invstd, &mut applied, d);
+        assert_eq!(eval.map(f32::to_bits), applied.map(f32::to_bits));
+        // Its input gradient is the per-channel slope of that map.
+        let mut dx = [f32::NAN; 12];
+        batch_norm_grad_input_running(&[1.0; 12], &gamma, &saved_invstd, &mut dx, d);
+        for (i, dx) in dx.iter().enumerate() {
+            let c = (i / d.inner) % d.channels;
+            assert_close(&[*dx], &[gamma[c] / (var[c] + CFG.eps).sqrt()], 1e-6);
+        }
     }
 
     /// `Σ dy · y(x)` for a training-mode forward pass with fixed gamma and beta.
