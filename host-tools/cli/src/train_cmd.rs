@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
+use sprout_core::hyperparams::BatchNormStats;
 use sprout_core::save_model;
 use sprout_train::{
     check_output, folder_classes, open_data, run_folder, train, write_atomic, DataOptions,
@@ -101,6 +102,9 @@ pub struct TrainArgs {
     /// gradient of MU/2 * |w - w0|^2 applied after each update (0: off).
     #[arg(long, value_name = "MU", default_value_t = 0.0)]
     proximal_mu: f32,
+    /// What the batch norms normalise with while training.
+    #[arg(long, value_enum, default_value_t = BatchNormArg::Batch)]
+    batch_norm: BatchNormArg,
     /// Stop after N epochs without a better validation accuracy (best.sprout keeps the best).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     patience: Option<u32>,
@@ -138,6 +142,17 @@ pub struct TrainArgs {
 enum OptimizerArg {
     Sgd,
     Adamw,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BatchNormArg {
+    /// Each batch's statistics, updating the running ones (PyTorch's train mode)
+    Batch,
+    /// The running statistics, left as they are; scale, shift and the layers around still
+    /// train (PyTorch: batch norms in eval mode). For fine-tuning a trained model on small or
+    /// one-sided batches (a federated box's, say); a fresh model's statistics describe
+    /// nothing yet
+    Running,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -298,6 +313,10 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         record: Some(record),
         mixed_precision: args.mixed_precision,
         proximal_mu: args.proximal_mu,
+        batch_norm: match args.batch_norm {
+            BatchNormArg::Batch => BatchNormStats::Batch,
+            BatchNormArg::Running => BatchNormStats::Running,
+        },
     };
     let images_per_batch = model.batch() as u64;
     let (mut epochs, mut per_epoch, mut images) = (0u32, 0u64, 0u64);

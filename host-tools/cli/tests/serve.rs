@@ -332,6 +332,9 @@ fn tokens_scopes_and_bad_requests_get_json_errors() {
     let linear = json!({"dataset": "leaves", "base": {"zoo": "mlp"}, "schedule": "linear"});
     let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(linear));
     assert_eq!(error(status, &body, "unknown variant `linear`"), 422);
+    let frozen = json!({"dataset": "leaves", "base": {"zoo": "mlp"}, "batch_norm": "frozen"});
+    let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(frozen));
+    assert_eq!(error(status, &body, "unknown variant `frozen`"), 422);
     let (_, jobs) = server.json("GET", "/api/v1/jobs", Some(&reader), None);
     assert_eq!(jobs, json!([]));
 

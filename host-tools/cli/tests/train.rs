@@ -340,3 +340,48 @@ fn image_pipeline_options_reach_train_eval_predict_and_quantize() {
     fails(&[&base[..], &["--resize", "stretch"]].concat(), "crop");
     assert!(!never.exists());
 }
+
+/// The parameters and buffers of `model` by name, through `sprout export --format safetensors`.
+fn weights(dir: &Path, model: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
+    let file = dir.join("weights.safetensors");
+    ok(&["export", s(model), "--format", "safetensors", "-o", s(&file)]);
+    let bytes = fs::read(&file).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let floats = |data: &[u8]| {
+        data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+    };
+    tensors.tensors().into_iter().map(|(name, view)| (name, floats(view.data()))).collect()
+}
+
+#[test]
+fn batch_norms_normalising_with_running_statistics_leave_them_as_they_are() {
+    let scratch = Scratch::new("train-batch-norm");
+    let leaves = scratch.path("leaves");
+    ok(&["data", "leaves", "--out", s(&leaves), "--per-class", "8", "--size", "16"]);
+    let train = |name: &str, from: &[&str], epochs: &str, extra: &[&str]| {
+        let (out, runs) = (scratch.path(&format!("{name}.sprout")), scratch.path(name));
+        let common = ["train", "--data", s(&leaves), "--epochs", epochs, "--batch-size", "4"];
+        let rest = ["--lr", "0.05", "--out-dir", s(&runs), "-o", s(&out)];
+        ok(&[&common[..], from, extra, &rest].concat());
+        (weights(&scratch.path(""), &out), out)
+    };
+    // Fine-tuning a trained model: a fresh one's statistics describe nothing yet.
+    let (start, trained) = train("trained", &["--zoo", "leafnet"], "3", &[]);
+    let from = ["--model", s(&trained)];
+    let (batch, _) = train("batch", &from, "1", &[]);
+    let (running, _) = train("running", &from, "1", &["--batch-norm", "running"]);
+    let statistics: Vec<&String> = start.keys().filter(|k| k.contains("running_")).collect();
+    assert!(!statistics.is_empty(), "leafnet has batch norms");
+    for name in statistics {
+        assert_eq!(running[name], start[name], "{name} moved under --batch-norm running");
+        if name.ends_with("running_var") {
+            assert_ne!(batch[name], start[name], "{name} did not move under batch statistics");
+        }
+    }
+    // The layers around them, and their own scale and shift, still trained.
+    for name in ["features.0.0.weight", "features.0.1.weight", "features.0.1.bias"] {
+        assert_ne!(running[name], start[name], "{name} did not train");
+    }
+    let (ok_run, _, error) = sprout_in(&scratch.path(""), &["train", "--batch-norm", "frozen"]);
+    assert!(!ok_run && error.contains("frozen"), "{error}");
+}

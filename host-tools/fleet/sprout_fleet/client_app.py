@@ -95,6 +95,7 @@ def train(message: Message, context: Context) -> Message:
             "seed": int(config["server-round"]),
             # FedProx sends its mu; FedAvg none.
             "proximal_mu": float(config.get("proximal-mu", 0.0)),
+            "batch_norm": str(config.get("batch-norm", "batch")),
         }
     )
     trained = box.layout(job["version"], trainable)

@@ -295,6 +295,9 @@ def main(grid: Grid, context: Context) -> None:
         train_metrics_aggr_fn=report.trained,
         evaluate_metrics_aggr_fn=report.evaluated,
     )
+    batch_norm = str(config["batch-norm"])
+    if batch_norm not in ("batch", "running"):
+        raise ValueError(f"run config: batch-norm must be 'batch' or 'running', not '{batch_norm}'")
     mu = float(config["proximal-mu"])
     momentum = float(config["server-momentum"])
     if mu > 0 and momentum > 0:
@@ -312,6 +315,7 @@ def main(grid: Grid, context: Context) -> None:
             "lr": float(config["lr"]),
             "batch-size": int(config["batch-size"]),
             "optimizer": str(config["optimizer"]),
+            "batch-norm": batch_norm,
         }
     )
     result = strategy.start(

@@ -50,6 +50,17 @@ pub enum Schedule {
     Plateau,
 }
 
+/// What the batch norms normalise with while the job trains, as `sprout train --batch-norm`:
+/// each batch's statistics (`batch`, the default) or the base's running statistics
+/// (`running`), which suits small or one-sided data sets such as a federated box's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchNorm {
+    #[default]
+    Batch,
+    Running,
+}
+
 /// Where a job trains, as `sprout train --backend`: `auto` (CUDA when the build has it and
 /// a GPU is present, else the CPU; the job's log says which) or `cpu`.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
@@ -96,6 +107,8 @@ pub struct JobRequest {
     /// base's by `lr * proximal_mu * (w - w0)` (`sprout train --proximal-mu`; 0: off).
     #[serde(default)]
     pub proximal_mu: f32,
+    #[serde(default)]
+    pub batch_norm: BatchNorm,
     /// Samples per step (default 16 for a zoo model, else the batch the file records).
     pub batch_size: Option<u32>,
     #[serde(default)]

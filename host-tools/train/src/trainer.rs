@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use sprout_core::hyperparams::{AdamWConfig, LossScaleConfig, SgdConfig};
+use sprout_core::hyperparams::{AdamWConfig, BatchNormStats, LossScaleConfig, SgdConfig};
 use sprout_core::optim::LOSS_SCALE;
 use sprout_core::schedule::{Constant, CosineWithWarmup, Goal, ReduceOnPlateau, StepDecay};
 use sprout_core::{
@@ -81,6 +81,9 @@ pub struct TrainOptions {
     /// starts from (0: none). Applied decoupled, as AdamW's weight decay: after every
     /// update each trainable weight moves `lr * mu * (w - w0)` back towards its start.
     pub proximal_mu: f32,
+    /// What the batch norms normalise with while training (their running statistics stay
+    /// as they are with [`BatchNormStats::Running`]).
+    pub batch_norm: BatchNormStats,
 }
 
 impl Default for TrainOptions {
@@ -98,6 +101,7 @@ impl Default for TrainOptions {
             record: None,
             mixed_precision: false,
             proximal_mu: 0.0,
+            batch_norm: BatchNormStats::Batch,
         }
     }
 }
@@ -131,6 +135,10 @@ impl TrainOptions {
         record.set("--mixed-precision", self.mixed_precision);
         record.set("--patience", self.patience);
         record.set_f32("--proximal-mu", self.proximal_mu);
+        // Recorded only when given, so runs recorded before the flag existed still resume.
+        if self.batch_norm == BatchNormStats::Running {
+            record.set("--batch-norm", "running");
+        }
     }
 }
 
@@ -417,7 +425,13 @@ pub fn train(
         }
     };
     let mixed_precision = options.mixed_precision.then(LossScaleConfig::default);
-    let cfg = TrainConfig { optimizer, clip_grad_norm: None, accumulation: 1, mixed_precision };
+    let cfg = TrainConfig {
+        optimizer,
+        clip_grad_norm: None,
+        accumulation: 1,
+        mixed_precision,
+        batch_norm: options.batch_norm,
+    };
     crate::memory::check_graph(&z.graph, "the model to train")?;
     let training =
         compile_training_step_with(&z.graph, z.loss, &trainable, &cfg, &MemoryOptions::default())?;
