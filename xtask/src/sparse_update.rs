@@ -46,22 +46,7 @@ const BENCH_SOURCE: LeafSet = LeafSet {
 };
 
 /// The bench's pretraining: as CI's, 20 epochs.
-const BENCH_PRETRAIN: &[&str] = &[
-    "--trainable",
-    "all",
-    "--optimizer",
-    "adamw",
-    "--lr",
-    "0.003",
-    "--schedule",
-    "cosine",
-    "--epochs",
-    "20",
-    "--batch-size",
-    "16",
-    "--seed",
-    "1",
-];
+const BENCH_PRETRAIN_EPOCHS: u32 = 20;
 
 /// Where the bench keeps its photos, backbone and bundles.
 const BENCH_DIR: &str = "target/sprout-bench-sparse";
@@ -204,7 +189,7 @@ pub fn bench(root: &Path) -> Result<()> {
     let sprout = crate::bench::release_sprout(root)?;
     let sprout = sprout.to_str().context("the workspace path is not UTF-8")?;
     let work = root.join(BENCH_DIR);
-    let backbone = on_device::pretrain(root, sprout, &work, &BENCH_SOURCE, BENCH_PRETRAIN)?;
+    let backbone = on_device::pretrain(root, sprout, &work, &BENCH_SOURCE, BENCH_PRETRAIN_EPOCHS)?;
     let head_only = on_device::bundle_for_device(root, sprout, &backbone, &work)?;
     let sparse = sparse_bundle(root, sprout, &head_only)?;
     crate::boards::build(root, Some(&head_only.bundle))?;
