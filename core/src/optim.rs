@@ -4,6 +4,7 @@
 use crate::builder::OutputSpec;
 use crate::graph::{Graph, GraphError, Init, Phase, Stage, TensorInfo};
 use crate::hyperparams::{AdamWConfig, BatchNormStats, LossScaleConfig, SgdConfig};
+use crate::lower::Mode;
 use crate::ops::Op;
 use crate::shape::Shape;
 use crate::tensor::{DType, Role, TensorId};
@@ -44,6 +45,16 @@ impl TrainConfig {
             accumulation: 1,
             mixed_precision: None,
             batch_norm: BatchNormStats::Batch,
+        }
+    }
+}
+
+impl BatchNormStats {
+    /// The mode a training step with these batch norms is lowered in.
+    pub fn training_mode(self) -> Mode {
+        match self {
+            Self::Batch => Mode::Train,
+            Self::Running => Mode::TrainRunningStats,
         }
     }
 }

@@ -5,8 +5,6 @@ use crate::autograd::{differentiate_seeded, Differentiated};
 use crate::compile::{compile_training, PlacementOptions, Plan};
 use crate::f16_storage::{f32_copies, to_f16_storage, F16Storage};
 use crate::graph::{Graph, GraphError};
-use crate::hyperparams::BatchNormStats;
-use crate::lower::Mode;
 use crate::optim::{add_loss_scale, append_optimizer, check_config, TrainConfig};
 use crate::passes::{checkpoint, reorder};
 use crate::tensor::TensorId;
@@ -120,10 +118,7 @@ impl StepCompiler<'_> {
         if self.update_early {
             reorder::update_early(&mut graph);
         }
-        let mode = match self.cfg.batch_norm {
-            BatchNormStats::Batch => Mode::Train,
-            BatchNormStats::Running => Mode::TrainRunningStats,
-        };
+        let mode = self.cfg.batch_norm.training_mode();
         let (accumulation, placement) = (self.cfg.accumulation, &self.memory.placement);
         let plan = compile_training(&graph, self.loss, mode, accumulation, placement)?;
         Ok((graph, plan, drop))

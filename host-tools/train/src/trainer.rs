@@ -12,8 +12,8 @@ use sprout_core::optim::LOSS_SCALE;
 use sprout_core::schedule::{Constant, CosineWithWarmup, Goal, ReduceOnPlateau, StepDecay};
 use sprout_core::{
     compile_training_step_with, save_model, DType, EagerOptions, Executor, Graph, GraphError,
-    HostMemory, MemoryOptions, Mode, ModelFile, Operand, Optimizer, Plan, Progress, Region,
-    Regions, StepContext, StepOutcome, TensorId, TrainConfig,
+    HostMemory, MemoryOptions, ModelFile, Operand, Optimizer, Plan, Progress, Region, Regions,
+    StepContext, StepOutcome, TensorId, TrainConfig,
 };
 use sprout_data::{Batch, Pipeline, ResizeMode};
 use sprout_zoo::ZooModel;
@@ -584,8 +584,13 @@ pub fn train(
             // A skipped step (loss scaling) has overflowed on purpose; its update did not run.
             let diverged = if skipped { None } else { non_finite(value, plan, &memory) };
             if let Some(what) = diverged {
-                let step =
-                    FailedStep { graph: &training.graph, plan, memory: &memory, before: &before };
+                let step = FailedStep {
+                    graph: &training.graph,
+                    plan,
+                    memory: &memory,
+                    before: &before,
+                    cfg: &cfg,
+                };
                 return Err(TrainError::NonFinite {
                     what,
                     epoch: epoch + 1,
@@ -751,6 +756,8 @@ struct FailedStep<'a> {
     memory: &'a HostMemory,
     /// The state region before the step.
     before: &'a [u8],
+    /// How the step was compiled (its batch norms' mode).
+    cfg: &'a TrainConfig,
 }
 
 impl FailedStep<'_> {
@@ -769,7 +776,8 @@ impl FailedStep<'_> {
             };
             values.push((binding.tensor, bytes));
         }
-        let options = EagerOptions { mode: Mode::Train, detect_anomalies: true, context };
+        let mode = self.cfg.batch_norm.training_mode();
+        let options = EagerOptions { mode, detect_anomalies: true, context };
         match self.graph.replay(options, &values) {
             Err(GraphError::Anomaly { op, node, tensor, shape, index, value }) => format!(
                 "it first appeared in {op} '{node}' ('{tensor}' {shape} holds {value} at \
