@@ -191,6 +191,22 @@ fn int8_weights_survive_the_model_file_bit_for_bit() {
     assert_eq!(infer(&back, &x, &["head.dequantized"]), infer(&int8, &x, &["head.dequantized"]));
 }
 
+/// Least-error ranges lie within the observed ones, some of them clipped, and quantize.
+#[test]
+fn mse_ranges_clip_some_observed_ranges_and_quantize() {
+    let float = float_model(4);
+    let model = as_model(&float);
+    let observed = calibrate(&model, &mut samples(32, 2), RangeMethod::MinMax).unwrap();
+    let mse = calibrate(&model, &mut samples(32, 2), RangeMethod::Mse).unwrap();
+    assert_eq!(mse.keys().collect::<Vec<_>>(), observed.keys().collect::<Vec<_>>());
+    for (name, &(lo, hi)) in &mse {
+        let (min, max) = observed[name];
+        assert!(min.min(0.0) <= lo.min(0.0) && hi.max(0.0) <= max.max(0.0), "{name}: {lo}..{hi}");
+    }
+    assert!(mse.iter().any(|(name, &range)| range != observed[name]), "nothing was clipped");
+    quantize_graph(&float, &mse, &QuantizeOptions::default()).unwrap();
+}
+
 #[test]
 fn quantizing_with_an_empty_calibration_set_is_refused() {
     let model = as_model(&float_model(1));

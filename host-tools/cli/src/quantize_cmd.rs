@@ -89,6 +89,9 @@ pub enum Calibration {
     Minmax,
     /// The (100 − P)th and Pth percentiles of the values seen (P = --percentile).
     Percentile,
+    /// The range, shrunk towards zero, whose rounding and clipping error over the values
+    /// seen is least.
+    Mse,
 }
 
 fn parse_percentile(text: &str) -> Result<f64, String> {
@@ -209,6 +212,7 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
         Calibration::Percentile => {
             RangeMethod::Percentile(args.percentile.unwrap_or(DEFAULT_PERCENTILE))
         }
+        Calibration::Mse => RangeMethod::Mse,
     };
     let origin = data.origin().display().to_string();
     let note = format!("calibrating on {} samples of {origin}", data.len());

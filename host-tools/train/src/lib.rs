@@ -27,6 +27,7 @@ mod memory;
 mod metrics;
 mod metrics_csv;
 mod model;
+mod mse_range;
 mod new_head;
 mod plot;
 mod preprocess;

@@ -1,10 +1,12 @@
 //! Post-training int8 quantization on the host: activation ranges observed over a
-//! calibration set (min/max or a percentile of each tensor's values), then core's graph
-//! rewrite (`sprout_core::int8_conversion`) into a model file.
+//! calibration set (min/max, a percentile of each tensor's values or the range of least
+//! quantization error), then core's graph rewrite (`sprout_core::int8_conversion`) into a
+//! model file.
 
 use crate::bias_correction;
 use crate::error::TrainError;
 use crate::model::Model;
+use crate::mse_range::mse_range;
 use crate::source::DataSource;
 use sprout_core::format::ModelFile;
 use sprout_core::int8_conversion::{
@@ -22,6 +24,9 @@ pub enum RangeMethod {
     MinMax,
     /// The `p`-th and `(100 − p)`-th percentiles (e.g. 99.99), ignoring rare outliers.
     Percentile(f64),
+    /// The observed range shrunk towards zero to the least int8 quantization error
+    /// (rounding and clipping) over the values seen.
+    Mse,
 }
 
 /// What `sprout quantize` does besides calibrating.
@@ -110,7 +115,7 @@ pub fn calibrate(
 }
 
 /// [`calibrate`], calling `progress(samples done, samples in all)` after each batch; a
-/// percentile calibration reads the data twice, so "all" counts both passes.
+/// percentile or MSE calibration reads the data twice, so "all" counts both passes.
 pub fn calibrate_with_progress(
     model: &Model,
     data: &mut DataSource,
@@ -135,7 +140,7 @@ pub fn calibrate_with_progress(
         .collect();
     let passes = match method {
         RangeMethod::MinMax => 1,
-        RangeMethod::Percentile(_) => 2,
+        RangeMethod::Percentile(_) | RangeMethod::Mse => 2,
     };
     let (total, mut done) = (passes * data.len(), 0);
     for pass in 0..passes {
@@ -178,6 +183,7 @@ pub fn calibrate_with_progress(
                     let tail = (1.0 - p / 100.0).clamp(0.0, 0.5);
                     (o.quantile(tail), o.quantile(1.0 - tail))
                 }
+                RangeMethod::Mse => mse_range(o.min, o.max, &o.histogram),
             };
             (o.name.clone(), range)
         })

@@ -370,11 +370,12 @@ fn evaluation_and_calibration_report_their_progress_in_samples() {
     assert_eq!(metrics.samples(), 20);
     assert_eq!(seen, [(8, 20), (16, 20), (20, 20)]);
 
-    // A percentile calibration reads every sample twice.
-    seen.clear();
-    let method = RangeMethod::Percentile(99.0);
-    calibrate_with_progress(&model, &mut val, method, &mut |d, t| seen.push((d, t))).unwrap();
-    assert_eq!(seen, [(8, 40), (16, 40), (20, 40), (28, 40), (36, 40), (40, 40)]);
+    // A percentile or MSE calibration reads every sample twice.
+    for method in [RangeMethod::Percentile(99.0), RangeMethod::Mse] {
+        seen.clear();
+        calibrate_with_progress(&model, &mut val, method, &mut |d, t| seen.push((d, t))).unwrap();
+        assert_eq!(seen, [(8, 40), (16, 40), (20, 40), (28, 40), (36, 40), (40, 40)]);
+    }
     let _ = fs::remove_dir_all(&dir);
 }
 
