@@ -67,6 +67,20 @@ pub fn for_each_chunk<F>(
     });
 }
 
+/// Values of an element-wise pass one run takes at least: a few pages.
+const SPAN: usize = 4096;
+
+/// Runs `f(offset, span)` over `out` cut into spans of [`SPAN`] values, on as many threads
+/// of `pool` as its length repays: an element-wise pass, where `offset` locates the inputs
+/// that go with `span`.
+pub fn for_each_span<F>(pool: &Pool, out: &mut [f32], f: F)
+where
+    F: Fn(usize, &mut [f32]) + Sync,
+{
+    let workers = workers(pool, out.len().div_ceil(SPAN), out.len());
+    for_each_chunk(pool, workers, out, SPAN, &mut [], 0, |first, span, _| f(first * SPAN, span));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +132,15 @@ mod tests {
                 assert_eq!(counted, 8.0, "{scratch:?}");
             }
         }
+    }
+
+    #[test]
+    fn spans_cover_the_output_once_at_their_offsets() {
+        let pool = Pool::eager(2);
+        let mut out = vec![0.0; 3 * SPAN + 5];
+        for_each_span(&pool, &mut out, |at, span| {
+            span.iter_mut().enumerate().for_each(|(i, v)| *v += (at + i) as f32)
+        });
+        assert!(out.iter().enumerate().all(|(i, &v)| v == i as f32));
     }
 }
