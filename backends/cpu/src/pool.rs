@@ -14,7 +14,7 @@
 
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -35,8 +35,6 @@ struct State {
     waiting: bool,
     /// The first panic of a worker inside the current job.
     panic: Option<Box<dyn Any + Send>>,
-    /// Set when the pool is dropped: workers return.
-    shutdown: bool,
 }
 
 /// The lock, the counters spinning threads read without it, and the signals of parked ones.
@@ -48,6 +46,8 @@ struct Shared {
     generation: AtomicU64,
     /// Workers inside the current job (incremented under the lock); the caller watches it.
     running: AtomicUsize,
+    /// Set (under the lock) when the pool is dropped: workers return, spinning ones at once.
+    shutdown: AtomicBool,
     wake: Condvar,
     done: Condvar,
 }
@@ -191,11 +191,14 @@ impl Pool {
 fn work(shared: &Shared) {
     let mut seen = 0u64;
     loop {
-        spin_until(|| shared.generation.load(Ordering::Acquire) != seen);
+        spin_until(|| {
+            shared.generation.load(Ordering::Acquire) != seen
+                || shared.shutdown.load(Ordering::Relaxed)
+        });
         let job = {
             let mut state = shared.lock();
             loop {
-                if state.shutdown {
+                if shared.shutdown.load(Ordering::Relaxed) {
                     return;
                 }
                 let generation = shared.generation.load(Ordering::Acquire);
@@ -232,7 +235,11 @@ fn work(shared: &Shared) {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.shared.lock().shutdown = true;
+        {
+            // Under the lock, so that no worker checks it just before it parks.
+            let _state = self.shared.lock();
+            self.shared.shutdown.store(true, Ordering::Relaxed);
+        }
         self.shared.wake.notify_all();
         for worker in self.workers.drain(..) {
             // A worker only ends by returning (jobs' panics are caught), so join succeeds.
