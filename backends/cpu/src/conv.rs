@@ -1,5 +1,6 @@
 //! Convolutions as GEMMs over im2col column matrices, per sample and group: forward and
-//! input gradient split the batch over threads, the weight gradient splits output channels.
+//! input gradient split the batch over threads, the weight gradient is one batch-summed
+//! product per group whose output channels are split.
 
 use crate::gemm::{gemm, sum_of_products_nt, Batch, Mat};
 use crate::im2col::{col2im, col_cols, col_rows, im2col, is_pointwise};
@@ -123,9 +124,26 @@ pub fn conv2d_grad_input(
     );
 }
 
-/// `dw = Σₙ dy·colsᵀ`: pointwise, one batch-summed product per group (its input is its
-/// column matrix); otherwise samples in turn, each product's rows split over threads.
-/// `scratch` holds `scratch_per_worker` values.
+/// The batch of `rows x h·w` matrices at the start of `data`, one every `per_sample` values.
+fn plane_rows<'a>(
+    data: &'a [f32],
+    rows: usize,
+    per_sample: usize,
+    g: &Conv2dGeometry,
+) -> Batch<'a> {
+    Batch { data, rows, len: col_cols(g), stride: per_sample, count: g.n }
+}
+
+/// Scratch values of [`conv2d_grad_weight`]: every sample's column matrix of one group
+/// (none for pointwise convolutions).
+pub fn grad_weight_scratch(g: &Conv2dGeometry) -> usize {
+    g.n * scratch_per_worker(g)
+}
+
+/// `dw = Σₙ dy·colsᵀ`, per group one batch-summed product whose rows are split over
+/// threads once: a pointwise convolution's input is its column matrix, other convolutions
+/// first build every sample's in `scratch` (samples split over threads), which holds
+/// [`grad_weight_scratch`] values.
 pub fn conv2d_grad_weight(
     pool: &Pool,
     scratch: &mut [f32],
@@ -137,30 +155,22 @@ pub fn conv2d_grad_weight(
     let cols = col_cols(g);
     let dy_group_len = g.c_out_per_group() * cols;
     let dw_group_len = g.c_out_per_group() * col_rows(g);
-    if is_pointwise(g) {
-        let plane_rows = |data, rows, per_sample| Batch {
-            data,
-            rows,
-            len: cols,
-            stride: per_sample,
-            count: g.n,
-        };
-        for (group, dw_g) in dw.chunks_mut(dw_group_len).enumerate() {
-            let dy_g = plane_rows(&dy[group * dy_group_len..], g.c_out_per_group(), g.c_out * cols);
+    let col_len = scratch_per_worker(g);
+    for (group, dw_g) in dw.chunks_mut(dw_group_len).enumerate() {
+        let dy_g = plane_rows(&dy[group * dy_group_len..], g.c_out_per_group(), g.c_out * cols, g);
+        let x_g = if is_pointwise(g) {
             let x_len = g.c_in_per_group() * cols;
-            let x_g = plane_rows(&x[group * x_len..], g.c_in_per_group(), g.c_in * cols);
-            sum_of_products_nt(pool, dy_g, x_g, dw_g);
-        }
-        return;
-    }
-    dw.fill(0.0);
-    for n in 0..g.n {
-        for (group, dw_g) in dw.chunks_mut(dw_group_len).enumerate() {
-            let at = (n * g.groups + group) * dy_group_len;
-            let dy_g = Mat::new(&dy[at..][..dy_group_len], g.c_out_per_group(), cols);
-            let x_cols = columns(input_group(x, n, group, g), scratch, g);
-            let x_cols_t = Mat::new(x_cols, col_rows(g), cols).t();
-            gemm(pool, dy_g, x_cols_t, 1.0, dw_g);
-        }
+            plane_rows(&x[group * x_len..], g.c_in_per_group(), g.c_in * cols, g)
+        } else {
+            let all = &mut scratch[..g.n * col_len];
+            let workers = workers(pool, g.n, all.len());
+            for_each_chunk(pool, workers, all, col_len, &mut [], 0, |first, cols_n, _| {
+                for (i, col) in cols_n.chunks_mut(col_len).enumerate() {
+                    im2col(input_group(x, first + i, group, g), col, g);
+                }
+            });
+            plane_rows(all, col_rows(g), col_len, g)
+        };
+        sum_of_products_nt(pool, dy_g, x_g, dw_g);
     }
 }

@@ -59,10 +59,16 @@ impl<'a> Mat<'a> {
 pub fn gemm(pool: &Pool, a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
     assert_eq!(a.cols, b.rows, "inner dimensions");
     assert_eq!(c.len(), a.rows * b.cols, "output length");
-    let workers = workers(pool, a.rows, a.rows * a.cols * b.cols);
-    for_each_chunk(pool, workers, c, b.cols, &mut [], 0, |first, c_rows, _| {
+    // Whole register blocks of rows per run; `matrixmultiply` packs `b` again for every
+    // call, so its products get one run of rows per thread.
+    let workers = workers(pool, a.rows.div_ceil(MR), a.rows * a.cols * b.cols);
+    let rows_per_item = match a.col_stride == 1 && b.col_stride == 1 {
+        true => MR,
+        false => a.rows.div_ceil(workers),
+    };
+    for_each_chunk(pool, workers, c, rows_per_item * b.cols, &mut [], 0, |first, c_rows, _| {
         let rows = c_rows.len().checked_div(b.cols).unwrap_or(0);
-        sgemm(a.rows(first, rows), b, beta, c_rows);
+        sgemm(a.rows(first * rows_per_item, rows), b, beta, c_rows);
     });
 }
 
@@ -193,9 +199,11 @@ pub fn sum_of_products_nt(pool: &Pool, a: Batch<'_>, b: Batch<'_>, c: &mut [f32]
     assert_eq!((a.len, a.count), (b.len, b.count), "batch and inner dimensions");
     assert_eq!(c.len(), a.rows * b.rows, "output length");
     let work = a.count * a.rows * b.rows * a.len;
-    let workers = workers(pool, a.rows, work);
-    for_each_chunk(pool, workers, c, b.rows, &mut [], 0, |first, c_rows, _| {
-        summed_rows(a, b, first, c_rows)
+    // Whole register blocks of rows per thread.
+    let (mr, _) = DOT_ROWS;
+    let workers = workers(pool, a.rows.div_ceil(mr), work);
+    for_each_chunk(pool, workers, c, mr * b.rows, &mut [], 0, |first, c_rows, _| {
+        summed_rows(a, b, first * mr, c_rows)
     });
 }
 

@@ -1,6 +1,6 @@
 //! sprout-cpu: the desktop CPU backend. Dense layers and convolutions run as GEMMs over a
 //! persistent thread pool (register-blocked kernels where both operands' rows are
-//! contiguous and for pointwise weight gradients, `matrixmultiply` otherwise), int8 layers
+//! contiguous and for convolutions' weight gradients, `matrixmultiply` otherwise), int8 layers
 //! over column matrices; the activations (ReLU, ReLU6 and the pointwise family) and batch norm are vector loops
 //! compiled for AVX-512F / AVX2 / the baseline (NEON on aarch64), chosen at run time; every
 //! other kernel is the reference kernel, by [`inherit_reference!`] or explicitly.
@@ -8,7 +8,7 @@
 //! Convolutions lower to GEMM through im2col (pointwise ones multiply their input
 //! directly), except depthwise ones, which run direct vector loops over whole planes. The forward
 //! and input-gradient passes split the batch over threads, the rest split output rows or
-//! channels (a pointwise weight gradient once for the whole batch).
+//! channels (a weight gradient once for the whole batch).
 //!
 //! ```
 //! use sprout_core::geometry::LinearDims;
@@ -41,6 +41,7 @@ mod window;
 use std::sync::Arc;
 
 use depthwise::runs_direct;
+use parallel::for_each_span;
 use pool::Pool;
 use sprout_core::backend::{
     ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, Int8LayerKernels, NormKernels,
@@ -55,7 +56,8 @@ use sprout_core::{inherit_reference, Host};
 /// The CPU backend: its thread pool, and the im2col scratch buffer.
 ///
 /// Allocation: the first convolution of each new, larger size grows the scratch buffer
-/// (to `threads` column matrices of the largest convolution); after one training step
+/// (to `threads` column matrices of the largest convolution, or the batch's for its weight
+/// gradient); after one training step
 /// every later step reuses it and allocates nothing. The pool's `threads - 1` worker
 /// threads start with the backend, park between kernels and are woken only for kernels
 /// big enough to repay them; clones share the pool, dropping the last one stops it.
@@ -265,43 +267,55 @@ impl NormKernels for Cpu {
 }
 
 /// ReLU and ReLU6 are branch-free vectorized loops (`pointwise`), bit-identical to the
-/// reference's, whose conditional store per element mispredicts on real activations.
+/// reference's, whose conditional store per element mispredicts on real activations; long
+/// tensors are cut into spans over threads.
 impl ActivationKernels for Cpu {
     fn relu(&mut self, x: &[f32], y: &mut [f32]) {
-        pointwise::relu(x, y)
+        for_each_span(&self.pool, y, |at, y| pointwise::relu(&x[at..][..y.len()], y))
     }
     fn relu6(&mut self, x: &[f32], y: &mut [f32]) {
-        pointwise::relu6(x, y)
+        for_each_span(&self.pool, y, |at, y| pointwise::relu6(&x[at..][..y.len()], y))
     }
     fn relu_in_place(&mut self, x: &mut [f32]) {
-        pointwise::relu_in_place(x)
+        for_each_span(&self.pool, x, |_, x| pointwise::relu_in_place(x))
     }
     fn relu6_in_place(&mut self, x: &mut [f32]) {
-        pointwise::relu6_in_place(x)
+        for_each_span(&self.pool, x, |_, x| pointwise::relu6_in_place(x))
     }
     fn relu_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
-        pointwise::relu_grad(y, dy, dx)
+        for_each_span(&self.pool, dx, |at, dx| {
+            pointwise::relu_grad(&y[at..][..dx.len()], &dy[at..][..dx.len()], dx)
+        })
     }
     fn relu6_grad(&mut self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
-        pointwise::relu6_grad(y, dy, dx)
+        for_each_span(&self.pool, dx, |at, dx| {
+            pointwise::relu6_grad(&y[at..][..dx.len()], &dy[at..][..dx.len()], dx)
+        })
     }
     fn relu_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
-        pointwise::relu_grad_in_place(y, dy)
+        for_each_span(&self.pool, dy, |at, dy| {
+            pointwise::relu_grad_in_place(&y[at..][..dy.len()], dy)
+        })
     }
     fn relu6_grad_in_place(&mut self, y: &[f32], dy: &mut [f32]) {
-        pointwise::relu6_grad_in_place(y, dy)
+        for_each_span(&self.pool, dy, |at, dy| {
+            pointwise::relu6_grad_in_place(&y[at..][..dy.len()], dy)
+        })
     }
 }
 
-/// The pointwise activations are one vectorized loop each and the broadcast factor's
-/// gradient a vectorized reduction (`pointwise`); `mul` is the reference's loop, which the
-/// compiler already vectorizes.
+/// The pointwise activations are one vectorized loop each, cut into spans over threads
+/// like ReLU's, and the broadcast factor's gradient a vectorized reduction (`pointwise`);
+/// `mul` is the reference's loop, which the compiler already vectorizes.
 impl PointwiseKernels for Cpu {
     fn activation(&mut self, f: Activation, x: &[f32], y: &mut [f32]) {
-        pointwise::activation(f, x, y)
+        for_each_span(&self.pool, y, |at, y| pointwise::activation(f, &x[at..][..y.len()], y))
     }
     fn activation_grad(&mut self, f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
-        pointwise::activation_grad(f, saved, dy, dx)
+        for_each_span(&self.pool, dx, |at, dx| {
+            let (saved, dy) = (&saved[at..][..dx.len()], &dy[at..][..dx.len()]);
+            pointwise::activation_grad(f, saved, dy, dx)
+        })
     }
     fn mul(&mut self, a: &[f32], b: &[f32], y: &mut [f32], d: ChannelDims, broadcast: bool) {
         r::mul(a, b, y, d, broadcast)
@@ -354,7 +368,7 @@ impl ConvKernels for Cpu {
             let (pool, scratch) = self.depthwise_scratch(g);
             return depthwise::conv2d_grad_weight(pool, scratch, dy, x, dw, g);
         }
-        let scratch = grow(&mut self.scratch, conv::scratch_per_worker(g));
+        let scratch = grow(&mut self.scratch, conv::grad_weight_scratch(g));
         conv::conv2d_grad_weight(&self.pool, scratch, dy, x, dw, g)
     }
 }

@@ -1,10 +1,14 @@
 //! Splitting independent work over the backend's thread pool: the output is cut into whole
-//! items (rows, samples, planes) and each worker takes a contiguous run of them with its own
-//! scratch.
+//! items (rows, samples, planes), handed out in contiguous runs of items, several runs per
+//! worker so that one that starts late or loses its core holds back little; each
+//! participant keeps its own scratch across the runs it takes.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use crate::pool::Pool;
+
+/// Runs of items each worker of a split gets on average.
+const RUNS_PER_WORKER: usize = 4;
 
 /// How many workers of `pool` share `items` independent items worth `work`
 /// multiply-accumulates (or values touched) in all: at least one, at most one per item,
@@ -13,9 +17,10 @@ pub fn workers(pool: &Pool, items: usize, work: usize) -> usize {
     pool.threads().min(items).min(work / pool.min_work().max(1)).max(1)
 }
 
-/// Cuts `out` into items of `item_len` values and runs `f(first_item, out_chunk, scratch)`
-/// over `workers` contiguous runs of items on `pool` (inline when one), each run with its
-/// own `scratch_len` values of `scratch`.
+/// Cuts `out` into items of `item_len` values (the last may be shorter) and runs
+/// `f(first_item, out_chunk, scratch)` over contiguous runs of items on up to `workers`
+/// threads of `pool` (inline over the whole output when one), each thread with its own
+/// `scratch_len` values of `scratch`, which holds `workers` such pieces.
 pub fn for_each_chunk<F>(
     pool: &Pool,
     workers: usize,
@@ -28,28 +33,52 @@ pub fn for_each_chunk<F>(
     F: Fn(usize, &mut [f32], &mut [f32]) + Sync,
 {
     assert!(scratch.len() >= workers * scratch_len, "scratch holds one piece per worker");
-    let items = out.len().checked_div(item_len).unwrap_or(0);
-    let per_worker = items.div_ceil(workers.max(1)).max(1);
-    if workers <= 1 || items <= per_worker {
+    let items = out.len().div_ceil(item_len.max(1));
+    if workers <= 1 || items <= 1 {
         f(0, out, &mut scratch[..scratch_len]);
         return;
     }
-    // What is left to hand out: the rest of the output, of the scratch, and its first item.
-    let rest = Mutex::new((out, scratch, 0));
-    pool.run(workers - 1, &|| loop {
-        let (chunk, piece, first) = {
-            let mut rest = rest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let (out, scratch, first) = std::mem::take(&mut *rest);
-            if out.is_empty() {
-                return;
-            }
-            let (chunk, out) = out.split_at_mut((per_worker * item_len).min(out.len()));
-            let (piece, scratch) = scratch.split_at_mut(scratch_len);
-            *rest = (out, scratch, first + per_worker);
-            (chunk, piece, first)
-        };
-        f(first, chunk, piece);
+    let per_run = items.div_ceil(workers * RUNS_PER_WORKER);
+    // What is left to hand out: the rest of the output and its first item, and of the
+    // scratch.
+    let rest = Mutex::new((out, 0));
+    let pieces = Mutex::new(scratch);
+    pool.run(workers - 1, &|| {
+        let mut piece: Option<&mut [f32]> = None;
+        loop {
+            let (chunk, first) = {
+                let mut rest = rest.lock().unwrap_or_else(PoisonError::into_inner);
+                let (out, first) = std::mem::take(&mut *rest);
+                if out.is_empty() {
+                    return;
+                }
+                let (chunk, out) = out.split_at_mut((per_run * item_len).min(out.len()));
+                *rest = (out, first + per_run);
+                (chunk, first)
+            };
+            let piece = piece.get_or_insert_with(|| {
+                let mut pieces = pieces.lock().unwrap_or_else(PoisonError::into_inner);
+                let (piece, others) = std::mem::take(&mut *pieces).split_at_mut(scratch_len);
+                *pieces = others;
+                piece
+            });
+            f(first, chunk, piece);
+        }
     });
+}
+
+/// Values of an element-wise pass one run takes at least: a few pages.
+const SPAN: usize = 4096;
+
+/// Runs `f(offset, span)` over `out` cut into spans of [`SPAN`] values, on as many threads
+/// of `pool` as its length repays: an element-wise pass, where `offset` locates the inputs
+/// that go with `span`.
+pub fn for_each_span<F>(pool: &Pool, out: &mut [f32], f: F)
+where
+    F: Fn(usize, &mut [f32]) + Sync,
+{
+    let workers = workers(pool, out.len().div_ceil(SPAN), out.len());
+    for_each_chunk(pool, workers, out, SPAN, &mut [], 0, |first, span, _| f(first * SPAN, span));
 }
 
 #[cfg(test)]
@@ -71,10 +100,12 @@ mod tests {
 
     #[test]
     fn every_item_is_visited_once_with_its_own_scratch() {
-        let pool = Pool::new(3);
+        let pool = Pool::eager(3);
         for scratch_len in [0, 2] {
-            let mut out = vec![0.0; 7 * 3];
+            // Seven whole items of three values and a last one of two.
+            let mut out = vec![0.0; 7 * 3 + 2];
             let mut scratch = vec![0.0; 3 * scratch_len];
+            let runs = std::sync::atomic::AtomicUsize::new(0);
             for_each_chunk(
                 &pool,
                 3,
@@ -84,18 +115,32 @@ mod tests {
                 scratch_len,
                 |first, chunk, piece| {
                     assert_eq!(piece.len(), scratch_len);
-                    piece.fill(first as f32);
+                    // Each thread's piece counts the runs it took.
+                    piece.iter_mut().for_each(|v| *v += 1.0);
+                    runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     for (i, item) in chunk.chunks_mut(3).enumerate() {
-                        item.fill((first + i) as f32);
+                        item.iter_mut().for_each(|v| *v += (first + i) as f32);
                     }
                 },
             );
-            let expected: Vec<f32> = (0..7).flat_map(|i| [i as f32; 3]).collect();
+            let expected: Vec<f32> = (0..8).flat_map(|i| [i as f32; 3]).take(23).collect();
             assert_eq!(out, expected);
-            // Runs start at items 0, 3 and 6, each writing its own piece.
-            let pieces: Vec<f32> =
-                [0.0, 3.0, 6.0].iter().flat_map(|&v| vec![v; scratch_len]).collect();
-            assert_eq!(scratch, pieces);
+            // Eight items in runs of one (three workers, four runs each).
+            assert_eq!(runs.into_inner(), 8);
+            if scratch_len > 0 {
+                let counted: f32 = scratch.iter().step_by(scratch_len).sum();
+                assert_eq!(counted, 8.0, "{scratch:?}");
+            }
         }
+    }
+
+    #[test]
+    fn spans_cover_the_output_once_at_their_offsets() {
+        let pool = Pool::eager(2);
+        let mut out = vec![0.0; 3 * SPAN + 5];
+        for_each_span(&pool, &mut out, |at, span| {
+            span.iter_mut().enumerate().for_each(|(i, v)| *v += (at + i) as f32)
+        });
+        assert!(out.iter().enumerate().all(|(i, &v)| v == i as f32));
     }
 }

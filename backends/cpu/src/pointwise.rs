@@ -12,7 +12,7 @@
 //!
 //! On x86-64 each loop is compiled three times, for the baseline (SSE2), AVX2 and
 //! AVX-512F, and the widest the CPU supports runs (one cached feature check per call).
-//! Threads do not pay here: the loops stream memory.
+//! The backend cuts long tensors into spans over its threads (`parallel::for_each_span`).
 
 use sprout_core::geometry::ChannelDims;
 use sprout_core::reference::Activation;

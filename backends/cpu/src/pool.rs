@@ -5,9 +5,16 @@
 //! number of participants (the caller alone included) finishes it: helpers that wake late
 //! find nothing to do, and a call from inside a job (or while another thread's job runs)
 //! simply runs the closure on its own thread.
+//!
+//! Between jobs a worker first spins for a while on the job counter, then parks; the
+//! caller likewise spins before it sleeps on the workers' end. A training step's kernels
+//! follow each other closely, so a job mostly reaches a spinning worker, without the
+//! futex wake-up and rescheduling that made splitting anything but the largest kernels a
+//! loss.
 
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -15,27 +22,32 @@ use std::thread::JoinHandle;
 /// before every worker that picked it up has finished with it.
 type Job = &'static (dyn Fn() + Sync);
 
-/// What the caller and the workers share, under one lock.
+/// What the caller and the workers share under one lock.
 #[derive(Default)]
 struct State {
     /// The job of the current call, while helpers may still join it.
     job: Option<Job>,
     /// How many more workers may join the current job.
     seats: usize,
-    /// Workers inside the current job.
-    running: usize,
-    /// Counts calls, so that a worker joins each job at most once.
-    generation: u64,
+    /// Workers parked on `wake`.
+    sleepers: usize,
+    /// Whether the caller sleeps on `done`.
+    waiting: bool,
     /// The first panic of a worker inside the current job.
     panic: Option<Box<dyn Any + Send>>,
-    /// Set when the pool is dropped: workers return.
-    shutdown: bool,
 }
 
-/// The lock, the workers' wake-up signal and the caller's all-done signal.
+/// The lock, the counters spinning threads read without it, and the signals of parked ones.
 #[derive(Default)]
 struct Shared {
     state: Mutex<State>,
+    /// Counts calls (changed under the lock), so that a worker joins each job at most once;
+    /// spinning workers watch it.
+    generation: AtomicU64,
+    /// Workers inside the current job (incremented under the lock); the caller watches it.
+    running: AtomicUsize,
+    /// Set (under the lock) when the pool is dropped: workers return, spinning ones at once.
+    shutdown: AtomicBool,
     wake: Condvar,
     done: Condvar,
 }
@@ -47,14 +59,32 @@ impl Shared {
     }
 }
 
+/// Checks of a counter a thread spins through before it parks: a few tens of microseconds,
+/// longer than the gap between two kernels of a step, far shorter than a step (a few
+/// under Miri, which interprets every one).
+const SPINS: u32 = if cfg!(miri) { 1 << 4 } else { 1 << 14 };
+
+/// Spins until `ready()` holds or [`SPINS`] checks have failed; returns whether it holds.
+/// Every 64th check yields the core instead: on a machine with more runnable threads than
+/// cores, the thread this one waits for may be waiting for this one's core.
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    for i in 0..SPINS {
+        if ready() {
+            return true;
+        }
+        if i % 64 == 63 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    ready()
+}
+
 /// Work (multiply-accumulates, or values an element-wise pass touches) each worker of a
-/// kernel must get before a second thread joins it: 4 Mi, about a millisecond of one core.
-/// Waking a parked worker costs tens of microseconds on an idle machine and far more on a
-/// busy one, where the woken thread waits for a core; `bench cpu` measured the
-/// second thread at 0.58-0.86x of one at batch 1 and 8 with the old 64 Ki. LeafNet's
-/// largest kernel at batch 8 (the first expansion, 6.3 M multiply-accumulates) now runs
-/// on one thread, and at batch 32 (25 M) on two.
-const MIN_WORK_PER_WORKER: usize = 1 << 22;
+/// kernel must get before a second thread joins it: 64 Ki, some microseconds of one core,
+/// several times what handing a job to a spinning worker and waiting for it costs.
+const MIN_WORK_PER_WORKER: usize = 1 << 16;
 
 /// `threads - 1` parked worker threads plus the caller; dropping the pool stops and joins
 /// the workers.
@@ -119,20 +149,32 @@ impl Pool {
         // for `running` to reach zero before it returns or unwinds, so no worker uses the
         // reference after the borrow ends.
         let erased: Job = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), Job>(job) };
-        {
-            let mut state = self.shared.lock();
+        let shared = &*self.shared;
+        let sleepers = {
+            let mut state = shared.lock();
             state.job = Some(erased);
             state.seats = helpers;
-            state.generation = state.generation.wrapping_add(1);
+            shared.generation.fetch_add(1, Ordering::Release);
+            state.sleepers
+        };
+        if sleepers > 0 {
+            shared.wake.notify_all();
         }
-        self.shared.wake.notify_all();
         let own = panic::catch_unwind(AssertUnwindSafe(job));
-        let worker_panic = {
-            let mut state = self.shared.lock();
+        {
+            let mut state = shared.lock();
             state.job = None;
             state.seats = 0;
-            while state.running > 0 {
-                state = self.shared.done.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+        let worker_panic = {
+            let finished = spin_until(|| shared.running.load(Ordering::Acquire) == 0);
+            let mut state = shared.lock();
+            if !finished {
+                while shared.running.load(Ordering::Acquire) > 0 {
+                    state.waiting = true;
+                    state = shared.done.wait(state).unwrap_or_else(PoisonError::into_inner);
+                }
+                state.waiting = false;
             }
             state.panic.take()
         };
@@ -145,42 +187,59 @@ impl Pool {
     }
 }
 
-/// A worker: parks until a new job has a free seat, runs it, and reports back.
+/// A worker: spins, then parks, until a new job has a free seat, runs it, and reports back.
 fn work(shared: &Shared) {
     let mut seen = 0u64;
     loop {
+        spin_until(|| {
+            shared.generation.load(Ordering::Acquire) != seen
+                || shared.shutdown.load(Ordering::Relaxed)
+        });
         let job = {
             let mut state = shared.lock();
             loop {
-                if state.shutdown {
+                if shared.shutdown.load(Ordering::Relaxed) {
                     return;
                 }
-                if state.generation != seen {
-                    seen = state.generation;
-                    if let (Some(job), true) = (state.job, state.seats > 0) {
-                        state.seats -= 1;
-                        state.running += 1;
-                        break job;
-                    }
+                let generation = shared.generation.load(Ordering::Acquire);
+                if generation != seen {
+                    seen = generation;
+                    break match (state.job, state.seats > 0) {
+                        (Some(job), true) => {
+                            state.seats -= 1;
+                            shared.running.fetch_add(1, Ordering::Relaxed);
+                            Some(job)
+                        }
+                        // Gone or full: spin for the next one.
+                        _ => None,
+                    };
                 }
+                state.sleepers += 1;
                 state = shared.wake.wait(state).unwrap_or_else(PoisonError::into_inner);
+                state.sleepers -= 1;
             }
         };
-        let result = panic::catch_unwind(AssertUnwindSafe(job));
-        let mut state = shared.lock();
-        if let Err(payload) = result {
-            state.panic.get_or_insert(payload);
+        let Some(job) = job else { continue };
+        if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(job)) {
+            shared.lock().panic.get_or_insert(payload);
         }
-        state.running -= 1;
-        if state.running == 0 {
-            shared.done.notify_all();
+        if shared.running.fetch_sub(1, Ordering::Release) == 1 {
+            // Under the lock, so that a caller about to sleep either sees `running` at zero
+            // or is already waiting for this signal.
+            if shared.lock().waiting {
+                shared.done.notify_all();
+            }
         }
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.shared.lock().shutdown = true;
+        {
+            // Under the lock, so that no worker checks it just before it parks.
+            let _state = self.shared.lock();
+            self.shared.shutdown.store(true, Ordering::Relaxed);
+        }
         self.shared.wake.notify_all();
         for worker in self.workers.drain(..) {
             // A worker only ends by returning (jobs' panics are caught), so join succeeds.

@@ -314,6 +314,8 @@ pub struct Inference {
     rest: Option<Pass>,
     per_sample: usize,
     per_output: usize,
+    /// The backend every pass runs on: its worker threads start once, not once per pass.
+    cpu: Cpu,
 }
 
 impl Inference {
@@ -339,7 +341,8 @@ impl Inference {
         let (per_sample, per_output) = (sample(input), sample(output));
         let graph = graph.clone();
         let full = Self::compile(&graph, input, output, batch)?;
-        Ok(Self { graph, input, output, full, rest: None, per_sample, per_output })
+        let cpu = Cpu::new();
+        Ok(Self { graph, input, output, full, rest: None, per_sample, per_output, cpu })
     }
 
     fn compile(
@@ -388,7 +391,7 @@ impl Inference {
                 Some(rest) if rest.samples == samples => rest,
                 _ => &mut self.full,
             };
-            let mut exec = Executor::new(pass.plan.view(), Cpu::new())?;
+            let mut exec = Executor::new(pass.plan.view(), self.cpu.clone())?;
             let mut regions = pass.memory.regions();
             regions.write(&pass.input, chunk)?;
             exec.run(&mut regions)?;
