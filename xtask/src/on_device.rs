@@ -130,10 +130,11 @@ pub struct Leaf {
     pub epochs: u32,
 }
 
-/// The sprout CLI `cargo xtask test` uses: the dev build, with the workspace's features
-/// (as the workspace tests build it).
+/// The sprout CLI `cargo xtask test` uses: the dev build that the workspace tests build
+/// (`cargo test --workspace` unifies features differently from `cargo build`, so building
+/// it the same way makes this a no-op after the tests stage instead of a full rebuild).
 pub fn ci_sprout(root: &Path) -> Result<String> {
-    Cmd::cargo(root).args(["build", "--workspace", "--locked", "--bin", "sprout"]).run()?;
+    Cmd::cargo(root).args(["test", "--workspace", "--locked", "--no-run"]).run()?;
     let sprout = root.join("target/debug/sprout");
     Ok(sprout.to_str().context("the workspace path is not UTF-8")?.to_owned())
 }

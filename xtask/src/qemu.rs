@@ -124,7 +124,9 @@ impl Emulation {
             .and_then(|listener| listener.local_addr())
             .context("finding a free local port for UART0")?
             .port();
-        let serial = format!("tcp:127.0.0.1:{port},server=on,wait=off");
+        // No Nagle delay on the replies: the link exchanges small frames, each awaiting the
+        // last one's acknowledgement.
+        let serial = format!("tcp:127.0.0.1:{port},server=on,wait=off,nodelay=on");
         let mut child =
             command(elf, &serial, true).spawn().with_context(|| format!("starting {QEMU}"))?;
         let defmt = Some(drain(child.stdout.take().context("QEMU's stdout")?));
