@@ -134,7 +134,7 @@ pub struct Leaf {
 /// (`cargo test --workspace` unifies features differently from `cargo build`, so building
 /// it the same way makes this a no-op after the tests stage instead of a full rebuild).
 pub fn ci_sprout(root: &Path) -> Result<String> {
-    Cmd::cargo(root).args(["test", "--workspace", "--locked", "--no-run"]).run()?;
+    Cmd::cargo(root).args(crate::test::WORKSPACE_TESTS).args(["--no-run"]).run()?;
     let sprout = root.join("target/debug/sprout");
     Ok(sprout.to_str().context("the workspace path is not UTF-8")?.to_owned())
 }

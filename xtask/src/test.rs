@@ -197,8 +197,12 @@ fn clippy(root: &Path) -> Result<()> {
         .run()
 }
 
+/// The tests stage's cargo command; the stages that need the sprout CLI build it with the
+/// same arguments (and `--no-run`), so that they reuse this build instead of redoing it.
+pub const WORKSPACE_TESTS: [&str; 3] = ["test", "--workspace", "--locked"];
+
 fn workspace_tests(root: &Path) -> Result<()> {
-    Cmd::cargo(root).args(["test", "--workspace", "--locked"]).run()
+    Cmd::cargo(root).args(WORKSPACE_TESTS).run()
 }
 
 /// The programs the browser test drives, and their Debian packages.
