@@ -67,6 +67,9 @@ pub struct SparseChoice {
     pub trainable: String,
     pub memory: DeviceMemory,
     pub bundle: HostBundle,
+    /// Whether a larger update was left out only because a bundle names at most
+    /// `MAX_TRAINABLE` tensors.
+    pub capped_by_count: bool,
 }
 
 /// The trainable int8 layers of `graph`, in graph order.
@@ -95,7 +98,8 @@ pub fn int8_layers(graph: &Graph) -> Vec<Int8Layer> {
 /// `samples` samples) fits `budget` bytes. Every reach is tried, since a deeper one may
 /// need less (the cached features shrink where a block's input has fewer channels than
 /// its output); the deepest that fits wins. Candidates the split refuses (a residual join
-/// the head would read twice) are skipped.
+/// the head would read twice) are skipped, and the search stops where an update would name
+/// more tensors than a bundle holds.
 pub fn choose(
     model: &Model,
     options: &BundleOptions,
@@ -108,9 +112,19 @@ pub fn choose(
     }
     let mut best = None;
     let mut smallest = usize::MAX;
+    let mut capped = false;
     for depth in 0..=layers.len() {
         let biased = &layers[layers.len() - depth..];
-        let Some(choice) = candidate(model, options, biased, 0, samples)? else { continue };
+        let choice = match candidate(model, options, biased, 0, samples) {
+            Ok(Some(choice)) => choice,
+            Ok(None) => continue,
+            // Every deeper reach names more tensors still.
+            Err(BundleBuildError::TooManyTrainable { .. }) => {
+                capped = true;
+                break;
+            }
+            Err(e) => return Err(e),
+        };
         smallest = smallest.min(choice.memory.total());
         if choice.memory.total() <= budget {
             best = Some((biased, choice));
@@ -121,12 +135,18 @@ pub fn choose(
     };
     let pointwise = biased.iter().filter(|l| l.pointwise_weight.is_some()).count();
     for weights in 1..=pointwise {
-        match candidate(model, options, biased, weights, samples)? {
-            Some(choice) if choice.memory.total() <= budget => chosen = choice,
-            Some(_) => break,
-            None => continue,
+        match candidate(model, options, biased, weights, samples) {
+            Ok(Some(choice)) if choice.memory.total() <= budget => chosen = choice,
+            Ok(Some(_)) => break,
+            Ok(None) => continue,
+            Err(BundleBuildError::TooManyTrainable { .. }) => {
+                capped = true;
+                break;
+            }
+            Err(e) => return Err(e),
         }
     }
+    chosen.capped_by_count = capped;
     Ok(chosen)
 }
 
@@ -153,7 +173,7 @@ fn candidate(
             Err(e) => return Err(e),
         };
     let memory = measure(&bundle, samples)?;
-    Ok(Some(SparseChoice { biases, weights, trainable, memory, bundle }))
+    Ok(Some(SparseChoice { biases, weights, trainable, memory, bundle, capped_by_count: false }))
 }
 
 /// The device memory `bundle` needs with a cache of `samples` samples, from the sizes its

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use sprout_bundle::sparse::{self, SparseChoice};
 use sprout_bundle::{build, BundleOptions};
-use sprout_core::format::bundle::decode;
+use sprout_core::format::bundle::{decode, MAX_TRAINABLE};
 use sprout_core::TrainConfig;
 use sprout_train::{check_output, write_atomic, Model};
 
@@ -122,4 +122,10 @@ fn report_sparse(choice: &SparseChoice, budget: usize) {
         m.cache(),
         m.total()
     );
+    if choice.capped_by_count {
+        println!(
+            "  a larger update would fit the budget, but a bundle names at most {MAX_TRAINABLE} \
+             trainable tensors"
+        );
+    }
 }

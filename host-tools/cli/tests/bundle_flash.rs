@@ -4,6 +4,7 @@
 
 mod common;
 
+use sprout_core::format::bundle::MAX_TRAINABLE;
 use sprout_core::{save_model, ModelFile, Step};
 use sprout_train::Model;
 use sprout_zoo::Architecture;
@@ -164,4 +165,32 @@ fn a_sparse_bundle_trains_what_fits_its_budget() {
         &["bundle", s(&int8), "--trainable", "head", "--sparse-budget", "1MiB", "-o", "x"],
         "cannot be used with",
     );
+}
+
+#[test]
+fn a_sparse_update_stops_at_the_tensors_a_bundle_names() {
+    let scratch = Scratch::new("bundle-sparse-deep");
+    let (model, int8, leaves) =
+        (scratch.path("m.sprout"), scratch.path("q.sprout"), scratch.path("leaves"));
+    common::deep_model(&model, MAX_TRAINABLE);
+    ok(&["data", "leaves", "--out", s(&leaves), "--per-class", "2", "--size", "16"]);
+    let float_head = ["--keep-float", "classifier.*", "--trainable-int8", "features.*"];
+    ok(&[&["quantize", s(&model), "--calib", s(&leaves), "-o", s(&int8)][..], &float_head]
+        .concat());
+    let out = scratch.path("sparse.bundle");
+    let args = ["bundle", s(&int8), "--sparse-budget", "1MiB", "--cache-samples", "8", "-o"];
+    let output = sprout(&[&args[..], &[s(&out)]].concat());
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    // The head's weight and bias take two of the bundle's tensors; biases fill the rest.
+    let biases = MAX_TRAINABLE - 2;
+    assert!(
+        stdout.contains(&format!("head, {biases} int8 biases, 0 pointwise weights")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("a bundle names at most 16 trainable tensors"), "{stdout}");
+    let bytes = std::fs::read(&out).unwrap();
+    let mut steps = Box::new(heapless::Vec::<Step, 256>::new());
+    let bundle = sprout_core::format::bundle::decode(&bytes, &mut steps).unwrap();
+    assert_eq!(bundle.header.trainable.len(), MAX_TRAINABLE);
 }

@@ -42,12 +42,20 @@ pub fn s(p: &Path) -> &str {
 
 /// A tiny image classifier at 16x16: flatten, linear 768 -> 8, ReLU, linear 8 -> 3.
 pub fn tiny_model(path: &Path) {
+    deep_model(path, 1);
+}
+
+/// Like `tiny_model`, with `hidden` linear + ReLU layers of 8 units (`features.0`,
+/// `features.1`, ... `features.{2 hidden - 1}`).
+pub fn deep_model(path: &Path, hidden: usize) {
     let mut g = Graph::new(1);
     let x = g.input("input", Shape::d4(4, 3, 16, 16)).unwrap();
     let y = g.labels("labels", 4).unwrap();
-    let flat = g.flatten("flat", x).unwrap();
-    let h = nn::linear(&mut g, "features.0", flat, 8).unwrap();
-    let h = g.relu("features.1", h).unwrap();
+    let mut h = g.flatten("flat", x).unwrap();
+    for layer in 0..hidden {
+        h = nn::linear(&mut g, &format!("features.{}", 2 * layer), h, 8).unwrap();
+        h = g.relu(&format!("features.{}", 2 * layer + 1), h).unwrap();
+    }
     let logits = nn::linear(&mut g, "classifier", h, 3).unwrap();
     g.cross_entropy("loss", logits, y).unwrap();
     let metadata = Metadata {
