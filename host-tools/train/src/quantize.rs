@@ -190,6 +190,26 @@ pub fn calibrate_with_progress(
         .collect())
 }
 
+/// Widens the input's calibrated range to every value the model's own normalisation gives
+/// pixels in `[0, 1]` (`(0 − mean) / std` to `(1 − mean) / std`, over the channels): the
+/// calibration photos rarely hold the darkest and brightest pixels other photos do, and an
+/// input clipped by the first quantization moves every layer after it. A model without a
+/// recorded normalisation keeps the calibrated range.
+fn widen_input_to_pixels(model: &Model, ranges: &mut Ranges) {
+    let prep = &model.metadata.preprocessing;
+    if prep.mean.is_empty() || prep.mean.len() != prep.std.len() {
+        return;
+    }
+    let ends = prep.mean.iter().zip(&prep.std).map(|(m, s)| ((0.0 - m) / s, (1.0 - m) / s));
+    let (lo, hi) = ends.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), (a, b)| {
+        (lo.min(a.min(b)), hi.max(a.max(b)))
+    });
+    let name = &model.zoo.graph.tensor(model.zoo.input).name;
+    if let Some(range) = ranges.get_mut(name).filter(|_| lo.is_finite() && hi.is_finite()) {
+        *range = (range.0.min(lo), range.1.max(hi));
+    }
+}
+
 /// Of a tensor's values over a padded batch of `batch` samples, those of the first `n`.
 pub(crate) fn real_samples<T>(values: &[T], batch: usize, n: usize) -> &[T] {
     &values[..values.len() / batch * n]
@@ -274,7 +294,8 @@ pub fn quantize_with_progress(
         allow_float: settings.allow_float,
         bias_shift: BTreeMap::new(),
     };
-    let ranges = calibrate_with_progress(model, data, settings.method, progress)?;
+    let mut ranges = calibrate_with_progress(model, data, settings.method, progress)?;
+    widen_input_to_pixels(model, &mut ranges);
     let quantize = |options: &QuantizeOptions| {
         quantize_graph(&model.zoo.graph, &ranges, options).map_err(|e| {
             let hint = match (&e, settings.allow_float) {
@@ -303,4 +324,30 @@ pub fn quantize_with_progress(
     metadata.provenance = format!("{} quantized to int8", metadata.provenance);
     let file = ModelFile::from_graph(&quantized.graph, metadata);
     Ok(Int8Model { file, float_fallbacks: quantized.float_fallbacks })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sprout_zoo::Architecture;
+
+    #[test]
+    fn the_input_range_widens_to_what_the_normalisation_gives_pixels() {
+        let mut model = Model::from_zoo(Architecture::Mlp, 8, 5).unwrap();
+        let input = model.zoo.graph.tensor(model.zoo.input).name.clone();
+        let ranged = |model: &Model, calibrated: (f32, f32)| {
+            let mut ranges = Ranges::from([(input.clone(), calibrated), ("h".into(), (-9., 9.))]);
+            widen_input_to_pixels(model, &mut ranges);
+            assert_eq!(ranges["h"], (-9.0, 9.0), "only the input moves");
+            ranges[&input]
+        };
+        // No recorded normalisation: the calibrated range stays.
+        assert_eq!(ranged(&model, (-1.0, 1.0)), (-1.0, 1.0));
+        // Pixels in [0, 1] normalised by channel: the widest channel's ends, (0 − 0.5) / 0.25
+        // and (1 − 0.25) / 0.25; calibrated values beyond them stay.
+        model.metadata.preprocessing.mean = vec![0.5, 0.25, 0.5];
+        model.metadata.preprocessing.std = vec![0.25, 0.25, 0.5];
+        assert_eq!(ranged(&model, (-1.0, 1.0)), (-2.0, 3.0));
+        assert_eq!(ranged(&model, (-5.0, 1.0)), (-5.0, 3.0));
+    }
 }
