@@ -183,6 +183,12 @@ impl Batch<'_> {
     fn row(&self, n: usize, i: usize) -> &[f32] {
         &self.data[n * self.stride + i * self.len..][..self.len]
     }
+
+    /// The `count` matrices from matrix `first` on.
+    fn samples(self, first: usize, count: usize) -> Self {
+        assert!(first + count <= self.count, "matrices {first}..+{count} of {}", self.count);
+        Self { data: &self.data[(first * self.stride).min(self.data.len())..], count, ..self }
+    }
 }
 
 /// Lanes of each partial sum of [`sum_of_products_nt`]: one AVX2 register.
@@ -190,11 +196,15 @@ const LANES: usize = 8;
 /// Rows of `a` and of `b` one register block of [`sum_of_products_nt`] pairs (channel
 /// counts are mostly multiples of 8, so the edges of one row or column are rare).
 const DOT_ROWS: (usize, usize) = (4, 2);
+/// Values of each row that one pass over the register blocks reads: samples are taken in
+/// chunks of about this many values per row, so that the rows of a chunk stay in cache while
+/// every block of outputs reads them.
+const CHUNK: usize = 1024;
 
 /// `c[i, j] = Σₙ Σₚ a_n[i, p]·b_n[j, p]`, the sum over the batch of `a_n·b_nᵀ` (a pointwise
 /// convolution's weight gradient), `c` row-major `[a.rows, b.rows]` and overwritten. Blocks
-/// of 4 x 2 outputs keep 8-lane partial sums in registers over the whole batch and add them
-/// up once; rows of `c` are split over threads, once for the whole batch.
+/// of outputs keep partial sums in vector registers over a chunk of samples and add them to
+/// `c` once per chunk; rows of `c` are split over threads, once for the whole batch.
 pub fn sum_of_products_nt(pool: &Pool, a: Batch<'_>, b: Batch<'_>, c: &mut [f32]) {
     assert_eq!((a.len, a.count), (b.len, b.count), "batch and inner dimensions");
     assert_eq!(c.len(), a.rows * b.rows, "output length");
@@ -207,43 +217,99 @@ pub fn sum_of_products_nt(pool: &Pool, a: Batch<'_>, b: Batch<'_>, c: &mut [f32]
     });
 }
 
-/// Rows `first..` of [`sum_of_products_nt`] into `c_rows`, by blocks of [`DOT_ROWS`] (the
-/// edges one row or column at a time).
+/// Rows `first..` of [`sum_of_products_nt`] into `c_rows`: by AVX-512 blocks of 4 x 4 where
+/// the CPU has them, else by [`DOT_ROWS`] blocks (AVX2 ones where it has AVX2 and FMA).
+fn summed_rows(a: Batch<'_>, b: Batch<'_>, first: usize, c_rows: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (which implies FMA), checked just above.
+            return unsafe { summed_rows_avx512(a, b, first, c_rows) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+            return unsafe { summed_rows_avx2(a, b, first, c_rows) };
+        }
+    }
+    summed_rows_narrow::<{ cfg!(target_arch = "aarch64") }>(a, b, first, c_rows)
+}
+
+/// [`summed_rows`] by [`DOT_ROWS`] blocks, `FUSED` as in `multiversion!`.
 #[inline(always)]
-fn summed_rows_generic<const FUSED: bool>(
+fn summed_rows_narrow<const FUSED: bool>(
     a: Batch<'_>,
     b: Batch<'_>,
     first: usize,
     c_rows: &mut [f32],
 ) {
+    const MR: usize = DOT_ROWS.0;
+    const NR: usize = DOT_ROWS.1;
+    add_summed_rows::<MR, NR, FUSED>(a, b, first, c_rows, block_4x2::<FUSED>);
+}
+
+/// [`summed_rows`] with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn summed_rows_avx2(a: Batch<'_>, b: Batch<'_>, first: usize, c_rows: &mut [f32]) {
+    summed_rows_narrow::<true>(a, b, first, c_rows);
+}
+
+/// [`summed_rows`] with AVX-512's 32 registers: 4 x 4 blocks of 16-lane sums.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn summed_rows_avx512(a: Batch<'_>, b: Batch<'_>, first: usize, c_rows: &mut [f32]) {
+    add_summed_rows::<4, 4, true>(a, b, first, c_rows, |a, b, ai, j| block_4x4_avx512(a, b, ai, j));
+}
+
+/// Rows `first..` of [`sum_of_products_nt`] into `c_rows` (overwritten): per chunk of samples
+/// (see [`CHUNK`]), every `MR x NR` block of outputs from `block`, the edges one row or
+/// column at a time, added to `c_rows`.
+#[inline(always)]
+fn add_summed_rows<const MR: usize, const NR: usize, const FUSED: bool>(
+    a: Batch<'_>,
+    b: Batch<'_>,
+    first: usize,
+    c_rows: &mut [f32],
+    block: impl Fn(Batch<'_>, Batch<'_>, usize, usize) -> [[f32; NR]; MR],
+) {
     let (rows, cols) = (c_rows.len().checked_div(b.rows).unwrap_or(0), b.rows);
-    let (mr, nr) = DOT_ROWS;
-    let mut i = 0;
-    while i < rows {
-        let r = if i + mr <= rows { mr } else { 1 };
-        let mut j = 0;
-        while j < cols {
-            let c = if j + nr <= cols { nr } else { 1 };
-            let out = &mut c_rows[i * cols + j..];
-            match (r, c) {
-                (4, 2) => store(out, cols, block_4x2::<FUSED>(a, b, first + i, j)),
-                (4, _) => store(out, cols, summed_block::<4, 1, FUSED>(a, b, first + i, j)),
-                (_, 2) => store(out, cols, summed_block::<1, 2, FUSED>(a, b, first + i, j)),
-                _ => store(out, cols, summed_block::<1, 1, FUSED>(a, b, first + i, j)),
+    c_rows.fill(0.0);
+    let per_chunk = (CHUNK / a.len.max(1)).max(1);
+    for start in (0..a.count).step_by(per_chunk) {
+        let count = per_chunk.min(a.count - start);
+        let (a, b) = (a.samples(start, count), b.samples(start, count));
+        let mut i = 0;
+        while i < rows {
+            let r = if i + MR <= rows { MR } else { 1 };
+            let mut j = 0;
+            while j < cols {
+                let c = if j + NR <= cols { NR } else { 1 };
+                let out = &mut c_rows[i * cols + j..];
+                match (r == MR, c == NR) {
+                    (true, true) => add(out, cols, block(a, b, first + i, j)),
+                    (true, false) => {
+                        add(out, cols, summed_block::<MR, 1, FUSED>(a, b, first + i, j))
+                    }
+                    (false, true) => {
+                        add(out, cols, summed_block::<1, NR, FUSED>(a, b, first + i, j))
+                    }
+                    (false, false) => {
+                        add(out, cols, summed_block::<1, 1, FUSED>(a, b, first + i, j))
+                    }
+                }
+                j += c;
             }
-            j += c;
+            i += r;
         }
-        i += r;
     }
 }
 
-multiversion!(summed_rows = fused summed_rows_generic(a: Batch<'_>, b: Batch<'_>, first: usize, c_rows: &mut [f32]));
-
-/// Writes block `sums` at the start of `out`, whose rows are `pitch` apart.
+/// Adds block `sums` to the start of `out`, whose rows are `pitch` apart.
 #[inline(always)]
-fn store<const R: usize, const C: usize>(out: &mut [f32], pitch: usize, sums: [[f32; C]; R]) {
+fn add<const R: usize, const C: usize>(out: &mut [f32], pitch: usize, sums: [[f32; C]; R]) {
     for (r, sums) in sums.iter().enumerate() {
-        out[r * pitch..][..C].copy_from_slice(sums);
+        out[r * pitch..][..C].iter_mut().zip(sums).for_each(|(out, &s)| *out += s);
     }
 }
 
@@ -253,8 +319,8 @@ fn store<const R: usize, const C: usize>(out: &mut [f32], pitch: usize, sums: [[
 fn block_4x2<const FUSED: bool>(a: Batch<'_>, b: Batch<'_>, ai: usize, j: usize) -> [[f32; 2]; 4] {
     #[cfg(target_arch = "x86_64")]
     if FUSED {
-        // SAFETY: on x86-64, `multiversion!` compiles `FUSED` code only into the variants it
-        // runs after detecting AVX-512F or AVX2 with FMA.
+        // SAFETY: on x86-64, `summed_rows` runs `FUSED` code only after detecting AVX2 with
+        // FMA.
         return unsafe { block_4x2_avx2(a, b, ai, j) };
     }
     summed_block::<4, 2, FUSED>(a, b, ai, j)
@@ -310,6 +376,70 @@ fn block_4x2_avx2(a: Batch<'_>, b: Batch<'_>, ai: usize, j: usize) -> [[f32; 2];
     // SAFETY: `__m256` and `[f32; 8]` have the same size, and every bit pattern is valid.
     let lanes = |v: __m256| unsafe { core::mem::transmute::<__m256, [f32; LANES]>(v) };
     core::array::from_fn(|r| core::array::from_fn(|s| add_lanes(lanes(acc[r][s])) + tail[r][s]))
+}
+
+/// [`summed_block`] for 4 x 4 outputs with sixteen AVX-512 accumulators, eight loads per
+/// sixteen steps of the inner dimension.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+#[inline(never)]
+fn block_4x4_avx512(a: Batch<'_>, b: Batch<'_>, ai: usize, j: usize) -> [[f32; 4]; 4] {
+    use std::arch::x86_64::{
+        __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_reduce_add_ps, _mm512_setzero_ps,
+    };
+    const WIDE: usize = 16;
+    let mut acc: [[__m512; 4]; 4] = [[_mm512_setzero_ps(); 4]; 4];
+    let mut sums = [[0.0f32; 4]; 4];
+    let body = a.len - a.len % WIDE;
+    for n in 0..a.count {
+        let a_rows = [a.row(n, ai), a.row(n, ai + 1), a.row(n, ai + 2), a.row(n, ai + 3)];
+        let b_rows = [b.row(n, j), b.row(n, j + 1), b.row(n, j + 2), b.row(n, j + 3)];
+        let mut p = 0;
+        while p < body {
+            // SAFETY (all loads): every row holds `len >= body >= p + 16` values.
+            let mut y = [_mm512_setzero_ps(); 4];
+            for s in 0..4 {
+                y[s] = unsafe { _mm512_loadu_ps(b_rows[s].as_ptr().add(p)) };
+            }
+            for r in 0..4 {
+                let x = unsafe { _mm512_loadu_ps(a_rows[r].as_ptr().add(p)) };
+                for s in 0..4 {
+                    acc[r][s] = _mm512_fmadd_ps(x, y[s], acc[r][s]);
+                }
+            }
+            p += WIDE;
+        }
+    }
+    for r in 0..4 {
+        for s in 0..4 {
+            sums[r][s] = _mm512_reduce_add_ps(acc[r][s]);
+        }
+    }
+    // After the sums leave the registers: a call across which they lived would spill them.
+    if body != a.len {
+        tail_sums_avx512(a, b, ai, j, body, &mut sums);
+    }
+    sums
+}
+
+/// Adds to `sums` the products of [`block_4x4_avx512`]'s rows at the positions from `body`
+/// on, over the batch: apart from its loop, whose vector registers it would take.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+#[inline(never)]
+fn tail_sums_avx512(
+    a: Batch<'_>,
+    b: Batch<'_>,
+    ai: usize,
+    j: usize,
+    body: usize,
+    sums: &mut [[f32; 4]; 4],
+) {
+    for n in 0..a.count {
+        let a_rows = [a.row(n, ai), a.row(n, ai + 1), a.row(n, ai + 2), a.row(n, ai + 3)];
+        let b_rows = [b.row(n, j), b.row(n, j + 1), b.row(n, j + 2), b.row(n, j + 3)];
+        add_tail_products::<4, 4, true>(sums, a_rows, b_rows, body);
+    }
 }
 
 /// Outputs `(ai + r, j + s)` for `r < R`, `s < C` of [`sum_of_products_nt`]: partial sums in
@@ -457,12 +587,14 @@ mod tests {
         }
     }
 
-    /// Batch-summed products with row, column and lane tails and samples spaced wider than
-    /// their planes (one group of several), against sums in f64.
+    /// Batch-summed products with row, column and lane tails, samples spaced wider than
+    /// their planes (one group of several) and batches of several chunks, against sums in
+    /// f64.
     #[test]
     fn batch_summed_products_match_plain_sums() {
         let mut rng = sprout_core::rng::SplitMix::new(9);
-        for (m, k, len, count) in [(4, 3, 8, 1), (9, 7, 21, 3), (1, 1, 5, 2), (12, 6, 64, 4)] {
+        let shapes = [(4, 3, 8, 1), (9, 7, 21, 3), (1, 1, 5, 2), (12, 6, 64, 4), (8, 9, 200, 7)];
+        for (m, k, len, count) in shapes {
             let mut random =
                 |len: usize| -> Vec<f32> { (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect() };
             let (a_stride, b_stride) = (m * len + 3, k * len + 5);

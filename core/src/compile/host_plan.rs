@@ -150,6 +150,16 @@ impl HostMemory {
         }
     }
 
+    /// Zeroes the arena by trading its buffer for a new zeroed one. Between steps the arena
+    /// holds nothing a later step reads (a run resumed from its state starts on a zeroed
+    /// one), and on a host the new buffer's pages stay unused, so not resident, until a step
+    /// writes them: work between steps (validation, checkpoints) runs without the arena.
+    pub fn release_arena(&mut self) {
+        let words = self.arena.len();
+        self.arena = Vec::new();
+        self.arena = vec![0u128; words];
+    }
+
     pub fn region(&self, region: Region) -> &[u8] {
         let words = match region {
             Region::Frozen => &self.frozen,
@@ -176,5 +186,20 @@ impl HostMemory {
             state: &mut bytemuck::cast_slice_mut(&mut self.state)[..sizes.state],
             arena: &mut bytemuck::cast_slice_mut(&mut self.arena)[..sizes.arena],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_released_arena_reads_as_zeros_and_keeps_the_state() {
+        let mut memory = HostMemory::zeroed(RegionSizes { frozen: 4, state: 8, arena: 40 });
+        memory.region_mut(Region::Arena).fill(7);
+        memory.region_mut(Region::State).fill(3);
+        memory.release_arena();
+        assert_eq!(memory.region(Region::Arena), [0u8; 40]);
+        assert_eq!(memory.region(Region::State), [3u8; 8]);
     }
 }

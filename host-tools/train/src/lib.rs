@@ -36,6 +36,7 @@ mod run_folder;
 mod run_record;
 mod source;
 mod split;
+mod tensor_file;
 mod trainer;
 mod version;
 
@@ -61,11 +62,13 @@ pub use quantize::{
 pub use run_folder::run_folder;
 pub use run_record::{RunRecord, RECORD_FILE};
 pub use source::{
-    encode_npy, read_npy, read_tensor_file, read_unlabelled_tensors, DataSource, TensorSet,
+    encode_npy, read_npy, read_tensor_file, read_unlabelled_tensors, DataSource, TensorSamples,
+    TensorSet,
 };
 pub use split::{ClassCount, DataSplit, SplitKind, DEFAULT_VAL_FRACTION};
 /// How image folders are read (re-exported for [`DataOptions`]).
 pub use sprout_data::Pipeline;
+pub use tensor_file::TensorFile;
 pub use trainer::{
     folder_classes, open_data, open_eval_data, train, DataOptions, LossScaleReport,
     OptimizerChoice, Outcome, ScheduleChoice, TrainData, TrainEvent, TrainOptions,

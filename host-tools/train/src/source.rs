@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use sprout_data::{Batch, Dataset, Loader, Pipeline, Rng, Transform};
 
 use crate::kind::{expect_kind, read_kind, FileKind};
+use crate::split::Fnv;
+use crate::tensor_file::TensorFile;
 use crate::TrainError;
 
 /// Samples held in memory: `x` is `len` samples of `sample_dims` back to back.
@@ -42,7 +44,7 @@ impl TensorSet {
 }
 
 /// One array read from a tensor file: its shape and values.
-enum Array {
+pub(crate) enum Array {
     F32(Vec<usize>, Vec<f32>),
     I64(Vec<usize>, Vec<i64>),
     Other(Vec<usize>, String),
@@ -68,7 +70,7 @@ fn tensor_error(path: &Path, tensor: &str, expected: String, actual: String) -> 
     TrainError::Tensor { path: path.to_path_buf(), tensor: tensor.into(), expected, actual }
 }
 
-fn file_error(path: &Path, detail: impl Into<String>) -> TrainError {
+pub(crate) fn file_error(path: &Path, detail: impl Into<String>) -> TrainError {
     TrainError::TensorFile { path: path.to_path_buf(), detail: detail.into() }
 }
 
@@ -227,7 +229,6 @@ fn read_npz(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainError> {
 
 /// Reads the tensors named in `names` from a `.safetensors` file.
 fn read_safetensors(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainError> {
-    use safetensors::Dtype;
     let bytes = sprout_data::read_bounded(path, sprout_data::Limits::current().max_memory)?;
     let st = safetensors::SafeTensors::deserialize(&bytes)
         .map_err(|e| file_error(path, format!("not a readable .safetensors file: {e}")))?;
@@ -239,25 +240,28 @@ fn read_safetensors(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainErro
                 format!("no tensor named '{name}' (expected tensors {})", names.join(" and ")),
             )
         })?;
-        let shape = view.shape().to_vec();
-        let data = view.data();
-        arrays.push(match view.dtype() {
-            Dtype::F32 => Array::F32(
-                shape,
-                data.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            ),
-            Dtype::I64 => Array::I64(
-                shape,
-                data.chunks_exact(8)
-                    .map(|c| i64::from_le_bytes(c.try_into().expect("8-byte chunks")))
-                    .collect(),
-            ),
-            other => Array::Other(shape, format!("{other:?}").to_lowercase()),
-        });
+        arrays.push(array_of(view.dtype(), view.shape().to_vec(), view.data()));
     }
     Ok(arrays)
+}
+
+/// The array of `shape` whose little-endian values of `dtype` are `data` (float32 and int64
+/// decoded, other types named).
+pub(crate) fn array_of(dtype: safetensors::Dtype, shape: Vec<usize>, data: &[u8]) -> Array {
+    use safetensors::Dtype;
+    match dtype {
+        Dtype::F32 => Array::F32(
+            shape,
+            data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        ),
+        Dtype::I64 => Array::I64(
+            shape,
+            data.chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().expect("8-byte chunks")))
+                .collect(),
+        ),
+        other => Array::Other(shape, format!("{other:?}").to_lowercase()),
+    }
 }
 
 fn shape_text(shape: &[usize]) -> String {
@@ -275,7 +279,7 @@ fn read_arrays(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainError> {
 }
 
 /// The shape and values of `x`: float32 `[N, ...]` with `N >= 1`.
-fn samples_of(path: &Path, x: Array) -> Result<(Vec<usize>, Vec<f32>), TrainError> {
+pub(crate) fn samples_of(path: &Path, x: Array) -> Result<(Vec<usize>, Vec<f32>), TrainError> {
     match x {
         Array::F32(shape, values) if shape.len() >= 2 && shape[0] > 0 => Ok((shape, values)),
         Array::F32(shape, _) => Err(tensor_error(
@@ -308,7 +312,17 @@ pub fn read_tensor_file(path: &Path, classes: usize) -> Result<TensorSet, TrainE
     let mut arrays = read_arrays(path, &["x", "y"])?.into_iter();
     let (x, y) = (arrays.next().expect("two arrays"), arrays.next().expect("two arrays"));
     let (x_shape, x) = samples_of(path, x)?;
-    let n = x_shape[0];
+    let y = labels_of(path, y, x_shape[0], classes)?;
+    Ok(TensorSet { x, y, sample_dims: x_shape[1..].to_vec(), path: path.to_path_buf() })
+}
+
+/// The labels `y` of `n` samples: int64 `[n]` class indices below `classes`.
+pub(crate) fn labels_of(
+    path: &Path,
+    y: Array,
+    n: usize,
+    classes: usize,
+) -> Result<Vec<i32>, TrainError> {
     let y = match y {
         Array::I64(shape, values) if shape == [n] => values,
         Array::I64(shape, _) => {
@@ -327,12 +341,7 @@ pub fn read_tensor_file(path: &Path, classes: usize) -> Result<TensorSet, TrainE
             format!("{label} at index {i}"),
         ));
     }
-    Ok(TensorSet {
-        x,
-        y: y.into_iter().map(|l| l as i32).collect(),
-        sample_dims: x_shape[1..].to_vec(),
-        path: path.to_path_buf(),
-    })
+    Ok(y.into_iter().map(|l| l as i32).collect())
 }
 
 /// Reads a float32 `.npy` file: its shape and values.
@@ -363,12 +372,84 @@ pub fn encode_npy(shape: &[usize], values: &[f32]) -> Vec<u8> {
     out
 }
 
+/// Labelled samples of a tensor file: a `.safetensors` file's read a batch at a time (see
+/// [`TensorFile`]), an `.npz` archive's inflated into memory.
+#[derive(Clone, Debug)]
+pub enum TensorSamples {
+    Memory(TensorSet),
+    File(TensorFile),
+}
+
+impl TensorSamples {
+    /// Opens a tensor file as [`read_tensor_file`] reads it, leaving a `.safetensors`
+    /// file's inputs in the file.
+    pub fn open(path: &Path, classes: usize) -> Result<Self, TrainError> {
+        let expected = [FileKind::Npz, FileKind::Zip, FileKind::Safetensors];
+        let what = "a class folder or a .npz / .safetensors tensor file";
+        match expect_kind(path, &expected, what)? {
+            FileKind::Safetensors => TensorFile::open(path, classes).map(TensorSamples::File),
+            _ => read_tensor_file(path, classes).map(TensorSamples::Memory),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.labels().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels().is_empty()
+    }
+
+    pub fn labels(&self) -> &[i32] {
+        match self {
+            TensorSamples::Memory(set) => &set.y,
+            TensorSamples::File(file) => &file.y,
+        }
+    }
+
+    /// The shape of one sample.
+    pub fn sample_dims(&self) -> &[usize] {
+        match self {
+            TensorSamples::Memory(set) => &set.sample_dims,
+            TensorSamples::File(file) => &file.sample_dims,
+        }
+    }
+
+    /// Feeds `hash` the bytes of every input value (little-endian), then of every label.
+    pub(crate) fn hash_into(&self, hash: &mut Fnv) -> Result<(), TrainError> {
+        match self {
+            TensorSamples::Memory(set) => {
+                for v in &set.x {
+                    hash.write(&v.to_le_bytes());
+                }
+                for l in &set.y {
+                    hash.write(&l.to_le_bytes());
+                }
+                Ok(())
+            }
+            TensorSamples::File(file) => file.hash_into(hash),
+        }
+    }
+
+    /// The samples as batches of `batch`.
+    pub fn into_source(self, batch: usize, seed: u64, shuffle: bool) -> DataSource {
+        match self {
+            TensorSamples::Memory(set) => DataSource::tensors(set, batch, seed, shuffle),
+            TensorSamples::File(file) => {
+                DataSource::File { file, batch: batch.max(1), seed, shuffle }
+            }
+        }
+    }
+}
+
 /// Where samples come from.
 pub enum DataSource {
     /// A folder-per-class image tree, streamed through decoding threads.
     Folder(Loader),
     /// A tensor file held in memory.
     Tensors { set: TensorSet, batch: usize, seed: u64, shuffle: bool },
+    /// A `.safetensors` file read a batch at a time.
+    File { file: TensorFile, batch: usize, seed: u64, shuffle: bool },
 }
 
 impl DataSource {
@@ -395,6 +476,7 @@ impl DataSource {
         match self {
             DataSource::Folder(b) => b.dataset().len(),
             DataSource::Tensors { set, .. } => set.len(),
+            DataSource::File { file, .. } => file.len(),
         }
     }
 
@@ -406,7 +488,7 @@ impl DataSource {
     pub fn class_names(&self) -> Option<Vec<String>> {
         match self {
             DataSource::Folder(b) => Some(b.dataset().classes.clone()),
-            DataSource::Tensors { .. } => None,
+            DataSource::Tensors { .. } | DataSource::File { .. } => None,
         }
     }
 
@@ -415,6 +497,7 @@ impl DataSource {
         match self {
             DataSource::Folder(b) => b.dataset().root.clone(),
             DataSource::Tensors { set, .. } => set.path.clone(),
+            DataSource::File { file, .. } => file.path.clone(),
         }
     }
 
@@ -427,13 +510,9 @@ impl DataSource {
         match self {
             DataSource::Folder(b) => Box::new(b.epoch(epoch).map(|r| r.map_err(TrainError::from))),
             DataSource::Tensors { set, batch, seed, shuffle } => {
-                let mut order: Vec<usize> = (0..set.len()).collect();
-                if *shuffle {
-                    Rng::derive(*seed, epoch).shuffle(&mut order);
-                }
                 let per: usize = set.sample_dims.iter().product();
                 let set = &*set;
-                let chunks: Vec<Vec<usize>> = order.chunks(*batch).map(<[usize]>::to_vec).collect();
+                let chunks = batch_indices(set.len(), *batch, *seed, epoch, *shuffle);
                 Box::new(chunks.into_iter().map(move |indices| {
                     let mut x = Vec::with_capacity(indices.len() * per);
                     let mut y = Vec::with_capacity(indices.len());
@@ -444,8 +523,29 @@ impl DataSource {
                     Ok(Batch { x, y })
                 }))
             }
+            DataSource::File { file, batch, seed, shuffle } => {
+                let file = &*file;
+                let chunks = batch_indices(file.len(), *batch, *seed, epoch, *shuffle);
+                Box::new(chunks.into_iter().map(move |indices| file.batch(&indices)))
+            }
         }
     }
+}
+
+/// The sample indices of each batch of `batch` in `epoch` over `len` samples: shuffled by
+/// the seed and the epoch, or in order.
+fn batch_indices(
+    len: usize,
+    batch: usize,
+    seed: u64,
+    epoch: u64,
+    shuffle: bool,
+) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..len).collect();
+    if shuffle {
+        Rng::derive(seed, epoch).shuffle(&mut order);
+    }
+    order.chunks(batch).map(<[usize]>::to_vec).collect()
 }
 
 #[cfg(test)]

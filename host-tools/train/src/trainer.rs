@@ -27,7 +27,7 @@ use crate::model::{Inference, Model};
 use crate::plot::write_curves;
 use crate::preprocess::{fit_of, image_input, ImageInput};
 use crate::run_record::{RunRecord, RECORD_FILE};
-use crate::source::{read_tensor_file, DataSource, TensorSet};
+use crate::source::{DataSource, TensorSamples};
 use crate::split::{
     class_counts, evaluation_root, open_classes, split_folder, training_root, DataSplit, Fnv,
     SplitKind,
@@ -248,15 +248,15 @@ fn known_classes(model: &Model) -> Option<Vec<String>> {
     model.names_fixed.then(|| model.metadata.class_names.clone())
 }
 
-/// Reads a tensor file whose samples must have the model's input shape.
-fn open_tensors(model: &Model, path: &Path) -> Result<TensorSet, TrainError> {
-    let set = read_tensor_file(path, model.classes())?;
-    if set.sample_dims != model.sample_dims() {
+/// Opens a tensor file whose samples must have the model's input shape.
+fn open_tensors(model: &Model, path: &Path) -> Result<TensorSamples, TrainError> {
+    let set = TensorSamples::open(path, model.classes())?;
+    if set.sample_dims() != model.sample_dims() {
         return Err(TrainError::Tensor {
             path: path.to_path_buf(),
             tensor: "x".into(),
             expected: format!("shape [N, {}]", dims(&model.sample_dims())),
-            actual: format!("[{}, {}]", set.len(), dims(&set.sample_dims)),
+            actual: format!("[{}, {}]", set.len(), dims(set.sample_dims())),
         });
     }
     Ok(set)
@@ -307,14 +307,10 @@ pub fn open_data(
     };
     let mut hash = Fnv::new();
     for set in [&train_set, &val_set] {
-        for v in &set.x {
-            hash.write(&v.to_le_bytes());
-        }
-        for l in &set.y {
-            hash.write(&l.to_le_bytes());
-        }
+        set.hash_into(&mut hash)?;
     }
-    let labels = |s: &TensorSet| s.y.iter().map(|&l| l as usize).collect::<Vec<_>>().into_iter();
+    let labels =
+        |s: &TensorSamples| s.labels().iter().map(|&l| l as usize).collect::<Vec<_>>().into_iter();
     let split = DataSplit {
         kind,
         train: train_set.len(),
@@ -323,8 +319,8 @@ pub fn open_data(
         hash: hash.hex(),
     };
     Ok(TrainData {
-        train: DataSource::tensors(train_set, batch, seed, shuffle),
-        val: DataSource::tensors(val_set, batch, seed, false),
+        train: train_set.into_source(batch, seed, shuffle),
+        val: val_set.into_source(batch, seed, false),
         split,
     })
 }
@@ -347,7 +343,7 @@ pub fn open_eval_data(
         let pipeline = &Pipeline { resize: input.fit, ..pipeline.clone() };
         return DataSource::folder(set, input.eval, batch, 0, false, pipeline);
     }
-    Ok(DataSource::tensors(open_tensors(model, data)?, batch, 0, false))
+    Ok(open_tensors(model, data)?.into_source(batch, 0, false))
 }
 
 fn dims(d: &[usize]) -> String {
@@ -603,6 +599,8 @@ pub fn train(
             progress(TrainEvent::Batch { epoch, batch: index, loss: value });
         }
         let training_seconds = started.elapsed().as_secs_f64();
+        // Validation and checkpoints run without the step's activations and gradients.
+        memory.release_arena();
         inference.load_weights(plan, &memory);
         let m = inference.evaluate(val)?;
         let accuracy = m.accuracy() as f32;
