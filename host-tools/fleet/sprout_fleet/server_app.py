@@ -1,7 +1,8 @@
 """The Flower ServerApp: federated averaging of a sprout model's trainable parameters
 (and batch-norm running statistics) across boxes. It takes the starting parameters from
 one box's model, runs FedAvg (FedProx when `proximal-mu` > 0, FedAvgM when
-`server-momentum` > 0) for the configured rounds, at a learning rate that may decay from
+`server-momentum` > 0 or `server-lr` is not 1, FedAdam, FedYogi or FedAdagrad by
+`server-optimizer`) for the configured rounds, at a learning rate that may decay from
 round to round, pooling batch-norm variances across boxes
 (each box fine-tunes through its `sprout serve`, then every box evaluates the average on
 its validation photos), refuses replies whose parameters do not match the global model's
@@ -23,7 +24,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg, FedProx
+from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedProx, FedYogi
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 app = ServerApp()
@@ -146,29 +147,35 @@ def is_statistic(name: str) -> bool:
     return name.endswith((".running_mean", ".running_var"))
 
 
-def pooled_variances(arrays: ArrayRecord, replies: list[RecordDict], weighted_by: str) -> ArrayRecord:
-    """`arrays` (the weighted average of the replies' tensors) with each batch norm's
-    `running_var` replaced by the variance of all the boxes' data pooled: the average
-    variance plus the spread of the boxes' means, sum(w * (var + mean^2)) - mean_avg^2.
-    A plain average of variances leaves that spread out, so a model averaged over boxes
-    that see different domains normalises with too small a variance."""
+def pooled_statistics(arrays: ArrayRecord, replies: list[RecordDict], weighted_by: str) -> ArrayRecord:
+    """`arrays` with each batch norm's running statistics set to those of all the boxes'
+    data pooled: `running_mean` the replies' weighted average, `running_var` the average
+    variance plus the spread of the boxes' means, sum(w * (var + mean^2)) - mean_avg^2. A
+    plain average of variances leaves that spread out, so a model averaged over boxes that
+    see different domains normalises with too small a variance. Taken from the replies, not
+    from `arrays`, so a server optimizer's step (made for weights) never moves a statistic
+    past the boxes' values (a variance below zero describes no data)."""
     weights = np.array([float(next(iter(r.metric_records.values()))[weighted_by]) for r in replies])
     weights = weights / weights.sum()
+
+    def average(name: str, power: int = 1) -> np.ndarray:
+        return sum(w * r.array_records["arrays"][name].numpy().astype(np.float64) ** power for w, r in zip(weights, replies))
+
     pooled = {}
     for name, array in arrays.items():
         values = array.numpy()
         mean_name = name.removesuffix(".running_var") + ".running_mean"
+        if is_statistic(name):
+            values = np.asarray(average(name), dtype=values.dtype)
         if name.endswith(".running_var") and mean_name in arrays.keys():
-            means = [r.array_records["arrays"][mean_name].numpy() for r in replies]
-            second_moment = sum(w * m.astype(np.float64) ** 2 for w, m in zip(weights, means))
-            spread = np.maximum(second_moment - arrays[mean_name].numpy().astype(np.float64) ** 2, 0)
+            spread = np.maximum(average(mean_name, 2) - average(mean_name) ** 2, 0)
             values = np.asarray(values + spread, dtype=values.dtype)
         pooled[name] = Array(values)
     return ArrayRecord(pooled)
 
 
 class PooledStatistics:
-    """A strategy mixin whose average sets batch-norm variances by `pooled_variances`."""
+    """A strategy mixin whose average sets batch-norm statistics by `pooled_statistics`."""
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         replies = list(replies)
@@ -176,7 +183,7 @@ class PooledStatistics:
         if arrays is None:
             return arrays, metrics
         contents = [r.content for r in replies if not r.has_error()]
-        return pooled_variances(arrays, contents, self.weighted_by_key), metrics
+        return pooled_statistics(arrays, contents, self.weighted_by_key), metrics
 
 
 def round_lr(schedule: str, lr: float, server_round: int, rounds: int) -> float:
@@ -218,15 +225,17 @@ class ScreenedFedProx(Screened, ScheduledRate, PooledStatistics, FedProx):
 
 
 class ScreenedFedAvgM(Screened, ScheduledRate, PooledStatistics, FedAvg):
-    """FedAvgM over accepted replies: each round's step (the average minus the global
-    parameters) adds `server_momentum` times the previous step. Kept by tensor name (Flower's
+    """FedAvgM over accepted replies: each round's velocity (the average minus the global
+    parameters) adds `server_momentum` times the previous one, and the global parameters move
+    by `server_lr` times it (Flower's FedAvgM convention). Kept by tensor name (Flower's
     FedAvgM pairs tensors by position, and a reply's order need not be the global model's).
     Batch-norm running statistics take the pooled average without momentum: a statistic
     pushed past the boxes' values (a variance below zero) describes no data."""
 
-    def __init__(self, server_momentum: float, **kwargs) -> None:
+    def __init__(self, server_momentum: float = 0.0, server_lr: float = 1.0, **kwargs) -> None:
         super().__init__(**kwargs)
         self.server_momentum = server_momentum
+        self.server_lr = server_lr
         self.current: dict[str, np.ndarray] = {}
         self.step: dict[str, np.ndarray] = {}
 
@@ -246,8 +255,21 @@ class ScreenedFedAvgM(Screened, ScheduledRate, PooledStatistics, FedAvg):
                 continue
             step = average - self.current[name] + self.server_momentum * self.step.get(name, 0)
             self.step[name] = step
-            stepped[name] = Array(np.asarray(self.current[name] + step, dtype=average.dtype))
+            moved = self.current[name] + self.server_lr * step
+            stepped[name] = Array(np.asarray(moved, dtype=average.dtype))
         return ArrayRecord(stepped), metrics
+
+
+# Flower's adaptive server optimizers (Reddi et al. 2020) over accepted replies, by their
+# `server-optimizer` name; `server-lr` is their eta.
+ADAPTIVE = {
+    name: type(
+        f"Screened{base.__name__}",
+        (Screened, ScheduledRate, PooledStatistics, base),
+        {"__doc__": f"{base.__name__} over accepted replies; batch-norm statistics pooled, not stepped."},
+    )
+    for name, base in (("adam", FedAdam), ("yogi", FedYogi), ("adagrad", FedAdagrad))
+}
 
 
 def wait_for_nodes(grid: Grid, count: int, timeout: float) -> list[int]:
@@ -268,6 +290,29 @@ def ask(grid: Grid, nodes: list[int], action: str, content: RecordDict, timeout:
     if failed or len(replies) != len(nodes):
         raise RuntimeError(f"{action}: {len(replies)} of {len(nodes)} boxes answered; {failed}")
     return replies
+
+
+def choose_strategy(config, common: dict):
+    """The strategy the run config asks for: `server-optimizer` "avg" (FedAvg, FedProx when
+    `proximal-mu` > 0, FedAvgM when `server-momentum` > 0 or `server-lr` is not 1) or one of
+    `ADAPTIVE`."""
+    optimizer = str(config["server-optimizer"])
+    mu = float(config["proximal-mu"])
+    momentum = float(config["server-momentum"])
+    server_lr = float(config["server-lr"])
+    if optimizer in ADAPTIVE:
+        if mu > 0 or momentum > 0:
+            raise ValueError(f"run config: server-optimizer '{optimizer}' takes no proximal-mu or server-momentum")
+        return ADAPTIVE[optimizer](eta=server_lr, eta_l=float(config["lr"]), **common)
+    if optimizer != "avg":
+        raise ValueError(f"run config: server-optimizer must be 'avg', {', '.join(map(repr, ADAPTIVE))}, not '{optimizer}'")
+    if mu > 0:
+        if momentum > 0 or server_lr != 1:
+            raise ValueError("run config: proximal-mu > 0 takes server-momentum 0 and server-lr 1")
+        return ScreenedFedProx(proximal_mu=mu, **common)
+    if momentum > 0 or server_lr != 1:
+        return ScreenedFedAvgM(server_momentum=momentum, server_lr=server_lr, **common)
+    return ScreenedFedAvg(**common)
 
 
 @app.main()
@@ -298,16 +343,7 @@ def main(grid: Grid, context: Context) -> None:
     batch_norm = str(config["batch-norm"])
     if batch_norm not in ("batch", "running"):
         raise ValueError(f"run config: batch-norm must be 'batch' or 'running', not '{batch_norm}'")
-    mu = float(config["proximal-mu"])
-    momentum = float(config["server-momentum"])
-    if mu > 0 and momentum > 0:
-        raise ValueError("run config: proximal-mu and server-momentum cannot both be above 0")
-    if mu > 0:
-        strategy = ScreenedFedProx(proximal_mu=mu, **common)
-    elif momentum > 0:
-        strategy = ScreenedFedAvgM(server_momentum=momentum, **common)
-    else:
-        strategy = ScreenedFedAvg(**common)
+    strategy = choose_strategy(config, common)
     train_config = ConfigRecord(
         {
             "trainable": trainable,

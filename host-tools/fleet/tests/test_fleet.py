@@ -14,7 +14,15 @@ from types import SimpleNamespace
 import numpy as np
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
-from sprout_fleet.server_app import ScreenedFedAvg, ScreenedFedAvgM, refusal, round_lr
+from sprout_fleet.server_app import (
+    ADAPTIVE,
+    ScreenedFedAvg,
+    ScreenedFedAvgM,
+    ScreenedFedProx,
+    choose_strategy,
+    refusal,
+    round_lr,
+)
 from sprout_fleet.service import Service, ServiceError
 
 
@@ -83,6 +91,55 @@ class Screening(unittest.TestCase):
         np.testing.assert_allclose(start["fc.weight"], np.full((3, 2), 2.5))
         np.testing.assert_allclose(start["bn.running_var"], np.full(3, 2.0))
 
+
+    def test_the_server_learning_rate_scales_the_step(self) -> None:
+        strategy = ScreenedFedAvgM(server_lr=1.5)
+        strategy.expected = {"fc.weight": (3, 2), "bn.running_var": (3,)}
+        strategy.current = {"fc.weight": np.zeros((3, 2), np.float32), "bn.running_var": np.ones(3, np.float32)}
+        trained = {"fc.weight": np.ones((3, 2), np.float32), "bn.running_var": np.full(3, 2, np.float32)}
+        arrays, _ = strategy.aggregate_train(1, [Reply(1, trained, 10)])
+        np.testing.assert_allclose(arrays["fc.weight"].numpy(), np.full((3, 2), 1.5))
+        np.testing.assert_allclose(arrays["bn.running_var"].numpy(), np.full(3, 2.0))
+
+    def test_adaptive_optimizers_step_the_weights_and_pool_the_statistics(self) -> None:
+        start = {
+            "fc.weight": np.zeros((3, 2), np.float32),
+            "bn.running_mean": np.zeros(2, np.float32),
+            "bn.running_var": np.ones(2, np.float32),
+        }
+        # As in the pooled-variance check: box means 0 and 4 (weights 1:3), variances 1.
+        one = dict(start, **{"fc.weight": np.ones((3, 2), np.float32)})
+        two = dict(one, **{"bn.running_mean": np.full(2, 4, np.float32)})
+        # Round 1 of FedAdam (beta 0.9, 0.99, tau 0.001) on a step of 1: m = 0.1, v = 0.01,
+        # eta scaled by sqrt(1 - 0.99^2) / (1 - 0.9^2).
+        adam = 0.1 * (1 - 0.99**2) ** 0.5 / (1 - 0.9**2) * 0.1 / (0.1 + 1e-3)
+        # FedYogi: v = 0.01 as well (its sign term is -1), no bias correction; FedAdagrad
+        # (no momentum): m = 1, v = 1.
+        expected = {"adam": adam, "yogi": 0.1 * 0.1 / (0.1 + 1e-3), "adagrad": 0.1 * 1 / (1 + 1e-3)}
+        for name, step in expected.items():
+            strategy = ADAPTIVE[name](eta=0.1)
+            strategy.expected = {k: v.shape for k, v in start.items()}
+            strategy.current_arrays = dict(start)
+            arrays, _ = strategy.aggregate_train(1, [Reply(1, one, 10), Reply(2, two, 30)])
+            np.testing.assert_allclose(arrays["fc.weight"].numpy(), np.full((3, 2), step), rtol=1e-6, err_msg=name)
+            np.testing.assert_allclose(arrays["bn.running_mean"].numpy(), np.full(2, 3.0), err_msg=name)
+            np.testing.assert_allclose(arrays["bn.running_var"].numpy(), np.full(2, 4.0), err_msg=name)
+
+    def test_the_run_config_chooses_the_strategy(self) -> None:
+        base = {"server-optimizer": "avg", "proximal-mu": 0.0, "server-momentum": 0.0, "server-lr": 1.0, "lr": 0.01}
+        chosen = lambda **changes: choose_strategy(dict(base, **changes), {})
+        self.assertIs(type(chosen()), ScreenedFedAvg)
+        self.assertIs(type(chosen(**{"proximal-mu": 1.0})), ScreenedFedProx)
+        self.assertEqual(chosen(**{"server-lr": 1.5}).server_lr, 1.5)
+        self.assertEqual(chosen(**{"server-momentum": 0.5}).server_momentum, 0.5)
+        self.assertIs(type(chosen(**{"server-optimizer": "yogi", "server-lr": 0.003})), ADAPTIVE["yogi"])
+        self.assertEqual(chosen(**{"server-optimizer": "adam", "server-lr": 0.003}).eta, 0.003)
+        with self.assertRaisesRegex(ValueError, "server-optimizer must be 'avg', 'adam', 'yogi', 'adagrad', not 'sgd'"):
+            chosen(**{"server-optimizer": "sgd"})
+        with self.assertRaisesRegex(ValueError, "takes no proximal-mu or server-momentum"):
+            chosen(**{"server-optimizer": "adam", "server-momentum": 0.5})
+        with self.assertRaisesRegex(ValueError, "proximal-mu > 0 takes server-momentum 0 and server-lr 1"):
+            chosen(**{"proximal-mu": 1.0, "server-lr": 2.0})
 
     def test_batch_norm_variances_pool_the_boxes_data(self) -> None:
         strategy = ScreenedFedAvg()
