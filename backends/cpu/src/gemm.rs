@@ -217,24 +217,6 @@ pub fn sum_of_products_nt(pool: &Pool, a: Batch<'_>, b: Batch<'_>, c: &mut [f32]
     });
 }
 
-/// Rows `first..` of [`sum_of_products_nt`] into `c_rows`: by AVX-512 blocks of 4 x 4 where
-/// the CPU has them, else by [`DOT_ROWS`] blocks (AVX2 ones where it has AVX2 and FMA).
-fn summed_rows(a: Batch<'_>, b: Batch<'_>, first: usize, c_rows: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (which implies FMA), checked just above.
-            return unsafe { summed_rows_avx512(a, b, first, c_rows) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the CPU supports AVX2 and FMA, checked just above.
-            return unsafe { summed_rows_avx2(a, b, first, c_rows) };
-        }
-    }
-    summed_rows_narrow::<{ cfg!(target_arch = "aarch64") }>(a, b, first, c_rows)
-}
-
 /// [`summed_rows`] by [`DOT_ROWS`] blocks, `FUSED` as in `multiversion!`.
 #[inline(always)]
 fn summed_rows_narrow<const FUSED: bool>(
@@ -248,19 +230,16 @@ fn summed_rows_narrow<const FUSED: bool>(
     add_summed_rows::<MR, NR, FUSED>(a, b, first, c_rows, block_4x2::<FUSED>);
 }
 
-/// [`summed_rows`] with AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn summed_rows_avx2(a: Batch<'_>, b: Batch<'_>, first: usize, c_rows: &mut [f32]) {
-    summed_rows_narrow::<true>(a, b, first, c_rows);
-}
-
 /// [`summed_rows`] with AVX-512's 32 registers: 4 x 4 blocks of 16-lane sums.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 fn summed_rows_avx512(a: Batch<'_>, b: Batch<'_>, first: usize, c_rows: &mut [f32]) {
     add_summed_rows::<4, 4, true>(a, b, first, c_rows, |a, b, ai, j| block_4x4_avx512(a, b, ai, j));
 }
+
+// Rows `first..` of [`sum_of_products_nt`] into `c_rows`: by AVX-512 blocks of 4 x 4 where
+// the CPU has them, else by [`DOT_ROWS`] blocks (AVX2 ones where it has AVX2 and FMA).
+multiversion!(summed_rows = avx512 summed_rows_avx512, fused summed_rows_narrow(a: Batch<'_>, b: Batch<'_>, first: usize, c_rows: &mut [f32]));
 
 /// Rows `first..` of [`sum_of_products_nt`] into `c_rows` (overwritten): per chunk of samples
 /// (see [`CHUNK`]), every `MR x NR` block of outputs from `block`, the edges one row or
@@ -319,8 +298,8 @@ fn add<const R: usize, const C: usize>(out: &mut [f32], pitch: usize, sums: [[f3
 fn block_4x2<const FUSED: bool>(a: Batch<'_>, b: Batch<'_>, ai: usize, j: usize) -> [[f32; 2]; 4] {
     #[cfg(target_arch = "x86_64")]
     if FUSED {
-        // SAFETY: on x86-64, `summed_rows` runs `FUSED` code only after detecting AVX2 with
-        // FMA.
+        // SAFETY: on x86-64, `multiversion!` compiles `FUSED` code only into the variants it
+        // runs after detecting AVX-512F or AVX2 with FMA.
         return unsafe { block_4x2_avx2(a, b, ai, j) };
     }
     summed_block::<4, 2, FUSED>(a, b, ai, j)
