@@ -115,15 +115,14 @@ pub fn choose(
     let mut capped = false;
     for depth in 0..=layers.len() {
         let biased = &layers[layers.len() - depth..];
-        let choice = match candidate(model, options, biased, 0, samples) {
-            Ok(Some(choice)) => choice,
-            Ok(None) => continue,
+        let choice = match candidate(model, options, biased, 0, samples)? {
+            Candidate::Built(choice) => *choice,
+            Candidate::Unsplittable => continue,
             // Every deeper reach names more tensors still.
-            Err(BundleBuildError::TooManyTrainable { .. }) => {
+            Candidate::TooManyTensors => {
                 capped = true;
                 break;
             }
-            Err(e) => return Err(e),
         };
         smallest = smallest.min(choice.memory.total());
         if choice.memory.total() <= budget {
@@ -135,30 +134,39 @@ pub fn choose(
     };
     let pointwise = biased.iter().filter(|l| l.pointwise_weight.is_some()).count();
     for weights in 1..=pointwise {
-        match candidate(model, options, biased, weights, samples) {
-            Ok(Some(choice)) if choice.memory.total() <= budget => chosen = choice,
-            Ok(Some(_)) => break,
-            Ok(None) => continue,
-            Err(BundleBuildError::TooManyTrainable { .. }) => {
+        match candidate(model, options, biased, weights, samples)? {
+            Candidate::Built(choice) if choice.memory.total() <= budget => chosen = *choice,
+            Candidate::Built(_) => break,
+            Candidate::Unsplittable => continue,
+            Candidate::TooManyTensors => {
                 capped = true;
                 break;
             }
-            Err(e) => return Err(e),
         }
     }
     chosen.capped_by_count = capped;
     Ok(chosen)
 }
 
+/// One update tried by [`choose`].
+enum Candidate {
+    /// Its bundle, measured.
+    Built(Box<SparseChoice>),
+    /// The model does not split where it starts.
+    Unsplittable,
+    /// It names more tensors than a bundle holds.
+    TooManyTensors,
+}
+
 /// The bundle training the head, the biases of `biased` and the last `weights` pointwise
-/// weights among them; `None` when the model does not split there.
+/// weights among them.
 fn candidate(
     model: &Model,
     options: &BundleOptions,
     biased: &[Int8Layer],
     weights: usize,
     samples: usize,
-) -> Result<Option<SparseChoice>, BundleBuildError> {
+) -> Result<Candidate, BundleBuildError> {
     let biases: Vec<String> = biased.iter().map(|l| l.bias.clone()).collect();
     let pointwise: Vec<&String> =
         biased.iter().filter_map(|l| l.pointwise_weight.as_ref()).collect();
@@ -169,11 +177,14 @@ fn candidate(
     let bundle =
         match build(model, &BundleOptions { trainable: trainable.clone(), ..options.clone() }) {
             Ok(bundle) => bundle,
-            Err(BundleBuildError::Split { .. }) => return Ok(None),
+            Err(BundleBuildError::Split { .. }) => return Ok(Candidate::Unsplittable),
+            Err(BundleBuildError::TooManyTrainable { .. }) => return Ok(Candidate::TooManyTensors),
             Err(e) => return Err(e),
         };
     let memory = measure(&bundle, samples)?;
-    Ok(Some(SparseChoice { biases, weights, trainable, memory, bundle, capped_by_count: false }))
+    let choice =
+        SparseChoice { biases, weights, trainable, memory, bundle, capped_by_count: false };
+    Ok(Candidate::Built(Box::new(choice)))
 }
 
 /// The device memory `bundle` needs with a cache of `samples` samples, from the sizes its
