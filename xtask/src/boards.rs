@@ -1,5 +1,6 @@
 //! The `boards/` workspace in `cargo xtask test` and `cargo xtask bench cortex-m`: builds
-//! every board (release, `--locked`; the leaf trainers with a device bundle embedded), runs the QEMU board's `board-check` and `conformance` binaries under
+//! every board (release, `--locked`; the leaf trainers with a device bundle embedded), runs
+//! the QEMU board's `board-check`, `stack-guard` and `conformance` binaries under
 //! `qemu-system-arm`, compares each binary's flash and static RAM with the snapshot
 //! `boards/sizes.expected`, and runs the instruction-count bench.
 
@@ -16,6 +17,7 @@ use crate::qemu::{self, Options};
 /// Every board binary: (board crate, binary).
 pub const BINARIES: &[(&str, &str)] = &[
     ("qemu-mps2-an386", "board-check"),
+    ("qemu-mps2-an386", "stack-guard"),
     ("qemu-mps2-an386", "conformance"),
     ("qemu-mps2-an386", "bench"),
     ("qemu-mps2-an386", "side-by-side"),
@@ -84,7 +86,8 @@ pub fn lint(root: &Path, bundle: &Path) -> Result<()> {
         .run()
 }
 
-/// Runs the QEMU board's checks: UART and flash emulation, then the kernel conformance.
+/// Runs the QEMU board's checks: UART, flash emulation and user controls, the stack guard
+/// (an overflow must end in the guard's fault), then the kernel conformance.
 pub fn run_on_qemu(root: &Path) -> Result<()> {
     qemu::ensure_installed(root)?;
     let board_check = elf(root, "board-check");
@@ -96,6 +99,10 @@ pub fn run_on_qemu(root: &Path) -> Result<()> {
     if !uart.contains(UART_ECHO) {
         bail!("board-check answered {uart:?} on UART0, expected a line `{UART_ECHO}`");
     }
+    let stack_guard = elf(root, "stack-guard");
+    let run = qemu::run(&stack_guard, &Options::default())?;
+    print_log(&run.log);
+    run.expect_success(&stack_guard)?;
     let conformance = elf(root, "conformance");
     let run = qemu::run(&conformance, &Options::default())?;
     print_log(&run.log);

@@ -503,16 +503,18 @@ fn sample_count(evaluated: &str) -> Result<f64> {
         .context("`sprout eval` printed no sample count")
 }
 
-/// Checks the deepest stack use the device logged against its stack region: the firmware
-/// fits its RAM only if the stack never reached the statics, with [`STACK_HEADROOM`] spare.
+/// Checks the deepest stack use the device logged (it logs whenever the stack reached
+/// deeper, through training, pushes and pulls) against its stack region: the firmware fits
+/// its RAM only if the stack never reached the statics, with [`STACK_HEADROOM`] spare.
 fn check_stack(log: &[String]) -> Result<()> {
     let (peak, size) = log
         .iter()
-        .find_map(|line| {
+        .filter_map(|line| {
             let used = field(line, "stack: ", " of ")?.parse::<usize>().ok()?;
             let size = field(line, " of ", " bytes used")?.parse::<usize>().ok()?;
             Some((used, size))
         })
+        .max()
         .context("the device logged no stack use")?;
     println!("device stack: at most {peak} of {size} bytes used");
     if peak + STACK_HEADROOM > size {
@@ -562,5 +564,10 @@ mod tests {
         let error = check_stack(&log("INFO stack: 36000 of 38240 bytes used at most"));
         assert!(error.unwrap_err().to_string().contains("36000 of its 38240"));
         assert!(check_stack(&log("INFO nothing")).is_err());
+        let deeper_later = [
+            "INFO stack: 12000 of 38240 bytes used at most".to_string(),
+            "INFO stack: 37000 of 38240 bytes used at most".to_string(),
+        ];
+        assert!(check_stack(&deeper_later).unwrap_err().to_string().contains("37000"));
     }
 }

@@ -86,7 +86,7 @@ const STAGES: &[Stage] = &[
     stage("boards", "boards: rustfmt, clippy, release build", boards_build),
     stage(
         "qemu",
-        "boards: board-check and kernel conformance under QEMU",
+        "boards: board-check, stack guard and kernel conformance under QEMU",
         crate::boards::run_on_qemu,
     ),
     stage(

@@ -2,8 +2,9 @@
 //! sprout's firmware on: [`init`] hands out the peripherals, [`exit`] ends the emulation
 //! with a semihosting exit code, `defmt` logs over semihosting, [`uart::Uart`] is UART0
 //! (QEMU's first serial port) as an `embedded-io` stream, [`storage::Storage`] is an
-//! emulated NOR flash, and [`counter::InstructionCounter`] counts executed instructions
-//! under `qemu-system-arm -icount shift=0`.
+//! emulated NOR flash, [`fpgaio`] gives the user LED and button, and
+//! [`counter::InstructionCounter`] counts executed instructions under
+//! `qemu-system-arm -icount shift=0`.
 //!
 //! Its `memory.x` gives the firmware exactly 256 KiB of RAM. Run a binary with
 //! `cargo run --release --bin NAME` in this folder, or through `cargo xtask`, which also
@@ -11,11 +12,13 @@
 #![no_std]
 
 pub mod counter;
+pub mod fpgaio;
 pub mod storage;
 pub mod uart;
 
 use cortex_m_semihosting::debug;
 use defmt_semihosting as _;
+use embedded_hal::digital::PinState;
 
 /// The board's name, as the firmware reports it.
 pub const NAME: &str = "qemu-mps2-an386";
@@ -24,24 +27,33 @@ pub const CORE_CLOCK_HZ: u32 = 25_000_000;
 /// SysTick as the trainer's clock (free-running from [`init`] on): one tick per 40
 /// instructions under `-icount shift=0`.
 pub const CLOCK: Option<fn() -> u32> = Some(counter::ticks);
+/// The LED is lit, the button pressed, when its register bit is set.
+pub const LED_LIT: PinState = PinState::High;
+pub const BUTTON_PRESSED: PinState = PinState::High;
 
 /// The peripherals a firmware uses.
 pub struct Board {
     pub serial: uart::Uart,
     pub storage: storage::Storage,
     pub counter: counter::InstructionCounter,
+    pub led: fpgaio::Led,
+    pub button: fpgaio::Button,
 }
 
-/// Takes the core peripherals and sets up UART0, the flash emulation and SysTick. Returns
-/// `None` when called twice.
+/// Takes the core peripherals and sets up UART0, the flash emulation, SysTick, the LED and
+/// the button. Returns `None` when called twice.
 pub fn init() -> Option<Board> {
     let core = cortex_m::Peripherals::take()?;
+    // SAFETY: `Peripherals::take` succeeded, so this is the only call that gets here.
+    let (led, button) = unsafe { fpgaio::take() };
     Some(Board {
         // SAFETY: `Peripherals::take` succeeded, so this is the only call that gets here
         // and nothing else owns UART0 or the storage region.
         serial: unsafe { uart::Uart::uart0() },
         storage: unsafe { storage::Storage::take() },
         counter: counter::InstructionCounter::new(core.SYST),
+        led,
+        button,
     })
 }
 

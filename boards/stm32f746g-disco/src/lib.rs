@@ -2,15 +2,18 @@
 //! board published MCU-training results use: [`init`] runs the core from the 16 MHz
 //! internal oscillator and sets up USART1 on the ST-LINK's virtual COM port (PA9 TX, PB7
 //! RX, 115200 baud) as an `embedded-io` stream, and the flash's last two sectors as
-//! checkpoint [`storage`]; `defmt` logs over RTT and panics go through `panic-probe`. Flash
+//! checkpoint [`storage`], and the user LED LD1 (PI1) and user button B1 (PI11), both
+//! active high, as [`controls`]; `defmt` logs over RTT and panics go through `panic-probe`. Flash
 //! and run with `probe-rs` (this folder's runner).
 #![no_std]
 
+pub mod controls;
 pub mod storage;
 
 use defmt_rtt as _;
 use panic_probe as _;
 
+use embedded_hal::digital::PinState;
 use stm32f7xx_hal::gpio::{Alternate, PA9, PB7};
 use stm32f7xx_hal::pac::{self, USART1};
 use stm32f7xx_hal::prelude::*;
@@ -20,6 +23,9 @@ use stm32f7xx_hal::serial::{self, Config};
 pub const NAME: &str = "stm32f746g-disco";
 /// No clock for the trainer's tick count.
 pub const CLOCK: Option<fn() -> u32> = None;
+/// LD1 is lit, B1 pressed, at a high level.
+pub const LED_LIT: PinState = PinState::High;
+pub const BUTTON_PRESSED: PinState = PinState::High;
 
 /// USART1 as one byte stream: reads block for the first byte; [`embedded_io::ReadReady`]
 /// looks ahead by one byte, which the next read returns first.
@@ -36,18 +42,23 @@ pub struct SerialError(pub serial::Error);
 pub struct Board {
     pub serial: Serial,
     pub storage: storage::Storage,
+    pub led: controls::Led,
+    pub button: controls::Button,
 }
 
-/// Sets up clocks and the serial port. Returns `None` when called twice.
+/// Sets up clocks, the serial port, LD1 (dark) and B1. Returns `None` when called twice.
 pub fn init() -> Option<Board> {
     let p = pac::Peripherals::take()?;
     let clocks = p.RCC.constrain().cfgr.freeze();
-    let (gpioa, gpiob) = (p.GPIOA.split(), p.GPIOB.split());
+    let (gpioa, gpiob, gpioi) = (p.GPIOA.split(), p.GPIOB.split(), p.GPIOI.split());
     let pins = (gpioa.pa9.into_alternate::<7>(), gpiob.pb7.into_alternate::<7>());
     let serial = serial::Serial::new(p.USART1, pins, &clocks, Config::default());
     Some(Board {
         serial: Serial { port: serial, ahead: None },
         storage: storage::Storage::new(p.FLASH),
+        led: controls::Led(gpioi.pi1.into_push_pull_output()),
+        // B1 has its own pull-down resistor on the board.
+        button: controls::Button(gpioi.pi11.into_floating_input()),
     })
 }
 

@@ -6,23 +6,28 @@
 //! the last blocks) is embedded at build time from `SPROUT_LEAF_BUNDLE` (this crate's
 //! `build.rs`), in a partition where another bundle may replace it in the built image;
 //! everything else is static memory ([`Memory`]), logged with `defmt` through whatever
-//! transport the board gives it. [`stack`] measures the deepest stack use, which the
-//! trainer logs when a run ends, with the clock ticks the run's training took where the
-//! board has a clock ([`Board::clock`]).
+//! transport the board gives it. [`stack`] guards the stack against overflow and measures
+//! its deepest use, which the trainer logs when a run ends and whenever a request (a push,
+//! a pull) took it deeper; a run's end also logs the clock ticks its training took where
+//! the board has a clock ([`Board::clock`]). The board's status LED is lit while a run
+//! goes on, and its start button starts a run of [`BUTTON_EPOCHS`] on the samples the
+//! device holds, at the bundle's learning rate, without the host.
 #![no_std]
 
-pub mod stack;
+pub use cortex_stack as stack;
 
 use core::fmt::Display;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use embedded_hal::digital::{InputPin, OutputPin, PinState};
 use embedded_io::{Read, ReadReady, Write};
 use embedded_storage::nor_flash::NorFlash;
 use sprout_core::format::bundle::{self, Bundle};
 use sprout_core::format::container;
-use sprout_core::link::{DeviceSession, Polled};
+use sprout_core::link::{DeviceApp, DeviceSession, Polled, TrainingConfig};
 use sprout_core::Step;
 use sprout_cortex_m::CortexM;
+use sprout_firmware::controls::{StartButton, StatusLight};
 use sprout_firmware::device::DeviceTrainer;
 use sprout_firmware::storage::CheckpointStore;
 use sprout_firmware::trainer::{EpochReport, Log, SampleCache, Trainer, TrainerMemory};
@@ -60,6 +65,12 @@ const FEATURE_BYTES: usize = 192;
 /// takes a few million instructions, a whole epoch of them would leave the host's requests
 /// unanswered for seconds.
 const BATCHES_PER_TURN: usize = 4;
+
+/// Epochs of a run the start button starts (the host's `sprout device train` default).
+pub const BUTTON_EPOCHS: u16 = 10;
+/// Reads in a row that make a button press: the idle main loop reads the button every
+/// few hundred instructions, so this spans a millisecond or more, past a contact's bounce.
+const DEBOUNCE_READS: u16 = 2_000;
 
 /// All of the trainer's working memory, in `.bss`.
 #[repr(C, align(8))]
@@ -116,7 +127,7 @@ impl Log for Defmt {
 }
 
 /// What the trainer needs of a board.
-pub struct Board<IO, F> {
+pub struct Board<IO, F, L, B> {
     /// The board's name, for the log.
     pub name: &'static str,
     /// The serial stream the host talks over.
@@ -131,20 +142,35 @@ pub struct Board<IO, F> {
     /// the board runs no such clock. Under `qemu-system-arm -icount shift=0` the QEMU
     /// board's ticks count executed instructions.
     pub clock: Option<fn() -> u32>,
+    /// The LED lit while a training run goes on, and the pin level that lights it.
+    pub status_led: L,
+    pub led_lit: PinState,
+    /// The button that starts a run, and the pin level it reads when pressed.
+    pub start_button: B,
+    pub button_pressed: PinState,
 }
 
 /// Where [`Board::clock`] wraps: 2^24 ticks.
 pub const CLOCK_WRAP: u32 = 1 << 24;
 
-/// The `main` of a board's trainer binary: paints the stack, initializes the board crate
-/// `$board` (`init() -> Option<Board>` with `serial` and `storage`, `exit`, `NAME`,
-/// `CLOCK`) and serves with checkpoint slots of `$slot_bytes` from the start of its storage.
+/// The `main` of a board's trainer binary: paints and guards the stack (an overflow is
+/// logged and ends the run as failed), initializes the board crate `$board`
+/// (`init() -> Option<Board>` with `serial`, `storage`, `led` and `button`; `exit`, `NAME`,
+/// `CLOCK`, `LED_LIT`, `BUTTON_PRESSED`) and serves with checkpoint slots of `$slot_bytes`
+/// from the start of its storage.
 #[macro_export]
 macro_rules! board_main {
     ($board:ident, $slot_bytes:expr) => {
+        $crate::stack::on_overflow!(stack_overflow);
+
+        extern "C" fn stack_overflow() -> ! {
+            $crate::report_memory_fault($board::exit)
+        }
+
         #[cortex_m_rt::entry]
         fn main() -> ! {
             $crate::stack::paint();
+            $crate::stack::guard();
             let Some(b) = $board::init() else { $board::exit(false) };
             $crate::serve($crate::Board {
                 name: $board::NAME,
@@ -153,9 +179,35 @@ macro_rules! board_main {
                 slot_bytes: $slot_bytes,
                 exit: $board::exit,
                 clock: $board::CLOCK,
+                status_led: b.led,
+                led_lit: $board::LED_LIT,
+                start_button: b.button,
+                button_pressed: $board::BUTTON_PRESSED,
             })
         }
     };
+}
+
+/// Logs the MemManage fault being handled (a stack overflow, or another) and ends the run
+/// as failed: the handler [`board_main!`] installs calls it on a fresh stack.
+#[doc(hidden)]
+pub fn report_memory_fault(exit: fn(bool) -> !) -> ! {
+    if stack::overflowed() {
+        defmt::error!("stack overflow: the stack reached its guard above the statics");
+    } else {
+        defmt::error!("memory management fault");
+    }
+    exit(false)
+}
+
+/// Logs the deepest stack use so far when `always` or when it is deeper than `logged`, the
+/// deepest logged before.
+fn log_stack(logged: &mut usize, always: bool) {
+    let peak = stack::peak();
+    if always || peak > *logged {
+        *logged = peak.max(*logged);
+        defmt::info!("stack: {=usize} of {=usize} bytes used at most", peak, stack::size());
+    }
 }
 
 /// Logs `error` and ends the run as failed.
@@ -167,10 +219,12 @@ fn fail(exit: fn(bool) -> !, what: &str, error: impl Display) -> ! {
 /// Decodes the embedded bundle, restores the newest checkpoint in flash, then serves the
 /// host link forever, training [`BATCHES_PER_TURN`] batches between polls while a run
 /// goes on.
-pub fn serve<IO, F>(mut board: Board<IO, F>) -> !
+pub fn serve<IO, F, L, B>(mut board: Board<IO, F, L, B>) -> !
 where
     IO: Read + ReadReady + Write,
     F: NorFlash,
+    L: OutputPin,
+    B: InputPin,
 {
     let exit = board.exit;
     let Some(m) = memory() else { fail(exit, "memory", "taken twice") };
@@ -204,29 +258,40 @@ where
         HELD_OUT_SAMPLES,
         rows
     );
+    let mut light = StatusLight::new(board.status_led, board.led_lit);
+    let mut button = StartButton::new(board.start_button, board.button_pressed, DEBOUNCE_READS);
     let mut session = DeviceSession::default();
     let mut training = false;
+    let mut logged_stack = 0;
     // Clock ticks inside this run's training calls, and the epochs they ended.
     let (mut ticks, mut epochs) = (0u64, 0u32);
     loop {
         match session.poll(&mut board.serial, &mut app) {
-            Ok(Polled::Answered) if app.is_training() != training => {
-                training = app.is_training();
-                if training {
-                    (ticks, epochs) = (0, 0);
-                    let (train, held_out) = app.trainer().samples();
-                    let before = app.initial_accuracy().unwrap_or(0.0);
-                    defmt::info!(
-                        "training on {=usize} samples, {=usize} held out; held-out accuracy before training {=f32}%",
-                        train,
-                        held_out,
-                        100.0 * before
-                    );
-                }
-            }
+            Ok(Polled::Answered) => log_stack(&mut logged_stack, false),
             Ok(_) => {}
             Err(e) => defmt::warn!("serial: {}", defmt::Debug2Format(&e)),
         }
+        // A pin that cannot be read or written leaves the button unpressed, the LED as is.
+        if !training && button.pressed().unwrap_or(false) {
+            let config = TrainingConfig { epochs: BUTTON_EPOCHS, learning_rate: None };
+            match app.start_training(config) {
+                Ok(()) => defmt::info!("start button: training {=u16} epochs", BUTTON_EPOCHS),
+                Err(e) => defmt::warn!("start button: {}", defmt::Display2Format(&e)),
+            }
+        }
+        if !training && app.is_training() {
+            training = true;
+            (ticks, epochs) = (0, 0);
+            let (train, held_out) = app.trainer().samples();
+            let before = app.initial_accuracy().unwrap_or(0.0);
+            defmt::info!(
+                "training on {=usize} samples, {=usize} held out; held-out accuracy before training {=f32}%",
+                train,
+                held_out,
+                100.0 * before
+            );
+        }
+        let _ = light.show(app.is_training());
         let start = board.clock.filter(|_| app.is_training()).map(|now| now());
         match app.train_batches(BATCHES_PER_TURN, &mut Defmt) {
             Some(Err(e)) => defmt::error!("training failed: {}", defmt::Display2Format(&e)),
@@ -249,11 +314,7 @@ where
                     train
                 );
             }
-            defmt::info!(
-                "stack: {=usize} of {=usize} bytes used at most",
-                stack::peak(),
-                stack::size()
-            );
+            log_stack(&mut logged_stack, true);
         }
     }
 }

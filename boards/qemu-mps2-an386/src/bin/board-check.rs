@@ -1,9 +1,11 @@
 //! Checks this board's support code under QEMU: UART0 both ways (prints a greeting, then
-//! echoes one line it receives, upper-cased) and the emulated flash's NOR semantics.
+//! echoes one line it receives, upper-cased), the emulated flash's NOR semantics, and the
+//! user LED and button pins on the FPGA I/O registers.
 //! Exits 0 when every check passes. `cargo xtask test` feeds the line and reads the echo.
 #![no_std]
 #![no_main]
 
+use embedded_hal::digital::{InputPin, OutputPin};
 use embedded_io::{Read, Write};
 use embedded_storage::nor_flash::{NorFlash, NorFlashErrorKind, ReadNorFlash};
 use qemu_mps2_an386 as board;
@@ -17,8 +19,14 @@ fn main() -> ! {
     defmt::info!("board-check on {=str}", board::NAME);
     let uart_ok = echo_a_line(&mut b.serial).is_ok();
     let storage_ok = check_storage(&mut b.storage);
-    defmt::info!("uart: {=bool}, storage: {=bool}", uart_ok, storage_ok);
-    board::exit(uart_ok && storage_ok)
+    let controls_ok = check_controls(&mut b.led, &mut b.button);
+    defmt::info!(
+        "uart: {=bool}, storage: {=bool}, controls: {=bool}",
+        uart_ok,
+        storage_ok,
+        controls_ok
+    );
+    board::exit(uart_ok && storage_ok && controls_ok)
 }
 
 fn echo_a_line(uart: &mut board::uart::Uart) -> Result<(), core::convert::Infallible> {
@@ -61,4 +69,13 @@ fn check_storage(storage: &mut board::storage::Storage) -> bool {
         refused
     );
     erased && anded && refused
+}
+
+/// The LED register follows the pin, and the button (QEMU models no presses) reads released.
+fn check_controls(led: &mut board::fpgaio::Led, button: &mut board::fpgaio::Button) -> bool {
+    let lit = led.set_high().is_ok() && led.is_lit();
+    let dark = led.set_low().is_ok() && !led.is_lit();
+    let released = button.is_low() == Ok(true);
+    defmt::info!("controls: lit {=bool}, dark {=bool}, released {=bool}", lit, dark, released);
+    lit && dark && released
 }
