@@ -1,13 +1,16 @@
 //! Post-training int8 conversion: a float graph rewritten as int8 ops, batch norms folded and
 //! clamps fused, other activations as look-up tables, with per-channel weights and
-//! calibrated per-tensor activations.
+//! calibrated per-tensor activations. A batch norm with no convolution before it (DenseNet's
+//! and pre-activation ResNets' batch norm -> ReLU -> convolution) becomes a depthwise 1x1
+//! int8 convolution, its per-channel scale the weights.
 //!
 //! The int8 scheme and kernels it targets are [`crate::quant`].
 //!
 //! Float ops without an int8 kernel (the loss, layers kept in float, activations with no
 //! int8 form) read dequantized values, and each one an int8 value reaches is reported as a
-//! [`FloatFallback`]; an op that has neither an int8 kernel nor a place in the float part is
-//! an error, unless [`QuantizeOptions::allow_float`] keeps it in float too.
+//! [`FloatFallback`]; a layer whose weights cannot be int8 (a dilated kernel, weights the
+//! graph computes) is an error, unless [`QuantizeOptions::allow_float`] keeps it in float
+//! too.
 
 use crate::graph::{Graph, GraphError, Node, TensorInfo};
 use crate::hyperparams::BatchNormConfig;
@@ -42,8 +45,8 @@ pub struct QuantizeOptions {
     pub trainable: BTreeSet<String>,
     /// Quantization-aware scaling of the trainable int8 layers' gradients.
     pub qas: bool,
-    /// Ops with no int8 form where they stand (a batch norm with no convolution before it)
-    /// run in float instead of refusing the model.
+    /// Layers whose weights cannot be int8 (a dilated kernel, weights the graph computes) run
+    /// in float instead of refusing the model.
     pub allow_float: bool,
     /// Amounts added to int8 layers' float biases before rounding, one per output channel,
     /// by the name of the tensor the layer outputs (empirical bias correction).
@@ -216,6 +219,16 @@ impl Activation {
     }
 }
 
+/// Where an int8 layer's weights come from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum LayerWeights {
+    /// Its node's weight (and bias) operands.
+    Operands,
+    /// A standalone batch norm as a depthwise 1x1 convolution over `channels`: unit weights
+    /// with the batch norm folded in.
+    Unit { channels: usize },
+}
+
 /// A convolution or dense layer with what folds into it.
 struct Layer<'n> {
     node: &'n Node,
@@ -230,6 +243,7 @@ struct Layer<'n> {
     output: TensorId,
     /// Nodes the group spans.
     len: usize,
+    weights: LayerWeights,
 }
 
 impl<'a> Converter<'a> {
@@ -238,16 +252,17 @@ impl<'a> Converter<'a> {
         let src: &'a Graph = self.src;
         let node = &src.nodes()[i];
         let input_is_int8 = node.inputs.first().is_some_and(|&t| self.is_int8(t));
-        let fuses_only = |detail| QuantizeError::NoInt8Kernel {
-            op: node.op.kind(),
-            node: node.name.clone(),
-            detail,
-        };
         match node.op.int8_form() {
             Int8Form::Layer(kind) if !self.keeps_float(node) => {
                 let layer = self.layer(i, kind);
-                self.int8_layer(&layer)?;
-                return Ok(layer.len);
+                match self.int8_layer(&layer) {
+                    Ok(()) => return Ok(layer.len),
+                    Err(QuantizeError::NoInt8Kernel { detail, .. }) if self.options.allow_float => {
+                        self.float_fallback(node, detail);
+                        self.float_node(node)?;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             Int8Form::Add => {
                 let (output, act, len) = self.fused_activation(node.outputs[0]);
@@ -283,8 +298,10 @@ impl<'a> Converter<'a> {
             Int8Form::Identity if input_is_int8 => {
                 self.values[node.outputs[0].index()] = self.values[node.inputs[0].index()];
             }
-            Int8Form::FoldedBatchNorm(_) if input_is_int8 && !self.options.allow_float => {
-                return Err(fuses_only("batch norm folds only into the convolution before it"));
+            Int8Form::FoldedBatchNorm(config) if input_is_int8 => {
+                let layer = self.standalone_batch_norm(i, config);
+                self.int8_layer(&layer)?;
+                return Ok(layer.len);
             }
             // Nothing before it to fuse into (a pooling, say): a clamp in the input's units.
             Int8Form::Activation(_) if input_is_int8 => {
@@ -332,24 +349,26 @@ impl<'a> Converter<'a> {
                 let from_int8 =
                     node.inputs.iter().any(|&t| self.is_int8(t) || self.from_int8[t.index()]);
                 if from_int8 && !matches!(node.op, Op::CrossEntropy | Op::Mse) {
-                    for &t in &node.outputs {
-                        self.from_int8[t.index()] = true;
-                    }
                     let reason = match form {
                         Int8Form::Layer(_) => "its weights are kept in float as asked",
-                        Int8Form::FoldedBatchNorm(_) => {
-                            "a batch norm with no convolution before it to fold into"
-                        }
                         Int8Form::Float => "it has no int8 kernel",
                         _ => "its input is float",
                     };
-                    let (op, node) = (node.op.kind(), node.name.clone());
-                    self.float_fallbacks.push(FloatFallback { op, node, reason });
+                    self.float_fallback(node, reason);
                 }
                 self.float_node(node)?
             }
         }
         Ok(1)
+    }
+
+    /// Reports `node` as running in float on (what came from) int8 values, for `reason`.
+    fn float_fallback(&mut self, node: &Node, reason: &'static str) {
+        for &t in &node.outputs {
+            self.from_int8[t.index()] = true;
+        }
+        let (op, node) = (node.op.kind(), node.name.clone());
+        self.float_fallbacks.push(FloatFallback { op, node, reason });
     }
 
     /// Whether a node of several operands runs in int8: one operand is int8 and every
@@ -416,7 +435,43 @@ impl<'a> Converter<'a> {
                 len += 1;
             }
         }
-        Layer { node, index: i, kind, batch_norm, act, output: end, len }
+        Layer {
+            node,
+            index: i,
+            kind,
+            batch_norm,
+            act,
+            output: end,
+            len,
+            weights: LayerWeights::Operands,
+        }
+    }
+
+    /// The batch norm at node `i`, over a 4-D input, as a depthwise 1x1 convolution with a
+    /// following activation fused when it is the next node and the sole reader.
+    fn standalone_batch_norm(&self, i: usize, config: BatchNormConfig) -> Layer<'a> {
+        let src: &'a Graph = self.src;
+        let (nodes, node) = (src.nodes(), &src.nodes()[i]);
+        let channels = src.shape(node.inputs[0]).dim(1).unwrap_or(0);
+        let depthwise = ConvParams { stride: (1, 1), padding: (0, 0), groups: channels };
+        let fused = match self.consumers[node.outputs[0].index()].as_slice() {
+            [next] if *next == i + 1 => Activation::of(nodes[i + 1].op),
+            _ => None,
+        };
+        let (act, output, len) = match fused {
+            Some(act) => (act, nodes[i + 1].outputs[0], 2),
+            None => (Activation::None, node.outputs[0], 1),
+        };
+        Layer {
+            node,
+            index: i,
+            kind: Int8Layer::Conv2d(depthwise),
+            batch_norm: Some((node, config)),
+            act,
+            output,
+            len,
+            weights: LayerWeights::Unit { channels },
+        }
     }
 
     /// The calibrated int8 parameters of float tensor `t`.
@@ -524,9 +579,10 @@ impl<'a> Converter<'a> {
     /// activation) as one int8 op.
     fn int8_layer(&mut self, layer: &Layer<'_>) -> Result<(), QuantizeError> {
         let node = layer.node;
+        // Before anything is recorded: a layer that cannot be int8 may run in float instead.
+        let (float_weights, mut bias) = self.folded_weights(layer)?;
         let (x, input) = self.int8(node.inputs[0])?;
         let output = self.params_of(layer.output)?;
-        let (float_weights, mut bias) = self.folded_weights(layer)?;
         let name = self.src.tensor(layer.output).name.clone();
         if let Some(shift) = self.options.bias_shift.get(&name) {
             bias.iter_mut().zip(shift).for_each(|(b, s)| *b += s);
@@ -555,8 +611,15 @@ impl<'a> Converter<'a> {
         let int8_weights = (codes.iter().enumerate())
             .map(|(i, &q)| q as f32 * scales[i / per_channel.max(1)])
             .collect();
-        let w_info = self.src.tensor(node.inputs[1]);
-        let (w_name, w_shape) = (w_info.name.clone(), w_info.shape);
+        let (w_name, w_shape) = match layer.weights {
+            LayerWeights::Operands => {
+                let w_info = self.src.tensor(node.inputs[1]);
+                (w_info.name.clone(), w_info.shape)
+            }
+            LayerWeights::Unit { channels } => {
+                (format!("{}.weight", node.name), Shape::d4(channels, 1, 1, 1))
+            }
+        };
         let bias_name = format!("{}.bias", node.name);
         let g = &mut self.dst;
         let weight_scale = g.parameter(
@@ -630,11 +693,16 @@ impl<'a> Converter<'a> {
             Ok(init.materialize(info.shape.numel()))
         };
         let node = layer.node;
-        let mut w = values(node.inputs[1])?;
-        let channels = self.src.shape(node.inputs[1]).dim(0).unwrap_or(0);
-        let mut b = match node.inputs.get(2) {
-            Some(&t) => values(t)?,
-            None => vec![0.0; channels],
+        let (mut w, mut b, channels) = match layer.weights {
+            LayerWeights::Unit { channels } => (vec![1.0; channels], vec![0.0; channels], channels),
+            LayerWeights::Operands => {
+                let channels = self.src.shape(node.inputs[1]).dim(0).unwrap_or(0);
+                let b = match node.inputs.get(2) {
+                    Some(&t) => values(t)?,
+                    None => vec![0.0; channels],
+                };
+                (values(node.inputs[1])?, b, channels)
+            }
         };
         if let Some((bn, cfg)) = layer.batch_norm {
             let (gamma, beta) = (values(bn.inputs[1])?, values(bn.inputs[2])?);

@@ -214,17 +214,64 @@ fn quantizing_with_an_empty_calibration_set_is_refused() {
     assert!(err.to_string().contains("calibration set is empty"), "{err}");
 }
 
+/// DenseNet's and pre-activation ResNets' batch norm -> ReLU with no convolution before it
+/// becomes a depthwise 1x1 int8 convolution with the ReLU fused, within a step or so of the
+/// float batch norm's output; a negative scale included.
 #[test]
-fn an_op_without_an_int8_kernel_is_named() {
-    // A batch norm straight after pooling has no convolution to fold into.
+fn a_standalone_batch_norm_becomes_a_depthwise_int8_convolution() {
+    let mut g = Graph::new(2);
+    let x = g.input("input", Shape::d4(BATCH, 3, 8, 8)).unwrap();
+    let labels = g.labels("labels", BATCH).unwrap();
+    let same = ConvParams { stride: (1, 1), padding: (1, 1), groups: 1 };
+    let h = nn::conv2d(&mut g, "conv", x, 4, 3, same, true).unwrap();
+    let halve =
+        PoolParams { kernel: (2, 2), stride: (2, 2), padding: (0, 0), count_include_pad: true };
+    let h = g.max_pool2d("pool", h, halve).unwrap();
+    let h = nn::batch_norm2d(&mut g, "pre_bn", h).unwrap();
+    let h = g.relu("pre_act", h).unwrap();
+    let point = ConvParams { stride: (1, 1), padding: (0, 0), groups: 1 };
+    let h = nn::conv2d(&mut g, "pw", h, 4, 1, point, true).unwrap();
+    let pooled = g.global_avg_pool("gap", h).unwrap();
+    let logits = nn::linear(&mut g, "head", pooled, 3).unwrap();
+    g.cross_entropy("loss", logits, labels).unwrap();
+    for (what, values) in [
+        ("weight", [1.3, -0.7, 0.4, 2.0]),
+        ("bias", [0.2, 0.5, -0.1, 0.0]),
+        ("running_mean", [0.1, -0.3, 0.2, 0.0]),
+        ("running_var", [0.5, 1.5, 0.2, 3.0]),
+    ] {
+        let id = g.find(&format!("pre_bn.{what}")).unwrap();
+        g.set_initial_values(id, values.to_vec()).unwrap();
+    }
+    let ranges = calibrate(&as_model(&g), &mut samples(32, 4), RangeMethod::MinMax).unwrap();
+    let q = quantize_graph(&g, &ranges, &QuantizeOptions::default()).unwrap();
+    assert_eq!(q.float_fallbacks, []);
+    let bn = q.graph.nodes().iter().find(|n| n.name == "pre_act").unwrap();
+    let Op::QConv2d(params) = bn.op else { panic!("pre_act is {}", bn.op.kind()) };
+    assert_eq!(params.conv.groups, 4);
+    assert_eq!(ints(&q.graph, "pre_bn.weight").len(), 4);
+
+    let x = random(&mut SplitMix::new(6), BATCH * 3 * 64, -1.0, 1.0);
+    let float: Vec<f32> = bytemuck::cast_slice(&infer(&g, &x, &["pre_act"])[0]).to_vec();
+    let codes: Vec<i8> = bytemuck::cast_slice(&infer(&q.graph, &x, &["pre_act"])[0]).to_vec();
+    let step = params.output.scale;
+    for (&code, &f) in codes.iter().zip(&float) {
+        let got = params.output.dequantize(code);
+        assert!((got - f).abs() <= 3.0 * step, "int8 {got} vs float {f} (step {step})");
+    }
+}
+
+#[test]
+fn a_layer_that_cannot_be_int8_is_named() {
+    // A dilated kernel: int8 convolutions take none.
     let mut g = Graph::new(1);
     let x = g.input("input", Shape::d4(BATCH, 3, 8, 8)).unwrap();
     let same = ConvParams { stride: (1, 1), padding: (1, 1), groups: 1 };
     let h = nn::conv2d(&mut g, "conv", x, 4, 3, same, true).unwrap();
-    let p = g.global_avg_pool("pool", h).unwrap();
-    let p = g.reshape("grid", p, Shape::d4(BATCH, 4, 1, 1)).unwrap();
-    nn::batch_norm2d(&mut g, "lonely_bn", p).unwrap();
-    let ranges = [("input", (-1.0, 1.0)), ("conv", (-2.0, 2.0)), ("pool", (-1.0, 1.0))]
+    let w = g.parameter("dilated.weight", Shape::d4(4, 4, 3, 3), Init::Constant(0.1)).unwrap();
+    let wide = ConvParams { padding: (2, 2), ..same };
+    g.dilated_conv2d("dilated", h, w, None, wide, (2, 2)).unwrap();
+    let ranges = [("input", (-1.0, 1.0)), ("conv", (-2.0, 2.0)), ("dilated", (-1.0, 1.0))]
         .into_iter()
         .map(|(n, r)| (n.to_string(), r))
         .collect();
@@ -232,15 +279,15 @@ fn an_op_without_an_int8_kernel_is_named() {
     assert!(matches!(err, QuantizeError::NoInt8Kernel { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
-        "batch_norm2d 'lonely_bn' has no int8 kernel: batch norm folds only into the convolution before it"
+        "conv2d 'dilated' has no int8 kernel: its kernel is dilated, which int8 convolutions do not support"
     );
-    // Allowed to, it runs in float on the dequantized pooling, and says so.
+    // Allowed to, it runs in float on the dequantized convolution before it, and says so.
     let allow = QuantizeOptions { allow_float: true, ..QuantizeOptions::default() };
     let q = quantize_graph(&g, &ranges, &allow).unwrap();
     let fallback = FloatFallback {
-        op: "batch_norm2d",
-        node: "lonely_bn".into(),
-        reason: "a batch norm with no convolution before it to fold into",
+        op: "conv2d",
+        node: "dilated".into(),
+        reason: "its kernel is dilated, which int8 convolutions do not support",
     };
     assert_eq!(q.float_fallbacks, [fallback]);
     assert!(q.graph.nodes().iter().any(|n| matches!(n.op, Op::Dequantize(_))));

@@ -50,9 +50,9 @@ pub struct QuantizeArgs {
     /// int8: train those layers without quantization-aware scaling of their gradients.
     #[arg(long, requires = "trainable_int8")]
     no_qas: bool,
-    /// int8: run ops with no int8 form where they stand (a batch norm with no convolution
-    /// before it) in float instead of refusing the model. Ops without an int8 kernel
-    /// (softmax, say) always run in float; each one is listed.
+    /// int8: run layers whose weights cannot be int8 (a dilated convolution) in float
+    /// instead of refusing the model. Ops without an int8 kernel (softmax, say) always run
+    /// in float; each one is listed.
     #[arg(long)]
     allow_float: bool,
     /// int8: correct each int8 layer's bias so that its mean output per channel over the

@@ -33,7 +33,8 @@ pub enum RangeMethod {
 #[derive(Clone, Debug)]
 pub struct QuantizeSettings {
     pub method: RangeMethod,
-    /// Ops with no int8 form where they stand run in float instead of refusing the model.
+    /// Layers whose weights cannot be int8 (a dilated kernel) run in float instead of
+    /// refusing the model.
     pub allow_float: bool,
     /// `--trainable`-style choice of parameters whose layers stay float (e.g. `head`).
     pub keep_float: Option<String>,
