@@ -9,8 +9,8 @@
 //! b]`) sharing one row pitch `pitch`. Kernel tap `(ky, kx)` then reads phase `(ky %
 //! stride_h, kx % stride_w)` at the fixed offset `(ky / stride_h)·pitch + kx / stride_w`
 //! from output `(oy, ox)`'s flat index `oy·pitch + ox`, so a whole plane of outputs is one
-//! long run per tap, cut into [`BLOCK`]-wide register accumulators (the columns `ox >=
-//! out_w` of each row are computed and dropped). The input gradient is the same sum read
+//! flat run, cut into [`BLOCK`]-wide register accumulators that sum every tap before they
+//! are stored (the columns `ox >= out_w` of each row are computed and dropped). The input gradient is the same sum read
 //! backwards: each phase of `dx` gathers the output gradient (laid out at the same pitch,
 //! its dropped columns zero) through the taps of that phase; the weight gradient correlates
 //! that output gradient with each tap's phase, summed over the whole batch in vector lanes
@@ -362,28 +362,64 @@ impl Taps {
     }
 }
 
-/// `flat[i] = start + Σ_t w[t] · src[i + offsets[t]]` over whole [`BLOCK`]s, one tap at a
-/// time over the whole run, the first one overwriting `flat`: two zipped slices per tap,
-/// so the loop has no index arithmetic or bounds checks (with the taps inside, each block
-/// paid both per tap), and no pass clears `flat` first.
+/// Blocks of outputs [`accumulate`] keeps in registers at once: independent sums for the
+/// vector units to overlap.
+const TILE: usize = 4;
+
+/// `flat[i] = start + Σ_t w[t] · src[i + offsets[t]]` over whole [`BLOCK`]s, the first tap
+/// overwriting `flat`: [`TILE`] blocks at a time summed over every tap in registers and
+/// stored once (a pass per tap stored and reloaded the run for each tap), then the blocks
+/// left one at a time. Every output adds its taps in filter order, as one pass per tap did.
 #[inline(always)]
 fn accumulate_generic(start: f32, w: &[f32], offsets: &[usize], src: &[f32], flat: &mut [f32]) {
     let Some((&w0, w)) = w.split_first() else {
         return flat.fill(start);
     };
-    let tap = |offset: usize| src[offset..].chunks_exact(BLOCK);
-    for (out, s) in flat.chunks_exact_mut(BLOCK).zip(tap(offsets[0])) {
-        for (out, &s) in out.iter_mut().zip(s) {
-            *out = start + w0 * s;
-        }
+    let taps = Tile { start, w0, first: offsets[0], w, offsets: &offsets[1..], src };
+    let mut tiles = flat.chunks_exact_mut(TILE * BLOCK);
+    let mut at = 0;
+    for out in &mut tiles {
+        taps.sum::<TILE>(at, out);
+        at += TILE * BLOCK;
     }
-    for (&wk, &offset) in w.iter().zip(&offsets[1..]) {
-        for (out, s) in flat.chunks_exact_mut(BLOCK).zip(tap(offset)) {
-            let (out, s): (&mut [f32; BLOCK], &[f32; BLOCK]) =
-                (out.try_into().expect("BLOCK values"), s.try_into().expect("BLOCK values"));
+    for out in tiles.into_remainder().chunks_exact_mut(BLOCK) {
+        taps.sum::<1>(at, out);
+        at += BLOCK;
+    }
+}
+
+/// What [`accumulate_generic`] sums: the first tap's weight and offset apart.
+struct Tile<'a> {
+    start: f32,
+    w0: f32,
+    first: usize,
+    w: &'a [f32],
+    offsets: &'a [usize],
+    src: &'a [f32],
+}
+
+impl Tile<'_> {
+    /// The `R` blocks of outputs from flat index `at` into `out`.
+    #[inline(always)]
+    fn sum<const R: usize>(&self, at: usize, out: &mut [f32]) {
+        let read = |offset: usize| -> &[[f32; BLOCK]] {
+            self.src[offset + at..][..R * BLOCK].as_chunks::<BLOCK>().0
+        };
+        let mut acc = [[0.0f32; BLOCK]; R];
+        for (acc, s) in acc.iter_mut().zip(read(self.first)) {
             for j in 0..BLOCK {
-                out[j] += wk * s[j];
+                acc[j] = self.start + self.w0 * s[j];
             }
+        }
+        for (&wk, &offset) in self.w.iter().zip(self.offsets) {
+            for (acc, s) in acc.iter_mut().zip(read(offset)) {
+                for j in 0..BLOCK {
+                    acc[j] += wk * s[j];
+                }
+            }
+        }
+        for (out, acc) in out.chunks_exact_mut(BLOCK).zip(&acc) {
+            out.copy_from_slice(acc);
         }
     }
 }

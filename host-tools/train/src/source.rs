@@ -415,12 +415,17 @@ impl TensorSamples {
         }
     }
 
-    /// Feeds `hash` the bytes of every input value (little-endian), then of every label.
+    /// Feeds `hash` the bytes of every sample's input values (little-endian, a sample at a
+    /// time: [`Fnv::write_words`]), then of every label.
     pub(crate) fn hash_into(&self, hash: &mut Fnv) -> Result<(), TrainError> {
         match self {
             TensorSamples::Memory(set) => {
-                for v in &set.x {
-                    hash.write(&v.to_le_bytes());
+                let per = set.sample_dims.iter().product::<usize>().max(1);
+                let mut bytes = Vec::with_capacity(4 * per);
+                for sample in set.x.chunks(per) {
+                    bytes.clear();
+                    bytes.extend(sample.iter().flat_map(|v| v.to_le_bytes()));
+                    hash.write_words(&bytes);
                 }
                 for l in &set.y {
                     hash.write(&l.to_le_bytes());

@@ -16,7 +16,7 @@ use crate::TrainError;
 
 /// The longest header read, the `safetensors` crate's own limit.
 const MAX_HEADER: u64 = 100_000_000;
-/// Bytes of `x` hashed per read.
+/// Bytes of `x` hashed per read, rounded down to whole samples (at least one).
 const HASH_CHUNK: usize = 1 << 20;
 
 /// A `.safetensors` file's `x` (float32 `[N, ...]`, left in the file) and `y` (class
@@ -113,14 +113,15 @@ impl TensorFile {
         Ok(Batch { x, y: indices.iter().map(|&i| self.y[i]).collect() })
     }
 
-    /// Feeds `hash` the bytes of every value of `x` (little-endian), then of every label, as
-    /// for samples held in memory.
+    /// Feeds `hash` the bytes of every sample's values (little-endian, a sample at a time),
+    /// then of every label, as for samples held in memory.
     pub(crate) fn hash_into(&self, hash: &mut Fnv) -> Result<(), TrainError> {
-        let total = self.len() * self.sample_bytes();
-        let mut bytes = Vec::with_capacity(HASH_CHUNK.min(total));
-        for at in (0..total).step_by(HASH_CHUNK) {
-            self.read_x(at, &mut bytes, HASH_CHUNK.min(total - at))?;
-            hash.write(&bytes);
+        let per = self.sample_bytes();
+        let (total, chunk) = (self.len() * per, (HASH_CHUNK / per.max(1)).max(1) * per);
+        let mut bytes = Vec::with_capacity(chunk.min(total));
+        for at in (0..total).step_by(chunk.max(1)) {
+            self.read_x(at, &mut bytes, chunk.min(total - at))?;
+            bytes.chunks(per.max(1)).for_each(|sample| hash.write_words(sample));
         }
         for l in &self.y {
             hash.write(&l.to_le_bytes());
