@@ -416,7 +416,7 @@ impl TensorSamples {
     }
 
     /// Feeds `hash` the bytes of every sample's input values (little-endian, a sample at a
-    /// time: [`Fnv::write_words`]), then of every label.
+    /// time: [`Fnv::write_sample`]), then of every label.
     pub(crate) fn hash_into(&self, hash: &mut Fnv) -> Result<(), TrainError> {
         match self {
             TensorSamples::Memory(set) => {
@@ -425,7 +425,7 @@ impl TensorSamples {
                 for sample in set.x.chunks(per) {
                     bytes.clear();
                     bytes.extend(sample.iter().flat_map(|v| v.to_le_bytes()));
-                    hash.write_words(&bytes);
+                    hash.write_sample(&bytes);
                 }
                 for l in &set.y {
                     hash.write(&l.to_le_bytes());

@@ -46,7 +46,7 @@ pub struct DataSplit {
     pub val: usize,
     pub classes: Vec<ClassCount>,
     /// FNV-1a (64 bits, hex) of the training then the validation samples (tensor values
-    /// by [`Fnv::write_words`]' word steps, a sample at a time).
+    /// by their XXH3 digests, a sample at a time: [`Fnv::write_sample`]).
     pub hash: String,
 }
 
@@ -74,14 +74,12 @@ impl fmt::Display for DataSplit {
     }
 }
 
-/// FNV-1a, 64 bits (tensor values by word steps, [`Fnv::write_words`]): a stable hash of
-/// the sample list.
+/// FNV-1a, 64 bits (tensor samples by their XXH3 digests, [`Fnv::write_sample`]): a stable
+/// hash of the sample list.
 pub(crate) struct Fnv(u64);
 
 /// FNV-1a's 64-bit prime.
 const FNV_PRIME: u64 = 0x0100_0000_01b3;
-/// The odd multiplier of [`Fnv::write_words`]' steps: 2^64 over the golden ratio.
-const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
 
 impl Fnv {
     pub(crate) fn new() -> Self {
@@ -94,30 +92,11 @@ impl Fnv {
         }
     }
 
-    /// Feeds one sample's values (`bytes`, little-endian) in four interleaved lanes of
-    /// 64-bit little-endian words, each lane stepping `h = lo ^ hi` of the 128-bit product
-    /// `(h ^ word) · MIX`; the lanes, then the words after the last group of four, take the
-    /// same step into this hash, and the bytes after the last word FNV-1a's.
-    /// [`Self::write`] is a chain of dependent steps, one per byte, which made hashing a
-    /// serial share of every training run on a tensor file; here each lane's chain has one
-    /// step per 32 bytes (scalar multiplies: 64-bit vector ones are slower).
-    pub(crate) fn write_words(&mut self, bytes: &[u8]) {
-        let step = |h: u64, word: &[u8; 8]| {
-            let product = u128::from(h ^ u64::from_le_bytes(*word)) * u128::from(MIX);
-            product as u64 ^ (product >> 64) as u64
-        };
-        let (groups, rest) = bytes.as_chunks::<32>();
-        let mut lanes = [self.0; 4];
-        for group in groups {
-            for (lane, word) in lanes.iter_mut().zip(group.as_chunks::<8>().0) {
-                *lane = step(*lane, word);
-            }
-        }
-        let (words, rest) = rest.as_chunks::<8>();
-        for word in lanes.map(u64::to_le_bytes).iter().chain(words) {
-            self.0 = step(self.0, word);
-        }
-        self.write(rest);
+    /// Feeds one sample's values (`bytes`, little-endian) as their XXH3 digest (64 bits):
+    /// [`Self::write`] is a chain of dependent steps, one per byte, a serial share of every
+    /// training run on a tensor file.
+    pub(crate) fn write_sample(&mut self, bytes: &[u8]) {
+        self.write(&xxhash_rust::xxh3::xxh3_64(bytes).to_le_bytes());
     }
 
     pub(crate) fn hex(&self) -> String {
@@ -275,16 +254,14 @@ pub(crate) fn split_folder(
 mod tests {
     use super::Fnv;
 
-    /// A change of any one bit of a sample, in its whole words or in the bytes after them,
-    /// changes its hash.
+    /// A change of any one bit of a sample changes its hash.
     #[test]
-    fn word_hashes_see_every_bit_of_a_sample() {
+    fn sample_hashes_see_every_bit_of_a_sample() {
         let hash = |bytes: &[u8]| {
             let mut h = Fnv::new();
-            h.write_words(bytes);
+            h.write_sample(bytes);
             h.hex()
         };
-        // Two groups of four words, two words and four bytes.
         let sample: Vec<u8> = (0..84u8).map(|b| b.wrapping_mul(37)).collect();
         let original = hash(&sample);
         for bit in 0..8 * sample.len() {

@@ -121,7 +121,7 @@ impl TensorFile {
         let mut bytes = Vec::with_capacity(chunk.min(total));
         for at in (0..total).step_by(chunk.max(1)) {
             self.read_x(at, &mut bytes, chunk.min(total - at))?;
-            bytes.chunks(per.max(1)).for_each(|sample| hash.write_words(sample));
+            bytes.chunks(per.max(1)).for_each(|sample| hash.write_sample(sample));
         }
         for l in &self.y {
             hash.write(&l.to_le_bytes());
