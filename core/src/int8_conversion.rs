@@ -265,7 +265,7 @@ impl<'a> Converter<'a> {
                 }
             }
             Int8Form::Add => {
-                let (output, act, len) = self.fused_activation(node.outputs[0]);
+                let (output, act, len) = self.fused_activation(i);
                 let (a, pa) = self.int8(node.inputs[0])?;
                 let (b, pb) = self.int8(node.inputs[1])?;
                 let py = self.params_of(output)?;
@@ -391,18 +391,20 @@ impl<'a> Converter<'a> {
         QuantizeError::Params { node: node.name.clone(), source }
     }
 
-    /// The only consumer of `t`, when it has exactly one.
-    fn sole_consumer(&self, t: TensorId) -> Option<&Node> {
-        match self.consumers[t.index()].as_slice() {
-            [only] => Some(&self.src.nodes()[*only]),
-            _ => None,
+    /// The ReLU or ReLU6 at node `at` when it is the sole reader of `t`, and its output.
+    fn activation_at(&self, t: TensorId, at: usize) -> Option<(Activation, TensorId)> {
+        if self.consumers[t.index()].as_slice() != [at] {
+            return None;
         }
+        let node = &self.src.nodes()[at];
+        Some((Activation::of(node.op)?, node.outputs[0]))
     }
 
-    /// A ReLU or ReLU6 that is the sole reader of `t`, fused: `(output, act, nodes spanned)`.
-    fn fused_activation(&self, t: TensorId) -> (TensorId, Activation, usize) {
-        let fused = self.sole_consumer(t).and_then(|n| Some((Activation::of(n.op)?, n.outputs[0])));
-        match fused {
+    /// Node `i`'s output with the activation after it fused when that is the next node and
+    /// the sole reader: `(output, act, nodes spanned)`.
+    fn fused_activation(&self, i: usize) -> (TensorId, Activation, usize) {
+        let t = self.src.nodes()[i].outputs[0];
+        match self.activation_at(t, i + 1) {
             Some((act, y)) => (y, act, 2),
             None => (t, Activation::None, 1),
         }
@@ -414,13 +416,11 @@ impl<'a> Converter<'a> {
         let src: &'a Graph = self.src;
         let nodes = src.nodes();
         let node = &nodes[i];
-        let next_is = |t: TensorId, at: usize| {
-            self.consumers[t.index()].as_slice() == [at] && at < nodes.len()
-        };
         let mut end = node.outputs[0];
         let mut len = 1;
         let mut batch_norm = None;
-        if let (Int8Layer::Conv2d(_), true) = (kind, next_is(end, i + 1)) {
+        let sole_reader = self.consumers[end.index()].as_slice() == [i + 1];
+        if let (Int8Layer::Conv2d(_), true) = (kind, sole_reader) {
             if let Int8Form::FoldedBatchNorm(config) = nodes[i + 1].op.int8_form() {
                 batch_norm = Some((&nodes[i + 1], config));
                 end = nodes[i + 1].outputs[0];
@@ -428,12 +428,10 @@ impl<'a> Converter<'a> {
             }
         }
         let mut act = Activation::None;
-        if next_is(end, i + len) {
-            if let Some(fused) = Activation::of(nodes[i + len].op) {
-                act = fused;
-                end = nodes[i + len].outputs[0];
-                len += 1;
-            }
+        if let Some((fused, y)) = self.activation_at(end, i + len) {
+            act = fused;
+            end = y;
+            len += 1;
         }
         Layer {
             node,
@@ -451,17 +449,10 @@ impl<'a> Converter<'a> {
     /// following activation fused when it is the next node and the sole reader.
     fn standalone_batch_norm(&self, i: usize, config: BatchNormConfig) -> Layer<'a> {
         let src: &'a Graph = self.src;
-        let (nodes, node) = (src.nodes(), &src.nodes()[i]);
+        let node = &src.nodes()[i];
         let channels = src.shape(node.inputs[0]).dim(1).unwrap_or(0);
         let depthwise = ConvParams { stride: (1, 1), padding: (0, 0), groups: channels };
-        let fused = match self.consumers[node.outputs[0].index()].as_slice() {
-            [next] if *next == i + 1 => Activation::of(nodes[i + 1].op),
-            _ => None,
-        };
-        let (act, output, len) = match fused {
-            Some(act) => (act, nodes[i + 1].outputs[0], 2),
-            None => (Activation::None, node.outputs[0], 1),
-        };
+        let (output, act, len) = self.fused_activation(i);
         Layer {
             node,
             index: i,
