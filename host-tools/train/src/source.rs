@@ -270,12 +270,17 @@ fn shape_text(shape: &[usize]) -> String {
 
 /// Reads the arrays `names` of a tensor file (`.npz` or `.safetensors`, by extension).
 fn read_arrays(path: &Path, names: &[&str]) -> Result<Vec<Array>, TrainError> {
-    let expected = [FileKind::Npz, FileKind::Zip, FileKind::Safetensors];
-    let what = "a class folder or a .npz / .safetensors tensor file";
-    match expect_kind(path, &expected, what)? {
+    match tensor_file_kind(path)? {
         FileKind::Safetensors => read_safetensors(path, names),
         _ => read_npz(path, names),
     }
+}
+
+/// What kind of tensor file `path` is: `.safetensors`, or `.npz` (a zip archive); anything
+/// else is an error.
+fn tensor_file_kind(path: &Path) -> Result<FileKind, TrainError> {
+    let expected = [FileKind::Npz, FileKind::Zip, FileKind::Safetensors];
+    expect_kind(path, &expected, "a class folder or a .npz / .safetensors tensor file")
 }
 
 /// The shape and values of `x`: float32 `[N, ...]` with `N >= 1`.
@@ -309,7 +314,12 @@ pub fn read_unlabelled_tensors(path: &Path) -> Result<TensorSet, TrainError> {
 /// `[N, ...]` (`[N, C, H, W]` for images) and `y`: int64 `[N]` class indices below
 /// `classes`.
 pub fn read_tensor_file(path: &Path, classes: usize) -> Result<TensorSet, TrainError> {
-    let mut arrays = read_arrays(path, &["x", "y"])?.into_iter();
+    labelled_set(path, read_arrays(path, &["x", "y"])?, classes)
+}
+
+/// The samples of `arrays`, `x` and `y` as [`read_tensor_file`] reads them from `path`.
+fn labelled_set(path: &Path, arrays: Vec<Array>, classes: usize) -> Result<TensorSet, TrainError> {
+    let mut arrays = arrays.into_iter();
     let (x, y) = (arrays.next().expect("two arrays"), arrays.next().expect("two arrays"));
     let (x_shape, x) = samples_of(path, x)?;
     let y = labels_of(path, y, x_shape[0], classes)?;
@@ -384,11 +394,12 @@ impl TensorSamples {
     /// Opens a tensor file as [`read_tensor_file`] reads it, leaving a `.safetensors`
     /// file's inputs in the file.
     pub fn open(path: &Path, classes: usize) -> Result<Self, TrainError> {
-        let expected = [FileKind::Npz, FileKind::Zip, FileKind::Safetensors];
-        let what = "a class folder or a .npz / .safetensors tensor file";
-        match expect_kind(path, &expected, what)? {
+        match tensor_file_kind(path)? {
             FileKind::Safetensors => TensorFile::open(path, classes).map(TensorSamples::File),
-            _ => read_tensor_file(path, classes).map(TensorSamples::Memory),
+            _ => {
+                let arrays = read_npz(path, &["x", "y"])?;
+                labelled_set(path, arrays, classes).map(TensorSamples::Memory)
+            }
         }
     }
 
@@ -427,13 +438,13 @@ impl TensorSamples {
                     bytes.extend(sample.iter().flat_map(|v| v.to_le_bytes()));
                     hash.write_sample(&bytes);
                 }
-                for l in &set.y {
-                    hash.write(&l.to_le_bytes());
-                }
-                Ok(())
             }
-            TensorSamples::File(file) => file.hash_into(hash),
+            TensorSamples::File(file) => file.hash_inputs_into(hash)?,
         }
+        for l in self.labels() {
+            hash.write(&l.to_le_bytes());
+        }
+        Ok(())
     }
 
     /// The samples as batches of `batch`.
