@@ -10,12 +10,13 @@
 //! stride_h, kx % stride_w)` at the fixed offset `(ky / stride_h)·pitch + kx / stride_w`
 //! from output `(oy, ox)`'s flat index `oy·pitch + ox`, so a whole plane of outputs is one
 //! flat run, cut into [`BLOCK`]-wide register accumulators that sum every tap before they
-//! are stored (the columns `ox >= out_w` of each row are computed and dropped). The input gradient is the same sum read
-//! backwards: each phase of `dx` gathers the output gradient (laid out at the same pitch,
-//! its dropped columns zero) through the taps of that phase; the weight gradient correlates
-//! that output gradient with each tap's phase, summed over the whole batch in vector lanes
-//! and added up once per channel. Tap offsets are worked out once per call; the padding of
-//! the phases and of the laid-out gradient is zeroed once per worker, not per plane.
+//! are stored (the columns `ox >= out_w` of each row are computed and dropped). The input
+//! gradient is the same sum read backwards: each phase of `dx` gathers the output gradient
+//! (laid out at the same pitch, its dropped columns zero) through the taps of that phase;
+//! the weight gradient correlates that output gradient with each tap's phase, summed over
+//! the whole batch in vector lanes and added up once per channel. Tap offsets are worked
+//! out once per call; the padding of the phases and of the laid-out gradient is zeroed once
+//! per worker, not per plane.
 //!
 //! Stride-1 layers that keep the plane's size, on planes of whole blocks, skip the phases
 //! and run in place (`same_depthwise`).

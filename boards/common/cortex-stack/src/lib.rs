@@ -4,9 +4,10 @@
 //! - [`guard`] makes 4 KiB just above the statics a no-access MPU region, so an overflow
 //!   raises a MemManage fault instead of silently overwriting the statics (the training
 //!   arena, the cached samples): a stack frame larger than the guard could still jump over
-//!   it, so the firmware keeps its frames smaller (its big buffers are statics); [`on_overflow!`] defines the fault's handler,
-//!   which moves the stack pointer back to the top of RAM (the overflowed stack cannot take
-//!   a single push) and calls the firmware's function that reports the overflow;
+//!   it, so the firmware keeps its frames smaller (its big buffers are statics);
+//!   [`on_overflow!`] defines the fault's handler, which moves the stack pointer back to
+//!   the top of RAM (the overflowed stack cannot take a single push) and calls the
+//!   firmware's function that reports the overflow;
 //! - [`paint`] fills the free stack above the guard with a pattern at start-up and [`peak`]
 //!   finds how far down the stack has ever reached by the first word that lost it: the
 //!   whole firmware (statics, arena and the deepest stack) inside the RAM region, with the
