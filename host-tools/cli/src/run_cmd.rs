@@ -1,12 +1,14 @@
 //! `sprout run`: a model's output (logits, features or a feature map, any rank) for a
 //! float32 `.npy` tensor of any number of samples, written as `.npy` `[samples, ...]`; the
-//! graph is re-recorded for passes of `--batch-size` samples and for the remainder.
+//! graph is re-recorded for passes of `--batch-size` samples and for the remainder. Input
+//! and output stream through in chunks of whole passes, so memory stays bounded whatever
+//! the file's size; the output appears whole when every sample has run, or not at all.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use sprout_train::{check_output, encode_npy, read_npy, write_atomic, Inference, Network};
+use sprout_train::{check_output, write_npy_chunks, Inference, Network, NpySamples};
 
 use crate::backend_args::BackendArgs;
 use crate::pass_args::PassArgs;
@@ -28,11 +30,16 @@ pub struct RunArgs {
     backend: BackendArgs,
 }
 
+/// Samples read, run and written at a time (rounded to whole passes): a few MiB of LeafNet
+/// inputs, and passes enough that each chunk keeps every thread busy.
+const CHUNK_SAMPLES: usize = 256;
+
 pub fn run(args: &RunArgs) -> Result<()> {
     check_output(&args.output, &[("MODEL", &args.model), ("--input", &args.input)])?;
     let network = Network::open(&args.model)?;
-    let (shape, x) = read_npy(&args.input)?;
-    if shape.is_empty() || shape[1..] != network.sample_dims()[..] || shape[0] == 0 {
+    let mut input = NpySamples::open(&args.input)?;
+    let shape = input.shape().to_vec();
+    if shape[1..] != network.sample_dims()[..] || shape[0] == 0 {
         bail!(
             "{}: tensor 'x': expected shape [M, {}] with M >= 1, found {shape:?}",
             args.input.display(),
@@ -42,9 +49,16 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let samples = shape[0];
     let batch = args.passes.pass_size(samples);
     args.backend.announce();
-    let y = Inference::of_network(&network, batch)?.run(&x)?;
+    let mut inference = Inference::of_network(&network, batch)?;
     let dims: Vec<usize> = [samples].into_iter().chain(network.output_dims()).collect();
-    write_atomic(&args.output, &encode_npy(&dims, &y))?;
+    let chunk = batch * (CHUNK_SAMPLES / batch).max(1);
+    write_npy_chunks(&args.output, &dims, || {
+        let x = input.read(chunk)?;
+        if x.is_empty() {
+            return Ok(x);
+        }
+        inference.run(&x)
+    })?;
     println!("{samples} samples -> {} ({dims:?})", args.output.display());
     Ok(())
 }

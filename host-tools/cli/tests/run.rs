@@ -2,7 +2,7 @@
 //! run with `sprout run` for any number of samples and equal convolutions computed here by
 //! direct loops, also after `export` and `convert` back; `eval` and `predict` refuse them
 //! by their output shape; `train --batch-size` re-records a `.sprout` file for the batch
-//! asked.
+//! asked; inputs larger than memory stream through.
 
 mod common;
 
@@ -124,6 +124,20 @@ fn a_single_conv_layer_runs_for_any_number_of_samples() {
     let (shape, y) = run(&dir, &back, &x, 3, &[]);
     assert_eq!(shape, [3, OUT, H, W]);
     assert_close(&y, &conv_reference(&x, &weight, &bias, 3), "exported and converted back");
+}
+
+/// Input and output stream through in chunks: 700 samples (112 KB in, 168 KB out) run
+/// under a 64 KiB memory limit, in passes of 3 and a remainder of 1 per chunk's end.
+#[test]
+fn an_input_over_the_memory_limit_streams_through() {
+    let dir = Scratch::new("run-stream");
+    let (weight, bias) = (values(7, OUT * C * K * K), values(8, OUT));
+    let model = convert(&dir, &conv_onnx(&weight, &bias, false), "conv.sprout", None);
+    let n = 700;
+    let x = values(9, n * C * H * W);
+    let (shape, y) = run(&dir, &model, &x, n, &["--max-memory", "64K", "--batch-size", "3"]);
+    assert_eq!(shape, [n, OUT, H, W]);
+    assert_close(&y, &conv_reference(&x, &weight, &bias, n), "streamed");
 }
 
 #[test]

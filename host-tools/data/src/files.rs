@@ -29,24 +29,43 @@ pub(crate) fn write_replaceable(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write(path, bytes, false)
 }
 
+/// [`write_atomic`] of what `fill` writes (through a buffer), for outputs made a piece at a
+/// time: whole or not at all, and durably. When `fill` fails, nothing is left behind and
+/// its error is returned.
+pub fn write_atomic_with<E: From<io::Error>>(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> Result<(), E>,
+) -> Result<(), E> {
+    write_with(path, true, fill)
+}
+
 fn write(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+    write_with(path, durable, |file| file.write_all(bytes))
+}
+
+fn write_with<E: From<io::Error>>(
+    path: &Path,
+    durable: bool,
+    fill: impl FnOnce(&mut dyn Write) -> Result<(), E>,
+) -> Result<(), E> {
     let folder = folder_of(path);
     remove_stale_once(folder);
     let temp = temp_path(path)?;
-    let result = (|| {
-        let mut file = fs::File::create(&temp)?;
-        file.write_all(bytes)?;
+    let result = (|| -> Result<(), E> {
+        let mut file = io::BufWriter::new(fs::File::create(&temp)?);
+        fill(&mut file)?;
+        let file = file.into_inner().map_err(io::IntoInnerError::into_error)?;
         if durable {
             file.sync_all()?;
         }
-        fs::rename(&temp, path)
+        Ok(fs::rename(&temp, path)?)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&temp);
     }
     result?;
     match durable {
-        true => sync_folder(folder),
+        true => Ok(sync_folder(folder)?),
         false => Ok(()),
     }
 }
@@ -226,5 +245,29 @@ mod tests {
             fs::read_dir(folder.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, ["taken"]);
         assert!(write_atomic(&folder.path().join("missing/x"), b"bytes").is_err());
+    }
+
+    /// An output written in pieces: a failure part way leaves the old file as it was and
+    /// no temporary behind, and passes the writer's own error on.
+    #[test]
+    fn a_piecewise_write_is_whole_or_not_at_all() {
+        let folder = tempfile::tempdir().unwrap();
+        let target = folder.path().join("out.bin");
+        write_atomic(&target, b"old").unwrap();
+        let failed = write_atomic_with(&target, |w| {
+            w.write_all(&[7; 100_000])?;
+            Err(io::Error::other("the third piece failed"))
+        });
+        assert_eq!(failed.unwrap_err().to_string(), "the third piece failed");
+        let names: Vec<_> =
+            fs::read_dir(folder.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["out.bin"]);
+        assert_eq!(fs::read(&target).unwrap(), b"old");
+        write_atomic_with(&target, |w| {
+            (0..3u8).try_for_each(|piece| w.write_all(&[piece; 70_000]))
+        })
+        .unwrap();
+        let written = fs::read(&target).unwrap();
+        assert_eq!((written.len(), written[0], written[209_999]), (210_000, 0, 2));
     }
 }

@@ -37,7 +37,7 @@ mod transform;
 pub use cache::CacheMode;
 pub use decode::{decode_rgb, load_resized};
 pub use error::DataError;
-pub use files::{check_writable, folder_of, sync_folder, write_atomic};
+pub use files::{check_writable, folder_of, sync_folder, write_atomic, write_atomic_with};
 pub use folder::Dataset;
 pub use leaves::{generate, Disease, Domain, LeafConfig, Summary};
 pub use limits::{parse_size, read_bounded, regular_file, Limits, MAX_MEMORY_ENV};

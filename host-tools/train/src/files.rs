@@ -13,6 +13,31 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
     sprout_data::write_atomic(path, bytes).map_err(TrainError::io(path))
 }
 
+/// [`write_atomic`] of what `fill` writes a piece at a time (through a buffer): whole or
+/// not at all; `fill`'s error is returned as it is.
+pub(crate) fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn std::io::Write) -> Result<(), TrainError>,
+) -> Result<(), TrainError> {
+    let io_error = TrainError::io(path);
+    sprout_data::write_atomic_with(path, |w| fill(w).map_err(Wrapped::Train)).map_err(|e| match e {
+        Wrapped::Train(e) => e,
+        Wrapped::Io(e) => io_error(e),
+    })
+}
+
+/// A write's error: `fill`'s own, or one of the file's.
+enum Wrapped {
+    Train(TrainError),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for Wrapped {
+    fn from(e: std::io::Error) -> Self {
+        Wrapped::Io(e)
+    }
+}
+
 /// Checks, before any work, that `output` can be written: it names a file (not a folder) in
 /// a folder that exists and takes new files, and it is none of `inputs` (`(flag, path)`
 /// pairs; the same file under another name, through a symlink or a hard link, counts).

@@ -29,6 +29,7 @@ mod metrics_csv;
 mod model;
 mod mse_range;
 mod new_head;
+mod npy_stream;
 mod plot;
 mod preprocess;
 mod quantize;
@@ -53,6 +54,7 @@ pub use metrics_csv::{
     read_metrics, render_metrics, write_metrics, MetricsRow, HEADER, METRICS_FILE,
 };
 pub use model::{Inference, Model, Network, INFERENCE_BATCH};
+pub use npy_stream::{write_npy_chunks, NpySamples};
 pub use plot::{render_png, render_svg, write_curves, CURVE_SIZE};
 pub use preprocess::{fit_of, image_input, ImageInput};
 pub use quantize::{

@@ -79,21 +79,33 @@ pub(crate) fn file_error(path: &Path, detail: impl Into<String>) -> TrainError {
 /// unclosed brackets: a minute).
 const NPY_HEADER_DEPTH: usize = 8;
 
+/// Where an `.npy` file's header text starts and how long it is, from its first bytes
+/// (format version 1: a 16-bit length; later ones: 32-bit), or `None` for other bytes.
+pub(crate) fn npy_header_span(bytes: &[u8]) -> Option<(usize, usize)> {
+    match bytes {
+        [0x93, b'N', b'U', b'M', b'P', b'Y', 1, _, lo, hi, ..] => {
+            Some((10, usize::from(u16::from_le_bytes([*lo, *hi]))))
+        }
+        [0x93, b'N', b'U', b'M', b'P', b'Y', _, _, a, b, c, d, ..] => {
+            Some((12, u32::from_le_bytes([*a, *b, *c, *d]) as usize))
+        }
+        _ => None,
+    }
+}
+
 /// Refuses an `.npy` whose header nests brackets deeper than [`NPY_HEADER_DEPTH`] or
 /// declares more elements than its data bytes could hold (each takes at least one),
 /// before npyz parses it and multiplies the shape out: `[2^52, 3, 64, 64]` would overflow
-/// there (a wrapped count of 0 without overflow checks). Headers this does not understand
-/// are left to npyz to refuse.
-fn check_npy_header(path: &Path, name: &str, bytes: &[u8]) -> Result<(), TrainError> {
-    let (start, len) = match bytes {
-        [0x93, b'N', b'U', b'M', b'P', b'Y', 1, _, lo, hi, ..] => {
-            (10, usize::from(u16::from_le_bytes([*lo, *hi])))
-        }
-        [0x93, b'N', b'U', b'M', b'P', b'Y', _, _, a, b, c, d, ..] => {
-            (12, u32::from_le_bytes([*a, *b, *c, *d]) as usize)
-        }
-        _ => return Ok(()),
-    };
+/// there (a wrapped count of 0 without overflow checks). `bytes` is the file or its start
+/// up to the end of the header, `file_len` the file's length. Headers this does not
+/// understand are left to npyz to refuse.
+pub(crate) fn check_npy_header(
+    path: &Path,
+    name: &str,
+    bytes: &[u8],
+    file_len: u64,
+) -> Result<(), TrainError> {
+    let Some((start, len)) = npy_header_span(bytes) else { return Ok(()) };
     let Some(header) = bytes.get(start..).and_then(|rest| rest.get(..len)) else { return Ok(()) };
     let header = String::from_utf8_lossy(header);
     let mut depth = 0usize;
@@ -125,8 +137,8 @@ fn check_npy_header(path: &Path, name: &str, bytes: &[u8]) -> Result<(), TrainEr
         let Ok(dim) = dim.parse::<u64>() else { return Ok(()) };
         count = count.and_then(|c| c.checked_mul(dim));
     }
-    let data = bytes.len() - start - len;
-    if count.is_none_or(|count| count > data as u64) {
+    let data = file_len.saturating_sub((start + len) as u64);
+    if count.is_none_or(|count| count > data) {
         return Err(file_error(
             path,
             format!(
@@ -143,7 +155,7 @@ fn check_npy_header(path: &Path, name: &str, bytes: &[u8]) -> Result<(), TrainEr
 /// checked (element count without overflow, within the memory limit, matching the bytes
 /// present) before any value is allocated.
 fn parse_npy(path: &Path, name: &str, bytes: &[u8]) -> Result<Array, TrainError> {
-    check_npy_header(path, name, bytes)?;
+    check_npy_header(path, name, bytes, bytes.len() as u64)?;
     let mut cursor = Cursor::new(bytes);
     let header = npyz::NpyHeader::from_reader(&mut cursor)
         .map_err(|e| file_error(path, format!("array '{name}' is not a valid .npy: {e}")))?;
@@ -639,12 +651,16 @@ mod tests {
         bytes
     }
 
+    /// [`check_npy_header`] of a whole file `bytes`, named `x.npy`.
+    fn check_header(bytes: &[u8]) -> Result<(), TrainError> {
+        check_npy_header(Path::new("x.npy"), "x", bytes, bytes.len() as u64)
+    }
+
     #[test]
     fn an_npy_shape_beyond_its_bytes_is_refused_before_decoding() {
-        let path = Path::new("x.npy");
-        assert!(check_npy_header(path, "x", &encode_npy(&[2, 3], &[0.0; 6])).is_ok());
-        assert!(check_npy_header(path, "x", &npy("(2, 3)", 24)).is_ok());
-        let error = |shape, data| check_npy_header(path, "x", &npy(shape, data)).unwrap_err();
+        assert!(check_header(&encode_npy(&[2, 3], &[0.0; 6])).is_ok());
+        assert!(check_header(&npy("(2, 3)", 24)).is_ok());
+        let error = |shape, data| check_header(&npy(shape, data)).unwrap_err();
         let wraps = error("(4503599627370496, 3, 64, 64)", 16).to_string();
         assert!(wraps.contains("more than 2^64 elements") && wraps.contains("x.npy"), "{wraps}");
         // npyz would overflow on the first two dimensions, whatever follows.
@@ -655,12 +671,11 @@ mod tests {
 
     #[test]
     fn an_npy_header_nesting_brackets_deeply_is_refused_before_parsing() {
-        let path = Path::new("x.npy");
         // A structured dtype with a sub-array, as numpy writes it: four deep.
         let structured = npy("(1,), 'descr': [('a', '<f4', (2,))]", 8);
-        assert!(check_npy_header(path, "x", &structured).is_ok());
+        assert!(check_header(&structured).is_ok());
         let deep = npy(&format!("({}", "[".repeat(40)), 8);
-        let message = check_npy_header(path, "x", &deep).unwrap_err().to_string();
+        let message = check_header(&deep).unwrap_err().to_string();
         assert!(message.contains("more than 8 deep"), "{message}");
     }
 }
