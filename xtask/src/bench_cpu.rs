@@ -11,8 +11,10 @@
 //! Sprout's steady-state speed is the difference of two `sprout train` (or `sprout run`)
 //! processes that differ only in the number of samples, so start-up, graph compilation,
 //! validation and writing the model cancel out; PyTorch's is timed in-process after warm-up
-//! steps. Each side's number is the median over `--reps` repetitions; peak RSS is the
-//! largest over the processes of a configuration (PyTorch's includes its import).
+//! steps. One repetition times sprout (all cores, then one), then PyTorch, back to back, so
+//! a change in the machine's load between repetitions falls on both sides: each ratio is
+//! the median of the repetitions' ratios, each speed the median of its side's speeds. Peak
+//! RSS is the largest over the processes of a configuration (PyTorch's includes its import).
 
 use std::fs;
 use std::io::Read;
@@ -26,7 +28,7 @@ use sprout_train::encode_npy;
 use sprout_zoo::leafnet::{CHANNELS, CLASS_NAMES, SIZE};
 
 use crate::bench;
-use crate::bench_data::wait_measured;
+use crate::bench_data::{spawn_measured, wait_measured};
 
 /// The PyTorch side, relative to the workspace root.
 const SCRIPT: &str = "xtask/bench/leafnet.py";
@@ -34,8 +36,10 @@ const SCRIPT: &str = "xtask/bench/leafnet.py";
 const INSTALL: &str = "pip install torch numpy safetensors";
 /// Repetitions unless `--reps N` says otherwise.
 const DEFAULT_REPS: usize = 3;
-/// Images per timed span: the number of timed steps is this over the batch size.
-const IMAGES: usize = 256;
+/// Images per timed span: the number of timed steps is this over the batch size. Long
+/// enough that sprout's span (a difference of two process times) is seconds, not the
+/// jitter of starting a process.
+const IMAGES: usize = 1024;
 /// The fewest timed steps at any batch size.
 const MIN_STEPS: usize = 4;
 /// Untimed steps before the timed ones (PyTorch), and the steps of sprout's shorter run.
@@ -139,13 +143,13 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 /// `cpu leafnet train batch 32 all: sprout 114.0 img/s, pytorch 264.0 img/s, ratio 0.43x`
-/// (sprout / PyTorch), or sprout's speed alone.
-fn speed_line(label: &str, sprout: f64, pytorch: Option<f64>) -> String {
+/// (sprout / PyTorch: `ratio`, the median of the repetitions' ratios), or sprout's speed
+/// alone.
+fn speed_line(label: &str, sprout: f64, pytorch: Option<(f64, f64)>) -> String {
     match pytorch {
-        Some(p) => format!(
-            "{label}: sprout {sprout:.1} img/s, pytorch {p:.1} img/s, ratio {:.2}x",
-            sprout / p
-        ),
+        Some((p, ratio)) => {
+            format!("{label}: sprout {sprout:.1} img/s, pytorch {p:.1} img/s, ratio {ratio:.2}x")
+        }
         None => format!("{label}: sprout {sprout:.1} img/s"),
     }
 }
@@ -159,12 +163,11 @@ fn memory_line(label: &str, sprout: f64, pytorch: Option<f64>) -> String {
 }
 
 /// `cpu leafnet train batch 32 all threads: sprout 1 thread 60.0 img/s, 2 threads 114.0
-/// img/s, speedup 1.90x`.
-fn threads_line(label: &str, one: f64, all: f64, threads: usize) -> String {
+/// img/s, speedup 1.90x` (`speedup`: the median of the repetitions' speedups).
+fn threads_line(label: &str, one: f64, all: f64, threads: usize, speedup: f64) -> String {
     format!(
         "{label} threads: sprout 1 thread {one:.1} img/s, {threads} threads {all:.1} img/s, \
-         speedup {:.2}x",
-        all / one
+         speedup {speedup:.2}x"
     )
 }
 
@@ -176,10 +179,34 @@ fn value(output: &str, key: &str) -> Result<f64> {
         .with_context(|| format!("no `{key} NUMBER` line in:\n{output}"))
 }
 
-/// Images/s (median) and peak RSS in MiB.
+/// One process's (or process pair's) images/s and peak RSS in MiB.
 struct Measured {
     img_per_s: f64,
     peak_mib: f64,
+}
+
+/// A configuration's repetitions, one side's speeds beside another's.
+#[derive(Default)]
+struct Paired {
+    ours: Vec<f64>,
+    theirs: Vec<f64>,
+    ratios: Vec<f64>,
+    peak_mib: (f64, f64),
+}
+
+impl Paired {
+    /// Adds one repetition: `ours` and `theirs` timed back to back.
+    fn push(&mut self, ours: &Measured, theirs: &Measured) {
+        self.ours.push(ours.img_per_s);
+        self.theirs.push(theirs.img_per_s);
+        self.ratios.push(ours.img_per_s / theirs.img_per_s);
+        self.peak_mib = (self.peak_mib.0.max(ours.peak_mib), self.peak_mib.1.max(theirs.peak_mib));
+    }
+
+    /// Median speeds of both sides and the median ratio.
+    fn medians(&mut self) -> (f64, f64, f64) {
+        (median(&mut self.ours), median(&mut self.theirs), median(&mut self.ratios))
+    }
 }
 
 /// `cargo xtask bench cpu [--reps N] [--quick]`.
@@ -188,7 +215,7 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
     let sprout = bench::release_sprout(root)?;
     let work = root.join("target/bench-cpu");
     fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    let bench = Bench { sprout, script: root.join(SCRIPT), work, reps: options.reps };
+    let bench = Bench { sprout, script: root.join(SCRIPT), work };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
 
     // The model to check and to run inference on.
@@ -216,16 +243,29 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
     );
     for config in configs(options.quick) {
         let label = config.label();
-        let all = bench.sprout_speed(config, &model, false)?;
-        let pytorch = python
-            .as_deref()
-            .map(|python| bench.pytorch_speed(python, config, &weights, threads))
-            .transpose()?;
-        println!("{}", speed_line(&label, all.img_per_s, pytorch.as_ref().map(|p| p.img_per_s)));
-        println!("{}", memory_line(&label, all.peak_mib, pytorch.as_ref().map(|p| p.peak_mib)));
+        let (mut against_pytorch, mut against_one) = (Paired::default(), Paired::default());
+        let mut sprout_peak_mib = 0f64;
+        for _ in 0..options.reps {
+            let all = bench.sprout_speed(config, &model, false)?;
+            sprout_peak_mib = sprout_peak_mib.max(all.peak_mib);
+            if threads > 1 {
+                against_one.push(&all, &bench.sprout_speed(config, &model, true)?);
+            }
+            if let Some(python) = python.as_deref() {
+                against_pytorch
+                    .push(&all, &bench.pytorch_speed(python, config, &weights, threads)?);
+            } else {
+                against_pytorch.ours.push(all.img_per_s);
+            }
+        }
+        let pytorch_peak_mib = python.is_some().then_some(against_pytorch.peak_mib.1);
+        let (sprout, pytorch, ratio) = against_pytorch.medians();
+        let pytorch = python.is_some().then_some((pytorch, ratio));
+        println!("{}", speed_line(&label, sprout, pytorch));
+        println!("{}", memory_line(&label, sprout_peak_mib, pytorch_peak_mib));
         if threads > 1 {
-            let one = bench.sprout_speed(config, &model, true)?;
-            println!("{}", threads_line(&label, one.img_per_s, all.img_per_s, threads));
+            let (all, one, speedup) = against_one.medians();
+            println!("{}", threads_line(&label, one, all, threads, speedup));
         }
     }
     Ok(())
@@ -256,7 +296,6 @@ struct Bench {
     sprout: PathBuf,
     script: PathBuf,
     work: PathBuf,
-    reps: usize,
 }
 
 impl Bench {
@@ -272,8 +311,8 @@ impl Bench {
             pin_to_one_core(&mut command)?;
         }
         let started = Instant::now();
-        let child =
-            command.spawn().with_context(|| format!("running {}", self.sprout.display()))?;
+        let child = spawn_measured(&mut command)
+            .with_context(|| format!("running {}", self.sprout.display()))?;
         let (success, peak_mib) = wait_measured(child)?;
         let seconds = started.elapsed().as_secs_f64();
         if !success {
@@ -315,7 +354,7 @@ impl Bench {
         self.sprout("train", &args, pinned)
     }
 
-    /// Sprout's steady-state speed: per repetition, the images of the longer run over the
+    /// Sprout's steady-state speed in one repetition: the images of the longer run over the
     /// extra seconds it took.
     fn sprout_speed(&self, config: Config, model: &Path, pinned: bool) -> Result<Measured> {
         let (short, long) =
@@ -338,24 +377,19 @@ impl Bench {
                 self.sprout("run", &args, pinned)
             }
         };
-        let (mut rates, mut peak_mib) = (Vec::new(), 0f64);
-        for _ in 0..self.reps {
-            let (t_short, m_short) = timed(short)?;
-            let (t_long, m_long) = timed(long)?;
-            peak_mib = peak_mib.max(m_short).max(m_long);
-            if t_long > t_short {
-                rates.push((long - short) as f64 / (t_long - t_short));
-            }
-        }
+        let (t_short, m_short) = timed(short)?;
+        let (t_long, m_long) = timed(long)?;
         ensure!(
-            !rates.is_empty(),
-            "{}: the longer sprout run was never slower than the shorter one (noise?)",
+            t_long > t_short,
+            "{}: the longer sprout run ({t_long:.2} s) was not slower than the shorter one \
+             ({t_short:.2} s): the machine is too busy to measure",
             config.label()
         );
-        Ok(Measured { img_per_s: median(&mut rates), peak_mib })
+        let img_per_s = (long - short) as f64 / (t_long - t_short);
+        Ok(Measured { img_per_s, peak_mib: m_short.max(m_long) })
     }
 
-    /// PyTorch's speed for `config`, from one process of the script.
+    /// PyTorch's speed for `config`: one timed span, in one process of the script.
     fn pytorch_speed(
         &self,
         python: &str,
@@ -368,7 +402,7 @@ impl Bench {
             ("--batch", config.batch),
             ("--steps", config.steps()),
             ("--warmup", WARMUP_STEPS),
-            ("--reps", self.reps),
+            ("--reps", 1),
             ("--threads", threads),
         ] {
             args.extend([flag.to_string(), n.to_string()]);
@@ -412,13 +446,9 @@ impl Bench {
         let script = &self.script;
         let log = self.work.join("pytorch.log");
         let file = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let mut child = Command::new(python)
-            .arg(script)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(file)
-            .spawn()
+        let mut command = Command::new(python);
+        command.arg(script).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(file);
+        let mut child = spawn_measured(&mut command)
             .with_context(|| format!("running {python} {}", script.display()))?;
         let mut output = String::new();
         child.stdout.take().context("no pipe")?.read_to_string(&mut output)?;
@@ -518,7 +548,7 @@ mod tests {
     #[test]
     fn lines_read_the_way_scripts_expect() {
         assert_eq!(
-            speed_line("cpu leafnet train batch 32 all", 114.0, Some(264.0)),
+            speed_line("cpu leafnet train batch 32 all", 114.0, Some((264.0, 0.4312))),
             "cpu leafnet train batch 32 all: sprout 114.0 img/s, pytorch 264.0 img/s, ratio 0.43x"
         );
         assert_eq!(
@@ -530,10 +560,23 @@ mod tests {
             "cpu leafnet train batch 8 head peak RSS: sprout 44 MiB, pytorch 848 MiB"
         );
         assert_eq!(
-            threads_line("cpu leafnet infer batch 32", 50.0, 95.0, 2),
+            threads_line("cpu leafnet infer batch 32", 50.0, 95.0, 2, 1.9),
             "cpu leafnet infer batch 32 threads: sprout 1 thread 50.0 img/s, 2 threads 95.0 \
              img/s, speedup 1.90x"
         );
+    }
+
+    /// Ratios are taken within a repetition: a load that slows both sides of one
+    /// repetition leaves its ratio as it was.
+    #[test]
+    fn ratios_pair_each_repetition() {
+        let speed = |img_per_s: f64| Measured { img_per_s, peak_mib: img_per_s / 10.0 };
+        let mut paired = Paired::default();
+        for (ours, theirs) in [(200.0, 100.0), (60.0, 50.0), (90.0, 40.0)] {
+            paired.push(&speed(ours), &speed(theirs));
+        }
+        assert_eq!(paired.medians(), (90.0, 50.0, 2.0));
+        assert_eq!(paired.peak_mib, (20.0, 10.0));
     }
 
     #[test]

@@ -208,13 +208,10 @@ fn train_epoch(
     println!("$ {} {}", sprout.display(), args.join(" "));
     let file = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let started = Instant::now();
-    let child = Command::new(sprout)
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(file.try_clone()?)
-        .stderr(file)
-        .spawn()
-        .with_context(|| format!("running {}", sprout.display()))?;
+    let mut command = Command::new(sprout);
+    command.args(&args).stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+    let child =
+        spawn_measured(&mut command).with_context(|| format!("running {}", sprout.display()))?;
     let (success, rss_mib) = wait_measured(child)?;
     let seconds = started.elapsed().as_secs_f64();
     if !success {
@@ -224,8 +221,27 @@ fn train_epoch(
     Ok((seconds, rss_mib))
 }
 
-/// Waits for `child` (also for `bench cpu`): whether it succeeded, and its peak resident memory in MiB (from the
-/// kernel's accounting of that one process, not of earlier children such as cargo's).
+/// Spawns `command` (also for `bench cpu`) so that [`wait_measured`] sees its own peak memory:
+/// by fork and exec. A `posix_spawn` child shares this process's memory until it execs, and
+/// Linux then counts this process's peak as the child's; a forked one starts from this
+/// process's current memory, which holds no benchmark data between runs.
+#[cfg(unix)]
+pub(crate) fn spawn_measured(command: &mut Command) -> std::io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook does nothing, so it is safe to run between fork and exec. Having one
+    // makes the standard library fork instead of calling posix_spawn.
+    unsafe { command.pre_exec(|| Ok(())) };
+    command.spawn()
+}
+
+#[cfg(not(unix))]
+pub(crate) fn spawn_measured(command: &mut Command) -> std::io::Result<Child> {
+    command.spawn()
+}
+
+/// Waits for `child` (also for `bench cpu`; spawned by [`spawn_measured`]): whether it
+/// succeeded, and its peak resident memory in MiB (from the kernel's accounting of that one
+/// process, not of earlier children such as cargo's).
 #[cfg(unix)]
 pub(crate) fn wait_measured(child: Child) -> Result<(bool, f64)> {
     let pid = child.id() as libc::pid_t;
@@ -276,10 +292,18 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The child's peak is its own, not this process's: 512 MiB touched and freed here
+    /// before the spawn does not show.
     #[cfg(unix)]
     #[test]
     fn waiting_reports_the_exit_status_and_the_peak_memory() {
-        let run = |program: &str| wait_measured(Command::new(program).spawn().unwrap()).unwrap();
+        let mut big = vec![0u8; 512 << 20];
+        big.iter_mut().step_by(4096).for_each(|b| *b = 1);
+        assert_eq!(big.iter().step_by(4096).map(|&b| b as usize).sum::<usize>(), 512 << 8);
+        drop(big);
+        let run = |program: &str| {
+            wait_measured(spawn_measured(&mut Command::new(program)).unwrap()).unwrap()
+        };
         let (success, mib) = run("true");
         assert!(success && mib > 0.0 && mib < 100.0, "{mib}");
         assert!(!run("false").0);
