@@ -4,7 +4,7 @@
 use bytemuck::Pod;
 
 use crate::backend::{
-    Affine, Host, Kernels, Memory, ParamUpdate, Running, Saved, SavedMut, TrainStats,
+    Affine, GradSums, Host, Kernels, Memory, ParamUpdate, Running, Saved, SavedMut, TrainStats,
 };
 use crate::error::KernelError;
 use crate::kernel::{KernelCall, MAX_OPERANDS};
@@ -230,6 +230,12 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             let (dy, _x, gamma) = (o.f32()?, o.f32()?, o.f32()?);
             let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
             k.batch_norm_grad_input_running(dy, gamma, saved, o.f32_mut()?, d)
+        }
+        KernelCall::BatchNormGradInputFromSums(d) => {
+            let (dy, x, gamma) = (o.f32()?, o.f32()?, o.f32()?);
+            let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
+            let sums = GradSums { dgamma: o.f32()?, dbeta: o.f32()? };
+            k.batch_norm_grad_input_from_sums(dy, x, gamma, saved, sums, o.f32_mut()?, d)
         }
         KernelCall::BatchNormGradParams(d) => {
             let (dy, x) = (o.f32()?, o.f32()?);

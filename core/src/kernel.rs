@@ -264,6 +264,10 @@ kernels! {
         /// `dy, x, gamma, saved_mean, saved_invstd → dx` of [`KernelCall::BatchNormRunning`]:
         /// `dx = gamma · invstd · dy` (the statistics do not depend on `x`).
         85 => BatchNormGradInputRunning(dims: ChannelDims),
+        /// `dy, x, gamma, saved_mean, saved_invstd, dgamma, dbeta → dx` of
+        /// [`KernelCall::BatchNormTrain`], from the per-channel sums `dgamma = Σ dy · x̂` and
+        /// `dbeta = Σ dy` that [`KernelCall::BatchNormGradParams`] made.
+        86 => BatchNormGradInputFromSums(dims: ChannelDims),
     }
 }
 
@@ -384,6 +388,11 @@ impl KernelCall {
             KernelCall::BatchNormGradInput(d) | KernelCall::BatchNormGradInputRunning(d) => {
                 let c = d.channels;
                 s.read(d.len()).read(d.len()).read(c).read(c).read(c).write(d.len())
+            }
+            KernelCall::BatchNormGradInputFromSums(d) => {
+                let c = d.channels;
+                let s = s.read(d.len()).read(d.len()).read(c).read(c).read(c);
+                s.read(c).read(c).write(d.len())
             }
             KernelCall::BatchNormRunning(d, _) => {
                 let c = d.channels;
@@ -547,7 +556,8 @@ impl KernelCall {
             | KernelCall::BatchNormGradInput(d)
             | KernelCall::BatchNormGradParams(d)
             | KernelCall::BatchNormRunning(d, _)
-            | KernelCall::BatchNormGradInputRunning(d) => d.check(),
+            | KernelCall::BatchNormGradInputRunning(d)
+            | KernelCall::BatchNormGradInputFromSums(d) => d.check(),
             KernelCall::Softmax(r)
             | KernelCall::SoftmaxGrad(r)
             | KernelCall::LogSoftmax(r)
@@ -620,6 +630,7 @@ impl KernelCall {
             | KernelCall::BatchNormRunning(d, _) => 4 * d.len(),
             KernelCall::BatchNormGradInputRunning(d) => 2 * d.len(),
             KernelCall::BatchNormGradInput(d) => 8 * d.len(),
+            KernelCall::BatchNormGradInputFromSums(d) => 5 * d.len(),
             KernelCall::BatchNormGradParams(d) => 4 * d.len(),
             KernelCall::Softmax(r)
             | KernelCall::SoftmaxGrad(r)
@@ -729,6 +740,7 @@ impl KernelCall {
             KernelCall::BatchNormGradParams(_) => "batch_norm_grad_params",
             KernelCall::BatchNormRunning(..) => "batch_norm_running",
             KernelCall::BatchNormGradInputRunning(_) => "batch_norm_grad_input_running",
+            KernelCall::BatchNormGradInputFromSums(_) => "batch_norm_grad_input_from_sums",
             KernelCall::Dropout(..) => "dropout",
             KernelCall::DropoutGrad(..) => "dropout_grad",
             KernelCall::Softmax(_) => "softmax",

@@ -14,8 +14,8 @@
 //! another exponential. [`check_reference`] runs the suite with every tolerance bit-exact.
 
 use sprout_core::backend::{
-    ActivationKernels, Affine, LossKernels, NormKernels, ParamUpdate, PointwiseKernels, Running,
-    Saved, SavedMut, TrainStats,
+    ActivationKernels, Affine, GradSums, LossKernels, NormKernels, ParamUpdate, PointwiseKernels,
+    Running, Saved, SavedMut, TrainStats,
 };
 use sprout_core::geometry::{
     window_output, ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,
@@ -490,6 +490,14 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
                 k.batch_norm_grad_params(&dy, &x, saved, dgamma, dbeta, d)
             },
         );
+        // The sums of the parameter gradients, from the reference, for the input gradient.
+        let (mut dgamma, mut dbeta) = (stat.clone(), stat.clone());
+        Reference.batch_norm_grad_params(&dy, &x, saved, &mut dgamma, &mut dbeta, d);
+        let sums = GradSums { dgamma: &dgamma[..], dbeta: &dbeta[..] };
+        let nans = vec![Self::nans(d.len())];
+        self.compare("batch_norm_grad_input_from_sums", &case, tol, nans, &|k, o| {
+            k.batch_norm_grad_input_from_sums(&dy, &x, &gamma, saved, sums, &mut o[0], d)
+        });
         let running_outputs = vec![y.clone(), stat.clone(), stat.clone()];
         self.compare("batch_norm_running", &case, EXACT, running_outputs, &|k, o| {
             let [y, mean, invstd] = o else { unreachable!("three buffers") };

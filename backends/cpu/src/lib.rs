@@ -44,8 +44,8 @@ use depthwise::runs_direct;
 use parallel::for_each_span;
 use pool::Pool;
 use sprout_core::backend::{
-    ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, Int8LayerKernels, NormKernels,
-    PointwiseKernels, Running, Saved, SavedMut, TrainStats,
+    ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, GradSums, Int8LayerKernels,
+    NormKernels, PointwiseKernels, Running, Saved, SavedMut, TrainStats,
 };
 use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
 use sprout_core::hyperparams::BatchNormConfig;
@@ -225,6 +225,19 @@ impl NormKernels for Cpu {
         let (mean, invstd) = (saved.mean, saved.invstd);
         norm::grad_sums(&self.pool, dy, x, mean, invstd, pairs, sum_dy, sum_xhat, d);
         let sums = [&*sum_dy, &*sum_xhat];
+        norm::grad_input(&self.pool, dy, x, gamma, mean, invstd, sums, dx, d)
+    }
+    fn batch_norm_grad_input_from_sums(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        gamma: &[f32],
+        saved: Saved<'_, Host>,
+        sums: GradSums<'_, Host>,
+        dx: &mut [f32],
+        d: ChannelDims,
+    ) {
+        let (mean, invstd, sums) = (saved.mean, saved.invstd, [sums.dbeta, sums.dgamma]);
         norm::grad_input(&self.pool, dy, x, gamma, mean, invstd, sums, dx, d)
     }
     fn batch_norm_grad_params(

@@ -1,5 +1,5 @@
 //! Kernel arguments that travel together, as one struct each: batch norm's affine
-//! parameters and statistics, and an optimizer update's parameter, gradient and step size.
+//! parameters, statistics and gradient sums, and an optimizer update's parameter, gradient and step size.
 //! Generic over [`Memory`], so a device backend receives device views.
 
 use crate::memory::Memory;
@@ -35,6 +35,14 @@ pub struct TrainStats<'a, M: Memory> {
 pub struct Saved<'a, M: Memory> {
     pub mean: M::Slice<'a, f32>,
     pub invstd: M::Slice<'a, f32>,
+}
+
+/// A training batch norm's parameter gradients per channel, as `batch_norm_grad_params`
+/// made them: `dgamma = Σ dy · x̂` and `dbeta = Σ dy`, the sums its input gradient needs.
+#[derive(Clone, Copy, Debug)]
+pub struct GradSums<'a, M: Memory> {
+    pub dgamma: M::Slice<'a, f32>,
+    pub dbeta: M::Slice<'a, f32>,
 }
 
 /// Where a forward pass saves the mean and inverse standard deviation it normalised with.

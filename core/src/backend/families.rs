@@ -1,7 +1,7 @@
 //! The kernel families a backend implements, one trait each, over views of the backend's
 //! [`Memory`](super::Memory) (`In` to read, `Out` to write). No method has a default.
 
-use super::args::{Affine, ParamUpdate, Running, Saved, SavedMut, TrainStats};
+use super::args::{Affine, GradSums, ParamUpdate, Running, Saved, SavedMut, TrainStats};
 use super::{Backend, In, Out};
 use crate::error::KernelError;
 use crate::geometry::{
@@ -227,6 +227,19 @@ pub trait NormKernels: Backend {
         x: In<'_, Self, f32>,
         gamma: In<'_, Self, f32>,
         saved: Saved<'_, Self::Memory>,
+        dx: Out<'_, Self, f32>,
+        d: ChannelDims,
+    );
+    /// The input gradient of [`NormKernels::batch_norm_train`] from the sums
+    /// [`NormKernels::batch_norm_grad_params`] made, without summing again.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_grad_input_from_sums(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        x: In<'_, Self, f32>,
+        gamma: In<'_, Self, f32>,
+        saved: Saved<'_, Self::Memory>,
+        sums: GradSums<'_, Self::Memory>,
         dx: Out<'_, Self, f32>,
         d: ChannelDims,
     );

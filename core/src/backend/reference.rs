@@ -1,7 +1,7 @@
 //! The reference kernels as every kernel family, for host-memory backends that choose them
 //! with [`InheritReference`] ([`Reference`](super::Reference) chooses all of them).
 
-use super::args::{Affine, ParamUpdate, Running, Saved, SavedMut, TrainStats};
+use super::args::{Affine, GradSums, ParamUpdate, Running, Saved, SavedMut, TrainStats};
 use super::families::*;
 use super::{family, Backend, Host, InheritReference};
 use crate::error::KernelError;
@@ -222,6 +222,29 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Norm>> NormKernels for
         d: ChannelDims,
     ) {
         r::batch_norm_grad_input(dy, x, gamma, saved.mean, saved.invstd, dx, d)
+    }
+    fn batch_norm_grad_input_from_sums(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        gamma: &[f32],
+        saved: Saved<'_, Host>,
+        sums: GradSums<'_, Host>,
+        dx: &mut [f32],
+        d: ChannelDims,
+    ) {
+        let (mean, invstd) = (saved.mean, saved.invstd);
+        r::batch_norm_grad_input_from_sums(
+            dy,
+            x,
+            gamma,
+            mean,
+            invstd,
+            sums.dgamma,
+            sums.dbeta,
+            dx,
+            d,
+        )
     }
     fn batch_norm_grad_params(
         &mut self,

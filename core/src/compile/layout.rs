@@ -271,6 +271,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::BatchNormGradParams(_)
         | KernelCall::BatchNormRunning(..)
         | KernelCall::BatchNormGradInputRunning(_)
+        | KernelCall::BatchNormGradInputFromSums(_)
         | KernelCall::Softmax(_)
         | KernelCall::SoftmaxGrad(_)
         | KernelCall::LogSoftmax(_)

@@ -23,12 +23,8 @@ impl OpRules for BatchNorm2d {
         vjp: |_, cx| {
             let (x, gamma, beta, dy) = (cx.input(0), cx.input(1), cx.input(2), cx.dy);
             let (mean, invstd) = (cx.output(1), cx.output(2));
-            if cx.want(0).is_some() {
-                let inputs = vec![dy, x, gamma, mean, invstd];
-                let grad = cx.backward("grad_input", Op::BatchNormGradInput, inputs, x)?;
-                cx.contribute(x, grad);
-            }
             let (want_gamma, want_beta) = (cx.want(1), cx.want(2));
+            let mut sums = None;
             if want_gamma.is_some() || want_beta.is_some() {
                 // One kernel yields both; a frozen one of the pair costs C floats.
                 let inputs = vec![dy, x, mean, invstd];
@@ -39,6 +35,20 @@ impl OpRules for BatchNorm2d {
                         cx.contribute(t, grad);
                     }
                 }
+                sums = Some((ids[0], ids[1]));
+            }
+            if cx.want(0).is_some() {
+                // The parameter gradients are the sums the input gradient needs: read them
+                // rather than summing again.
+                let (op, inputs) = match sums {
+                    Some((dgamma, dbeta)) => (
+                        Op::BatchNormGradInputFromSums,
+                        vec![dy, x, gamma, mean, invstd, dgamma, dbeta],
+                    ),
+                    None => (Op::BatchNormGradInput, vec![dy, x, gamma, mean, invstd]),
+                };
+                let grad = cx.backward("grad_input", op, inputs, x)?;
+                cx.contribute(x, grad);
             }
             Ok(())
         },
@@ -104,6 +114,33 @@ impl OpRules for BatchNormGradInput {
             Mode::TrainRunningStats => KernelCall::BatchNormGradInputRunning(dims),
             Mode::Train | Mode::Eval => KernelCall::BatchNormGradInput(dims),
         })
+    }
+}
+
+pub(crate) struct BatchNormGradInputFromSums;
+
+impl OpRules for BatchNormGradInputFromSums {
+    type Params = ();
+    const NAME: &'static str = "batch_norm_grad_input_from_sums";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(7, 0, 1);
+    const GRADIENT: Gradient<()> = Gradient::None;
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        let dims = channel_dims(cx.input(0));
+        match cx.mode {
+            // The running statistics do not depend on `x`: the sums are not needed.
+            Mode::TrainRunningStats => {
+                let (kernel, mut operands) = cx.all(KernelCall::BatchNormGradInputRunning(dims));
+                operands.drain(5..7);
+                (kernel, operands)
+            }
+            Mode::Train | Mode::Eval => cx.all(KernelCall::BatchNormGradInputFromSums(dims)),
+        }
     }
 }
 

@@ -253,15 +253,52 @@ pub fn batch_norm_grad_input(
     debug_assert_eq!(x.len(), d.len());
     debug_assert_eq!(dx.len(), d.len());
     debug_assert_per_channel(&[gamma, saved_mean, saved_invstd], d);
-    let count = d.per_channel() as f32;
     for c in 0..d.channels {
         let (mean, invstd) = (saved_mean[c], saved_invstd[c]);
         let sums = grad_sums(dy, x, d, c, mean, invstd);
-        let factor = gamma[c] * invstd / count;
-        for i in channel_indices(d, c) {
-            let xhat = (x[i] - mean) * invstd;
-            dx[i] = factor * (count * dy[i] - sums.dy - xhat * sums.dy_xhat);
-        }
+        grad_input_channel(dy, x, dx, d, c, [gamma[c], mean, invstd], sums);
+    }
+}
+
+/// [`batch_norm_grad_input`] from the sums [`batch_norm_grad_params`] made: `dgamma = Σ dy ·
+/// xhat`, `dbeta = Σ dy`; overwrites `dx`.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_grad_input_from_sums(
+    dy: &[f32],
+    x: &[f32],
+    gamma: &[f32],
+    saved_mean: &[f32],
+    saved_invstd: &[f32],
+    dgamma: &[f32],
+    dbeta: &[f32],
+    dx: &mut [f32],
+    d: ChannelDims,
+) {
+    debug_assert_eq!(dy.len(), d.len());
+    debug_assert_eq!(x.len(), d.len());
+    debug_assert_eq!(dx.len(), d.len());
+    debug_assert_per_channel(&[gamma, saved_mean, saved_invstd, dgamma, dbeta], d);
+    for c in 0..d.channels {
+        let sums = GradSums { dy: dbeta[c], dy_xhat: dgamma[c] };
+        grad_input_channel(dy, x, dx, d, c, [gamma[c], saved_mean[c], saved_invstd[c]], sums);
+    }
+}
+
+/// Channel `c` of the input gradient, its `[gamma, mean, invstd]` and `sums` given.
+fn grad_input_channel(
+    dy: &[f32],
+    x: &[f32],
+    dx: &mut [f32],
+    d: ChannelDims,
+    c: usize,
+    [gamma, mean, invstd]: [f32; 3],
+    sums: GradSums,
+) {
+    let count = d.per_channel() as f32;
+    let factor = gamma * invstd / count;
+    for i in channel_indices(d, c) {
+        let xhat = (x[i] - mean) * invstd;
+        dx[i] = factor * (count * dy[i] - sums.dy - xhat * sums.dy_xhat);
     }
 }
 
@@ -460,6 +497,23 @@ mod tests {
             (weighted_output(&up, &dy, d) - weighted_output(&down, &dy, d)) / (2.0 * h)
         });
         assert_close(&dx, &numeric, 2e-2);
+        // From the parameter gradients' sums, the same bits.
+        let (mut dgamma, mut dbeta, mut from_sums) = ([0.0; 2], [0.0; 2], [f32::NAN; 6]);
+        let (mean, invstd) = (&out.saved_mean, &out.saved_invstd);
+        batch_norm_grad_params(&dy, &x, mean, invstd, &mut dgamma, &mut dbeta, d);
+        let sums = (&dgamma, &dbeta);
+        batch_norm_grad_input_from_sums(
+            &dy,
+            &x,
+            &gamma,
+            mean,
+            invstd,
+            sums.0,
+            sums.1,
+            &mut from_sums,
+            d,
+        );
+        assert_eq!(from_sums.map(f32::to_bits), dx.map(f32::to_bits));
     }
 
     #[test]
