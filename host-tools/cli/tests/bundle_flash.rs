@@ -154,12 +154,21 @@ fn a_sparse_bundle_trains_what_fits_its_budget() {
         ["features.0.weight", "features.0.bias", "classifier.weight", "classifier.bias"]
     );
 
+    assert!(!stdout.contains("next deeper"), "{stdout}");
+
     let narrow = sparse("2KiB");
     assert!(!narrow.status.success());
+    let stderr = text(&narrow.stderr);
+    assert!(stderr.contains("no update fits 2048 bytes of device memory"), "{stderr}");
+    // A budget the head alone fits leaves the bias out, and says what it would need.
+    let head_alone = stderr.rsplit("training the head alone needs ").next().unwrap().trim();
+    let head = sparse(head_alone);
+    assert!(head.status.success(), "{}", text(&head.stderr));
+    let stdout = text(&head.stdout);
+    assert!(stdout.contains("head, 0 int8 biases, 0 pointwise weights"), "{stdout}");
     assert!(
-        text(&narrow.stderr).contains("no update fits 2048 bytes of device memory"),
-        "{}",
-        text(&narrow.stderr)
+        stdout.contains("the next deeper update, biases from features.0.bias, needs "),
+        "{stdout}"
     );
     fails(
         &["bundle", s(&int8), "--trainable", "head", "--sparse-budget", "1MiB", "-o", "x"],
