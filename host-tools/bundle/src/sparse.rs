@@ -70,6 +70,9 @@ pub struct SparseChoice {
     /// Whether a larger update was left out only because a bundle names at most
     /// `MAX_TRAINABLE` tensors.
     pub capped_by_count: bool,
+    /// The shallowest deeper update the budget left out: its first trained bias and the
+    /// memory it needs.
+    pub deeper: Option<(String, DeviceMemory)>,
 }
 
 /// The trainable int8 layers of `graph`, in graph order.
@@ -99,7 +102,8 @@ pub fn int8_layers(graph: &Graph) -> Vec<Int8Layer> {
 /// need less (the cached features shrink where a block's input has fewer channels than
 /// its output); the deepest that fits wins. Candidates the split refuses (a residual join
 /// the head would read twice) are skipped, and the search stops where an update would name
-/// more tensors than a bundle holds.
+/// more tensors than a bundle holds. The choice also names the shallowest deeper update
+/// the budget left out, with the memory it needs.
 pub fn choose(
     model: &Model,
     options: &BundleOptions,
@@ -111,6 +115,7 @@ pub fn choose(
         return Err(BundleBuildError::NoTrainableInt8);
     }
     let mut best = None;
+    let mut deeper = None;
     let mut smallest = usize::MAX;
     let mut capped = false;
     for depth in 0..=layers.len() {
@@ -127,6 +132,9 @@ pub fn choose(
         smallest = smallest.min(choice.memory.total());
         if choice.memory.total() <= budget {
             best = Some((biased, choice));
+            deeper = None;
+        } else if deeper.is_none() {
+            deeper = choice.biases.first().map(|bias| (bias.clone(), choice.memory));
         }
     }
     let Some((biased, mut chosen)) = best else {
@@ -145,6 +153,7 @@ pub fn choose(
         }
     }
     chosen.capped_by_count = capped;
+    chosen.deeper = deeper;
     Ok(chosen)
 }
 
@@ -182,8 +191,15 @@ fn candidate(
             Err(e) => return Err(e),
         };
     let memory = measure(&bundle, samples)?;
-    let choice =
-        SparseChoice { biases, weights, trainable, memory, bundle, capped_by_count: false };
+    let choice = SparseChoice {
+        biases,
+        weights,
+        trainable,
+        memory,
+        bundle,
+        capped_by_count: false,
+        deeper: None,
+    };
     Ok(Candidate::Built(Box::new(choice)))
 }
 

@@ -122,6 +122,16 @@ fn report_sparse(choice: &SparseChoice, budget: usize) {
         m.cache(),
         m.total()
     );
+    if let Some((first, deeper)) = &choice.deeper {
+        println!(
+            "  the next deeper update, biases from {first}, needs {} B: training arena {} B, \
+             feature cache {} samples x {} B",
+            deeper.total(),
+            deeper.training_arena,
+            deeper.samples,
+            deeper.per_sample
+        );
+    }
     if choice.capped_by_count {
         println!(
             "  a larger update would fit the budget, but a bundle names at most {MAX_TRAINABLE} \

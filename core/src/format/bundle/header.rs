@@ -23,7 +23,7 @@ pub const FRAMING: Framing = Framing {
 pub const MAX_CLASSES: usize = 32;
 
 /// Trainable tensors a bundle may name.
-pub const MAX_TRAINABLE: usize = 16;
+pub const MAX_TRAINABLE: usize = 32;
 
 /// Sections start at file offsets that are multiples of this (the plans' operand alignment).
 pub const SECTION_ALIGN: usize = crate::plan::ALIGN;
