@@ -267,7 +267,7 @@ kernels! {
         /// `dy, x, gamma, saved_mean, saved_invstd, dgamma, dbeta → dx` of
         /// [`KernelCall::BatchNormTrain`], from the per-channel sums `dgamma = Σ dy · x̂` and
         /// `dbeta = Σ dy` that [`KernelCall::BatchNormGradParams`] made.
-        86 => BatchNormGradInputFromSums(dims: ChannelDims),
+        90 => BatchNormGradInputFromSums(dims: ChannelDims),
     }
 }
 

@@ -373,7 +373,7 @@ macro_rules! op_table {
             77 => BroadcastGrad: broadcast::BroadcastGrad,
             /// `dy, x, gamma, saved_mean, saved_invstd, dgamma, dbeta → dx`: the input
             /// gradient from the sums `batch_norm_grad_params` made (`Σ dy · x̂`, `Σ dy`).
-            78 => BatchNormGradInputFromSums: batch_norm::BatchNormGradInputFromSums,
+            83 => BatchNormGradInputFromSums: batch_norm::BatchNormGradInputFromSums,
         }
     };
 }
