@@ -605,7 +605,11 @@ impl<'a> Converter<'a> {
         let (w_name, w_shape) = match layer.weights {
             LayerWeights::Operands => {
                 let w_info = self.src.tensor(node.inputs[1]);
-                (w_info.name.clone(), w_info.shape)
+                match w_info.init {
+                    Some(_) => (w_info.name.clone(), w_info.shape),
+                    // A view of a weight: the float view keeps its name.
+                    None => (format!("{}.weight", node.name), w_info.shape),
+                }
             }
             LayerWeights::Unit { channels } => {
                 (format!("{}.weight", node.name), Shape::d4(channels, 1, 1, 1))
@@ -672,7 +676,9 @@ impl<'a> Converter<'a> {
     /// `w'[o] = w[o] · γ[o] / √(σ²[o] + ε)`, `b'[o] = (b[o] − μ[o]) · γ[o] / √(σ²[o] + ε) + β[o]`.
     fn folded_weights(&self, layer: &Layer<'_>) -> Result<(Vec<f32>, Vec<f32>), QuantizeError> {
         let values = |t: TensorId| -> Result<Vec<f32>, QuantizeError> {
-            let info = self.src.tensor(t);
+            // A weight viewed under another shape (a reshape of it) holds its values.
+            let viewed = self.src.nodes().iter().find(|n| n.op == Op::Reshape && n.outputs[0] == t);
+            let info = self.src.tensor(viewed.map_or(t, |n| n.inputs[0]));
             let init = info.init.as_ref().ok_or_else(|| QuantizeError::NoInt8Kernel {
                 op: layer.node.op.kind(),
                 node: layer.node.name.clone(),

@@ -264,6 +264,12 @@ kernels! {
         /// `dy, x, gamma, saved_mean, saved_invstd → dx` of [`KernelCall::BatchNormRunning`]:
         /// `dx = gamma · invstd · dy` (the statistics do not depend on `x`).
         85 => BatchNormGradInputRunning(dims: ChannelDims),
+        /// `x, gamma, beta → y`: layer normalisation of each row (the trailing axes).
+        86 => LayerNorm(dims: RowDims, eps: f32),
+        /// `dy, x, gamma → dx` of [`KernelCall::LayerNorm`] (row statistics recomputed).
+        87 => LayerNormGradInput(dims: RowDims, eps: f32),
+        /// `dy, x → dgamma, dbeta` of [`KernelCall::LayerNorm`].
+        88 => LayerNormGradParams(dims: RowDims, eps: f32),
         /// `dy, x, gamma, saved_mean, saved_invstd, dgamma, dbeta → dx` of
         /// [`KernelCall::BatchNormTrain`], from the per-channel sums `dgamma = Σ dy · x̂` and
         /// `dbeta = Σ dy` that [`KernelCall::BatchNormGradParams`] made.
@@ -417,6 +423,18 @@ impl KernelCall {
             KernelCall::Softmax(r) | KernelCall::LogSoftmax(r) => {
                 s.read(r.rows * r.cols).write(r.rows * r.cols)
             }
+            KernelCall::LayerNorm(r, _) => {
+                let n = r.rows * r.cols;
+                s.read(n).read(r.cols).read(r.cols).write(n)
+            }
+            KernelCall::LayerNormGradInput(r, _) => {
+                let n = r.rows * r.cols;
+                s.read(n).read(n).read(r.cols).write(n)
+            }
+            KernelCall::LayerNormGradParams(r, _) => {
+                let n = r.rows * r.cols;
+                s.read(n).read(n).write(r.cols).write(r.cols)
+            }
             KernelCall::SoftmaxGrad(r) | KernelCall::LogSoftmaxGrad(r) => {
                 let n = r.rows * r.cols;
                 s.read(n).read(n).write(n)
@@ -563,7 +581,10 @@ impl KernelCall {
             | KernelCall::LogSoftmax(r)
             | KernelCall::LogSoftmaxGrad(r)
             | KernelCall::CrossEntropy(r)
-            | KernelCall::CrossEntropyGrad(r) => r.check(),
+            | KernelCall::CrossEntropyGrad(r)
+            | KernelCall::LayerNorm(r, _)
+            | KernelCall::LayerNormGradInput(r, _)
+            | KernelCall::LayerNormGradParams(r, _) => r.check(),
             KernelCall::Relu(_)
             | KernelCall::Relu6(_)
             | KernelCall::ReluGrad(_)
@@ -638,6 +659,10 @@ impl KernelCall {
             | KernelCall::LogSoftmaxGrad(r)
             | KernelCall::CrossEntropy(r) => 4 * r.rows * r.cols,
             KernelCall::CrossEntropyGrad(r) => 5 * r.rows * r.cols,
+            // Mean, variance, normalise; the gradients recompute the statistics.
+            KernelCall::LayerNorm(r, _) => 6 * r.rows * r.cols,
+            KernelCall::LayerNormGradInput(r, _) => 12 * r.rows * r.cols,
+            KernelCall::LayerNormGradParams(r, _) => 8 * r.rows * r.cols,
             KernelCall::Relu(n)
             | KernelCall::Relu6(n)
             | KernelCall::ReluGrad(n)
@@ -747,6 +772,9 @@ impl KernelCall {
             KernelCall::SoftmaxGrad(_) => "softmax_grad",
             KernelCall::LogSoftmax(_) => "log_softmax",
             KernelCall::LogSoftmaxGrad(_) => "log_softmax_grad",
+            KernelCall::LayerNorm(..) => "layer_norm",
+            KernelCall::LayerNormGradInput(..) => "layer_norm_grad_input",
+            KernelCall::LayerNormGradParams(..) => "layer_norm_grad_params",
             KernelCall::CrossEntropy(_) => "cross_entropy",
             KernelCall::CrossEntropyGrad(_) => "cross_entropy_grad",
             KernelCall::Mse(_) => "mse",

@@ -274,6 +274,34 @@ pub trait NormKernels: Backend {
         dx: Out<'_, Self, f32>,
         d: ChannelDims,
     );
+    /// Layer normalisation of each row: `y = gamma · (x − mean) · invstd + beta`.
+    fn layer_norm(
+        &mut self,
+        x: In<'_, Self, f32>,
+        gamma: In<'_, Self, f32>,
+        beta: In<'_, Self, f32>,
+        y: Out<'_, Self, f32>,
+        d: RowDims,
+        eps: f32,
+    );
+    fn layer_norm_grad_input(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        x: In<'_, Self, f32>,
+        gamma: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        d: RowDims,
+        eps: f32,
+    );
+    fn layer_norm_grad_params(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        x: In<'_, Self, f32>,
+        dgamma: Out<'_, Self, f32>,
+        dbeta: Out<'_, Self, f32>,
+        d: RowDims,
+        eps: f32,
+    );
 }
 
 /// Dropout with masks drawn from `(cfg.seed, micro-batch)`, forward, in place and backward.
