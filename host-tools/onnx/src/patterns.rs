@@ -110,7 +110,8 @@ impl<'g> View<'g> {
         }
     }
 
-    /// Whether `name` is a constant (an initializer or a `Constant` node's output).
+    /// Whether `name` is a constant (an initializer or a `Constant` node's output, possibly
+    /// through `Identity` nodes).
     fn is_constant(&self, name: &str) -> bool {
         self.constant(name).is_some()
     }
@@ -120,6 +121,10 @@ impl<'g> View<'g> {
             return parse_tensor(t, name).ok();
         }
         let n = self.node(*self.producer.get(name)?);
+        if n.op_type.as_deref() == Some("Identity") {
+            // The TorchScript exporter shares equal initializers through Identity nodes.
+            return self.constant(n.input.first()?);
+        }
         if n.op_type.as_deref() != Some("Constant") {
             return None;
         }
