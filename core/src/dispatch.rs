@@ -344,6 +344,7 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             k.concat_grad(o.f32()?, o.f32_mut()?, dims, second)
         }
         KernelCall::Slice(d) => k.slice(o.f32()?, o.f32_mut()?, d),
+        KernelCall::SliceI8(d) => k.slice_i8(o.read()?, o.write()?, d),
         KernelCall::Pad(d) => k.pad(o.f32()?, o.f32_mut()?, d),
         KernelCall::Transpose(d) => k.transpose(o.f32()?, o.f32_mut()?, d),
         KernelCall::Broadcast(d) => k.broadcast(o.f32()?, o.f32_mut()?, d),

@@ -293,6 +293,12 @@ impl<'a> Converter<'a> {
                         g.record_as(name, Op::Reshape, vec![x], shape, DType::I8)
                     })?;
                 }
+                Int8Same::Slice(p) => {
+                    let shape = self.src.shape(node.outputs[0]);
+                    self.same_params(node, |g, name, x| {
+                        g.record_as(name, Op::Slice(p), vec![x], shape, DType::I8)
+                    })?;
+                }
             },
             // Inference drops dropout; an int8 graph is an inference graph below its float part.
             Int8Form::Identity if input_is_int8 => {

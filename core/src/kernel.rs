@@ -270,6 +270,8 @@ kernels! {
         87 => LayerNormGradInput(dims: RowDims, eps: f32),
         /// `dy, x → dgamma, dbeta` of [`KernelCall::LayerNorm`].
         88 => LayerNormGradParams(dims: RowDims, eps: f32),
+        /// `x (i8) → y (i8)`: [`KernelCall::Slice`] of an int8 tensor (the same quantization).
+        89 => SliceI8(dims: SliceDims),
         /// `dy, x, gamma, saved_mean, saved_invstd, dgamma, dbeta → dx` of
         /// [`KernelCall::BatchNormTrain`], from the per-channel sums `dgamma = Σ dy · x̂` and
         /// `dbeta = Σ dy` that [`KernelCall::BatchNormGradParams`] made.
@@ -526,6 +528,9 @@ impl KernelCall {
                 .write_as(DType::I8, d.len()),
             KernelCall::Transpose(d) => s.read(d.len()).write(d.len()),
             KernelCall::Slice(d) => s.read(d.whole_len()).write(d.part_len()),
+            KernelCall::SliceI8(d) => {
+                s.read_as(DType::I8, d.whole_len()).write_as(DType::I8, d.part_len())
+            }
             KernelCall::Pad(d) => s.read(d.part_len()).write(d.whole_len()),
             KernelCall::Broadcast(d) => s.read(d.from_len()).write(d.to_len()),
             KernelCall::BroadcastGrad(d) => s.read(d.to_len()).write(d.from_len()),
@@ -562,7 +567,7 @@ impl KernelCall {
             | KernelCall::QConcat { dims: d, .. } => d.check(),
             KernelCall::Transpose(d) => d.check(),
             KernelCall::Broadcast(d) | KernelCall::BroadcastGrad(d) => d.check(),
-            KernelCall::Slice(d) | KernelCall::Pad(d) => d.check(),
+            KernelCall::Slice(d) | KernelCall::SliceI8(d) | KernelCall::Pad(d) => d.check(),
             KernelCall::BiasGrad(d)
             | KernelCall::GlobalAvgPool(d)
             | KernelCall::GlobalAvgPoolGrad(d)
@@ -716,6 +721,7 @@ impl KernelCall {
             | KernelCall::ConcatGrad { .. }
             | KernelCall::Transpose(_)
             | KernelCall::Slice(_)
+            | KernelCall::SliceI8(_)
             | KernelCall::Pad(_)
             | KernelCall::Broadcast(_) => 0,
             KernelCall::BroadcastGrad(d) => d.to_len(),
@@ -818,6 +824,7 @@ impl KernelCall {
             KernelCall::Broadcast(_) => "broadcast",
             KernelCall::BroadcastGrad(_) => "broadcast_grad",
             KernelCall::Slice(_) => "slice",
+            KernelCall::SliceI8(_) => "slice_i8",
             KernelCall::Pad(_) => "pad",
         }
     }

@@ -434,6 +434,8 @@ pub trait Int8Kernels: Backend {
     );
     fn global_avg_pool_s8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>, d: ChannelDims);
     fn copy_i8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>);
+    /// Per outer index, the run `start..start + len` of `x`: a slice keeps its quantization.
+    fn slice_i8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>, d: SliceDims);
     /// `y = clamp(x, act)`: a standalone ReLU or ReLU6 in the input's units.
     fn clamp_s8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>, act: (i8, i8));
     /// `y = table[x + 128]`: an element-wise function through its 256-entry table.

@@ -442,6 +442,9 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Int8>> Int8Kernels for
     fn copy_i8(&mut self, x: &[i8], y: &mut [i8]) {
         y.copy_from_slice(x)
     }
+    fn slice_i8(&mut self, x: &[i8], y: &mut [i8], d: SliceDims) {
+        r::slice(x, y, d)
+    }
     fn clamp_s8(&mut self, x: &[i8], y: &mut [i8], act: (i8, i8)) {
         y.copy_from_slice(x);
         q::clamp_s8(y, act)

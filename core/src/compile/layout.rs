@@ -318,6 +318,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::ConcatGrad { .. }
         | KernelCall::Transpose(_)
         | KernelCall::Slice(_)
+        | KernelCall::SliceI8(_)
         | KernelCall::Pad(_)
         | KernelCall::Broadcast(_)
         | KernelCall::BroadcastGrad(_)

@@ -176,6 +176,7 @@ pub(crate) enum Int8Same {
     AvgPool2d(PoolParams),
     GlobalAvgPool,
     Reshape,
+    Slice(SliceParams),
 }
 
 /// The clamp an activation fuses into the op before it as.
