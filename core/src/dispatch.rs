@@ -250,6 +250,18 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         KernelCall::SoftmaxGrad(d) => k.softmax_grad(o.f32()?, o.f32()?, o.f32_mut()?, d),
         KernelCall::LogSoftmax(d) => k.log_softmax(o.f32()?, o.f32_mut()?, d),
         KernelCall::LogSoftmaxGrad(d) => k.log_softmax_grad(o.f32()?, o.f32()?, o.f32_mut()?, d),
+        KernelCall::LayerNorm(d, eps) => {
+            let (x, gamma, beta) = (o.f32()?, o.f32()?, o.f32()?);
+            k.layer_norm(x, gamma, beta, o.f32_mut()?, d, eps)
+        }
+        KernelCall::LayerNormGradInput(d, eps) => {
+            let (dy, x, gamma) = (o.f32()?, o.f32()?, o.f32()?);
+            k.layer_norm_grad_input(dy, x, gamma, o.f32_mut()?, d, eps)
+        }
+        KernelCall::LayerNormGradParams(d, eps) => {
+            let (dy, x) = (o.f32()?, o.f32()?);
+            k.layer_norm_grad_params(dy, x, o.f32_mut()?, o.f32_mut()?, d, eps)
+        }
         KernelCall::CrossEntropy(d) => k.cross_entropy(o.f32()?, o.read()?, o.f32_mut()?, d)?,
         KernelCall::CrossEntropyGrad(d) => {
             let (logits, labels, dloss) = (o.f32()?, o.read()?, o.f32()?);
@@ -332,6 +344,7 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             k.concat_grad(o.f32()?, o.f32_mut()?, dims, second)
         }
         KernelCall::Slice(d) => k.slice(o.f32()?, o.f32_mut()?, d),
+        KernelCall::SliceI8(d) => k.slice_i8(o.read()?, o.write()?, d),
         KernelCall::Pad(d) => k.pad(o.f32()?, o.f32_mut()?, d),
         KernelCall::Transpose(d) => k.transpose(o.f32()?, o.f32_mut()?, d),
         KernelCall::Broadcast(d) => k.broadcast(o.f32()?, o.f32_mut()?, d),

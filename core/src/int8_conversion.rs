@@ -293,6 +293,12 @@ impl<'a> Converter<'a> {
                         g.record_as(name, Op::Reshape, vec![x], shape, DType::I8)
                     })?;
                 }
+                Int8Same::Slice(p) => {
+                    let shape = self.src.shape(node.outputs[0]);
+                    self.same_params(node, |g, name, x| {
+                        g.record_as(name, Op::Slice(p), vec![x], shape, DType::I8)
+                    })?;
+                }
             },
             // Inference drops dropout; an int8 graph is an inference graph below its float part.
             Int8Form::Identity if input_is_int8 => {
@@ -605,7 +611,11 @@ impl<'a> Converter<'a> {
         let (w_name, w_shape) = match layer.weights {
             LayerWeights::Operands => {
                 let w_info = self.src.tensor(node.inputs[1]);
-                (w_info.name.clone(), w_info.shape)
+                match w_info.init {
+                    Some(_) => (w_info.name.clone(), w_info.shape),
+                    // A view of a weight: the float view keeps its name.
+                    None => (format!("{}.weight", node.name), w_info.shape),
+                }
             }
             LayerWeights::Unit { channels } => {
                 (format!("{}.weight", node.name), Shape::d4(channels, 1, 1, 1))
@@ -672,7 +682,9 @@ impl<'a> Converter<'a> {
     /// `w'[o] = w[o] · γ[o] / √(σ²[o] + ε)`, `b'[o] = (b[o] − μ[o]) · γ[o] / √(σ²[o] + ε) + β[o]`.
     fn folded_weights(&self, layer: &Layer<'_>) -> Result<(Vec<f32>, Vec<f32>), QuantizeError> {
         let values = |t: TensorId| -> Result<Vec<f32>, QuantizeError> {
-            let info = self.src.tensor(t);
+            // A weight viewed under another shape (a reshape of it) holds its values.
+            let viewed = self.src.nodes().iter().find(|n| n.op == Op::Reshape && n.outputs[0] == t);
+            let info = self.src.tensor(viewed.map_or(t, |n| n.inputs[0]));
             let init = info.init.as_ref().ok_or_else(|| QuantizeError::NoInt8Kernel {
                 op: layer.node.op.kind(),
                 node: layer.node.name.clone(),

@@ -264,6 +264,14 @@ kernels! {
         /// `dy, x, gamma, saved_mean, saved_invstd → dx` of [`KernelCall::BatchNormRunning`]:
         /// `dx = gamma · invstd · dy` (the statistics do not depend on `x`).
         85 => BatchNormGradInputRunning(dims: ChannelDims),
+        /// `x, gamma, beta → y`: layer normalisation of each row (the trailing axes).
+        86 => LayerNorm(dims: RowDims, eps: f32),
+        /// `dy, x, gamma → dx` of [`KernelCall::LayerNorm`] (row statistics recomputed).
+        87 => LayerNormGradInput(dims: RowDims, eps: f32),
+        /// `dy, x → dgamma, dbeta` of [`KernelCall::LayerNorm`].
+        88 => LayerNormGradParams(dims: RowDims, eps: f32),
+        /// `x (i8) → y (i8)`: [`KernelCall::Slice`] of an int8 tensor (the same quantization).
+        89 => SliceI8(dims: SliceDims),
         /// `dy, x, gamma, saved_mean, saved_invstd, dgamma, dbeta → dx` of
         /// [`KernelCall::BatchNormTrain`], from the per-channel sums `dgamma = Σ dy · x̂` and
         /// `dbeta = Σ dy` that [`KernelCall::BatchNormGradParams`] made.
@@ -417,6 +425,18 @@ impl KernelCall {
             KernelCall::Softmax(r) | KernelCall::LogSoftmax(r) => {
                 s.read(r.rows * r.cols).write(r.rows * r.cols)
             }
+            KernelCall::LayerNorm(r, _) => {
+                let n = r.rows * r.cols;
+                s.read(n).read(r.cols).read(r.cols).write(n)
+            }
+            KernelCall::LayerNormGradInput(r, _) => {
+                let n = r.rows * r.cols;
+                s.read(n).read(n).read(r.cols).write(n)
+            }
+            KernelCall::LayerNormGradParams(r, _) => {
+                let n = r.rows * r.cols;
+                s.read(n).read(n).write(r.cols).write(r.cols)
+            }
             KernelCall::SoftmaxGrad(r) | KernelCall::LogSoftmaxGrad(r) => {
                 let n = r.rows * r.cols;
                 s.read(n).read(n).write(n)
@@ -508,6 +528,9 @@ impl KernelCall {
                 .write_as(DType::I8, d.len()),
             KernelCall::Transpose(d) => s.read(d.len()).write(d.len()),
             KernelCall::Slice(d) => s.read(d.whole_len()).write(d.part_len()),
+            KernelCall::SliceI8(d) => {
+                s.read_as(DType::I8, d.whole_len()).write_as(DType::I8, d.part_len())
+            }
             KernelCall::Pad(d) => s.read(d.part_len()).write(d.whole_len()),
             KernelCall::Broadcast(d) => s.read(d.from_len()).write(d.to_len()),
             KernelCall::BroadcastGrad(d) => s.read(d.to_len()).write(d.from_len()),
@@ -544,7 +567,7 @@ impl KernelCall {
             | KernelCall::QConcat { dims: d, .. } => d.check(),
             KernelCall::Transpose(d) => d.check(),
             KernelCall::Broadcast(d) | KernelCall::BroadcastGrad(d) => d.check(),
-            KernelCall::Slice(d) | KernelCall::Pad(d) => d.check(),
+            KernelCall::Slice(d) | KernelCall::SliceI8(d) | KernelCall::Pad(d) => d.check(),
             KernelCall::BiasGrad(d)
             | KernelCall::GlobalAvgPool(d)
             | KernelCall::GlobalAvgPoolGrad(d)
@@ -563,7 +586,10 @@ impl KernelCall {
             | KernelCall::LogSoftmax(r)
             | KernelCall::LogSoftmaxGrad(r)
             | KernelCall::CrossEntropy(r)
-            | KernelCall::CrossEntropyGrad(r) => r.check(),
+            | KernelCall::CrossEntropyGrad(r)
+            | KernelCall::LayerNorm(r, _)
+            | KernelCall::LayerNormGradInput(r, _)
+            | KernelCall::LayerNormGradParams(r, _) => r.check(),
             KernelCall::Relu(_)
             | KernelCall::Relu6(_)
             | KernelCall::ReluGrad(_)
@@ -638,6 +664,10 @@ impl KernelCall {
             | KernelCall::LogSoftmaxGrad(r)
             | KernelCall::CrossEntropy(r) => 4 * r.rows * r.cols,
             KernelCall::CrossEntropyGrad(r) => 5 * r.rows * r.cols,
+            // Mean, variance, normalise; the gradients recompute the statistics.
+            KernelCall::LayerNorm(r, _) => 6 * r.rows * r.cols,
+            KernelCall::LayerNormGradInput(r, _) => 12 * r.rows * r.cols,
+            KernelCall::LayerNormGradParams(r, _) => 8 * r.rows * r.cols,
             KernelCall::Relu(n)
             | KernelCall::Relu6(n)
             | KernelCall::ReluGrad(n)
@@ -691,6 +721,7 @@ impl KernelCall {
             | KernelCall::ConcatGrad { .. }
             | KernelCall::Transpose(_)
             | KernelCall::Slice(_)
+            | KernelCall::SliceI8(_)
             | KernelCall::Pad(_)
             | KernelCall::Broadcast(_) => 0,
             KernelCall::BroadcastGrad(d) => d.to_len(),
@@ -747,6 +778,9 @@ impl KernelCall {
             KernelCall::SoftmaxGrad(_) => "softmax_grad",
             KernelCall::LogSoftmax(_) => "log_softmax",
             KernelCall::LogSoftmaxGrad(_) => "log_softmax_grad",
+            KernelCall::LayerNorm(..) => "layer_norm",
+            KernelCall::LayerNormGradInput(..) => "layer_norm_grad_input",
+            KernelCall::LayerNormGradParams(..) => "layer_norm_grad_params",
             KernelCall::CrossEntropy(_) => "cross_entropy",
             KernelCall::CrossEntropyGrad(_) => "cross_entropy_grad",
             KernelCall::Mse(_) => "mse",
@@ -790,6 +824,7 @@ impl KernelCall {
             KernelCall::Broadcast(_) => "broadcast",
             KernelCall::BroadcastGrad(_) => "broadcast_grad",
             KernelCall::Slice(_) => "slice",
+            KernelCall::SliceI8(_) => "slice_i8",
             KernelCall::Pad(_) => "pad",
         }
     }

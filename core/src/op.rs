@@ -7,7 +7,7 @@
 
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, ConcatRescale, MulRescale, QuantParams};
-use crate::reference::{Activation, HardSigmoidParams, LeakyReluParams};
+use crate::reference::{Activation, GeluParams, HardSigmoidParams, LeakyReluParams};
 use core::fmt;
 
 /// Stride, padding and grouping of a convolution.
@@ -371,6 +371,17 @@ macro_rules! op_table {
             76 => Broadcast: broadcast::Broadcast,
             /// `dy → dx`: `dy` summed over the axes a broadcast repeated `dx` along.
             77 => BroadcastGrad: broadcast::BroadcastGrad,
+            /// `x → y`: `x · Φ(x)`, exact or the tanh approximation.
+            78 => Gelu(GeluParams): gelu::Gelu,
+            /// `x [N, ...], gamma [D], beta [D] → y`: layer normalisation (eps) of each run of
+            /// the trailing axes holding `D` values.
+            79 => LayerNorm(f32): layer_norm::LayerNorm,
+            /// `dy, x, gamma → dx`.
+            80 => LayerNormGradInput(f32): layer_norm::LayerNormGradInput,
+            /// `dy, x → dgamma, dbeta`.
+            81 => LayerNormGradParams(f32): layer_norm::LayerNormGradParams,
+            /// `dy [N, ..., M] → db [M]`: a dense layer's bias gradient over every row.
+            82 => RowBiasGrad: linear::RowBiasGrad,
             /// `dy, x, gamma, saved_mean, saved_invstd, dgamma, dbeta → dx`: the input
             /// gradient from the sums `batch_norm_grad_params` made (`Σ dy · x̂`, `Σ dy`).
             83 => BatchNormGradInputFromSums: batch_norm::BatchNormGradInputFromSums,

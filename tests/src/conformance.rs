@@ -24,7 +24,7 @@ use sprout_core::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, SgdC
 use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize};
 use sprout_core::reference::pointwise::GradientReads;
 pub use sprout_core::reference::tolerance::{Tolerance, EXACT, REDUCTION};
-use sprout_core::reference::{Activation, HardSigmoidParams, LeakyReluParams};
+use sprout_core::reference::{Activation, GeluParams, HardSigmoidParams, LeakyReluParams};
 use sprout_core::rng::SplitMix;
 use sprout_core::{Host, Kernels, Reference};
 
@@ -130,6 +130,8 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         self.pooling();
         self.batch_norm(ChannelDims { outer: 3, channels: 4, inner: 7 });
         self.batch_norm(ChannelDims { outer: 5, channels: 6, inner: 1 });
+        self.layer_norm(RowDims { rows: 6, cols: 5 });
+        self.layer_norm(RowDims { rows: 1, cols: 96 });
         self.dropout();
         self.softmax_and_losses();
         self.vector_ops();
@@ -350,6 +352,8 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
             Activation::HardSigmoid(HardSigmoidParams::ONNX_DEFAULT),
             Activation::HardSwish,
             Activation::LeakyRelu(LeakyReluParams { alpha: 0.1 }),
+            Activation::Gelu(GeluParams { tanh: false }),
+            Activation::Gelu(GeluParams { tanh: true }),
         ];
         for f in activations {
             let mut y = out.clone();
@@ -525,6 +529,30 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
                 k.dropout_grad(&x, &mut o[0], cfg, step)
             });
         }
+    }
+
+    /// Layer normalisation of `d.rows` rows and its input and parameter gradients.
+    fn layer_norm(&mut self, d: RowDims) {
+        let tol = self.reduction;
+        let case = format!("{d:?}");
+        let n = d.rows * d.cols;
+        let x = self.random(n, -3.0, 3.0);
+        let dy = self.random(n, -1.0, 1.0);
+        let gamma = self.random(d.cols, 0.5, 1.5);
+        let beta = self.random(d.cols, -0.5, 0.5);
+        let eps = 1e-5;
+        let out = Self::nans(n);
+        self.compare("layer_norm", &case, tol, vec![out.clone()], &|k, o| {
+            k.layer_norm(&x, &gamma, &beta, &mut o[0], d, eps)
+        });
+        self.compare("layer_norm_grad_input", &case, tol, vec![out.clone()], &|k, o| {
+            k.layer_norm_grad_input(&dy, &x, &gamma, &mut o[0], d, eps)
+        });
+        let params = vec![Self::nans(d.cols), Self::nans(d.cols)];
+        self.compare("layer_norm_grad_params", &case, tol, params, &|k, o| {
+            let (dgamma, dbeta) = o.split_at_mut(1);
+            k.layer_norm_grad_params(&dy, &x, &mut dgamma[0], &mut dbeta[0], d, eps)
+        });
     }
 
     fn softmax_and_losses(&mut self) {

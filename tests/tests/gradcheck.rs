@@ -83,6 +83,55 @@ fn check_linear(bias: bool) {
     }
 }
 
+/// A dense layer over the last axis of `[N, H, W, K]` (channels-last, as ConvNeXt's).
+#[test]
+fn linear_over_the_last_axis_of_a_4d_tensor() {
+    for seed in SEEDS {
+        let mut r = Rand::new(seed);
+        let (n, h, w, k, m) = (r.int(1, 2), r.int(1, 3), r.int(1, 3), r.int(1, 4), r.int(1, 3));
+        let mut g = Graph::new(seed);
+        let x = random_param(&mut g, &mut r, "x", Shape::d4(n, h, w, k));
+        let wt = random_param(&mut g, &mut r, "w", Shape::d2(m, k));
+        let b = random_param(&mut g, &mut r, "b", Shape::d1(m));
+        let y = g.linear("linear", x, wt, Some(b)).unwrap();
+        assert_eq!(g.shape(y), Shape::d4(n, h, w, m));
+        let loss = mse_to_random_target(&mut g, &mut r, y);
+        pass(check_gradients(
+            &format!("linear [{n},{h},{w},{k}]x[{m},{k}]"),
+            &g,
+            loss,
+            &[x, wt, b],
+        ));
+    }
+}
+
+/// Layer normalisation over the last axis and over the last two, with respect to its
+/// input, scale and shift (together and each alone).
+#[test]
+fn layer_norm_over_trailing_axes() {
+    for seed in SEEDS {
+        let mut r = Rand::new(seed);
+        let (n, h, w) = (r.int(1, 2), r.int(1, 3), r.int(3, 5));
+        let shape = Shape::d3(n, h, w);
+        // At least three values per row: two normalise to ±1 whatever they are.
+        for d in [w, h * w] {
+            let mut g = Graph::new(seed);
+            let values = r.values(shape.numel(), -2.0, 2.0);
+            let x = param(&mut g, "x", shape, values);
+            let gamma_values = r.values(d, 0.5, 1.5);
+            let gamma = param(&mut g, "gamma", Shape::d1(d), gamma_values);
+            let beta = random_param(&mut g, &mut r, "beta", Shape::d1(d));
+            let y = g.layer_norm("ln", x, gamma, beta, 1e-5).unwrap();
+            let loss = mse_to_random_target(&mut g, &mut r, y);
+            let name = format!("layer_norm {shape} over {d}");
+            pass(check_gradients(&name, &g, loss, &[x, gamma, beta]));
+            for only in [x, gamma, beta] {
+                pass(check_gradients(&name, &g, loss, &[only]));
+            }
+        }
+    }
+}
+
 #[test]
 fn linear_with_bias() {
     check_linear(true);
@@ -259,6 +308,12 @@ fn hard_sigmoid() {
 #[test]
 fn hard_swish() {
     check_pointwise("hard_swish", &[-3.0, 3.0], -5.0, 5.0, |g, x| g.hard_swish("act", x));
+}
+
+#[test]
+fn gelu() {
+    check_pointwise("gelu", &[], -4.0, 4.0, |g, x| g.gelu("act", x, false));
+    check_pointwise("gelu tanh", &[], -4.0, 4.0, |g, x| g.gelu("act", x, true));
 }
 
 #[test]

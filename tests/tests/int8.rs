@@ -543,6 +543,31 @@ fn an_activation_after_pooling_becomes_an_int8_clamp() {
     assert!(pooled.iter().any(|&p| (p as i8) < pool.zero_point as i8), "some values are clamped");
 }
 
+/// A slice of an int8 tensor (GoogLeNet's ceil_mode pools, ShuffleNet's channel split) is
+/// an int8 copy of its run in the same quantization.
+#[test]
+fn a_slice_of_an_int8_tensor_stays_int8() {
+    let mut g = Graph::new(4);
+    let x = g.input("input", Shape::d4(BATCH, 3, 8, 8)).unwrap();
+    let same = ConvParams { stride: (1, 1), padding: (1, 1), groups: 1 };
+    let h = nn::conv2d(&mut g, "conv", x, 4, 3, same, true).unwrap();
+    let cut = g.slice("cut", h, 3, 2, 5).unwrap();
+    let flat = g.flatten("flat", cut).unwrap();
+    nn::linear(&mut g, "head", flat, 3).unwrap();
+    let ranges = [("input", (-1.0, 1.0)), ("conv", (-3.0, 3.0)), ("cut", (-3.0, 3.0))];
+    let ranges = ranges.into_iter().chain([("flat", (-3.0, 3.0)), ("head", (-5.0, 5.0))]);
+    let ranges = ranges.map(|(n, r)| (n.to_string(), r)).collect();
+    let q = quantize_graph(&g, &ranges, &QuantizeOptions::default()).unwrap();
+    assert_eq!(q.float_fallbacks, []);
+    let x: Vec<f32> = random(&mut SplitMix::new(6), BATCH * 3 * 64, -1.0, 1.0);
+    let [conv, cut] = &infer(&q.graph, &x, &["conv", "cut"])[..] else { unreachable!() };
+    let (conv, cut) = (int8_values(conv), int8_values(cut));
+    assert_eq!(cut.len(), BATCH * 4 * 8 * 5);
+    for (row, part) in conv.chunks_exact(8).zip(cut.chunks_exact(5)) {
+        assert_eq!(part, &row[2..7]);
+    }
+}
+
 /// MobileNetV3's and EfficientNet's patterns: hard swish after a layer, a squeeze-excitation
 /// (pooling, dense, hard sigmoid, per-channel product), SiLU as `x · sigmoid(x)`, a channel
 /// concatenation and a leaky ReLU.

@@ -47,7 +47,7 @@ use sprout_core::backend::{
     ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, GradSums, Int8LayerKernels,
     NormKernels, PointwiseKernels, Running, Saved, SavedMut, TrainStats,
 };
-use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
+use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims, RowDims};
 use sprout_core::hyperparams::BatchNormConfig;
 use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::reference::{self as r, Activation};
@@ -276,6 +276,39 @@ impl NormKernels for Cpu {
         d: ChannelDims,
     ) {
         r::batch_norm_grad_input_running(dy, gamma, saved.invstd, dx, d)
+    }
+    fn layer_norm(
+        &mut self,
+        x: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        y: &mut [f32],
+        d: RowDims,
+        eps: f32,
+    ) {
+        r::layer_norm(x, gamma, beta, y, d, eps)
+    }
+    fn layer_norm_grad_input(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        gamma: &[f32],
+        dx: &mut [f32],
+        d: RowDims,
+        eps: f32,
+    ) {
+        r::layer_norm_grad_input(dy, x, gamma, dx, d, eps)
+    }
+    fn layer_norm_grad_params(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        dgamma: &mut [f32],
+        dbeta: &mut [f32],
+        d: RowDims,
+        eps: f32,
+    ) {
+        r::layer_norm_grad_params(dy, x, dgamma, dbeta, d, eps)
     }
 }
 

@@ -1,4 +1,4 @@
-//! Pointwise activations (ReLU, ReLU6, sigmoid, hard sigmoid, hard swish, leaky ReLU) and
+//! Pointwise activations (ReLU, ReLU6, sigmoid, hard sigmoid, hard swish, leaky ReLU, GELU) and
 //! their gradients as branch-free loops the compiler vectorizes, and the factor gradient of the
 //! element-wise product as a dot product over partial sums. (The product itself stays the
 //! reference's: its loop already vectorizes and streams memory at the same speed.)
@@ -26,6 +26,7 @@ pub fn activation(f: Activation, x: &[f32], y: &mut [f32]) {
         Activation::HardSigmoid(p) => map(x, y, move |x| Activation::HardSigmoid(p).apply(x)),
         Activation::HardSwish => map(x, y, |x| Activation::HardSwish.apply(x)),
         Activation::LeakyRelu(p) => map(x, y, move |x| Activation::LeakyRelu(p).apply(x)),
+        Activation::Gelu(p) => map(x, y, move |x| Activation::Gelu(p).apply(x)),
     }
 }
 
@@ -41,6 +42,7 @@ pub fn activation_grad(f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32])
         Activation::HardSigmoid(p) => zip_map(saved, dy, dx, grad(Activation::HardSigmoid(p))),
         Activation::HardSwish => zip_map(saved, dy, dx, grad(Activation::HardSwish)),
         Activation::LeakyRelu(p) => zip_map(saved, dy, dx, grad(Activation::LeakyRelu(p))),
+        Activation::Gelu(p) => zip_map(saved, dy, dx, grad(Activation::Gelu(p))),
     }
 }
 

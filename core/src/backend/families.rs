@@ -274,6 +274,34 @@ pub trait NormKernels: Backend {
         dx: Out<'_, Self, f32>,
         d: ChannelDims,
     );
+    /// Layer normalisation of each row: `y = gamma · (x − mean) · invstd + beta`.
+    fn layer_norm(
+        &mut self,
+        x: In<'_, Self, f32>,
+        gamma: In<'_, Self, f32>,
+        beta: In<'_, Self, f32>,
+        y: Out<'_, Self, f32>,
+        d: RowDims,
+        eps: f32,
+    );
+    fn layer_norm_grad_input(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        x: In<'_, Self, f32>,
+        gamma: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        d: RowDims,
+        eps: f32,
+    );
+    fn layer_norm_grad_params(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        x: In<'_, Self, f32>,
+        dgamma: Out<'_, Self, f32>,
+        dbeta: Out<'_, Self, f32>,
+        d: RowDims,
+        eps: f32,
+    );
 }
 
 /// Dropout with masks drawn from `(cfg.seed, micro-batch)`, forward, in place and backward.
@@ -406,6 +434,8 @@ pub trait Int8Kernels: Backend {
     );
     fn global_avg_pool_s8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>, d: ChannelDims);
     fn copy_i8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>);
+    /// Per outer index, the run `start..start + len` of `x`: a slice keeps its quantization.
+    fn slice_i8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>, d: SliceDims);
     /// `y = clamp(x, act)`: a standalone ReLU or ReLU6 in the input's units.
     fn clamp_s8(&mut self, x: In<'_, Self, i8>, y: Out<'_, Self, i8>, act: (i8, i8));
     /// `y = table[x + 128]`: an element-wise function through its 256-entry table.

@@ -280,6 +280,39 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Norm>> NormKernels for
     ) {
         r::batch_norm_grad_input_running(dy, gamma, saved.invstd, dx, d)
     }
+    fn layer_norm(
+        &mut self,
+        x: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        y: &mut [f32],
+        d: RowDims,
+        eps: f32,
+    ) {
+        r::layer_norm(x, gamma, beta, y, d, eps)
+    }
+    fn layer_norm_grad_input(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        gamma: &[f32],
+        dx: &mut [f32],
+        d: RowDims,
+        eps: f32,
+    ) {
+        r::layer_norm_grad_input(dy, x, gamma, dx, d, eps)
+    }
+    fn layer_norm_grad_params(
+        &mut self,
+        dy: &[f32],
+        x: &[f32],
+        dgamma: &mut [f32],
+        dbeta: &mut [f32],
+        d: RowDims,
+        eps: f32,
+    ) {
+        r::layer_norm_grad_params(dy, x, dgamma, dbeta, d, eps)
+    }
 }
 
 impl<B: Backend<Memory = Host> + InheritReference<family::Dropout>> DropoutKernels for B {
@@ -408,6 +441,9 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Int8>> Int8Kernels for
     }
     fn copy_i8(&mut self, x: &[i8], y: &mut [i8]) {
         y.copy_from_slice(x)
+    }
+    fn slice_i8(&mut self, x: &[i8], y: &mut [i8], d: SliceDims) {
+        r::slice(x, y, d)
     }
     fn clamp_s8(&mut self, x: &[i8], y: &mut [i8], act: (i8, i8)) {
         y.copy_from_slice(x);

@@ -276,6 +276,9 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::SoftmaxGrad(_)
         | KernelCall::LogSoftmax(_)
         | KernelCall::LogSoftmaxGrad(_)
+        | KernelCall::LayerNorm(..)
+        | KernelCall::LayerNormGradInput(..)
+        | KernelCall::LayerNormGradParams(..)
         | KernelCall::CrossEntropy(_)
         | KernelCall::CrossEntropyGrad(_)
         | KernelCall::Mse(_)
@@ -315,6 +318,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::ConcatGrad { .. }
         | KernelCall::Transpose(_)
         | KernelCall::Slice(_)
+        | KernelCall::SliceI8(_)
         | KernelCall::Pad(_)
         | KernelCall::Broadcast(_)
         | KernelCall::BroadcastGrad(_)

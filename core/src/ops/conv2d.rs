@@ -20,7 +20,7 @@ impl OpRules for Conv2d {
     const OPERANDS: OperandCounts = OperandCounts { inputs: 2..=3, state: 0..=0, outputs: 1..=1 };
     const GRADIENT: Gradient<ConvParams> = Gradient::Flows {
         inputs: &[0, 1, 2],
-        vjp: |p, cx| layer_vjp(cx, Op::Conv2dGradInput(p), Op::Conv2dGradWeight(p)),
+        vjp: |p, cx| layer_vjp(cx, Op::Conv2dGradInput(p), Op::Conv2dGradWeight(p), Op::BiasGrad),
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 

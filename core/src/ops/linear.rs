@@ -1,9 +1,9 @@
-//! Dense layers: `Linear` with its backward ops, the input and weight gradients and the
-//! bias gradient that convolutions share.
+//! Dense layers: `Linear` (over the last axis of `[N, ..., K]`) with its backward ops, the
+//! input and weight gradients and the bias gradient that convolutions share.
 
 use super::{Gradient, Int8Form, Int8Layer, Op, OpRules, OperandCounts, Recompute};
 use crate::builder::mismatch;
-use crate::geometry::LinearDims;
+use crate::geometry::{ChannelDims, LinearDims};
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
 use crate::ops::lowering::{channel_dims, dim, Lowered, Lowering};
@@ -20,7 +20,12 @@ impl OpRules for Linear {
     const OPERANDS: OperandCounts = OperandCounts { inputs: 2..=3, state: 0..=0, outputs: 1..=1 };
     const GRADIENT: Gradient<()> = Gradient::Flows {
         inputs: &[0, 1, 2],
-        vjp: |(), cx| layer_vjp(cx, Op::LinearGradInput, Op::LinearGradWeight),
+        vjp: |(), cx| {
+            // Over more than one row per sample the bias gradient sums rows, not channels.
+            let rows = cx.shape(cx.input(0)).rank() > 2;
+            let bias = if rows { Op::RowBiasGrad } else { Op::BiasGrad };
+            layer_vjp(cx, Op::LinearGradInput, Op::LinearGradWeight, bias)
+        },
     };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
@@ -49,11 +54,9 @@ impl OpRules for LinearGradInput {
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
         let (dy, w) = (cx.input(0), cx.input(1));
-        cx.all(KernelCall::LinearGradInput(LinearDims {
-            n: dim(dy, 0),
-            k: dim(w, 1),
-            m: dim(w, 0),
-        }))
+        let m = dim(w, 0);
+        let n = dy.numel().checked_div(m).unwrap_or(0);
+        cx.all(KernelCall::LinearGradInput(LinearDims { n, k: dim(w, 1), m }))
     }
 }
 
@@ -93,12 +96,36 @@ impl OpRules for BiasGrad {
     }
 }
 
+/// `dy [..., M] → db [M]`: the bias gradient of a dense layer over `[N, ..., K]`, summed
+/// over every row.
+pub(crate) struct RowBiasGrad;
+
+impl OpRules for RowBiasGrad {
+    type Params = ();
+    const NAME: &'static str = "row_bias_grad";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(1, 0, 1);
+    const GRADIENT: Gradient<()> = Gradient::None;
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        let channels = dim(cx.output(0), 0);
+        let outer = cx.input(0).numel().checked_div(channels).unwrap_or(0);
+        cx.all(KernelCall::BiasGrad(ChannelDims { outer, channels, inner: 1 }))
+    }
+}
+
 /// The gradients of a dense layer or convolution `x, w, (b) → y`: `grad_input` reads the
-/// output gradient and the weight, `grad_weight` the output gradient and the input.
+/// output gradient and the weight, `grad_weight` the output gradient and the input,
+/// `grad_bias` the output gradient.
 pub(super) fn layer_vjp(
     cx: &mut Vjp<'_>,
     grad_input: Op,
     grad_weight: Op,
+    grad_bias: Op,
 ) -> Result<(), GraphError> {
     let (x, w, dy) = (cx.input(0), cx.input(1), cx.dy);
     if cx.want(0).is_some() {
@@ -110,19 +137,21 @@ pub(super) fn layer_vjp(
         cx.contribute(w, grad);
     }
     if let Some(b) = cx.want(2) {
-        let grad = cx.backward("grad_bias", Op::BiasGrad, vec![dy], b)?;
+        let grad = cx.backward("grad_bias", grad_bias, vec![dy], b)?;
         cx.contribute(b, grad);
     }
     Ok(())
 }
 
-/// The dimensions of a dense layer on `x[N, K]` and `w[M, K]`.
+/// The dimensions of a dense layer on `x[N, ..., K]` (a row per index of the axes before
+/// the last) and `w[M, K]`.
 pub(super) fn linear_dims(x: Shape, w: Shape) -> LinearDims {
-    LinearDims { n: dim(x, 0), k: dim(x, 1), m: dim(w, 0) }
+    let k = dim(x, x.rank().saturating_sub(1));
+    LinearDims { n: x.numel().checked_div(k).unwrap_or(0), k, m: dim(w, 0) }
 }
 
 impl Graph {
-    /// `y = x · wᵀ + b` with `x[N,K]`, `w[M,K]`, `b[M]`.
+    /// `y = x · wᵀ + b` with `x[N, ..., K]`, `w[M, K]`, `b[M]`: `y[N, ..., M]`.
     pub fn linear(
         &mut self,
         name: &str,
@@ -134,13 +163,14 @@ impl Graph {
         let shape = self.linear_shape(op, name, x, w, DType::F32)?;
         let mut inputs = vec![x, w];
         if let Some(b) = b {
-            self.check_bias(op, name, b, shape.dims()[1])?;
+            self.check_bias(op, name, b, self.shape(w).dims()[0])?;
             inputs.push(b);
         }
         self.record_one(name, op, inputs, shape)
     }
 
-    /// The output shape `[N, M]` of a dense layer on `x[N, K]` and `w[M, K]` of `dtype`.
+    /// The output shape `[N, ..., M]` of a dense layer on `x[N, ..., K]` and `w[M, K]` of
+    /// `dtype`.
     pub(crate) fn linear_shape(
         &self,
         op: Op,
@@ -149,11 +179,15 @@ impl Graph {
         w: TensorId,
         dtype: DType,
     ) -> Result<Shape, GraphError> {
+        let xs = self.typed(op, name, x, dtype)?;
+        let rank = xs.rank().max(2);
         let (xs, ws) =
-            (self.typed_rank(op, name, x, dtype, 2)?, self.typed_rank(op, name, w, dtype, 2)?);
-        if xs.dims()[1] != ws.dims()[1] {
+            (self.typed_rank(op, name, x, dtype, rank)?, self.typed_rank(op, name, w, dtype, 2)?);
+        if xs.dims()[rank - 1] != ws.dims()[1] {
             return Err(mismatch(op, name, "input features differ from the weight's", xs, ws));
         }
-        Ok(Shape::d2(xs.dims()[0], ws.dims()[0]))
+        let mut dims = xs.dims().to_vec();
+        dims[rank - 1] = ws.dims()[0];
+        Shape::new(&dims).map_err(|_| mismatch(op, name, "bad output shape", xs, ws))
     }
 }

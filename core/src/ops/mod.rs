@@ -17,10 +17,12 @@ mod broadcast;
 mod concat;
 mod conv2d;
 mod dropout;
+mod gelu;
 mod half;
 mod hard_sigmoid;
 mod hard_swish;
 mod int8;
+mod layer_norm;
 mod leaky_relu;
 mod linear;
 mod loss;
@@ -174,6 +176,7 @@ pub(crate) enum Int8Same {
     AvgPool2d(PoolParams),
     GlobalAvgPool,
     Reshape,
+    Slice(SliceParams),
 }
 
 /// The clamp an activation fuses into the op before it as.

@@ -1,8 +1,9 @@
 //! `Slice`, a run of one axis cut out of a tensor (ONNX `Split` and `Slice`: ShuffleNet's
 //! `chunk`), and `Pad`, its converse: zeros along one axis with the tensor in a run of it
-//! (asymmetric zero padding). Each is the other's gradient.
+//! (asymmetric zero padding). Each is the other's gradient. A slice of an int8 tensor is
+//! an int8 copy in the same quantization.
 
-use super::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute, Vjp};
+use super::{Gradient, Int8Form, Int8Same, Op, OpRules, OperandCounts, Recompute, Vjp};
 use crate::builder::invalid;
 use crate::geometry::SliceDims;
 use crate::graph::{Graph, GraphError};
@@ -10,7 +11,7 @@ use crate::kernel::KernelCall;
 use crate::op::SliceParams;
 use crate::ops::lowering::{Lowered, Lowering};
 use crate::shape::Shape;
-use crate::tensor::TensorId;
+use crate::tensor::{DType, TensorId};
 use alloc::format;
 use alloc::vec;
 
@@ -25,12 +26,16 @@ impl OpRules for Slice {
         Gradient::Flows { inputs: &[0], vjp: |p, cx| gradient_through(Op::Pad(p), cx) };
     const RECOMPUTE: Recompute = Recompute::Rerun;
 
-    fn int8(_: SliceParams) -> Int8Form {
-        Int8Form::Float
+    fn int8(p: SliceParams) -> Int8Form {
+        Int8Form::SameQuantization(Int8Same::Slice(p))
     }
 
     fn lower(p: SliceParams, cx: &Lowering<'_>) -> Lowered {
-        cx.all(KernelCall::Slice(slice_dims(p, cx.input(0), cx.output(0))))
+        let dims = slice_dims(p, cx.input(0), cx.output(0));
+        cx.all(match cx.input_dtype(0) {
+            DType::I8 => KernelCall::SliceI8(dims),
+            _ => KernelCall::Slice(dims),
+        })
     }
 }
 

@@ -95,7 +95,7 @@ pub fn concat_grad(dy: &[f32], part: &mut [f32], d: ConcatDims, second: bool) {
 }
 
 /// Per outer index, the `len` elements of `x` from `start` (a slice of one axis).
-pub fn slice(x: &[f32], y: &mut [f32], d: SliceDims) {
+pub fn slice<T: Copy>(x: &[T], y: &mut [T], d: SliceDims) {
     debug_assert_eq!((x.len(), y.len()), (d.whole_len(), d.part_len()));
     for (y, x) in y.chunks_exact_mut(d.len.max(1)).zip(x.chunks_exact(d.whole.max(1))) {
         y.copy_from_slice(&x[d.start..d.start + d.len]);

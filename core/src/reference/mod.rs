@@ -6,6 +6,7 @@ pub mod cast;
 pub mod conv;
 pub mod dense;
 pub mod dropout;
+pub mod layer_norm;
 pub mod loss;
 pub mod loss_scale;
 pub mod norm;
@@ -29,6 +30,7 @@ pub use dense::{
     linear_grad_input, linear_grad_weight, pad, slice, transpose,
 };
 pub use dropout::{dropout, dropout_grad, dropout_in_place, dropout_keeps};
+pub use layer_norm::{layer_norm, layer_norm_grad_input, layer_norm_grad_params};
 pub use loss::{check_labels, cross_entropy, cross_entropy_grad, mse, mse_grad};
 pub use loss_scale::{unscale_gradient, update_loss_scale};
 pub use norm::{
@@ -38,7 +40,7 @@ pub use norm::{
 };
 pub use optim::{accumulate, adamw_update, clip_coefficient, sgd_update, sum_squares};
 pub use pointwise::{
-    activation, activation_grad, mul, mul_grad_factor, Activation, HardSigmoidParams,
+    activation, activation_grad, mul, mul_grad_factor, Activation, GeluParams, HardSigmoidParams,
     LeakyReluParams,
 };
 pub use pool::{

@@ -1,5 +1,5 @@
 //! Smooth and piecewise-linear activations beyond ReLU (sigmoid, hard sigmoid, hard swish,
-//! leaky ReLU) as one kernel family, and the element-wise product with per-channel
+//! leaky ReLU, GELU) as one kernel family, and the element-wise product with per-channel
 //! broadcasting (squeeze-excitation), with their gradients.
 
 use crate::geometry::ChannelDims;
@@ -27,6 +27,13 @@ pub struct LeakyReluParams {
     pub alpha: f32,
 }
 
+/// GELU's form: exact (`x · Φ(x)`, through `erf`) or PyTorch's `approximate='tanh'`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct GeluParams {
+    pub tanh: bool,
+}
+
 /// A pointwise activation and its settings: one kernel family, one formula each. In plans
 /// and model files it is an explicit tag (a varint) then the settings, like ops and kernels.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -39,6 +46,9 @@ pub enum Activation {
     HardSwish,
     /// `x` where `x > 0`, else `alpha · x`. Tag 3.
     LeakyRelu(LeakyReluParams),
+    /// `x · Φ(x)`, `Φ` the standard normal distribution function (or its tanh
+    /// approximation). Tag 4.
+    Gelu(GeluParams),
 }
 
 /// A decoded activation tag this build does not know (a file from a newer sprout).
@@ -64,6 +74,7 @@ impl serde::Serialize for Activation {
             Activation::HardSigmoid(p) => s.serialize_newtype_variant(NAME, 1, "HardSigmoid", p),
             Activation::HardSwish => s.serialize_unit_variant(NAME, 2, "HardSwish"),
             Activation::LeakyRelu(p) => s.serialize_newtype_variant(NAME, 3, "LeakyRelu", p),
+            Activation::Gelu(p) => s.serialize_newtype_variant(NAME, 4, "Gelu", p),
         }
     }
 }
@@ -96,11 +107,12 @@ impl<'de> serde::Deserialize<'de> for Activation {
                         Activation::HardSwish
                     }
                     3 => Activation::LeakyRelu(v.newtype_variant()?),
+                    4 => Activation::Gelu(v.newtype_variant()?),
                     tag => return Err(serde::de::Error::custom(UnknownActivationTag { tag })),
                 })
             }
         }
-        const NAMES: &[&str] = &["Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu"];
+        const NAMES: &[&str] = &["Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Gelu"];
         d.deserialize_enum("Activation", NAMES, Tagged)
     }
 }
@@ -128,6 +140,7 @@ impl Activation {
                     p.alpha * x
                 }
             }
+            Activation::Gelu(p) => gelu(p, x),
         }
     }
 
@@ -136,9 +149,10 @@ impl Activation {
     pub fn gradient_reads(self) -> GradientReads {
         match self {
             Activation::Sigmoid => GradientReads::Output,
-            Activation::HardSigmoid(_) | Activation::HardSwish | Activation::LeakyRelu(_) => {
-                GradientReads::Input
-            }
+            Activation::HardSigmoid(_)
+            | Activation::HardSwish
+            | Activation::LeakyRelu(_)
+            | Activation::Gelu(_) => GradientReads::Input,
         }
     }
 
@@ -172,6 +186,7 @@ impl Activation {
                     dy * p.alpha
                 }
             }
+            Activation::Gelu(p) => dy * gelu_slope(p, saved),
         }
     }
 
@@ -183,13 +198,14 @@ impl Activation {
             Activation::HardSigmoid(_) => 4,
             Activation::HardSwish => 5,
             Activation::LeakyRelu(_) => 1,
+            Activation::Gelu(_) => 20,
         }
     }
 
     /// Whether the settings are finite (an attacker's NaN slope would poison every value).
     pub fn is_valid(self) -> bool {
         match self {
-            Activation::Sigmoid | Activation::HardSwish => true,
+            Activation::Sigmoid | Activation::HardSwish | Activation::Gelu(_) => true,
             Activation::HardSigmoid(p) => p.alpha.is_finite() && p.beta.is_finite(),
             Activation::LeakyRelu(p) => p.alpha.is_finite(),
         }
@@ -203,6 +219,39 @@ fn sigmoid(x: f32) -> f32 {
         1.0 / (1.0 + e)
     } else {
         e / (1.0 + e)
+    }
+}
+
+/// `√(2/π)`, the tanh approximation's scale.
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+/// The tanh approximation's cubic coefficient.
+const GELU_CUBIC: f32 = 0.044_715;
+
+/// GELU as PyTorch computes it: `x · ½(1 + erf(x / √2))`, or
+/// `½x(1 + tanh(√(2/π)(x + 0.044715x³)))`.
+fn gelu(p: GeluParams, x: f32) -> f32 {
+    if p.tanh {
+        let t = libm::tanhf(SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x));
+        0.5 * x * (1.0 + t)
+    } else {
+        x * 0.5 * (1.0 + libm::erff(x * core::f32::consts::FRAC_1_SQRT_2))
+    }
+}
+
+/// GELU's derivative at `x`.
+fn gelu_slope(p: GeluParams, x: f32) -> f32 {
+    if p.tanh {
+        let inner = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
+        let t = libm::tanhf(inner);
+        let d_inner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
+        0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * d_inner
+    } else {
+        // Φ(x) + x · φ(x), φ the standard normal density.
+        let cdf = 0.5 * (1.0 + libm::erff(x * core::f32::consts::FRAC_1_SQRT_2));
+        let pdf = libm::expf(-0.5 * x * x)
+            * (0.5 * core::f32::consts::FRAC_2_SQRT_PI)
+            * core::f32::consts::FRAC_1_SQRT_2;
+        cdf + x * pdf
     }
 }
 
@@ -242,6 +291,7 @@ pub fn activation_by_kind(f: Activation, x: &[f32], y: &mut [f32]) {
         Activation::HardSigmoid(p) => map(x, y, |v| Activation::HardSigmoid(p).apply(v)),
         Activation::HardSwish => map(x, y, |v| Activation::HardSwish.apply(v)),
         Activation::LeakyRelu(p) => map(x, y, |v| Activation::LeakyRelu(p).apply(v)),
+        Activation::Gelu(p) => map(x, y, |v| Activation::Gelu(p).apply(v)),
     }
 }
 
@@ -255,6 +305,7 @@ pub fn activation_grad_by_kind(f: Activation, saved: &[f32], dy: &[f32], dx: &mu
         Activation::HardSigmoid(p) => zip_map(saved, dy, dx, grad(Activation::HardSigmoid(p))),
         Activation::HardSwish => zip_map(saved, dy, dx, grad(Activation::HardSwish)),
         Activation::LeakyRelu(p) => zip_map(saved, dy, dx, grad(Activation::LeakyRelu(p))),
+        Activation::Gelu(p) => zip_map(saved, dy, dx, grad(Activation::Gelu(p))),
     }
 }
 
@@ -328,6 +379,11 @@ mod tests {
         assert_close(&forward(Activation::HardSwish, &x), &swish, 1e-6);
         let leaky = Activation::LeakyRelu(LeakyReluParams { alpha: 0.1 });
         assert_close(&forward(leaky, &x), &[-0.4, -0.1, 0.0, 2.0, 5.0], 1e-7);
+        // torch.nn.functional.gelu at x, exact and approximate='tanh'.
+        let gelu = [-1.266_85e-4, -0.158_655_25, 0.0, 1.954_499_7, 4.999_998_6];
+        assert_close(&forward(Activation::Gelu(GeluParams { tanh: false }), &x), &gelu, 1e-6);
+        let tanh = [-7.024_595e-5, -0.158_808, 0.0, 1.954_597_7, 5.0];
+        assert_close(&forward(Activation::Gelu(GeluParams { tanh: true }), &x), &tanh, 1e-6);
     }
 
     #[test]
@@ -346,6 +402,8 @@ mod tests {
             PYTORCH_HARD_SIGMOID,
             Activation::HardSwish,
             Activation::LeakyRelu(LeakyReluParams { alpha: 0.02 }),
+            Activation::Gelu(GeluParams { tanh: false }),
+            Activation::Gelu(GeluParams { tanh: true }),
         ];
         // Away from the kinks (±3, 0) so that a finite difference is a derivative.
         for f in fs {
@@ -381,6 +439,8 @@ mod tests {
             PYTORCH_HARD_SIGMOID,
             Activation::HardSwish,
             Activation::LeakyRelu(LeakyReluParams { alpha: 0.3 }),
+            Activation::Gelu(GeluParams { tanh: false }),
+            Activation::Gelu(GeluParams { tanh: true }),
         ] {
             let (mut slow, mut fast) = ([0.0f32; 9], [1.0f32; 9]);
             activation(f, &x, &mut slow);

@@ -204,8 +204,82 @@ fn export_node(
         cname
     };
     let onnx = match node.op {
+        Op::Linear if graph.shape(node.inputs[0]).rank() > 2 => {
+            // Gemm is 2-D: over rows, `x · wᵀ` is a MatMul by the transposed weight.
+            let wt = format!("{y}:wt");
+            let perm = AttributeProto::ints("perm", &[1, 0]);
+            out.node.push(
+                NodeProto::new("Transpose", &format!("{n}:wt"), &[inputs[1]], &[&wt]).with(perm),
+            );
+            match inputs.get(2) {
+                None => NodeProto::new("MatMul", n, &[inputs[0], &wt], &[&y]),
+                Some(b) => {
+                    let product = format!("{y}:product");
+                    let matmul = NodeProto::new(
+                        "MatMul",
+                        &format!("{n}:product"),
+                        &[inputs[0], &wt],
+                        &[&product],
+                    );
+                    out.node.push(matmul);
+                    NodeProto::new("Add", n, &[&product, b], &[&y])
+                }
+            }
+        }
         Op::Linear => {
             NodeProto::new("Gemm", n, &inputs, &[&y]).with(AttributeProto::int("transB", 1))
+        }
+        Op::Gelu(p) if !p.tanh => {
+            // Gelu itself needs opset 20; before it, `x · ½(1 + erf(x / √2))` as PyTorch
+            // exports it.
+            let sqrt2 = constant("sqrt2", TensorProto::f32("", &[], &[core::f32::consts::SQRT_2]));
+            let one = constant("one", TensorProto::f32("", &[], &[1.0]));
+            let half = constant("half", TensorProto::f32("", &[], &[0.5]));
+            let [scaled, erf, plus, times] =
+                ["scaled", "erf", "plus", "times"].map(|s| format!("{y}:{s}"));
+            let chain = [
+                ("Div", vec![inputs[0], sqrt2.as_str()], &scaled),
+                ("Erf", vec![scaled.as_str()], &erf),
+                ("Add", vec![erf.as_str(), one.as_str()], &plus),
+                ("Mul", vec![inputs[0], plus.as_str()], &times),
+            ];
+            for (op, ins, o) in chain {
+                out.node.push(NodeProto::new(op, o, &ins, &[o]));
+            }
+            NodeProto::new("Mul", n, &[&times, &half], &[&y])
+        }
+        Op::LayerNorm(eps)
+            if graph.shape(node.inputs[1]).numel()
+                == graph.shape(node.inputs[0]).dims().last().copied().unwrap_or(0) =>
+        {
+            // LayerNormalization needs opset 17; before it, the chain PyTorch exports.
+            let two = constant("two", TensorProto::f32("", &[], &[2.0]));
+            let eps = constant("eps", TensorProto::f32("", &[], &[eps]));
+            let names = ["mean", "centred", "squared", "var", "var_eps", "std", "normed", "scaled"];
+            let [mean, centred, squared, var, var_eps, std, normed, scaled] =
+                names.map(|s| format!("{y}:{s}"));
+            let last = AttributeProto::ints("axes", &[-1]);
+            out.node.push(
+                NodeProto::new("ReduceMean", &mean, &[inputs[0]], &[&mean]).with(last.clone()),
+            );
+            let chain = [
+                ("Sub", vec![inputs[0], mean.as_str()], &centred),
+                ("Pow", vec![centred.as_str(), two.as_str()], &squared),
+            ];
+            for (op, ins, o) in chain {
+                out.node.push(NodeProto::new(op, o, &ins, &[o]));
+            }
+            out.node.push(NodeProto::new("ReduceMean", &var, &[&squared], &[&var]).with(last));
+            let chain = [
+                ("Add", vec![var.as_str(), eps.as_str()], &var_eps),
+                ("Sqrt", vec![var_eps.as_str()], &std),
+                ("Div", vec![centred.as_str(), std.as_str()], &normed),
+                ("Mul", vec![normed.as_str(), inputs[1]], &scaled),
+            ];
+            for (op, ins, o) in chain {
+                out.node.push(NodeProto::new(op, o, &ins, &[o]));
+            }
+            NodeProto::new("Add", n, &[&scaled, inputs[2]], &[&y])
         }
         Op::Conv2d(p) => {
             let w = graph.shape(dilated.map_or(node.inputs[1], |d| d.kernel));

@@ -4,6 +4,7 @@
 use crate::error::{malformed, tensor_error, OnnxError};
 use crate::fold;
 use crate::metadata::read_metadata_props;
+use crate::patterns::{self, Fused};
 use crate::proto::{self, tensor_shape_proto::dimension, type_proto, AttributeProto, NodeProto};
 use prost::Message;
 use sprout_core::format::{Metadata, ModelFile, Preprocessing};
@@ -74,8 +75,12 @@ pub fn import_with(bytes: &[u8], options: &ImportOptions) -> Result<Imported, On
     let graph = model.graph.as_ref().ok_or_else(|| malformed("the model has no graph"))?;
     let mut importer = Importer::new(graph, opset);
     let input = importer.input(graph, options)?;
+    let (chains, inside) = patterns::find(graph, opset);
+    importer.fused.extend(inside);
     for (index, node) in graph.node.iter().enumerate() {
-        if !importer.fused.contains(&index) {
+        if let Some(chain) = chains.get(&index) {
+            importer.chain(index, node, chain)?;
+        } else if !importer.fused.contains(&index) {
             importer.node(graph, index, node)?;
         }
     }
@@ -287,7 +292,20 @@ struct Ctx<'a> {
     node: &'a NodeProto,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// Node `index`, named by its name, else by its type, index and first output.
+    fn of(index: usize, node: &'a NodeProto) -> Self {
+        let op_type = node.op_type.as_deref().unwrap_or("");
+        let name = match node.name.as_deref().filter(|n| !n.is_empty()) {
+            Some(n) => n.to_string(),
+            None => match node.output.first().filter(|o| !o.is_empty()) {
+                Some(o) => format!("{op_type} #{index} -> {o}"),
+                None => format!("{op_type} #{index}"),
+            },
+        };
+        Ctx { op_type, name, node }
+    }
+
     fn err(&self, detail: impl Into<String>) -> OnnxError {
         OnnxError::Unsupported {
             op_type: self.op_type.into(),
@@ -447,8 +465,11 @@ struct Importer<'m> {
     weights: HashMap<String, TensorId>,
     /// How many nodes (and graph outputs) read each value.
     uses: HashMap<&'m str, usize>,
-    /// Nodes folded into an earlier one (an `Add` bias into its `MatMul`).
+    /// Nodes folded into an earlier one (an `Add` bias into its `MatMul`) or inside a chain
+    /// recorded as one op (see [`patterns`]).
     fused: HashSet<usize>,
+    /// The initializers' names: the model's weights, as opposed to `Constant` nodes.
+    initializers: HashSet<String>,
     /// The graph outputs' names: a tensor sprout stores under another shape than ONNX's
     /// takes a staging name when it is one, so that the output keeps the ONNX name.
     graph_outputs: HashSet<&'m str>,
@@ -468,6 +489,7 @@ impl<'m> Importer<'m> {
             weights: HashMap::new(),
             uses,
             fused: HashSet::new(),
+            initializers: HashSet::new(),
             graph_outputs: graph.output.iter().filter_map(|o| o.name.as_deref()).collect(),
         }
     }
@@ -483,6 +505,7 @@ impl<'m> Importer<'m> {
             if t.name.as_deref().is_none_or(str::is_empty) {
                 return Err(tensor_error(&c.name, "initializers must be named"));
             }
+            self.initializers.insert(c.name.clone());
             self.values.insert(c.name.clone(), Value::Const(Rc::new(c)));
         }
         let real: Vec<_> = graph
@@ -705,15 +728,8 @@ impl<'m> Importer<'m> {
         index: usize,
         node: &'m NodeProto,
     ) -> Result<(), OnnxError> {
-        let op_type = node.op_type.as_deref().unwrap_or("");
-        let name = match node.name.as_deref().filter(|n| !n.is_empty()) {
-            Some(n) => n.to_string(),
-            None => match node.output.first().filter(|o| !o.is_empty()) {
-                Some(o) => format!("{op_type} #{index} -> {o}"),
-                None => format!("{op_type} #{index}"),
-            },
-        };
-        let ctx = Ctx { op_type, name, node };
+        let ctx = Ctx::of(index, node);
+        let op_type = ctx.op_type;
         if !matches!(node.domain.as_deref(), None | Some("") | Some("ai.onnx")) {
             return Err(OnnxError::UnsupportedOp {
                 op_type: format!("{}.{op_type}", node.domain.as_deref().unwrap_or("")),
@@ -737,6 +753,17 @@ impl<'m> Importer<'m> {
                 self.unary(&ctx, |g, name, x| g.hard_sigmoid(name, x, alpha, beta))
             }
             "HardSwish" => self.unary(&ctx, Graph::hard_swish),
+            "Gelu" => {
+                let tanh = match ctx.string("approximate").as_deref() {
+                    None | Some("none") => false,
+                    Some("tanh") => true,
+                    Some(other) => {
+                        return Err(ctx.err(format!("approximate '{other}' is not GELU's")))
+                    }
+                };
+                self.unary(&ctx, |g, name, x| g.gelu(name, x, tanh))
+            }
+            "LayerNormalization" => self.layer_normalization(&ctx),
             "LeakyRelu" => {
                 let alpha = ctx.float("alpha", 0.01)?;
                 self.unary(&ctx, |g, name, x| g.leaky_relu(name, x, alpha))
@@ -768,6 +795,101 @@ impl<'m> Importer<'m> {
                 node_name: ctx.name.clone(),
             }),
         }
+    }
+
+    /// A chain [`patterns::find`] recognised, recorded as one op at its last node `node`.
+    fn chain(&mut self, index: usize, node: &NodeProto, chain: &Fused) -> Result<(), OnnxError> {
+        let ctx = Ctx::of(index, node);
+        let out = ctx.output()?;
+        let tensor = |me: &Self, name: &str| match me.value(&ctx, name)? {
+            Value::Tensor { id, dims } => Ok((*id, dims.clone())),
+            _ => Err(ctx.err(format!("'{name}' must be a tensor computed from the input"))),
+        };
+        let constant = |me: &Self, name: &Option<String>| match name {
+            None => Ok(None),
+            Some(n) => match me.value(&ctx, n)? {
+                Value::Const(c) => Ok(Some(c.clone())),
+                _ => Err(ctx.err(format!("'{n}' must be a constant"))),
+            },
+        };
+        match chain {
+            Fused::Gelu { x } => {
+                let (x, dims) = tensor(self, x)?;
+                let y = self.g.gelu(out, x, false).map_err(ctx.graph())?;
+                self.define(out, y, dims);
+            }
+            Fused::LayerNorm { x, axes, eps, scale, shift } => {
+                let (x, dims) = tensor(self, x)?;
+                let (scale, shift) = (constant(self, scale)?, constant(self, shift)?);
+                self.layer_norm(&ctx, x, dims, *axes, *eps, scale, shift)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `LayerNormalization` (opset 17): over the axes from `axis` on, its mean and
+    /// inverse-deviation outputs unused.
+    fn layer_normalization(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, dims) = self.act(ctx, 0)?;
+        if ctx
+            .node
+            .output
+            .iter()
+            .skip(1)
+            .any(|o| !o.is_empty() && self.uses.contains_key(o.as_str()))
+        {
+            return Err(ctx.err("only the first output (Y) is supported"));
+        }
+        let axis = fold::axis(ctx.int("axis", -1)?, dims.len()).map_err(|e| ctx.err(e))?;
+        let eps = ctx.float("epsilon", 1e-5)?;
+        let (scale, shift) = (self.constant(ctx, 1)?, self.constant(ctx, 2)?);
+        self.layer_norm(ctx, x, dims.clone(), dims.len() - axis, eps, scale, shift)
+    }
+
+    /// Layer normalisation of `x` (ONNX shape `dims`) over its last `axes` axes, scaled and
+    /// shifted by the constants (parameters under their names; ones and zeros without).
+    #[allow(clippy::too_many_arguments)]
+    fn layer_norm(
+        &mut self,
+        ctx: &Ctx,
+        x: TensorId,
+        dims: Vec<usize>,
+        axes: usize,
+        eps: f32,
+        scale: Option<Rc<Const>>,
+        shift: Option<Rc<Const>>,
+    ) -> Result<(), OnnxError> {
+        if axes == 0 || axes >= dims.len() {
+            return Err(ctx.err(format!(
+                "normalises {axes} trailing axes of shape {dims:?}: sprout keeps the batch axis apart"
+            )));
+        }
+        let d: usize = dims[dims.len() - axes..].iter().product();
+        let out = ctx.output()?;
+        let x = self.view(ctx, x, &dims, out)?;
+        let mut affine = [TensorId(0); 2];
+        for ((slot, c), (what, fill)) in
+            affine.iter_mut().zip([scale, shift]).zip([("scale", 1.0), ("shift", 0.0)])
+        {
+            *slot = match c {
+                Some(c) if c.numel() == d => {
+                    self.weight(&c, Shape::d1(d), c.f32()?.to_vec(), false)?
+                }
+                Some(c) => {
+                    return Err(ctx.err(format!(
+                    "{what} '{}' has shape {:?}: expected the {d} values of the normalised axes",
+                    c.name, c.dims
+                )))
+                }
+                None => self
+                    .g
+                    .buffer(&format!("{out}.{what}"), Shape::d1(d), Init::Values(vec![fill; d]))
+                    .map_err(ctx.graph())?,
+            };
+        }
+        let y = self.g.layer_norm(out, x, affine[0], affine[1], eps).map_err(ctx.graph())?;
+        self.define(out, y, dims);
+        Ok(())
     }
 
     fn unary(
@@ -909,20 +1031,25 @@ impl<'m> Importer<'m> {
         self.weight(w, Shape::d2(m, k), t, false)
     }
 
-    /// Input 0 as `[batch, features]` (viewed so when sprout stores it otherwise) and K.
-    fn linear_input(&mut self, ctx: &Ctx) -> Result<(TensorId, usize), OnnxError> {
+    /// Input 0 as `[batch, features]` (viewed so when sprout stores it otherwise) and K;
+    /// with `rows`, any `[batch, ..., features]`.
+    fn linear_input(&mut self, ctx: &Ctx, rows: bool) -> Result<(TensorId, usize), OnnxError> {
         let (x, dims) = self.act(ctx, 0)?;
-        let [_, k] = dims[..] else {
-            return Err(ctx.err(format!(
+        let k = match dims[..] {
+            [_, k] => k,
+            [_, _, .., k] if rows => k,
+            _ => {
+                return Err(ctx.err(format!(
                 "input must be 2-D [batch, features] (add a Flatten first), it has shape {dims:?}"
-            )));
+            )))
+            }
         };
         Ok((self.view(ctx, x, &dims, ctx.output()?)?, k))
     }
 
     /// `Gemm`: `alpha` folds into the weight, `beta` into the bias.
     fn gemm(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let (x, k) = self.linear_input(ctx)?;
+        let (x, k) = self.linear_input(ctx, false)?;
         let (alpha, beta) = (ctx.float("alpha", 1.0)?, ctx.float("beta", 1.0)?);
         if ctx.int("transA", 0)? != 0 {
             return Err(ctx.err(
@@ -968,7 +1095,7 @@ impl<'m> Importer<'m> {
         Ok(())
     }
 
-    /// `MatMul` by a constant `[K, M]`; an `Add` of an `[M]` constant that is the only
+    /// `MatMul` of `[N, ..., K]` by a constant `[K, M]`; an `Add` of an `[M]` constant that is the only
     /// reader of the product becomes the bias.
     fn matmul(
         &mut self,
@@ -976,7 +1103,7 @@ impl<'m> Importer<'m> {
         graph: &'m proto::GraphProto,
         index: usize,
     ) -> Result<(), OnnxError> {
-        let (x, k) = self.linear_input(ctx)?;
+        let (x, k) = self.linear_input(ctx, true)?;
         let w = self.required_constant(ctx, 1)?;
         if w.dims.first() != Some(&k) || w.dims.len() != 2 {
             return Err(
@@ -1455,6 +1582,26 @@ impl<'m> Importer<'m> {
         self.g.conv2d(&name, x, w, Some(b), params).map_err(ctx.graph())
     }
 
+    /// `x · scale` with `scale` a per-channel parameter (under its name and ONNX shape), as a
+    /// depthwise 1×1 convolution by a view of it. The result is stored NCHW.
+    fn channel_scale(
+        &mut self,
+        ctx: &Ctx,
+        name: &str,
+        x: TensorId,
+        dims: &[usize],
+        scale: &Const,
+    ) -> Result<TensorId, OnnxError> {
+        let (x, c) = self.channel_view(ctx, x, dims, name)?;
+        let shape =
+            Shape::new(&scale.dims).map_err(|e| tensor_error(&scale.name, e.to_string()))?;
+        let p = self.weight(scale, shape, scale.f32()?.to_vec(), false)?;
+        let w = self.view(ctx, p, &[c, 1, 1, 1], &format!("{name}.scale"))?;
+        let params = ConvParams { stride: (1, 1), padding: (0, 0), groups: c };
+        let name = self.staging(name, dims.len() != 4);
+        self.g.conv2d(&name, x, w, None, params).map_err(ctx.graph())
+    }
+
     /// A constant operand of an element-wise op on `dims` as one value per channel (axis 1)
     /// or one value for all: it must broadcast along every other axis.
     fn channel_values(&self, ctx: &Ctx, c: &Const, dims: &[usize]) -> Result<Vec<f32>, OnnxError> {
@@ -1488,6 +1635,13 @@ impl<'m> Importer<'m> {
         };
         let (x, dims) = self.act(ctx, tensor)?;
         let v = self.channel_values(ctx, &c, &dims)?;
+        if ctx.op_type == "Mul" && v.len() > 1 && self.initializers.contains(&c.name) {
+            // A weight of the model (ConvNeXt's layer scale): it trains, under its name.
+            let out = ctx.output()?;
+            let y = self.channel_scale(ctx, out, x, &dims, &c)?;
+            self.define(out, y, dims);
+            return Ok(());
+        }
         let map = |f: fn(f32) -> f32| v.iter().map(|&x| f(x)).collect::<Vec<f32>>();
         let (scale, shift) = match (ctx.op_type, tensor) {
             ("Add", _) => (vec![1.0], v.clone()),

@@ -16,6 +16,7 @@ pub mod export;
 mod fold;
 pub mod import;
 pub mod metadata;
+mod patterns;
 pub mod proto;
 pub mod weights_in;
 

@@ -403,3 +403,61 @@ fn softmax_of_a_4d_tensor_follows_each_opsets_axis_rule() {
         assert_close(&y, &expected, 1e-6);
     }
 }
+
+/// `LayerNormalization` (opset 17, over the last two axes, `epsilon` 1e-3) then `Gelu`
+/// (opset 20, exact and `approximate="tanh"`), against f64 loops; the scale and shift are
+/// weights under their ONNX names.
+#[test]
+fn layer_normalization_and_gelu_match_loops() {
+    let x = values(71, 2 * 3 * 4, -3.0, 3.0);
+    let (scale, shift) = (values(72, 12, 0.5, 1.5), values(73, 12, -0.5, 0.5));
+    for approximate in ["none", "tanh"] {
+        let graph = GraphProto {
+            node: vec![
+                NodeProto::new("LayerNormalization", "ln", &["x", "scale", "shift"], &["n"])
+                    .with(A::int("axis", 1))
+                    .with(A::float("epsilon", 1e-3)),
+                NodeProto::new("Gelu", "gelu", &["n"], &["y"])
+                    .with(A::string("approximate", approximate)),
+            ],
+            input: vec![ValueInfoProto::f32("x", &[Dim::Fixed(2), Dim::Fixed(3), Dim::Fixed(4)])],
+            output: vec![ValueInfoProto::f32("y", &[])],
+            initializer: vec![
+                TensorProto::f32("scale", &[3, 4], &scale),
+                TensorProto::f32("shift", &[3, 4], &shift),
+            ],
+            ..Default::default()
+        };
+        let imported = import(&ModelProto::new(graph, 20).encode_to_vec()).expect("imports");
+        let g = &imported.graph;
+        // Weights (which training may select), not constant buffers.
+        for name in ["scale", "shift"] {
+            assert_eq!(g.tensor(g.find(name).expect("a weight")).role, Role::FrozenParam, "{name}");
+        }
+        let mut expected = Vec::new();
+        for row in f64s(&x).chunks(12) {
+            let mean = row.iter().sum::<f64>() / 12.0;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / 12.0;
+            for (i, v) in row.iter().enumerate() {
+                let n = (v - mean) / (var + 1e-3).sqrt() * scale[i] as f64 + shift[i] as f64;
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                expected.push(match approximate {
+                    "tanh" => 0.5 * n * (1.0 + (k * (n + 0.044715 * n * n * n)).tanh()),
+                    _ => 0.5 * n * (1.0 + erf(n / std::f64::consts::SQRT_2)),
+                });
+            }
+        }
+        let y = run(g, imported.input, imported.outputs[0], &x);
+        assert_close(&y, &expected, 1e-5);
+    }
+}
+
+/// `erf` by Abramowitz and Stegun 7.1.26 (error below 1.5e-7).
+fn erf(x: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    (1.0 - poly * (-x * x).exp()).copysign(x)
+}

@@ -38,7 +38,7 @@ impl OpRules for QConv2d {
     const GRADIENT: Gradient<QConvParams> = Gradient::Flows {
         inputs: &[0, 1, 2],
         vjp: |q, cx| {
-            let grads = (Op::Conv2dGradInput(q.conv), Op::Conv2dGradWeight(q.conv));
+            let grads = (Op::Conv2dGradInput(q.conv), Op::Conv2dGradWeight(q.conv), Op::BiasGrad);
             int8_layer_vjp(cx, q.input, q.act, grads)
         },
     };
@@ -68,7 +68,10 @@ impl OpRules for QLinear {
     const GRADIENT: Gradient<QLinearParams> = Gradient::Flows {
         inputs: &[0, 1, 2],
         vjp: |q, cx| {
-            int8_layer_vjp(cx, q.input, q.act, (Op::LinearGradInput, Op::LinearGradWeight))
+            let rows = cx.shape(cx.input(0)).rank() > 2;
+            let bias = if rows { Op::RowBiasGrad } else { Op::BiasGrad };
+            let grads = (Op::LinearGradInput, Op::LinearGradWeight, bias);
+            int8_layer_vjp(cx, q.input, q.act, grads)
         },
     };
     const RECOMPUTE: Recompute = Recompute::Never;
@@ -97,12 +100,12 @@ fn without_weight_scales(cx: &Lowering<'_>) -> Vec<crate::tensor::TensorId> {
 /// The gradients of an int8 convolution or dense layer, in real units for its input and
 /// in integer units (`∂L/∂q`) for its weight and bias: the output gradient is first
 /// stopped where the fused clamp saturated, then the float backward kernels `grads`
-/// (input, weight) run on dequantized operands.
+/// (input, weight, bias) run on dequantized operands.
 fn int8_layer_vjp(
     cx: &mut Vjp<'_>,
     input: QuantParams,
     act: (i8, i8),
-    grads: (Op, Op),
+    grads: (Op, Op, Op),
 ) -> Result<(), GraphError> {
     let (x, w, bias, w_scale, y) =
         (cx.input(0), cx.input(1), cx.input(2), cx.input(4), cx.output(0));
@@ -120,7 +123,7 @@ fn int8_layer_vjp(
         cx.contribute(w, grad);
     }
     if cx.want(2).is_some() {
-        let real = cx.backward("grad_bias_real", Op::BiasGrad, vec![dy], bias)?;
+        let real = cx.backward("grad_bias_real", grads.2, vec![dy], bias)?;
         let op = Op::ChannelScale(ChannelScaleParams { unit: input.scale, power: 1 });
         let grad = cx.backward("grad_bias", op, vec![real, w_scale], bias)?;
         cx.contribute(bias, grad);
@@ -143,7 +146,7 @@ impl Graph {
         self.record_int8_layer(name, op, x, weights, shape)
     }
 
-    /// An int8 dense layer `x[N, K] · w[M, K]ᵀ + b` with requantized output and fused clamp.
+    /// An int8 dense layer `x[N, ..., K] · w[M, K]ᵀ + b` with requantized output and fused clamp.
     pub fn qlinear(
         &mut self,
         name: &str,
@@ -153,7 +156,7 @@ impl Graph {
     ) -> Result<TensorId, GraphError> {
         let op = Op::QLinear(params);
         let shape = self.linear_shape(op, name, x, weights.weight, DType::I8)?;
-        self.check_int8_weights(op, name, weights, shape.dims()[1])?;
+        self.check_int8_weights(op, name, weights, self.shape(weights.weight).dims()[0])?;
         self.record_int8_layer(name, op, x, weights, shape)
     }
 

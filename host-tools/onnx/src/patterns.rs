@@ -1,0 +1,249 @@
+//! Operator chains older opsets spell out that sprout records as one op: layer
+//! normalisation (`ReduceMean → Sub → Pow → ReduceMean → Add → Sqrt → Div`, then the
+//! optional scale `Mul` and shift `Add`) and exact GELU (`Div(√2) → Erf → Add(1) → Mul(x) →
+//! Mul(½)`), as PyTorch's TorchScript exporter writes them before opsets 17 and 20.
+
+use crate::import::parse_tensor;
+use crate::proto::{GraphProto, NodeProto};
+use std::collections::{HashMap, HashSet};
+
+/// One recognised chain, recorded when the importer reaches its last node.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Fused {
+    /// Layer normalisation of `x` over its last `axes` axes; `scale` and `shift` name the
+    /// constants of the affine map that follows, when there is one.
+    LayerNorm { x: String, axes: usize, eps: f32, scale: Option<String>, shift: Option<String> },
+    /// Exact GELU of `x`.
+    Gelu { x: String },
+}
+
+/// The chains of `graph`: by the index of each chain's last node, and the indices of the
+/// nodes inside them (which the importer skips).
+pub(crate) fn find(graph: &GraphProto, opset: i64) -> (HashMap<usize, Fused>, HashSet<usize>) {
+    let g = View::new(graph, opset);
+    let (mut last, mut inside) = (HashMap::new(), HashSet::new());
+    for i in 0..graph.node.len() {
+        let found = match g.op(i) {
+            "ReduceMean" => g.layer_norm(i),
+            "Erf" => g.gelu(i),
+            _ => None,
+        };
+        if let Some((fused, nodes)) = found {
+            let (end, rest) = nodes.split_last().expect("a chain has nodes");
+            if rest.iter().chain([end]).all(|n| !inside.contains(n) && !last.contains_key(n)) {
+                inside.extend(rest.iter().copied());
+                last.insert(*end, fused);
+            }
+        }
+    }
+    (last, inside)
+}
+
+/// The graph as the matcher reads it: producers and readers of each value.
+struct View<'g> {
+    graph: &'g GraphProto,
+    opset: i64,
+    readers: HashMap<&'g str, Vec<usize>>,
+    producer: HashMap<&'g str, usize>,
+}
+
+impl<'g> View<'g> {
+    fn new(graph: &'g GraphProto, opset: i64) -> Self {
+        let (mut readers, mut producer) = (HashMap::<&str, Vec<usize>>::new(), HashMap::new());
+        for (i, n) in graph.node.iter().enumerate() {
+            for input in &n.input {
+                readers.entry(input.as_str()).or_default().push(i);
+            }
+            for out in &n.output {
+                producer.insert(out.as_str(), i);
+            }
+        }
+        for out in graph.output.iter().filter_map(|o| o.name.as_deref()) {
+            // A graph output is read from outside: it never hides inside a chain.
+            readers.entry(out).or_default().push(usize::MAX);
+        }
+        Self { graph, opset, readers, producer }
+    }
+
+    fn node(&self, i: usize) -> &'g NodeProto {
+        &self.graph.node[i]
+    }
+
+    fn op(&self, i: usize) -> &'g str {
+        let n = self.node(i);
+        match n.domain.as_deref() {
+            None | Some("") | Some("ai.onnx") => n.op_type.as_deref().unwrap_or(""),
+            Some(_) => "",
+        }
+    }
+
+    fn out(&self, i: usize) -> &'g str {
+        self.node(i).output.first().map_or("", String::as_str)
+    }
+
+    /// The one node reading `value`, when exactly one does.
+    fn only_reader(&self, value: &str) -> Option<usize> {
+        match self.readers.get(value).map(Vec::as_slice) {
+            Some(&[r]) if r != usize::MAX => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The node reading the output of `i`, alone, when it is an `op`; with the input of it
+    /// that is not that output.
+    fn next(&self, i: usize, op: &str) -> Option<(usize, &'g str)> {
+        let r = self.only_reader(self.out(i))?;
+        let n = self.node(r);
+        if self.op(r) != op || n.input.len() != 2 {
+            return None;
+        }
+        let other = if n.input[0] == self.out(i) { &n.input[1] } else { &n.input[0] };
+        Some((r, other.as_str()))
+    }
+
+    /// The value of a one-element float constant (an initializer or a `Constant` node).
+    fn scalar(&self, name: &str) -> Option<f32> {
+        let c = self.constant(name)?;
+        match c.f32().ok()? {
+            [v] => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// Whether `name` is a constant (an initializer or a `Constant` node's output, possibly
+    /// through `Identity` nodes).
+    fn is_constant(&self, name: &str) -> bool {
+        self.constant(name).is_some()
+    }
+
+    fn constant(&self, name: &str) -> Option<crate::import::Const> {
+        if let Some(t) = self.graph.initializer.iter().find(|t| t.name.as_deref() == Some(name)) {
+            return parse_tensor(t, name).ok();
+        }
+        let n = self.node(*self.producer.get(name)?);
+        if n.op_type.as_deref() == Some("Identity") {
+            // The TorchScript exporter shares equal initializers through Identity nodes.
+            return self.constant(n.input.first()?);
+        }
+        if n.op_type.as_deref() != Some("Constant") {
+            return None;
+        }
+        let a = n.attribute.first()?;
+        match a.name.as_deref()? {
+            "value" => parse_tensor(a.t.as_ref()?, name).ok(),
+            "value_float" => Some(crate::import::Const {
+                name: name.into(),
+                dims: vec![],
+                data: crate::import::ConstData::F32(vec![a.f?]),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The last-axes count a `ReduceMean` (keeping dims) averages over: `[-k, ..., -1]`.
+    fn trailing_axes(&self, i: usize) -> Option<usize> {
+        let n = self.node(i);
+        let keep = n.attribute.iter().find(|a| a.name.as_deref() == Some("keepdims"));
+        if keep.and_then(|a| a.i).is_some_and(|k| k == 0) {
+            return None;
+        }
+        let axes: Vec<i64> = if self.opset < 18 {
+            n.attribute.iter().find(|a| a.name.as_deref() == Some("axes"))?.ints.clone()
+        } else {
+            self.constant(n.input.get(1)?)?.i64().ok()?.to_vec()
+        };
+        let mut sorted = axes.clone();
+        sorted.sort_unstable();
+        let k = sorted.len();
+        (k > 0 && sorted.iter().zip(-(k as i64)..).all(|(&a, want)| a == want)).then_some(k)
+    }
+
+    /// Layer normalisation from its first `ReduceMean` (`i`), and the chain's nodes in order.
+    fn layer_norm(&self, i: usize) -> Option<(Fused, Vec<usize>)> {
+        let axes = self.trailing_axes(i)?;
+        let x = self.node(i).input.first()?.as_str();
+        // Sub(x, mean): x is read by the mean and the subtraction (and maybe others).
+        let sub = self.only_reader(self.out(i))?;
+        let sn = self.node(sub);
+        if self.op(sub) != "Sub" || sn.input.len() != 2 || sn.input[0] != x {
+            return None;
+        }
+        let centred = self.out(sub);
+        let readers = self.readers.get(centred)?;
+        let [a, b] = readers[..] else { return None };
+        let (pow, div) = if self.op(a) == "Pow" { (a, b) } else { (b, a) };
+        if self.op(pow) != "Pow" || self.op(div) != "Div" {
+            return None;
+        }
+        if self.node(pow).input.first().map(String::as_str) != Some(centred)
+            || self.scalar(self.node(pow).input.get(1)?) != Some(2.0)
+        {
+            return None;
+        }
+        let var = self.only_reader(self.out(pow))?;
+        if self.op(var) != "ReduceMean" || self.trailing_axes(var) != Some(axes) {
+            return None;
+        }
+        let (add, eps) = self.next(var, "Add")?;
+        let eps = self.scalar(eps)?;
+        let sqrt = self.only_reader(self.out(add))?;
+        if self.op(sqrt) != "Sqrt" {
+            return None;
+        }
+        let dn = self.node(div);
+        if dn.input.len() != 2 || dn.input[0] != centred || dn.input[1] != self.out(sqrt) {
+            return None;
+        }
+        let mut nodes = vec![i, sub, pow, var, add, sqrt, div];
+        let (mut scale, mut shift) = (None, None);
+        if let Some((mul, gamma)) = self.next(div, "Mul").filter(|(_, c)| self.is_constant(c)) {
+            nodes.push(mul);
+            scale = Some(gamma.to_string());
+            if let Some((add, beta)) = self.next(mul, "Add").filter(|(_, c)| self.is_constant(c)) {
+                nodes.push(add);
+                shift = Some(beta.to_string());
+            }
+        }
+        Some((Fused::LayerNorm { x: x.into(), axes, eps, scale, shift }, nodes))
+    }
+
+    /// Exact GELU from its `Erf` (`i`): `x / √2` (or `x · (1/√2)`) before it, `+ 1`, `· x`
+    /// and `· ½` (in either order) after it; the chain's nodes in order.
+    fn gelu(&self, i: usize) -> Option<(Fused, Vec<usize>)> {
+        let scaled = self.node(i).input.first()?;
+        let pre = *self.producer.get(scaled.as_str())?;
+        let pn = self.node(pre);
+        if pn.input.len() != 2 || self.only_reader(scaled) != Some(i) {
+            return None;
+        }
+        let (x, c) = (pn.input[0].as_str(), self.scalar(&pn.input[1])?);
+        let close = |a: f32, b: f32| (a - b).abs() <= 1e-6 * b.abs();
+        let ok = match self.op(pre) {
+            "Div" => close(c, core::f32::consts::SQRT_2),
+            "Mul" => close(c, core::f32::consts::FRAC_1_SQRT_2),
+            _ => false,
+        };
+        if !ok {
+            return None;
+        }
+        let (plus, one) = self.next(i, "Add")?;
+        if self.scalar(one) != Some(1.0) {
+            return None;
+        }
+        let (m1, other1) = self.next(plus, "Mul")?;
+        // `x · (1 + erf) · ½`, or `(x · ½) · (1 + erf)` where the half came first.
+        if other1 == x {
+            let (m2, half) = self.next(m1, "Mul")?;
+            let nodes = vec![pre, i, plus, m1, m2];
+            return (self.scalar(half) == Some(0.5)).then(|| (Fused::Gelu { x: x.into() }, nodes));
+        }
+        let half = *self.producer.get(other1)?;
+        let hn = self.node(half);
+        let halves_x = self.op(half) == "Mul"
+            && hn.input.len() == 2
+            && hn.input.iter().any(|v| v == x)
+            && hn.input.iter().any(|v| self.scalar(v) == Some(0.5))
+            && self.only_reader(other1) == Some(m1);
+        halves_x.then(|| (Fused::Gelu { x: x.into() }, vec![pre, half, i, plus, m1]))
+    }
+}
