@@ -16,7 +16,7 @@ fn a_backend_with_a_wrong_kernel_fails() {
         type Memory = sprout_core::Host;
     }
     sprout_core::inherit_reference!(OffByATenthOfAPercent: Dense, Vector, Activation, Pointwise, Pool,
-        Norm,
+        Norm, LayerNorm,
         Dropout, Loss, Optimizer, Half, Int8, Int8Layer, Int8Training);
     impl sprout_core::backend::ConvKernels for OffByATenthOfAPercent {
         fn conv2d(

@@ -29,7 +29,7 @@ impl Backend for CortexM {
     type Memory = Host;
 }
 
-inherit_reference!(CortexM: Vector, Activation, Pool, Norm, Dropout, Loss, Optimizer, Half, Int8,
+inherit_reference!(CortexM: Vector, Activation, Pool, Norm, LayerNorm, Dropout, Loss, Optimizer, Half, Int8,
     Int8Training);
 
 impl Int8LayerKernels for CortexM {

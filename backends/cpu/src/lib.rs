@@ -47,7 +47,7 @@ use sprout_core::backend::{
     ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, GradSums, Int8LayerKernels,
     NormKernels, PointwiseKernels, Running, Saved, SavedMut, TrainStats,
 };
-use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims, RowDims};
+use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
 use sprout_core::hyperparams::BatchNormConfig;
 use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::reference::{self as r, Activation};
@@ -152,7 +152,7 @@ impl Backend for Cpu {
     type Memory = Host;
 }
 
-inherit_reference!(Cpu: Vector, Pool, Dropout, Loss, Optimizer, Half, Int8,
+inherit_reference!(Cpu: Vector, Pool, LayerNorm, Dropout, Loss, Optimizer, Half, Int8,
     Int8Training);
 
 /// Batch norm as per-channel vector sums split over channels, both sums of a pass in one
@@ -276,39 +276,6 @@ impl NormKernels for Cpu {
         d: ChannelDims,
     ) {
         r::batch_norm_grad_input_running(dy, gamma, saved.invstd, dx, d)
-    }
-    fn layer_norm(
-        &mut self,
-        x: &[f32],
-        gamma: &[f32],
-        beta: &[f32],
-        y: &mut [f32],
-        d: RowDims,
-        eps: f32,
-    ) {
-        r::layer_norm(x, gamma, beta, y, d, eps)
-    }
-    fn layer_norm_grad_input(
-        &mut self,
-        dy: &[f32],
-        x: &[f32],
-        gamma: &[f32],
-        dx: &mut [f32],
-        d: RowDims,
-        eps: f32,
-    ) {
-        r::layer_norm_grad_input(dy, x, gamma, dx, d, eps)
-    }
-    fn layer_norm_grad_params(
-        &mut self,
-        dy: &[f32],
-        x: &[f32],
-        dgamma: &mut [f32],
-        dbeta: &mut [f32],
-        d: RowDims,
-        eps: f32,
-    ) {
-        r::layer_norm_grad_params(dy, x, dgamma, dbeta, d, eps)
     }
 }
 

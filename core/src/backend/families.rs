@@ -274,6 +274,11 @@ pub trait NormKernels: Backend {
         dx: Out<'_, Self, f32>,
         d: ChannelDims,
     );
+}
+
+/// Layer normalisation over the trailing axes (rows), forward and backward; the backward
+/// kernels recompute the row statistics.
+pub trait LayerNormKernels: Backend {
     /// Layer normalisation of each row: `y = gamma · (x − mean) · invstd + beta`.
     fn layer_norm(
         &mut self,

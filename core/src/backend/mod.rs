@@ -16,8 +16,8 @@ pub use crate::memory::{Host, Memory};
 pub use args::{Affine, GradSums, ParamUpdate, Running, Saved, SavedMut, TrainStats};
 pub use families::{
     ActivationKernels, ConvKernels, DenseKernels, DropoutKernels, HalfKernels, Int8Kernels,
-    Int8LayerKernels, Int8TrainingKernels, LossKernels, NormKernels, OptimizerKernels,
-    PointwiseKernels, PoolKernels, VectorKernels,
+    Int8LayerKernels, Int8TrainingKernels, LayerNormKernels, LossKernels, NormKernels,
+    OptimizerKernels, PointwiseKernels, PoolKernels, VectorKernels,
 };
 
 /// A backend: where its tensors live. Its kernels are the family traits.
@@ -52,6 +52,7 @@ every_family! {
     PointwiseKernels,
     PoolKernels,
     NormKernels,
+    LayerNormKernels,
     DropoutKernels,
     LossKernels,
     OptimizerKernels,
@@ -77,6 +78,8 @@ pub mod family {
     pub struct Pool;
     /// [`NormKernels`](super::NormKernels).
     pub struct Norm;
+    /// [`LayerNormKernels`](super::LayerNormKernels).
+    pub struct LayerNorm;
     /// [`DropoutKernels`](super::DropoutKernels).
     pub struct Dropout;
     /// [`LossKernels`](super::LossKernels).
@@ -116,5 +119,5 @@ impl Backend for Reference {
     type Memory = Host;
 }
 
-inherit_reference!(Reference: Dense, Conv, Vector, Activation, Pointwise, Pool, Norm, Dropout, Loss,
+inherit_reference!(Reference: Dense, Conv, Vector, Activation, Pointwise, Pool, Norm, LayerNorm, Dropout, Loss,
     Optimizer, Half, Int8, Int8Layer, Int8Training);

@@ -280,6 +280,9 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Norm>> NormKernels for
     ) {
         r::batch_norm_grad_input_running(dy, gamma, saved.invstd, dx, d)
     }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::LayerNorm>> LayerNormKernels for B {
     fn layer_norm(
         &mut self,
         x: &[f32],
