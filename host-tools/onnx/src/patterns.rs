@@ -117,14 +117,22 @@ impl<'g> View<'g> {
     }
 
     fn constant(&self, name: &str) -> Option<crate::import::Const> {
-        if let Some(t) = self.graph.initializer.iter().find(|t| t.name.as_deref() == Some(name)) {
-            return parse_tensor(t, name).ok();
-        }
-        let n = self.node(*self.producer.get(name)?);
-        if n.op_type.as_deref() == Some("Identity") {
-            // The TorchScript exporter shares equal initializers through Identity nodes.
-            return self.constant(n.input.first()?);
-        }
+        // The TorchScript exporter shares equal initializers through Identity nodes. A file
+        // may chain them in a cycle: no more hops than there are nodes.
+        let mut value = name;
+        let mut hops = 0..=self.graph.node.len();
+        let n = loop {
+            hops.next()?;
+            let found = self.graph.initializer.iter().find(|t| t.name.as_deref() == Some(value));
+            if let Some(t) = found {
+                return parse_tensor(t, name).ok();
+            }
+            let n = self.node(*self.producer.get(value)?);
+            if n.op_type.as_deref() != Some("Identity") {
+                break n;
+            }
+            value = n.input.first()?;
+        };
         if n.op_type.as_deref() != Some("Constant") {
             return None;
         }
@@ -187,7 +195,7 @@ impl<'g> View<'g> {
         let (add, eps) = self.next(var, "Add")?;
         let eps = self.scalar(eps)?;
         let sqrt = self.only_reader(self.out(add))?;
-        if self.op(sqrt) != "Sqrt" {
+        if self.op(sqrt) != "Sqrt" || self.only_reader(self.out(sqrt)) != Some(div) {
             return None;
         }
         let dn = self.node(div);
@@ -245,5 +253,64 @@ impl<'g> View<'g> {
             && hn.input.iter().any(|v| self.scalar(v) == Some(0.5))
             && self.only_reader(other1) == Some(m1);
         halves_x.then(|| (Fused::Gelu { x: x.into() }, vec![pre, half, i, plus, m1]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::AttributeProto;
+
+    /// `ReduceMean → Sub → Pow(centred, p) → ReduceMean → Add(eps) → Sqrt → Div`, the
+    /// exponent `p` through the nodes `feed`.
+    fn layer_norm_graph(feed: Vec<NodeProto>, eps_readers: usize) -> GraphProto {
+        let mean = |name: &str, x: &str, y: &str| {
+            NodeProto::new("ReduceMean", name, &[x], &[y]).with(AttributeProto::ints("axes", &[-1]))
+        };
+        let mut node = feed;
+        node.extend([
+            mean("m", "x", "mu"),
+            NodeProto::new("Sub", "s", &["x", "mu"], &["c"]),
+            NodeProto::new("Pow", "p", &["c", "two"], &["sq"]),
+            mean("v", "sq", "var"),
+            NodeProto::new("Add", "a", &["var", "eps"], &["ve"]),
+            NodeProto::new("Sqrt", "r", &["ve"], &["sd"]),
+            NodeProto::new("Div", "d", &["c", "sd"], &["y"]),
+        ]);
+        for i in 0..eps_readers {
+            node.push(NodeProto::new("Neg", &format!("n{i}"), &["sd"], &[&format!("z{i}")]));
+        }
+        let eps = crate::proto::TensorProto::f32("eps", &[], &[1e-5]);
+        GraphProto { node, initializer: vec![eps], ..Default::default() }
+    }
+
+    #[test]
+    fn a_layer_norm_chain_is_found_through_identity_nodes() {
+        let two = crate::proto::TensorProto::f32("two0", &[], &[2.0]);
+        let feed = vec![NodeProto::new("Identity", "i", &["two0"], &["two"])];
+        let mut graph = layer_norm_graph(feed, 0);
+        graph.initializer.push(two);
+        let (last, inside) = find(&graph, 13);
+        let fused =
+            Fused::LayerNorm { x: "x".into(), axes: 1, eps: 1e-5, scale: None, shift: None };
+        assert_eq!(last.get(&7), Some(&fused));
+        assert_eq!(inside.len(), 6);
+        // A value inside the chain that another node reads keeps the chain apart.
+        let mut graph =
+            layer_norm_graph(vec![NodeProto::new("Identity", "i", &["two0"], &["two"])], 1);
+        graph.initializer.push(crate::proto::TensorProto::f32("two0", &[], &[2.0]));
+        assert!(find(&graph, 13).0.is_empty());
+    }
+
+    /// Identity nodes feeding each other in a cycle end the search for a constant instead of
+    /// recursing without end.
+    #[test]
+    fn identity_nodes_in_a_cycle_are_no_constant() {
+        let feed = vec![
+            NodeProto::new("Identity", "i", &["loop"], &["two"]),
+            NodeProto::new("Identity", "j", &["two"], &["loop"]),
+        ];
+        let (last, inside) = find(&layer_norm_graph(feed, 0), 13);
+        assert!(last.is_empty() && inside.is_empty());
     }
 }
