@@ -118,6 +118,11 @@ impl<'p, K: Kernels> Executor<'p, K> {
         Ok(Self { plan, kernels, updates: 0, micro_batches: 0, pending: 0 })
     }
 
+    /// Hands the backend back, with whatever scratch it grew, for the next plan to run on.
+    pub fn into_kernels(self) -> K {
+        self.kernels
+    }
+
     /// Optimizer updates done so far.
     pub fn updates(&self) -> u32 {
         self.updates

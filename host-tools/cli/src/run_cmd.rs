@@ -52,10 +52,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut inference = Inference::of_network(&network, batch)?;
     let dims: Vec<usize> = [samples].into_iter().chain(network.output_dims()).collect();
     let chunk = batch * (CHUNK_SAMPLES / batch).max(1);
+    let mut x = Vec::new();
     write_npy_chunks(&args.output, &dims, || {
-        let x = input.read(chunk)?;
+        input.read_into(chunk, &mut x)?;
         if x.is_empty() {
-            return Ok(x);
+            return Ok(Vec::new());
         }
         inference.run(&x)
     })?;

@@ -314,8 +314,9 @@ pub struct Inference {
     rest: Option<Pass>,
     per_sample: usize,
     per_output: usize,
-    /// The backend every pass runs on: its worker threads start once, not once per pass.
-    cpu: Cpu,
+    /// The backend every pass runs on: its worker threads start once and its scratch is
+    /// grown once, not once per pass (absent only after a pass failed).
+    cpu: Option<Cpu>,
 }
 
 impl Inference {
@@ -341,7 +342,7 @@ impl Inference {
         let (per_sample, per_output) = (sample(input), sample(output));
         let graph = graph.clone();
         let full = Self::compile(&graph, input, output, batch)?;
-        let cpu = Cpu::new();
+        let cpu = Some(Cpu::new());
         Ok(Self { graph, input, output, full, rest: None, per_sample, per_output, cpu })
     }
 
@@ -391,11 +392,14 @@ impl Inference {
                 Some(rest) if rest.samples == samples => rest,
                 _ => &mut self.full,
             };
-            let mut exec = Executor::new(pass.plan.view(), self.cpu.clone())?;
+            // A pass that fails drops the backend; the next one starts a fresh backend.
+            let cpu = self.cpu.take().unwrap_or_default();
+            let mut exec = Executor::new(pass.plan.view(), cpu)?;
             let mut regions = pass.memory.regions();
             regions.write(&pass.input, chunk)?;
             exec.run(&mut regions)?;
             out.extend_from_slice(regions.read::<f32>(&pass.output)?);
+            self.cpu = Some(exec.into_kernels());
         }
         Ok(out)
     }

@@ -100,14 +100,19 @@ impl NpySamples {
         &self.shape
     }
 
-    /// The next `samples` samples, or those left when fewer are: empty at the end. It
-    /// allocates only what it returns.
-    pub fn read(&mut self, samples: usize) -> Result<Vec<f32>, TrainError> {
+    /// Reads the next `samples` samples into `x` (those left when fewer are; empty at the
+    /// end), reusing its allocation: the bytes land in `x`'s own memory, with no second
+    /// buffer and no fresh pages from one chunk to the next.
+    pub fn read_into(&mut self, samples: usize, x: &mut Vec<f32>) -> Result<(), TrainError> {
         let samples = samples.min(self.remaining);
-        let mut bytes = vec![0u8; samples * self.per_sample * 4];
-        self.reader.read_exact(&mut bytes).map_err(TrainError::io(&self.path))?;
+        x.resize(samples * self.per_sample, 0.0);
+        self.reader
+            .read_exact(bytemuck::cast_slice_mut(x.as_mut_slice()))
+            .map_err(TrainError::io(&self.path))?;
         self.remaining -= samples;
-        Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        // The file is little-endian; this compiles away on a little-endian host.
+        x.iter_mut().for_each(|v| *v = f32::from_bits(u32::from_le(v.to_bits())));
+        Ok(())
     }
 }
 
@@ -163,12 +168,15 @@ mod tests {
         let path = temp(&dir, "seven.npy", &encode_npy(&[7, 2, 3], &values));
         let mut npy = NpySamples::open(&path).unwrap();
         assert_eq!(npy.shape(), [7, 2, 3]);
-        let mut read = Vec::new();
-        for chunk in [3, 1, 5, 2] {
-            read.extend(npy.read(chunk).unwrap());
+        let (mut read, mut chunk) = (Vec::new(), vec![f32::NAN; 100]);
+        for samples in [3, 1, 5, 2] {
+            npy.read_into(samples, &mut chunk).unwrap();
+            assert_eq!(chunk.len(), samples.min(7 - read.len() / 6) * 6);
+            read.extend_from_slice(&chunk);
         }
         assert_eq!(read, values);
-        assert!(npy.read(4).unwrap().is_empty());
+        npy.read_into(4, &mut chunk).unwrap();
+        assert!(chunk.is_empty());
     }
 
     #[test]
