@@ -7,8 +7,10 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::pool::Pool;
 
-/// Runs of items each worker of a split gets on average.
-const RUNS_PER_WORKER: usize = 4;
+/// Runs of items each worker of a split gets on average. A split ends when its last run
+/// does, so a run is the longest one thread may wait for another at the end of every
+/// kernel: many short runs keep that wait short, and taking a run costs one lock.
+const RUNS_PER_WORKER: usize = 16;
 
 /// How many workers of `pool` share `items` independent items worth `work`
 /// multiply-accumulates (or values touched) in all: at least one, at most one per item,
@@ -125,7 +127,7 @@ mod tests {
             );
             let expected: Vec<f32> = (0..8).flat_map(|i| [i as f32; 3]).take(23).collect();
             assert_eq!(out, expected);
-            // Eight items in runs of one (three workers, four runs each).
+            // Eight items, fewer than the runs three workers take: runs of one.
             assert_eq!(runs.into_inner(), 8);
             if scratch_len > 0 {
                 let counted: f32 = scratch.iter().step_by(scratch_len).sum();
