@@ -15,11 +15,16 @@
 //! a change in the machine's load between repetitions falls on both sides: each ratio is
 //! the median of the repetitions' ratios, each speed the median of its side's speeds. Peak
 //! RSS is the largest over the processes of a configuration (PyTorch's includes its import).
+//!
+//! Beside sprout's speedup from threads, each repetition also runs one one-thread sprout
+//! process per core at once: what the cores deliver together against one alone is the most
+//! any thread pool could get from them at that moment (on a shared virtual machine two cores
+//! may share one physical core's arithmetic units, or a neighbour's load).
 
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -163,12 +168,23 @@ fn memory_line(label: &str, sprout: f64, pytorch: Option<f64>) -> String {
 }
 
 /// `cpu leafnet train batch 32 all threads: sprout 1 thread 60.0 img/s, 2 threads 114.0
-/// img/s, speedup 1.90x` (`speedup`: the median of the repetitions' speedups).
-fn threads_line(label: &str, one: f64, all: f64, threads: usize, speedup: f64) -> String {
+/// img/s, speedup 1.90x; 2 one-thread processes at once 1.95x` (medians of the
+/// repetitions' own ratios to the one-thread speed).
+fn threads_line(label: &str, one: f64, all: f64, threads: usize, speedups: Speedups) -> String {
     format!(
         "{label} threads: sprout 1 thread {one:.1} img/s, {threads} threads {all:.1} img/s, \
-         speedup {speedup:.2}x"
+         speedup {:.2}x; {threads} one-thread processes at once {:.2}x",
+        speedups.threads, speedups.processes
     )
+}
+
+/// Medians of a configuration's speedups over one thread.
+#[derive(Clone, Copy, Debug)]
+struct Speedups {
+    /// sprout on every core.
+    threads: f64,
+    /// One one-thread sprout per core, all at once: their speeds summed.
+    processes: f64,
 }
 
 /// The number after `key` on the line of `output` that starts with it.
@@ -221,11 +237,11 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
     // The model to check and to run inference on.
     let model = bench.work.join("model.sprout");
     let config = Config { mode: Mode::Train("all"), batch: 8 };
-    bench.sprout_train(config, MODEL_STEPS * config.batch, false, &model)?;
+    bench.start_train(config, MODEL_STEPS * config.batch, Cores::All, &model)?.finish()?;
     let weights = bench.work.join("model.safetensors");
     let export =
         [path(&model), "--format".into(), "safetensors".into(), "-o".into(), path(&weights)];
-    bench.sprout("export", &export, false)?;
+    bench.sprout("export", &export, Cores::All)?;
 
     let checked =
         find_python().and_then(|python| bench.check(&python, &model, &weights).map(|()| python));
@@ -244,12 +260,17 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
     for config in configs(options.quick) {
         let label = config.label();
         let (mut against_pytorch, mut against_one) = (Paired::default(), Paired::default());
+        let mut at_once = Vec::new();
         let mut sprout_peak_mib = 0f64;
+        let one_per_core: Vec<Cores> = (0..threads).map(Cores::One).collect();
         for _ in 0..options.reps {
-            let all = bench.sprout_speed(config, &model, false)?;
+            let all = bench.sprout_speed(config, &model, Cores::All)?;
             sprout_peak_mib = sprout_peak_mib.max(all.peak_mib);
             if threads > 1 {
-                against_one.push(&all, &bench.sprout_speed(config, &model, true)?);
+                let one = bench.sprout_speed(config, &model, Cores::One(0))?;
+                against_one.push(&all, &one);
+                let together = bench.sprout_speeds(config, &model, &one_per_core)?;
+                at_once.push(together.iter().map(|m| m.img_per_s).sum::<f64>() / one.img_per_s);
             }
             if let Some(python) = python.as_deref() {
                 against_pytorch
@@ -265,7 +286,8 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
         println!("{}", memory_line(&label, sprout_peak_mib, pytorch_peak_mib));
         if threads > 1 {
             let (all, one, speedup) = against_one.medians();
-            println!("{}", threads_line(&label, one, all, threads, speedup));
+            let speedups = Speedups { threads: speedup, processes: median(&mut at_once) };
+            println!("{}", threads_line(&label, one, all, threads, speedups));
         }
     }
     Ok(())
@@ -292,6 +314,58 @@ fn find_python() -> Result<String> {
     Ok(python)
 }
 
+/// Where a sprout process runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cores {
+    /// On every core this process may use: sprout's pool takes them all.
+    All,
+    /// On the `k`-th of them alone: sprout's pool has one thread.
+    One(usize),
+}
+
+impl Cores {
+    /// Names the files of one of several processes that run at once.
+    fn slot(self) -> String {
+        match self {
+            Cores::All => "all".into(),
+            Cores::One(k) => format!("core{k}"),
+        }
+    }
+}
+
+/// A sprout process on its way.
+struct Started {
+    child: Child,
+    started: Instant,
+    log: PathBuf,
+    what: String,
+}
+
+impl Started {
+    /// Waits for the process: its wall time in seconds and its peak RSS in MiB.
+    fn finish(self) -> Result<(f64, f64)> {
+        let (success, peak_mib) = wait_measured(self.child)?;
+        let seconds = self.started.elapsed().as_secs_f64();
+        if !success {
+            let text = fs::read_to_string(&self.log).unwrap_or_default();
+            bail!("{} failed:\n{text}", self.what);
+        }
+        Ok((seconds, peak_mib))
+    }
+}
+
+/// Waits for processes that run at once, each on a thread of its own, so that each one's
+/// wall time ends when it exits, not when the ones before it are reaped.
+fn finish_all(started: Vec<Started>) -> Result<Vec<(f64, f64)>> {
+    std::thread::scope(|scope| {
+        let waiting: Vec<_> = started.into_iter().map(|s| scope.spawn(|| s.finish())).collect();
+        waiting
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|_| bail!("waiting for a sprout process panicked")))
+            .collect()
+    })
+}
+
 struct Bench {
     sprout: PathBuf,
     script: PathBuf,
@@ -299,41 +373,42 @@ struct Bench {
 }
 
 impl Bench {
-    /// Runs `sprout SUBCOMMAND ARGS` (on one core when `pinned`), its output in a log file;
-    /// returns the wall time in seconds and the peak RSS in MiB.
-    fn sprout(&self, subcommand: &str, args: &[String], pinned: bool) -> Result<(f64, f64)> {
-        let log = self.work.join(format!("sprout-{subcommand}.log"));
+    /// Runs `sprout SUBCOMMAND ARGS` on `cores`, its output in a log file; returns the wall
+    /// time in seconds and the peak RSS in MiB.
+    fn sprout(&self, subcommand: &str, args: &[String], cores: Cores) -> Result<(f64, f64)> {
+        self.start(subcommand, args, cores)?.finish()
+    }
+
+    /// Starts `sprout SUBCOMMAND ARGS` on `cores`, its output in a log file of its own.
+    fn start(&self, subcommand: &str, args: &[String], cores: Cores) -> Result<Started> {
+        let log = self.work.join(format!("sprout-{subcommand}-{}.log", cores.slot()));
         let file = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let mut command = Command::new(&self.sprout);
         command.arg(subcommand).args(args).stdin(Stdio::null());
         command.stdout(file.try_clone()?).stderr(file);
-        if pinned {
-            pin_to_one_core(&mut command)?;
+        if let Cores::One(k) = cores {
+            pin_to_core(&mut command, k)?;
         }
         let started = Instant::now();
         let child = spawn_measured(&mut command)
             .with_context(|| format!("running {}", self.sprout.display()))?;
-        let (success, peak_mib) = wait_measured(child)?;
-        let seconds = started.elapsed().as_secs_f64();
-        if !success {
-            let text = fs::read_to_string(&log).unwrap_or_default();
-            bail!("sprout {subcommand} {} failed:\n{text}", args.join(" "));
-        }
-        Ok((seconds, peak_mib))
+        let what = format!("sprout {subcommand} {}", args.join(" "));
+        Ok(Started { child, started, log, what })
     }
 
-    /// One epoch of `samples` samples of `config`'s training, writing the model to `output`.
-    fn sprout_train(
+    /// Starts one epoch of `samples` samples of `config`'s training on `cores`, writing the
+    /// model to `output`.
+    fn start_train(
         &self,
         config: Config,
         samples: usize,
-        pinned: bool,
+        cores: Cores,
         output: &Path,
-    ) -> Result<(f64, f64)> {
+    ) -> Result<Started> {
         let data = self.tensor_file(samples)?;
         // Validation on the shortest file costs every run the same.
         let val = self.tensor_file(WARMUP_STEPS * config.batch)?;
-        let out_dir = self.work.join("run");
+        let out_dir = self.work.join(format!("run-{}", cores.slot()));
         if out_dir.exists() {
             fs::remove_dir_all(&out_dir)?;
         }
@@ -351,17 +426,22 @@ impl Bench {
         ] {
             args.extend([flag.to_string(), value]);
         }
-        self.sprout("train", &args, pinned)
+        self.start("train", &args, cores)
     }
 
-    /// Sprout's steady-state speed in one repetition: the images of the longer run over the
-    /// extra seconds it took.
-    fn sprout_speed(&self, config: Config, model: &Path, pinned: bool) -> Result<Measured> {
-        let (short, long) =
-            (WARMUP_STEPS * config.batch, (WARMUP_STEPS + config.steps()) * config.batch);
-        let timed = |samples: usize| match config.mode {
+    /// Starts the process of one timed span: `samples` samples of `config` on `cores`.
+    fn start_span(
+        &self,
+        config: Config,
+        model: &Path,
+        samples: usize,
+        cores: Cores,
+    ) -> Result<Started> {
+        let slot = cores.slot();
+        match config.mode {
             Mode::Train(_) => {
-                self.sprout_train(config, samples, pinned, &self.work.join("out.sprout"))
+                let output = self.work.join(format!("out-{slot}.sprout"));
+                self.start_train(config, samples, cores, &output)
             }
             Mode::Infer => {
                 let input = self.npy_file(samples)?;
@@ -370,23 +450,51 @@ impl Bench {
                     "--input".into(),
                     path(&input),
                     "-o".into(),
-                    path(&self.work.join("logits.npy")),
+                    path(&self.work.join(format!("logits-{slot}.npy"))),
                     "--batch-size".into(),
                     config.batch.to_string(),
                 ];
-                self.sprout("run", &args, pinned)
+                self.start("run", &args, cores)
             }
+        }
+    }
+
+    /// Sprout's steady-state speed in one repetition: the images of the longer run over the
+    /// extra seconds it took.
+    fn sprout_speed(&self, config: Config, model: &Path, cores: Cores) -> Result<Measured> {
+        let mut speeds = self.sprout_speeds(config, model, &[cores])?;
+        Ok(speeds.remove(0))
+    }
+
+    /// The steady-state speeds of one sprout process per entry of `cores`, all running at
+    /// once: each one's images of the longer run over the extra seconds it took.
+    fn sprout_speeds(
+        &self,
+        config: Config,
+        model: &Path,
+        cores: &[Cores],
+    ) -> Result<Vec<Measured>> {
+        let (short, long) =
+            (WARMUP_STEPS * config.batch, (WARMUP_STEPS + config.steps()) * config.batch);
+        let spans = |samples: usize| {
+            let started: Vec<Started> = cores
+                .iter()
+                .map(|&c| self.start_span(config, model, samples, c))
+                .collect::<Result<_>>()?;
+            finish_all(started)
         };
-        let (t_short, m_short) = timed(short)?;
-        let (t_long, m_long) = timed(long)?;
-        ensure!(
-            t_long > t_short,
-            "{}: the longer sprout run ({t_long:.2} s) was not slower than the shorter one \
-             ({t_short:.2} s): the machine is too busy to measure",
-            config.label()
-        );
-        let img_per_s = (long - short) as f64 / (t_long - t_short);
-        Ok(Measured { img_per_s, peak_mib: m_short.max(m_long) })
+        let (shorts, longs) = (spans(short)?, spans(long)?);
+        let speed = |(&(t_short, m_short), &(t_long, m_long)): (&(f64, f64), &(f64, f64))| {
+            ensure!(
+                t_long > t_short,
+                "{}: the longer sprout run ({t_long:.2} s) was not slower than the shorter one \
+                 ({t_short:.2} s): the machine is too busy to measure",
+                config.label()
+            );
+            let img_per_s = (long - short) as f64 / (t_long - t_short);
+            Ok(Measured { img_per_s, peak_mib: m_short.max(m_long) })
+        };
+        shorts.iter().zip(&longs).map(speed).collect()
     }
 
     /// PyTorch's speed for `config`: one timed span, in one process of the script.
@@ -420,7 +528,7 @@ impl Bench {
         let input = self.npy_file(CHECK_SAMPLES)?;
         let logits = self.work.join("check-logits.npy");
         let args = [path(model), "--input".into(), path(&input), "-o".into(), path(&logits)];
-        self.sprout("run", &args, false)?;
+        self.sprout("run", &args, Cores::All)?;
         let args = [
             "check",
             "--weights",
@@ -502,10 +610,10 @@ fn samples_x(samples: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Restricts the child to the first core this process may use: the CPU backend sizes its
+/// Restricts the child to the `k`-th core this process may use: the CPU backend sizes its
 /// thread pool by the cores it is allowed (`available_parallelism`), so it runs one thread.
 #[cfg(target_os = "linux")]
-fn pin_to_one_core(command: &mut Command) -> Result<()> {
+fn pin_to_core(command: &mut Command, k: usize) -> Result<()> {
     use std::os::unix::process::CommandExt;
     let size = std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: cpu_set_t is plain data (zero is an empty set); sched_getaffinity fills the
@@ -516,8 +624,9 @@ fn pin_to_one_core(command: &mut Command) -> Result<()> {
             return Err(std::io::Error::last_os_error()).context("reading this process's cores");
         }
         let cpu = (0..libc::CPU_SETSIZE as usize)
-            .find(|&cpu| libc::CPU_ISSET(cpu, &allowed))
-            .context("this process may use no core")?;
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &allowed))
+            .nth(k)
+            .with_context(|| format!("this process may use fewer than {} cores", k + 1))?;
         let mut one: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut one);
         one
@@ -537,7 +646,7 @@ fn pin_to_one_core(command: &mut Command) -> Result<()> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn pin_to_one_core(_command: &mut Command) -> Result<()> {
+fn pin_to_core(_command: &mut Command, _k: usize) -> Result<()> {
     bail!("the one-thread measurement pins sprout to a core with sched_setaffinity, on Linux only")
 }
 
@@ -560,9 +669,15 @@ mod tests {
             "cpu leafnet train batch 8 head peak RSS: sprout 44 MiB, pytorch 848 MiB"
         );
         assert_eq!(
-            threads_line("cpu leafnet infer batch 32", 50.0, 95.0, 2, 1.9),
+            threads_line(
+                "cpu leafnet infer batch 32",
+                50.0,
+                95.0,
+                2,
+                Speedups { threads: 1.9, processes: 1.954 }
+            ),
             "cpu leafnet infer batch 32 threads: sprout 1 thread 50.0 img/s, 2 threads 95.0 \
-             img/s, speedup 1.90x"
+             img/s, speedup 1.90x; 2 one-thread processes at once 1.95x"
         );
     }
 
