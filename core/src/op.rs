@@ -332,8 +332,8 @@ macro_rules! op_table {
             57 => HardSwish: hard_swish::HardSwish,
             /// `x → y`: `x` where positive, else `alpha · x`.
             58 => LeakyRelu(LeakyReluParams): leaky_relu::LeakyRelu,
-            /// `saved, dy → dx`: the gradient of any of the four above (`saved`: their input or
-            /// output, as the activation's slope needs).
+            /// `saved, dy → dx`: the gradient of any of the four above, GELU and SiLU (`saved`:
+            /// their input or output, as the activation's slope needs).
             59 => ActivationGrad(Activation): activation_grad::ActivationGrad,
             /// `a [N, C, ...], b → y`: `b` of `a`'s shape, or one factor per channel.
             60 => Mul: mul::Mul,
@@ -350,8 +350,8 @@ macro_rules! op_table {
             65 => LogSoftmax: softmax::LogSoftmax,
             /// `y, dy → dx`: its gradient, from the output.
             66 => LogSoftmaxGrad: softmax::LogSoftmaxGrad,
-            /// `x (i8), table (i8 [256]) → y (i8)`: sigmoid, hard sigmoid, hard swish or
-            /// leaky ReLU in int8, `y = table[x + 128]`, the output in its own quantization.
+            /// `x (i8), table (i8 [256]) → y (i8)`: sigmoid, hard sigmoid, hard swish,
+            /// leaky ReLU, GELU or SiLU in int8, `y = table[x + 128]`, the output in its own quantization.
             67 => QLut(QLutParams): int8::lut::QLut,
             /// `a (i8 [N, C, ...]), b (i8) → y (i8)`: the product, `b` of `a`'s shape or one
             /// factor per channel (squeeze-excitation, `x · sigmoid(x)`).
@@ -385,6 +385,8 @@ macro_rules! op_table {
             /// `dy, x, gamma, saved_mean, saved_invstd, dgamma, dbeta → dx`: the input
             /// gradient from the sums `batch_norm_grad_params` made (`Σ dy · x̂`, `Σ dy`).
             83 => BatchNormGradInputFromSums: batch_norm::BatchNormGradInputFromSums,
+            /// `x → y`: `x · sigmoid(x)` (SiLU), an ONNX `Mul(x, Sigmoid(x))` as one op.
+            84 => Silu: silu::Silu,
         }
     };
 }

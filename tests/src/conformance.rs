@@ -330,7 +330,7 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         }
     }
 
-    /// Sigmoid, hard sigmoid, hard swish and leaky ReLU with their gradients, on values
+    /// Sigmoid, hard sigmoid, hard swish, leaky ReLU, GELU and SiLU with their gradients, on values
     /// that include each activation's kinks, and edge values: -0, ±large, ±∞, NaN, and
     /// inputs whose sigmoid is subnormal, the smallest subnormal, or rounds to 0 or 1.
     fn pointwise_activations(&mut self) {
@@ -354,6 +354,7 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
             Activation::LeakyRelu(LeakyReluParams { alpha: 0.1 }),
             Activation::Gelu(GeluParams { tanh: false }),
             Activation::Gelu(GeluParams { tanh: true }),
+            Activation::Silu,
         ];
         for f in activations {
             let mut y = out.clone();

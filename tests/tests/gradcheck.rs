@@ -266,7 +266,7 @@ fn relu6() {
     check_activation("relu6", &[0.0, 6.0], -2.0, 8.0, true);
 }
 
-// ---- sigmoid, hard sigmoid, hard swish, leaky ReLU ----
+// ---- sigmoid, hard sigmoid, hard swish, GELU, SiLU, leaky ReLU ----
 
 /// `loss = mse(act(x), target)` for an activation recorded by `record`, with `x` kept more
 /// than `2h` away from its kinks.
@@ -314,6 +314,11 @@ fn hard_swish() {
 fn gelu() {
     check_pointwise("gelu", &[], -4.0, 4.0, |g, x| g.gelu("act", x, false));
     check_pointwise("gelu tanh", &[], -4.0, 4.0, |g, x| g.gelu("act", x, true));
+}
+
+#[test]
+fn silu() {
+    check_pointwise("silu", &[], -5.0, 5.0, |g, x| g.silu("act", x));
 }
 
 #[test]

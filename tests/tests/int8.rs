@@ -8,6 +8,7 @@ use sprout_core::int8_conversion::{quantize_graph, FloatFallback, QuantizeError,
 use sprout_core::op::{ConvParams, Op, PoolParams};
 use sprout_core::ops::Int8Weights;
 use sprout_core::quant::{conv2d_s8, OutputQuant, QConv2dArgs, QuantParams, Requantize};
+use sprout_core::reference::Activation;
 use sprout_core::rng::SplitMix;
 use sprout_core::{
     compile_inference, compile_outputs, differentiate, nn, save_model, Executor, Graph, Init, Mode,
@@ -652,6 +653,39 @@ fn tables_products_and_joins_keep_a_real_architecture_in_int8() {
     let span = float_logits.iter().fold(0f32, |m, v| m.max(v.abs()));
     for (a, b) in int8_logits.iter().zip(&float_logits) {
         assert!((a - b).abs() <= 0.1 * span, "int8 {a} vs float {b} (span {span})");
+    }
+}
+
+/// A SiLU op (EfficientNet's `x · sigmoid(x)`, recorded as one op) is one int8 table of
+/// its input: no product, and every output the calibrated rounding of the float SiLU of
+/// its int8 input.
+#[test]
+fn silu_is_one_table_of_its_input() {
+    let mut g = Graph::new(7);
+    let x = g.input("input", Shape::d4(BATCH, 3, 8, 8)).unwrap();
+    let labels = g.labels("labels", BATCH).unwrap();
+    let same = ConvParams { stride: (1, 1), padding: (1, 1), groups: 1 };
+    let c = nn::conv2d(&mut g, "conv", x, 4, 3, same, true).unwrap();
+    let s = g.silu("silu", c).unwrap();
+    let pooled = g.global_avg_pool("pool", s).unwrap();
+    let logits = nn::linear(&mut g, "head", pooled, 3).unwrap();
+    g.cross_entropy("loss", logits, labels).unwrap();
+    let ranges = calibrate(&as_model(&g), &mut samples(32, 3), RangeMethod::MinMax).unwrap();
+    let q = quantize_graph(&g, &ranges, &QuantizeOptions::default()).unwrap();
+    assert_eq!(q.float_fallbacks, []);
+    let kinds: Vec<&str> = q.graph.nodes().iter().map(|n| n.op.kind()).collect();
+    let count = |kind| kinds.iter().filter(|&&k| k == kind).count();
+    assert_eq!((count("qlut"), count("qmul")), (1, 0), "{kinds:?}");
+    let params = |name: &str| {
+        let &(lo, hi) = ranges.get(name).unwrap();
+        QuantParams::from_min_max(lo, hi).unwrap()
+    };
+    let (conv, silu) = (params("conv"), params("silu"));
+    let x = random(&mut SplitMix::new(13), BATCH * 3 * 64, -1.0, 1.0);
+    let out = infer(&q.graph, &x, &["conv", "silu"]);
+    let (v, y) = (int8_values(&out[0]), int8_values(&out[1]));
+    for (&ci, &yi) in v.iter().zip(&y) {
+        assert_eq!(yi, silu.quantize(Activation::Silu.apply(conv.dequantize(ci))), "conv {ci}");
     }
 }
 

@@ -27,6 +27,7 @@ pub fn activation(f: Activation, x: &[f32], y: &mut [f32]) {
         Activation::HardSwish => map(x, y, |x| Activation::HardSwish.apply(x)),
         Activation::LeakyRelu(p) => map(x, y, move |x| Activation::LeakyRelu(p).apply(x)),
         Activation::Gelu(p) => map(x, y, move |x| Activation::Gelu(p).apply(x)),
+        Activation::Silu => map(x, y, |x| Activation::Silu.apply(x)),
     }
 }
 
@@ -43,6 +44,7 @@ pub fn activation_grad(f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32])
         Activation::HardSwish => zip_map(saved, dy, dx, grad(Activation::HardSwish)),
         Activation::LeakyRelu(p) => zip_map(saved, dy, dx, grad(Activation::LeakyRelu(p))),
         Activation::Gelu(p) => zip_map(saved, dy, dx, grad(Activation::Gelu(p))),
+        Activation::Silu => zip_map(saved, dy, dx, grad(Activation::Silu)),
     }
 }
 

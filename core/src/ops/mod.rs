@@ -33,6 +33,7 @@ mod pool;
 mod relu;
 mod reshape;
 mod sigmoid;
+mod silu;
 mod slice;
 mod softmax;
 mod transpose;

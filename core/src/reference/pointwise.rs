@@ -1,5 +1,5 @@
 //! Smooth and piecewise-linear activations beyond ReLU (sigmoid, hard sigmoid, hard swish,
-//! leaky ReLU, GELU) as one kernel family, and the element-wise product with per-channel
+//! leaky ReLU, GELU, SiLU) as one kernel family, and the element-wise product with per-channel
 //! broadcasting (squeeze-excitation), with their gradients.
 
 use crate::geometry::ChannelDims;
@@ -49,6 +49,8 @@ pub enum Activation {
     /// `x · Φ(x)`, `Φ` the standard normal distribution function (or its tanh
     /// approximation). Tag 4.
     Gelu(GeluParams),
+    /// `x · sigmoid(x)` (SiLU, swish: EfficientNet). Tag 5.
+    Silu,
 }
 
 /// A decoded activation tag this build does not know (a file from a newer sprout).
@@ -75,6 +77,7 @@ impl serde::Serialize for Activation {
             Activation::HardSwish => s.serialize_unit_variant(NAME, 2, "HardSwish"),
             Activation::LeakyRelu(p) => s.serialize_newtype_variant(NAME, 3, "LeakyRelu", p),
             Activation::Gelu(p) => s.serialize_newtype_variant(NAME, 4, "Gelu", p),
+            Activation::Silu => s.serialize_unit_variant(NAME, 5, "Silu"),
         }
     }
 }
@@ -108,11 +111,16 @@ impl<'de> serde::Deserialize<'de> for Activation {
                     }
                     3 => Activation::LeakyRelu(v.newtype_variant()?),
                     4 => Activation::Gelu(v.newtype_variant()?),
+                    5 => {
+                        v.unit_variant()?;
+                        Activation::Silu
+                    }
                     tag => return Err(serde::de::Error::custom(UnknownActivationTag { tag })),
                 })
             }
         }
-        const NAMES: &[&str] = &["Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Gelu"];
+        const NAMES: &[&str] =
+            &["Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Gelu", "Silu"];
         d.deserialize_enum("Activation", NAMES, Tagged)
     }
 }
@@ -141,6 +149,7 @@ impl Activation {
                 }
             }
             Activation::Gelu(p) => gelu(p, x),
+            Activation::Silu => silu(x),
         }
     }
 
@@ -152,7 +161,8 @@ impl Activation {
             Activation::HardSigmoid(_)
             | Activation::HardSwish
             | Activation::LeakyRelu(_)
-            | Activation::Gelu(_) => GradientReads::Input,
+            | Activation::Gelu(_)
+            | Activation::Silu => GradientReads::Input,
         }
     }
 
@@ -187,6 +197,7 @@ impl Activation {
                 }
             }
             Activation::Gelu(p) => dy * gelu_slope(p, saved),
+            Activation::Silu => silu_gradient(saved, dy),
         }
     }
 
@@ -199,13 +210,17 @@ impl Activation {
             Activation::HardSwish => 5,
             Activation::LeakyRelu(_) => 1,
             Activation::Gelu(_) => 20,
+            Activation::Silu => 13,
         }
     }
 
     /// Whether the settings are finite (an attacker's NaN slope would poison every value).
     pub fn is_valid(self) -> bool {
         match self {
-            Activation::Sigmoid | Activation::HardSwish | Activation::Gelu(_) => true,
+            Activation::Sigmoid
+            | Activation::HardSwish
+            | Activation::Gelu(_)
+            | Activation::Silu => true,
             Activation::HardSigmoid(p) => p.alpha.is_finite() && p.beta.is_finite(),
             Activation::LeakyRelu(p) => p.alpha.is_finite(),
         }
@@ -220,6 +235,27 @@ fn sigmoid(x: f32) -> f32 {
     } else {
         e / (1.0 + e)
     }
+}
+
+/// SiLU as PyTorch's exports compute it: the sigmoid, then the product. A NaN input is
+/// returned as it is: which NaN a product of two returns depends on the operand order the
+/// compiler picks, and backends must agree bit for bit.
+fn silu(x: f32) -> f32 {
+    if x.is_nan() {
+        x
+    } else {
+        x * sigmoid(x)
+    }
+}
+
+/// SiLU's `dx`: `dy · σ + dy · x · σ(1 − σ)`, the sum of the product's two paths as
+/// autograd takes them (a NaN `x` passes through, as in [`silu`]).
+fn silu_gradient(x: f32, dy: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    let s = sigmoid(x);
+    dy * s + dy * x * (s * (1.0 - s))
 }
 
 /// `√(2/π)`, the tanh approximation's scale.
@@ -292,6 +328,7 @@ pub fn activation_by_kind(f: Activation, x: &[f32], y: &mut [f32]) {
         Activation::HardSwish => map(x, y, |v| Activation::HardSwish.apply(v)),
         Activation::LeakyRelu(p) => map(x, y, |v| Activation::LeakyRelu(p).apply(v)),
         Activation::Gelu(p) => map(x, y, |v| Activation::Gelu(p).apply(v)),
+        Activation::Silu => map(x, y, |v| Activation::Silu.apply(v)),
     }
 }
 
@@ -306,6 +343,7 @@ pub fn activation_grad_by_kind(f: Activation, saved: &[f32], dy: &[f32], dx: &mu
         Activation::HardSwish => zip_map(saved, dy, dx, grad(Activation::HardSwish)),
         Activation::LeakyRelu(p) => zip_map(saved, dy, dx, grad(Activation::LeakyRelu(p))),
         Activation::Gelu(p) => zip_map(saved, dy, dx, grad(Activation::Gelu(p))),
+        Activation::Silu => zip_map(saved, dy, dx, grad(Activation::Silu)),
     }
 }
 
@@ -384,6 +422,9 @@ mod tests {
         assert_close(&forward(Activation::Gelu(GeluParams { tanh: false }), &x), &gelu, 1e-6);
         let tanh = [-7.024_595e-5, -0.158_808, 0.0, 1.954_597_7, 5.0];
         assert_close(&forward(Activation::Gelu(GeluParams { tanh: true }), &x), &tanh, 1e-6);
+        // torch.nn.functional.silu at x.
+        let silu = [-0.071_944_84, -0.268_941_43, 0.0, 1.761_594, 4.966_535_6];
+        assert_close(&forward(Activation::Silu, &x), &silu, 1e-6);
     }
 
     #[test]
@@ -404,6 +445,7 @@ mod tests {
             Activation::LeakyRelu(LeakyReluParams { alpha: 0.02 }),
             Activation::Gelu(GeluParams { tanh: false }),
             Activation::Gelu(GeluParams { tanh: true }),
+            Activation::Silu,
         ];
         // Away from the kinks (±3, 0) so that a finite difference is a derivative.
         for f in fs {
@@ -441,6 +483,7 @@ mod tests {
             Activation::LeakyRelu(LeakyReluParams { alpha: 0.3 }),
             Activation::Gelu(GeluParams { tanh: false }),
             Activation::Gelu(GeluParams { tanh: true }),
+            Activation::Silu,
         ] {
             let (mut slow, mut fast) = ([0.0f32; 9], [1.0f32; 9]);
             activation(f, &x, &mut slow);

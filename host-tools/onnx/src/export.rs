@@ -14,6 +14,7 @@ use sprout_core::graph::{Node, Stage};
 use sprout_core::op::Op;
 use sprout_core::{Graph, Role, Shape, TensorId};
 use std::collections::{BTreeMap, BTreeSet};
+use std::f32::consts::{PI, SQRT_2};
 
 /// The operator set exports import.
 pub const OPSET: i64 = 13;
@@ -229,24 +230,34 @@ fn export_node(
         Op::Linear => {
             NodeProto::new("Gemm", n, &inputs, &[&y]).with(AttributeProto::int("transB", 1))
         }
-        Op::Gelu(p) if !p.tanh => {
-            // Gelu itself needs opset 20; before it, `x · ½(1 + erf(x / √2))` as PyTorch
-            // exports it.
-            let sqrt2 = constant("sqrt2", TensorProto::f32("", &[], &[core::f32::consts::SQRT_2]));
-            let one = constant("one", TensorProto::f32("", &[], &[1.0]));
-            let half = constant("half", TensorProto::f32("", &[], &[0.5]));
-            let [scaled, erf, plus, times] =
-                ["scaled", "erf", "plus", "times"].map(|s| format!("{y}:{s}"));
-            let chain = [
-                ("Div", vec![inputs[0], sqrt2.as_str()], &scaled),
-                ("Erf", vec![scaled.as_str()], &erf),
-                ("Add", vec![erf.as_str(), one.as_str()], &plus),
-                ("Mul", vec![inputs[0], plus.as_str()], &times),
-            ];
+        Op::Gelu(p) => {
+            // Gelu itself needs opset 20; before it, `x · ½(1 + erf(x / √2))` or
+            // `x · ½(1 + tanh(√(2/π) · (x + 0.044715 · x³)))`, as PyTorch exports them.
+            let x = inputs[0].to_string();
+            let mut scalar = |name: &str, v: f32| constant(name, TensorProto::f32("", &[], &[v]));
+            let v = |s: &str| format!("{y}:{s}");
+            let mut chain: Vec<(&str, Vec<String>, String)> = match p.tanh {
+                true => vec![
+                    ("Mul", vec![x.clone(), x.clone()], v("square")),
+                    ("Mul", vec![x.clone(), v("square")], v("cube")),
+                    ("Mul", vec![scalar("cubic", 0.044_715), v("cube")], v("cubic")),
+                    ("Add", vec![x.clone(), v("cubic")], v("inner")),
+                    ("Mul", vec![scalar("scale", (2.0 / PI).sqrt()), v("inner")], v("scaled")),
+                    ("Tanh", vec![v("scaled")], v("f")),
+                ],
+                false => vec![
+                    ("Div", vec![x.clone(), scalar("sqrt2", SQRT_2)], v("scaled")),
+                    ("Erf", vec![v("scaled")], v("f")),
+                ],
+            };
+            chain.push(("Add", vec![v("f"), scalar("one", 1.0)], v("plus")));
+            chain.push(("Mul", vec![x, v("plus")], v("times")));
+            let half = scalar("half", 0.5);
             for (op, ins, o) in chain {
-                out.node.push(NodeProto::new(op, o, &ins, &[o]));
+                let ins: Vec<&str> = ins.iter().map(String::as_str).collect();
+                out.node.push(NodeProto::new(op, &o, &ins, &[&o]));
             }
-            NodeProto::new("Mul", n, &[&times, &half], &[&y])
+            NodeProto::new("Mul", n, &[&v("times"), &half], &[&y])
         }
         Op::LayerNorm(eps)
             if graph.shape(node.inputs[1]).numel()
@@ -338,6 +349,12 @@ fn export_node(
                     .with(AttributeProto::float("alpha", 1.0 / 6.0))
                     .with(AttributeProto::float("beta", 0.5)),
             );
+            NodeProto::new("Mul", n, &[inputs[0], &gate], &[&y])
+        }
+        Op::Silu => {
+            // ONNX has no SiLU: `x · Sigmoid(x)`, as PyTorch exports it.
+            let gate = format!("{y}:sigmoid");
+            out.node.push(NodeProto::new("Sigmoid", &format!("{n}:sigmoid"), &inputs, &[&gate]));
             NodeProto::new("Mul", n, &[inputs[0], &gate], &[&y])
         }
         Op::LeakyRelu(p) => NodeProto::new("LeakyRelu", n, &inputs, &[&y])

@@ -813,9 +813,14 @@ impl<'m> Importer<'m> {
             },
         };
         match chain {
-            Fused::Gelu { x } => {
+            Fused::Gelu { x, tanh } => {
                 let (x, dims) = tensor(self, x)?;
-                let y = self.g.gelu(out, x, false).map_err(ctx.graph())?;
+                let y = self.g.gelu(out, x, *tanh).map_err(ctx.graph())?;
+                self.define(out, y, dims);
+            }
+            Fused::Silu { x } => {
+                let (x, dims) = tensor(self, x)?;
+                let y = self.g.silu(out, x).map_err(ctx.graph())?;
                 self.define(out, y, dims);
             }
             Fused::LayerNorm { x, axes, eps, scale, shift } => {

@@ -1,7 +1,9 @@
-//! Operator chains older opsets spell out that sprout records as one op: layer
-//! normalisation (`ReduceMean → Sub → Pow → ReduceMean → Add → Sqrt → Div`, then the
-//! optional scale `Mul` and shift `Add`) and exact GELU (`Div(√2) → Erf → Add(1) → Mul(x) →
-//! Mul(½)`), as PyTorch's TorchScript exporter writes them before opsets 17 and 20.
+//! Operator chains that sprout records as one op: layer normalisation (`ReduceMean → Sub →
+//! Pow → ReduceMean → Add → Sqrt → Div`, then the optional scale `Mul` and shift `Add`),
+//! exact GELU (`Div(√2) → Erf → Add(1) → Mul(x) → Mul(½)`) and its tanh form (`x + 0.044715
+//! · x · x · x`, `· √(2/π) → Tanh`, then the same tail), as PyTorch's TorchScript exporter
+//! writes them before opsets 17 and 20, and SiLU (`Mul(x, Sigmoid(x))`), as every opset
+//! writes it.
 
 use crate::import::parse_tensor;
 use crate::proto::{GraphProto, NodeProto};
@@ -13,8 +15,10 @@ pub(crate) enum Fused {
     /// Layer normalisation of `x` over its last `axes` axes; `scale` and `shift` name the
     /// constants of the affine map that follows, when there is one.
     LayerNorm { x: String, axes: usize, eps: f32, scale: Option<String>, shift: Option<String> },
-    /// Exact GELU of `x`.
-    Gelu { x: String },
+    /// GELU of `x`, exact or (`tanh`) PyTorch's tanh approximation.
+    Gelu { x: String, tanh: bool },
+    /// `x · sigmoid(x)`.
+    Silu { x: String },
 }
 
 /// The chains of `graph`: by the index of each chain's last node, and the indices of the
@@ -26,6 +30,8 @@ pub(crate) fn find(graph: &GraphProto, opset: i64) -> (HashMap<usize, Fused>, Ha
         let found = match g.op(i) {
             "ReduceMean" => g.layer_norm(i),
             "Erf" => g.gelu(i),
+            "Tanh" => g.gelu_tanh(i),
+            "Sigmoid" => g.silu(i),
             _ => None,
         };
         if let Some((fused, nodes)) = found {
@@ -234,16 +240,77 @@ impl<'g> View<'g> {
         if !ok {
             return None;
         }
+        let nodes = [vec![pre, i], self.half_x_times_one_plus(i, x)?].concat();
+        Some((Fused::Gelu { x: x.into(), tanh: false }, nodes))
+    }
+
+    /// GELU's tanh form from its `Tanh` (`i`): `Mul(x, x) → Mul(x) → Mul(0.044715) → Add(x)
+    /// → Mul(√(2/π))` before it (constants on either side), the tail of [`Self::gelu`] after
+    /// it; the chain's nodes in order.
+    fn gelu_tanh(&self, i: usize) -> Option<(Fused, Vec<usize>)> {
+        let sqrt_2_over_pi = (2.0 / core::f32::consts::PI).sqrt();
+        let (scale, inner) = self.times_constant(self.node(i).input.first()?, i, sqrt_2_over_pi)?;
+        let add = self.single_use(inner, scale, "Add")?;
+        let an = &self.node(add).input;
+        if an.len() != 2 {
+            return None;
+        }
+        // `x + c · x³`: the operand a `Mul` by 0.044715 made holds the cube, the other is `x`.
+        let (cubic, cube, x) = [(0, 1), (1, 0)].into_iter().find_map(|(c, x)| {
+            let (m, cube) = self.times_constant(&an[c], add, 0.044_715)?;
+            Some((m, cube, an[x].as_str()))
+        })?;
+        let cube_node = self.single_use(cube, cubic, "Mul")?;
+        let square = self.other_operand(cube_node, x)?;
+        let square_node = self.single_use(square, cube_node, "Mul")?;
+        if self.node(square_node).input.iter().any(|v| v != x) {
+            return None;
+        }
+        let head = vec![square_node, cube_node, cubic, add, scale, i];
+        let nodes = [head, self.half_x_times_one_plus(i, x)?].concat();
+        Some((Fused::Gelu { x: x.into(), tanh: true }, nodes))
+    }
+
+    /// The node making `value`, when it is an `op` that only `reader` reads.
+    fn single_use(&self, value: &str, reader: usize, op: &str) -> Option<usize> {
+        let p = *self.producer.get(value)?;
+        (self.op(p) == op && self.only_reader(value) == Some(reader)).then_some(p)
+    }
+
+    /// The input of binary node `i` that is not `operand`, when one of them is.
+    fn other_operand(&self, i: usize, operand: &str) -> Option<&'g str> {
+        match &self.node(i).input[..] {
+            [a, b] if a == operand => Some(b),
+            [a, b] if b == operand => Some(a),
+            _ => None,
+        }
+    }
+
+    /// `value`'s producer, read only by `reader`, when it is a `Mul` by a scalar constant
+    /// within 1e-6 (relative) of `c` on either side: the producer and its other operand.
+    fn times_constant(&self, value: &str, reader: usize, c: f32) -> Option<(usize, &'g str)> {
+        let m = self.single_use(value, reader, "Mul")?;
+        let n = &self.node(m).input;
+        let is_c = |v: &str| self.scalar(v).is_some_and(|s| (s - c).abs() <= 1e-6 * c);
+        match &n[..] {
+            [a, b] if is_c(a) => Some((m, b)),
+            [a, b] if is_c(b) => Some((m, a)),
+            _ => None,
+        }
+    }
+
+    /// GELU's tail after node `i` computes `erf(x / √2)` or `tanh(…)`: `+ 1`, `· x` and `· ½`
+    /// (the half on either side, or applied to `x` first); its nodes, the last one last.
+    fn half_x_times_one_plus(&self, i: usize, x: &str) -> Option<Vec<usize>> {
         let (plus, one) = self.next(i, "Add")?;
         if self.scalar(one) != Some(1.0) {
             return None;
         }
         let (m1, other1) = self.next(plus, "Mul")?;
-        // `x · (1 + erf) · ½`, or `(x · ½) · (1 + erf)` where the half came first.
+        // `x · (1 + f) · ½`, or `(x · ½) · (1 + f)` where the half came first.
         if other1 == x {
             let (m2, half) = self.next(m1, "Mul")?;
-            let nodes = vec![pre, i, plus, m1, m2];
-            return (self.scalar(half) == Some(0.5)).then(|| (Fused::Gelu { x: x.into() }, nodes));
+            return (self.scalar(half) == Some(0.5)).then(|| vec![plus, m1, m2]);
         }
         let half = *self.producer.get(other1)?;
         let hn = self.node(half);
@@ -252,7 +319,15 @@ impl<'g> View<'g> {
             && hn.input.iter().any(|v| v == x)
             && hn.input.iter().any(|v| self.scalar(v) == Some(0.5))
             && self.only_reader(other1) == Some(m1);
-        halves_x.then(|| (Fused::Gelu { x: x.into() }, vec![pre, half, i, plus, m1]))
+        halves_x.then(|| vec![half, plus, m1])
+    }
+
+    /// SiLU from its `Sigmoid` (`i`): the sigmoid's output read only by a `Mul` of it and
+    /// the sigmoid's own input (in either order); the chain's nodes in order.
+    fn silu(&self, i: usize) -> Option<(Fused, Vec<usize>)> {
+        let x = self.node(i).input.first()?.as_str();
+        let (mul, other) = self.next(i, "Mul")?;
+        (other == x && !self.is_constant(x)).then(|| (Fused::Silu { x: x.into() }, vec![i, mul]))
     }
 }
 

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use prost::Message;
 use sprout_core::op::Op;
+use sprout_core::reference::GeluParams;
 use sprout_core::Role;
 use sprout_onnx::proto::{
     AttributeProto as A, Dim, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
@@ -476,6 +477,102 @@ fn sigmoid_hard_swish_excitation_and_leaky_relu_match_and_survive_export() {
     assert_close(&y2, &f64s(&y), 1e-6);
 }
 
+/// `Mul(x, Sigmoid(x))` in either operand order becomes one SiLU op; a sigmoid that another
+/// node reads too, or a product of a sigmoid with another tensor, stays as it is. The values
+/// match f64 loops, and sprout's export (SiLU as `Sigmoid` and `Mul`) reads back as SiLU.
+#[test]
+fn x_times_its_sigmoid_is_one_silu_op_and_survives_export() {
+    let model = x_to_y_model(
+        vec![
+            NodeProto::new("Sigmoid", "s1", &["x"], &["s1"]),
+            NodeProto::new("Mul", "silu1", &["x", "s1"], &["a"]),
+            NodeProto::new("Sigmoid", "s2", &["a"], &["s2"]),
+            NodeProto::new("Mul", "silu2", &["s2", "a"], &["b"]),
+            NodeProto::new("Sigmoid", "s3", &["b"], &["s3"]),
+            NodeProto::new("Mul", "shared", &["b", "s3"], &["c"]),
+            NodeProto::new("Add", "plus", &["c", "s3"], &["d"]),
+            NodeProto::new("Sigmoid", "s4", &["x"], &["s4"]),
+            NodeProto::new("Mul", "gated", &["d", "s4"], &["y"]),
+        ],
+        vec![],
+    );
+    let imported = import(&model).expect("imports");
+    let count = |g: &sprout_core::Graph, op| g.nodes().iter().filter(|n| n.op == op).count();
+    let g = &imported.graph;
+    assert_eq!([Op::Silu, Op::Sigmoid, Op::Mul].map(|op| count(g, op)), [2, 2, 2]);
+    let x = values(13, 24, -6.0, 6.0);
+    let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+    let expected: Vec<f64> = f64s(&x)
+        .into_iter()
+        .map(|x| {
+            let a = x * sigmoid(x);
+            let b = a * sigmoid(a);
+            (b * sigmoid(b) + sigmoid(b)) * sigmoid(x)
+        })
+        .collect();
+    let y = run(g, imported.input, imported.outputs[0], &x);
+    assert_close(&y, &expected, 1e-6);
+
+    let bytes = sprout_onnx::export_onnx(g, &sprout_onnx::graph_weights(g)).expect("exports");
+    let again = import_with(&bytes, &ImportOptions { batch: Some(2) }).expect("imports it");
+    assert_eq!([Op::Silu, Op::Sigmoid, Op::Mul].map(|op| count(&again.graph, op)), [2, 2, 2]);
+    let y2 = run(&again.graph, again.input, again.outputs[0], &x);
+    assert_close(&y2, &f64s(&y), 0.0);
+}
+
+/// GELU's tanh form as PyTorch's TorchScript exporter spells it out before opset 20
+/// (`0.5 · (x · (1 + tanh(√(2/π) · (x + 0.044715 · (x · (x · x))))))`), and with every
+/// constant on the other side of its product, is one GELU op of the tanh form, which
+/// sprout's export writes back as that chain.
+#[test]
+fn gelu_spelt_out_with_tanh_is_the_tanh_form_of_the_gelu_op() {
+    let constants = vec![
+        TensorProto::f32("cubic", &[], &[0.044_715]),
+        TensorProto::f32("scale", &[], &[0.797_884_6]),
+        TensorProto::f32("one", &[], &[1.0]),
+        TensorProto::f32("half", &[], &[0.5]),
+    ];
+    let x = values(17, 24, -4.0, 4.0);
+    for swapped in [false, true] {
+        let mul = |name: &str, c: &str, v: &str, out: &str| match swapped {
+            false => NodeProto::new("Mul", name, &[c, v], &[out]),
+            true => NodeProto::new("Mul", name, &[v, c], &[out]),
+        };
+        let model = x_to_y_model(
+            vec![
+                NodeProto::new("Mul", "square", &["x", "x"], &["sq"]),
+                NodeProto::new("Mul", "cube", &["x", "sq"], &["cu"]),
+                mul("cubic", "cubic", "cu", "c3"),
+                NodeProto::new("Add", "inner", &["x", "c3"], &["in"]),
+                mul("scaled", "scale", "in", "sc"),
+                NodeProto::new("Tanh", "tanh", &["sc"], &["t"]),
+                NodeProto::new("Add", "plus", &["one", "t"], &["p"]),
+                NodeProto::new("Mul", "times", &["x", "p"], &["m"]),
+                mul("half", "half", "m", "y"),
+            ],
+            constants.clone(),
+        );
+        let imported = import(&model).expect("imports");
+        let ops: Vec<Op> = imported.graph.nodes().iter().map(|n| n.op).collect();
+        assert_eq!(ops, [Op::Gelu(GeluParams { tanh: true })], "swapped {swapped}");
+        let k = (2.0 / std::f64::consts::PI).sqrt();
+        let expected: Vec<f64> = f64s(&x)
+            .into_iter()
+            .map(|x| 0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh()))
+            .collect();
+        let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
+        assert_close(&y, &expected, 1e-6);
+        // sprout's export writes the same chain, which reads back as the same op.
+        let g = &imported.graph;
+        let bytes = sprout_onnx::export_onnx(g, &sprout_onnx::graph_weights(g)).expect("exports");
+        let again = import_with(&bytes, &ImportOptions { batch: Some(2) }).expect("imports it");
+        let ops: Vec<Op> = again.graph.nodes().iter().map(|n| n.op).collect();
+        assert_eq!(ops, [Op::Gelu(GeluParams { tanh: true })]);
+        let y2 = run(&again.graph, again.input, again.outputs[0], &x);
+        assert_close(&y2, &f64s(&y), 0.0);
+    }
+}
+
 #[test]
 fn a_mul_whose_shapes_do_not_broadcast_is_refused_naming_the_node_and_both() {
     let graph = GraphProto {
@@ -722,25 +819,33 @@ fn asymmetric_conv_padding_matches_for_pads_auto_pad_and_a_pad_node() {
 /// `Sub` of two computed tensors of one shape: an addition of the negated second.
 #[test]
 fn sub_of_computed_tensors_matches() {
-    let graph = GraphProto {
-        node: vec![
+    let model = x_to_y_model(
+        vec![
             NodeProto::new("Relu", "r", &["x"], &["a"]),
             NodeProto::new("Sigmoid", "s", &["x"], &["b"]),
             NodeProto::new("Sub", "difference", &["a", "b"], &["y"]),
         ],
-        input: vec![ValueInfoProto::f32(
-            "x",
-            &[Dim::Fixed(2), Dim::Fixed(3), Dim::Fixed(2), Dim::Fixed(2)],
-        )],
-        output: vec![ValueInfoProto::f32("y", &[])],
-        ..Default::default()
-    };
-    let imported = import(&ModelProto::new(graph, 13).encode_to_vec()).expect("imports");
+        vec![],
+    );
+    let imported = import(&model).expect("imports");
     let x = values(12, 24, -3.0, 3.0);
     let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
     let expected: Vec<f64> =
         x.iter().map(|&v| (v as f64).max(0.0) - 1.0 / (1.0 + (-(v as f64)).exp())).collect();
     assert_close(&y, &expected, 1e-6);
+}
+
+/// The opset-13 model of `node` from input `x` (`[2, 3, 2, 2]`) to output `y`, with the
+/// constants `initializer`.
+fn x_to_y_model(node: Vec<NodeProto>, initializer: Vec<TensorProto>) -> Vec<u8> {
+    let graph = GraphProto {
+        node,
+        input: vec![ValueInfoProto::f32("x", &[2, 3, 2, 2].map(Dim::Fixed))],
+        output: vec![ValueInfoProto::f32("y", &[])],
+        initializer,
+        ..Default::default()
+    };
+    ModelProto::new(graph, 13).encode_to_vec()
 }
 
 /// The model of the single node `node` over one image `[1, c, h, w]` (input `x`, output `y`).
