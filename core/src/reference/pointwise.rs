@@ -258,10 +258,11 @@ fn silu_gradient(x: f32, dy: f32) -> f32 {
     dy * s + dy * x * (s * (1.0 - s))
 }
 
-/// `√(2/π)`, the tanh approximation's scale.
-const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+/// `√(2/π)`, the tanh approximation's scale (also what ONNX import matches and export
+/// writes).
+pub const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 /// The tanh approximation's cubic coefficient.
-const GELU_CUBIC: f32 = 0.044_715;
+pub const GELU_CUBIC: f32 = 0.044_715;
 
 /// GELU as PyTorch computes it: `x · ½(1 + erf(x / √2))`, or
 /// `½x(1 + tanh(√(2/π)(x + 0.044715x³)))`.

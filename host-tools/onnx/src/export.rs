@@ -12,9 +12,10 @@ use sprout_core::dilation::Dilated;
 use sprout_core::format::Metadata;
 use sprout_core::graph::{Node, Stage};
 use sprout_core::op::Op;
+use sprout_core::reference::pointwise::{GELU_CUBIC, SQRT_2_OVER_PI};
 use sprout_core::{Graph, Role, Shape, TensorId};
 use std::collections::{BTreeMap, BTreeSet};
-use std::f32::consts::{PI, SQRT_2};
+use std::f32::consts::SQRT_2;
 
 /// The operator set exports import.
 pub const OPSET: i64 = 13;
@@ -240,9 +241,9 @@ fn export_node(
                 true => vec![
                     ("Mul", vec![x.clone(), x.clone()], v("square")),
                     ("Mul", vec![x.clone(), v("square")], v("cube")),
-                    ("Mul", vec![scalar("cubic", 0.044_715), v("cube")], v("cubic")),
+                    ("Mul", vec![scalar("cubic", GELU_CUBIC), v("cube")], v("cubic")),
                     ("Add", vec![x.clone(), v("cubic")], v("inner")),
-                    ("Mul", vec![scalar("scale", (2.0 / PI).sqrt()), v("inner")], v("scaled")),
+                    ("Mul", vec![scalar("scale", SQRT_2_OVER_PI), v("inner")], v("scaled")),
                     ("Tanh", vec![v("scaled")], v("f")),
                 ],
                 false => vec![

@@ -7,6 +7,7 @@
 
 use crate::import::parse_tensor;
 use crate::proto::{GraphProto, NodeProto};
+use sprout_core::reference::pointwise::{GELU_CUBIC, SQRT_2_OVER_PI};
 use std::collections::{HashMap, HashSet};
 
 /// One recognised chain, recorded when the importer reaches its last node.
@@ -248,8 +249,7 @@ impl<'g> View<'g> {
     /// → Mul(√(2/π))` before it (constants on either side), the tail of [`Self::gelu`] after
     /// it; the chain's nodes in order.
     fn gelu_tanh(&self, i: usize) -> Option<(Fused, Vec<usize>)> {
-        let sqrt_2_over_pi = (2.0 / core::f32::consts::PI).sqrt();
-        let (scale, inner) = self.times_constant(self.node(i).input.first()?, i, sqrt_2_over_pi)?;
+        let (scale, inner) = self.times_constant(self.node(i).input.first()?, i, SQRT_2_OVER_PI)?;
         let add = self.single_use(inner, scale, "Add")?;
         let an = &self.node(add).input;
         if an.len() != 2 {
@@ -257,7 +257,7 @@ impl<'g> View<'g> {
         }
         // `x + c · x³`: the operand a `Mul` by 0.044715 made holds the cube, the other is `x`.
         let (cubic, cube, x) = [(0, 1), (1, 0)].into_iter().find_map(|(c, x)| {
-            let (m, cube) = self.times_constant(&an[c], add, 0.044_715)?;
+            let (m, cube) = self.times_constant(&an[c], add, GELU_CUBIC)?;
             Some((m, cube, an[x].as_str()))
         })?;
         let cube_node = self.single_use(cube, cubic, "Mul")?;
