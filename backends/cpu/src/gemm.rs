@@ -184,6 +184,16 @@ impl Batch<'_> {
         &self.data[n * self.stride + i * self.len..][..self.len]
     }
 
+    /// Where rows `first..first + rows` of matrix 0 start, after checking that those rows
+    /// of every matrix lie inside the slice: matrix `n`'s are `n·stride` values on.
+    #[inline(always)]
+    fn rows_at(&self, first: usize, rows: usize) -> *const f32 {
+        let end =
+            self.count.checked_sub(1).map_or(0, |n| n * self.stride + (first + rows) * self.len);
+        assert!(end <= self.data.len(), "rows {first}..+{rows} of {} matrices", self.count);
+        self.data.as_ptr().wrapping_add(first * self.len)
+    }
+
     /// The `count` matrices from matrix `first` on.
     fn samples(self, first: usize, count: usize) -> Self {
         assert!(first + count <= self.count, "matrices {first}..+{count} of {}", self.count);
@@ -326,31 +336,35 @@ fn block_4x2_avx2(a: Batch<'_>, b: Batch<'_>, ai: usize, j: usize) -> [[f32; 2];
     use std::arch::x86_64::{__m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps};
     let mut acc: [[__m256; 2]; 4] = [[_mm256_setzero_ps(); 2]; 4];
     let mut tail = [[0.0f32; 2]; 4];
-    let body = a.len - a.len % LANES;
+    let (len, body) = (a.len, a.len - a.len % LANES);
+    let (a_rows, b_rows) = (a.rows_at(ai, 4), b.rows_at(j, 2));
     for n in 0..a.count {
-        let a_rows = [a.row(n, ai), a.row(n, ai + 1), a.row(n, ai + 2), a.row(n, ai + 3)];
-        let b_rows = [b.row(n, j), b.row(n, j + 1)];
-        let mut p = 0;
-        while p < body {
-            // SAFETY: every row holds `len >= body >= p + 8` values.
-            let (x, y) = unsafe {
-                let at = |row: &[f32]| _mm256_loadu_ps(row.as_ptr().add(p));
-                (
-                    [at(a_rows[0]), at(a_rows[1]), at(a_rows[2]), at(a_rows[3])],
-                    [at(b_rows[0]), at(b_rows[1])],
-                )
-            };
-            for (acc, x) in acc.iter_mut().zip(x) {
-                for (acc, y) in acc.iter_mut().zip(y) {
-                    *acc = _mm256_fmadd_ps(x, y, *acc);
+        // SAFETY: `rows_at` checked that rows `ai..ai + 4` of `a` and `j..j + 2` of `b` lie
+        // inside their slices in every matrix `n < count`; `p + 8 <= body <= len`.
+        unsafe {
+            let (pa, pb) = (a_rows.add(n * a.stride), b_rows.add(n * b.stride));
+            let mut p = 0;
+            while p < body {
+                let at = |row: *const f32| _mm256_loadu_ps(row.add(p));
+                let x = [at(pa), at(pa.add(len)), at(pa.add(2 * len)), at(pa.add(3 * len))];
+                let y = [at(pb), at(pb.add(len))];
+                for (acc, x) in acc.iter_mut().zip(x) {
+                    for (acc, y) in acc.iter_mut().zip(y) {
+                        *acc = _mm256_fmadd_ps(x, y, *acc);
+                    }
                 }
+                p += LANES;
             }
-            p += LANES;
         }
-        if body == a.len {
-            continue;
+        if body != len {
+            let a_rows = [a.row(n, ai), a.row(n, ai + 1), a.row(n, ai + 2), a.row(n, ai + 3)];
+            add_tail_products::<4, 2, true>(
+                &mut tail,
+                a_rows,
+                [b.row(n, j), b.row(n, j + 1)],
+                body,
+            );
         }
-        add_tail_products::<4, 2, true>(&mut tail, a_rows, b_rows, body);
     }
     // SAFETY: `__m256` and `[f32; 8]` have the same size, and every bit pattern is valid.
     let lanes = |v: __m256| unsafe { core::mem::transmute::<__m256, [f32; LANES]>(v) };
