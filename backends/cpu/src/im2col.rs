@@ -51,10 +51,12 @@ pub fn im2col(x_group: &[f32], col: &mut [f32], g: &Conv2dGeometry) {
     let stride = g.stride.1;
     for_each_run(g, |c, x, count| {
         let out = &mut col[c..c + count];
+        // The run's reads, checked once: `count >= 1` (empty runs are not visited).
+        let src = &x_group[x..][..(count - 1) * stride + 1];
         if stride == 1 {
-            out.copy_from_slice(&x_group[x..x + count]);
+            out.copy_from_slice(src);
         } else {
-            out.iter_mut().enumerate().for_each(|(i, v)| *v = x_group[x + i * stride]);
+            out.iter_mut().zip(src.iter().step_by(stride)).for_each(|(v, &s)| *v = s);
         }
     });
 }
@@ -64,8 +66,9 @@ pub fn im2col_shifted(x_group: &[i8], zero_point: i32, col: &mut [i16], g: &Conv
     col.fill(0);
     let stride = g.stride.1;
     for_each_run(g, |c, x, count| {
-        for (i, v) in col[c..c + count].iter_mut().enumerate() {
-            *v = (i32::from(x_group[x + i * stride]) - zero_point) as i16;
+        let src = x_group[x..][..(count - 1) * stride + 1].iter().step_by(stride);
+        for (v, &s) in col[c..c + count].iter_mut().zip(src) {
+            *v = (i32::from(s) - zero_point) as i16;
         }
     });
 }
@@ -75,8 +78,9 @@ pub fn im2col_shifted(x_group: &[i8], zero_point: i32, col: &mut [i16], g: &Conv
 pub fn col2im(col: &[f32], dx_group: &mut [f32], g: &Conv2dGeometry) {
     let stride = g.stride.1;
     for_each_run(g, |c, x, count| {
-        for (i, v) in col[c..c + count].iter().enumerate() {
-            dx_group[x + i * stride] += v;
+        let dest = dx_group[x..][..(count - 1) * stride + 1].iter_mut().step_by(stride);
+        for (d, v) in dest.zip(&col[c..c + count]) {
+            *d += v;
         }
     });
 }
