@@ -85,7 +85,25 @@ pub fn conv2d(
     );
 }
 
-/// `dx = convᵀ(dy, w)`: per group, columns `wᵀ·dy` scattered back by col2im.
+/// Whether [`conv2d_grad_input`] multiplies by a transposed copy of the weights rather than
+/// by a transposed view of them. A view's product goes to `matrixmultiply`, which packs
+/// `dy`'s `c_out` rows for every sample: a cost of `1 / col_rows` of the product's. The
+/// copy's rows are contiguous, so the register-blocked product reads `dy` in place, at a
+/// cost per block of outputs that its `c_out` steps repay. An expansion layer's gradient
+/// (few rows out, many in) takes the copy.
+fn transposes_weights(g: &Conv2dGeometry) -> bool {
+    g.c_out_per_group() >= 2 * col_rows(g)
+}
+
+/// Scratch values of [`conv2d_grad_input`]: a column matrix per worker and, when
+/// [`transposes_weights`], the transposed weights.
+pub fn grad_input_scratch(pool: &Pool, g: &Conv2dGeometry) -> usize {
+    let weights = if transposes_weights(g) { g.weight_len() } else { 0 };
+    batch_workers(pool, g) * scratch_per_worker(g) + weights
+}
+
+/// `dx = convᵀ(dy, w)`: per group, columns `wᵀ·dy` scattered back by col2im; `scratch`
+/// holds [`grad_input_scratch`] values.
 pub fn conv2d_grad_input(
     pool: &Pool,
     scratch: &mut [f32],
@@ -98,6 +116,14 @@ pub fn conv2d_grad_input(
     let cols = col_cols(g);
     let (sample_len, group_len) = (g.c_in * g.h * g.w, g.c_in_per_group() * g.h * g.w);
     let dy_group_len = g.c_out_per_group() * cols;
+    let (scratch, transposed) = match transposes_weights(g) {
+        true => {
+            let (scratch, transposed) = scratch.split_at_mut(scratch.len() - w.len());
+            transpose_groups(w, transposed, g);
+            (scratch, Some(&*transposed))
+        }
+        false => (scratch, None),
+    };
     for_each_chunk(
         pool,
         workers,
@@ -110,7 +136,13 @@ pub fn conv2d_grad_input(
                 for (group, dx_g) in dx_n.chunks_mut(group_len).enumerate() {
                     let at = ((first + i) * g.groups + group) * dy_group_len;
                     let dy_g = Mat::new(&dy[at..][..dy_group_len], g.c_out_per_group(), cols);
-                    let w_t = weight_group(w, group, g).t();
+                    let w_t = match transposed {
+                        Some(t) => {
+                            let len = g.c_out_per_group() * col_rows(g);
+                            Mat::new(&t[group * len..][..len], col_rows(g), g.c_out_per_group())
+                        }
+                        None => weight_group(w, group, g).t(),
+                    };
                     if is_pointwise(g) {
                         gemm(pool, w_t, dy_g, 0.0, dx_g);
                     } else {
@@ -122,6 +154,19 @@ pub fn conv2d_grad_input(
             }
         },
     );
+}
+
+/// Each group's `[c_out/groups, col_rows]` weights of `w` into `transposed` as
+/// `[col_rows, c_out/groups]`.
+fn transpose_groups(w: &[f32], transposed: &mut [f32], g: &Conv2dGeometry) {
+    let (outs, rows) = (g.c_out_per_group(), col_rows(g));
+    for (src, dest) in w.chunks_exact(outs * rows).zip(transposed.chunks_exact_mut(outs * rows)) {
+        for (o, weights) in src.chunks_exact(rows).enumerate() {
+            for (r, &v) in weights.iter().enumerate() {
+                dest[r * outs + o] = v;
+            }
+        }
+    }
 }
 
 /// The batch of `rows x h·w` matrices at the start of `data`, one every `per_sample` values.
@@ -172,5 +217,49 @@ pub fn conv2d_grad_weight(
             plane_rows(all, col_rows(g), col_len, g)
         };
         sum_of_products_nt(pool, dy_g, x_g, dw_g);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::depthwise::tests::{assert_close, random};
+    use sprout_core::reference as r;
+    use sprout_core::rng::SplitMix;
+
+    /// An expansion (few inputs, many outputs: the transposed copy), a projection (the
+    /// view), each as one group and as two, and a 3x3 convolution, against the reference.
+    #[test]
+    fn input_gradients_match_the_reference_through_either_weight_layout() {
+        let mut rng = SplitMix::new(5);
+        for (c_in, c_out, k, groups) in
+            [(3, 12, 1, 1), (12, 3, 1, 1), (4, 16, 1, 2), (16, 4, 1, 2), (3, 8, 3, 1)]
+        {
+            let pad = k / 2;
+            let g = Conv2dGeometry {
+                n: 3,
+                c_in,
+                h: 5,
+                w: 6,
+                c_out,
+                kh: k,
+                kw: k,
+                stride: (1, 1),
+                padding: (pad, pad),
+                groups,
+                out_h: 5,
+                out_w: 6,
+            };
+            let (w, dy) = (random(g.weight_len(), &mut rng), random(g.output_len(), &mut rng));
+            let pool = Pool::eager(2);
+            let mut scratch = vec![f32::NAN; grad_input_scratch(&pool, &g)];
+            let (mut want, mut got) = (vec![0.0; g.input_len()], vec![f32::NAN; g.input_len()]);
+            r::conv2d_grad_input(&dy, &w, &mut want, &g);
+            conv2d_grad_input(&pool, &mut scratch, &dy, &w, &mut got, &g);
+            let what = format!("dx of {c_in} -> {c_out}, {k}x{k}, {groups} groups");
+            // The expansions take the transposed copy, the others the view.
+            assert_eq!(transposes_weights(&g), c_out > c_in && k == 1, "{what}");
+            assert_close(&got, &want, &what);
+        }
     }
 }

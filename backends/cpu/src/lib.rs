@@ -372,8 +372,7 @@ impl ConvKernels for Cpu {
             let (pool, scratch) = self.depthwise_scratch(g);
             return depthwise::conv2d_grad_input(pool, scratch, dy, w, dx, g);
         }
-        let len = conv::batch_workers(&self.pool, g) * conv::scratch_per_worker(g);
-        let scratch = grow(&mut self.scratch, len);
+        let scratch = grow(&mut self.scratch, conv::grad_input_scratch(&self.pool, g));
         conv::conv2d_grad_input(&self.pool, scratch, dy, w, dx, g)
     }
     fn conv2d_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], g: &Conv2dGeometry) {
