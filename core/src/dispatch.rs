@@ -4,7 +4,8 @@
 use bytemuck::Pod;
 
 use crate::backend::{
-    Affine, GradSums, Host, Kernels, Memory, ParamUpdate, Running, Saved, SavedMut, TrainStats,
+    Affine, GradSums, GradsMut, Host, Kernels, Memory, ParamUpdate, Running, Saved, SavedMut,
+    TrainStats,
 };
 use crate::error::KernelError;
 use crate::kernel::{KernelCall, MAX_OPERANDS};
@@ -241,6 +242,14 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             let (dy, x) = (o.f32()?, o.f32()?);
             let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
             k.batch_norm_grad_params(dy, x, saved, o.f32_mut()?, o.f32_mut()?, d)
+        }
+        KernelCall::BatchNormGradParamsRectified(d, r) => {
+            let x = o.f32()?;
+            let p = Affine { gamma: o.f32()?, beta: o.f32()? };
+            let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
+            let dy = o.f32_mut()?;
+            let grads = GradsMut { dgamma: o.f32_mut()?, dbeta: o.f32_mut()? };
+            k.batch_norm_grad_params_rectified(x, p, saved, dy, grads, d, r)
         }
         KernelCall::Dropout(cfg, _) => k.dropout(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch),
         KernelCall::DropoutGrad(cfg, _) => {

@@ -8,7 +8,7 @@ use crate::geometry::{
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, ConcatRescale, MulRescale, QuantParams};
-use crate::reference::Activation;
+use crate::reference::{Activation, Rectifier};
 use crate::tensor::DType;
 
 /// The most operands one kernel takes (training batch-norm: 3 in, 2 in place, 3 out).
@@ -276,6 +276,12 @@ kernels! {
         /// [`KernelCall::BatchNormTrain`], from the per-channel sums `dgamma = Σ dy · x̂` and
         /// `dbeta = Σ dy` that [`KernelCall::BatchNormGradParams`] made.
         90 => BatchNormGradInputFromSums(dims: ChannelDims),
+        /// `x, gamma, beta, saved_mean, saved_invstd, [dy → dy_gated], dgamma, dbeta`:
+        /// [`KernelCall::BatchNormGradParams`] of a batch norm whose output `rectifier`
+        /// rectified, from the rectifier's output gradient `dy`, gated in place by the
+        /// rectifier's gradient worked out from `x` (a rectifier's in-place gradient and the
+        /// parameter gradient after it, folded into one step when the plan is placed).
+        96 => BatchNormGradParamsRectified(dims: ChannelDims, rectifier: Rectifier),
     }
 }
 
@@ -421,6 +427,11 @@ impl KernelCall {
             KernelCall::BatchNormGradParams(d) => {
                 let c = d.channels;
                 s.read(d.len()).read(d.len()).read(c).read(c).write(c).write(c)
+            }
+            KernelCall::BatchNormGradParamsRectified(d, _) => {
+                let c = d.channels;
+                let s = s.read(d.len()).read(c).read(c).read(c).read(c).update(d.len());
+                s.write(c).write(c)
             }
             KernelCall::Softmax(r) | KernelCall::LogSoftmax(r) => {
                 s.read(r.rows * r.cols).write(r.rows * r.cols)
@@ -580,7 +591,8 @@ impl KernelCall {
             | KernelCall::BatchNormGradParams(d)
             | KernelCall::BatchNormRunning(d, _)
             | KernelCall::BatchNormGradInputRunning(d)
-            | KernelCall::BatchNormGradInputFromSums(d) => d.check(),
+            | KernelCall::BatchNormGradInputFromSums(d)
+            | KernelCall::BatchNormGradParamsRectified(d, _) => d.check(),
             KernelCall::Softmax(r)
             | KernelCall::SoftmaxGrad(r)
             | KernelCall::LogSoftmax(r)
@@ -658,6 +670,7 @@ impl KernelCall {
             KernelCall::BatchNormGradInput(d) => 8 * d.len(),
             KernelCall::BatchNormGradInputFromSums(d) => 5 * d.len(),
             KernelCall::BatchNormGradParams(d) => 4 * d.len(),
+            KernelCall::BatchNormGradParamsRectified(d, _) => 9 * d.len(),
             KernelCall::Softmax(r)
             | KernelCall::SoftmaxGrad(r)
             | KernelCall::LogSoftmax(r)
@@ -772,6 +785,7 @@ impl KernelCall {
             KernelCall::BatchNormRunning(..) => "batch_norm_running",
             KernelCall::BatchNormGradInputRunning(_) => "batch_norm_grad_input_running",
             KernelCall::BatchNormGradInputFromSums(_) => "batch_norm_grad_input_from_sums",
+            KernelCall::BatchNormGradParamsRectified(..) => "batch_norm_grad_params_rectified",
             KernelCall::Dropout(..) => "dropout",
             KernelCall::DropoutGrad(..) => "dropout_grad",
             KernelCall::Softmax(_) => "softmax",

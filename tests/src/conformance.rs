@@ -14,8 +14,8 @@
 //! another exponential. [`check_reference`] runs the suite with every tolerance bit-exact.
 
 use sprout_core::backend::{
-    ActivationKernels, Affine, GradSums, LossKernels, NormKernels, ParamUpdate, PointwiseKernels,
-    Running, Saved, SavedMut, TrainStats,
+    ActivationKernels, Affine, GradSums, GradsMut, LossKernels, NormKernels, ParamUpdate,
+    PointwiseKernels, Running, Saved, SavedMut, TrainStats,
 };
 use sprout_core::geometry::{
     window_output, ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,
@@ -24,7 +24,9 @@ use sprout_core::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, SgdC
 use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize};
 use sprout_core::reference::pointwise::GradientReads;
 pub use sprout_core::reference::tolerance::{Tolerance, EXACT, REDUCTION};
-use sprout_core::reference::{Activation, GeluParams, HardSigmoidParams, LeakyReluParams};
+use sprout_core::reference::{
+    Activation, GeluParams, HardSigmoidParams, LeakyReluParams, Rectifier,
+};
 use sprout_core::rng::SplitMix;
 use sprout_core::{Host, Kernels, Reference};
 
@@ -495,6 +497,20 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
                 k.batch_norm_grad_params(&dy, &x, saved, dgamma, dbeta, d)
             },
         );
+        // Rectifiers after the batch norm: ReLU, and ReLU6 with a gamma that takes many
+        // pre-activations past 6.
+        let wide_gamma: Vec<f32> = gamma.iter().map(|g| 6.0 * g).collect();
+        for (relu6, gamma) in [(false, &gamma), (true, &wide_gamma)] {
+            let p = Affine { gamma: &gamma[..], beta: &beta[..] };
+            let rectifier = Rectifier { relu6 };
+            let outputs = vec![dy.clone(), stat.clone(), stat.clone()];
+            let case = format!("{d:?}, {rectifier:?}");
+            self.compare("batch_norm_grad_params_rectified", &case, tol, outputs, &|k, o| {
+                let [dy, dgamma, dbeta] = o else { unreachable!("three buffers") };
+                let grads = GradsMut { dgamma: &mut dgamma[..], dbeta: &mut dbeta[..] };
+                k.batch_norm_grad_params_rectified(&x, p, saved, dy, grads, d, rectifier)
+            });
+        }
         // The sums of the parameter gradients, from the reference, for the input gradient.
         let (mut dgamma, mut dbeta) = (stat.clone(), stat.clone());
         Reference.batch_norm_grad_params(&dy, &x, saved, &mut dgamma, &mut dbeta, d);

@@ -694,6 +694,55 @@ fn batch_norm2d_training_mode() {
     check_batch_norm2d(Mode::Train);
 }
 
+/// Batch norm then ReLU or ReLU6 in `mode`: the plan folds the rectifier's gradient into
+/// the batch norm's parameter gradient (`batch_norm_grad_params_rectified`), and the
+/// gradients of the input, scale and shift stay right.
+fn check_rectified_batch_norm2d(mode: Mode) {
+    for seed in SEEDS {
+        for relu6 in [false, true] {
+            let mut r = Rand::new(seed);
+            let (n, c, h, w) = (2, r.int(1, 3), r.int(2, 4), r.int(2, 4));
+            let shape = Shape::d4(n, c, h, w);
+            let mut g = Graph::new(seed);
+            let values = r.values(shape.numel(), -2.0, 2.0);
+            let x = param(&mut g, "x", shape, values);
+            // Wide enough that ReLU6 clamps some outputs at 6.
+            let gamma = param(&mut g, "gamma", Shape::d1(c), r.values(c, 2.0, 5.0));
+            let beta = random_param(&mut g, &mut r, "beta", Shape::d1(c));
+            let mean = Init::Values(r.values(c, -1.0, 1.0));
+            let mean = g.buffer("running_mean", Shape::d1(c), mean).unwrap();
+            let var = Init::Values(r.values(c, 0.5, 2.0));
+            let var = g.buffer("running_var", Shape::d1(c), var).unwrap();
+            let cfg = BatchNormConfig::default();
+            let z = g.batch_norm2d("bn", x, gamma, beta, mean, var, cfg).unwrap();
+            let y = if relu6 { g.relu6("act", z) } else { g.relu("act", z) }.unwrap();
+            let loss = mse_to_random_target(&mut g, &mut r, y);
+            let params = [x, gamma, beta];
+            let d = differentiate(&g, loss, &params).unwrap();
+            let grads: Vec<TensorId> = d.gradients.iter().map(|&(_, grad)| grad).collect();
+            let plan = compile_outputs(&d.graph, &[&[loss][..], &grads].concat(), mode).unwrap();
+            let kernels: Vec<&str> = plan.steps.iter().map(|s| s.kernel.name()).collect();
+            let name = format!("batch_norm2d {shape} {mode:?} then relu6 {relu6}");
+            assert!(kernels.contains(&"batch_norm_grad_params_rectified"), "{name}: {kernels:?}");
+            let rectifier_grad = |k: &&str| k.starts_with("relu") && k.contains("grad");
+            assert!(!kernels.iter().any(rectifier_grad), "{name}: {kernels:?}");
+            let kinks: &[f32] = if relu6 { &[0.0, 6.0] } else { &[0.0] };
+            let check = GradCheck::new(&name, &g, loss, &params).mode(mode).watch(z, kinks);
+            pass(check.max_skipped(0.2).run());
+        }
+    }
+}
+
+#[test]
+fn rectified_batch_norm2d_training_mode() {
+    check_rectified_batch_norm2d(Mode::Train);
+}
+
+#[test]
+fn rectified_batch_norm2d_normalising_with_running_statistics() {
+    check_rectified_batch_norm2d(Mode::TrainRunningStats);
+}
+
 #[test]
 fn batch_norm2d_normalising_with_running_statistics() {
     check_batch_norm2d(Mode::TrainRunningStats);

@@ -44,13 +44,13 @@ use depthwise::runs_direct;
 use parallel::for_each_span;
 use pool::Pool;
 use sprout_core::backend::{
-    ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, GradSums, Int8LayerKernels,
-    NormKernels, PointwiseKernels, Running, Saved, SavedMut, TrainStats,
+    ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, GradSums, GradsMut,
+    Int8LayerKernels, NormKernels, PointwiseKernels, Running, Saved, SavedMut, TrainStats,
 };
 use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
 use sprout_core::hyperparams::BatchNormConfig;
 use sprout_core::quant::{QConv2dArgs, QLinearArgs};
-use sprout_core::reference::{self as r, Activation};
+use sprout_core::reference::{self as r, Activation, Rectifier};
 use sprout_core::{inherit_reference, Host};
 
 /// The CPU backend: its thread pool, and the im2col scratch buffer.
@@ -252,6 +252,22 @@ impl NormKernels for Cpu {
         let pairs = grow(&mut self.scratch, 2 * d.channels);
         let (mean, invstd) = (saved.mean, saved.invstd);
         norm::grad_sums(&self.pool, dy, x, mean, invstd, pairs, dbeta, dgamma, d)
+    }
+    fn batch_norm_grad_params_rectified(
+        &mut self,
+        x: &[f32],
+        p: Affine<'_, Host>,
+        saved: Saved<'_, Host>,
+        dy: &mut [f32],
+        grads: GradsMut<'_, Host>,
+        d: ChannelDims,
+        rectifier: Rectifier,
+    ) {
+        let pairs = grow(&mut self.scratch, 2 * d.channels);
+        let (gamma, beta, mean, invstd) = (p.gamma, p.beta, saved.mean, saved.invstd);
+        let channels = norm::Channels { gamma, beta, mean, invstd };
+        let sums = [grads.dbeta, grads.dgamma];
+        norm::grad_sums_rectified(&self.pool, dy, x, channels, rectifier, pairs, sums, d)
     }
     fn batch_norm_running(
         &mut self,

@@ -8,6 +8,7 @@
 
 use sprout_core::geometry::ChannelDims;
 use sprout_core::hyperparams::BatchNormConfig;
+use sprout_core::reference::Rectifier;
 
 use crate::parallel::{for_each_chunk, workers};
 use crate::pool::Pool;
@@ -223,6 +224,137 @@ pub fn grad_sums(
         let (m, s) = (mean[c], invstd[c]);
         (|dy: f32, _| dy, move |dy: f32, x: f32| dy * (x - m) * s)
     });
+}
+
+/// Channel `c`'s rows of a `[outer, channels, inner]` tensor that threads of a channel split
+/// write: each channel's rows are disjoint from every other channel's.
+#[derive(Clone, Copy)]
+struct ChannelRows {
+    data: *mut f32,
+    len: usize,
+}
+
+// SAFETY: threads share `ChannelRows` only within one channel split, where `for_each_chunk`
+// hands every channel to one thread, and `row` gives out only that channel's rows.
+unsafe impl Sync for ChannelRows {}
+
+impl ChannelRows {
+    /// Row `o` of channel `c`.
+    ///
+    /// # Safety
+    /// No other reference to that row lives while the result does: the caller holds
+    /// channel `c` alone.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn row(&self, o: usize, c: usize, d: ChannelDims) -> &mut [f32] {
+        let start = (o * d.channels + c) * d.inner;
+        assert!(start + d.inner <= self.len, "row {o} of channel {c} lies inside");
+        // SAFETY: inside the slice (checked above), and the caller's promise makes the
+        // borrow unique.
+        unsafe { core::slice::from_raw_parts_mut(self.data.add(start), d.inner) }
+    }
+}
+
+/// Gates `dy` in place where the rectifier (ReLU6 when `RELU6`) passes the pre-activation
+/// `g · (x − m) · s + b` (computed as [`normalize`] computes it) and adds the gated values
+/// and their products with `x̂ = (x − m) · s` to `sums` lane by lane, as [`add_row`] does;
+/// returns the sums over the values past the last whole [`LANES`].
+#[inline(always)]
+fn add_gated_row<const RELU6: bool>(
+    sums: &mut [[f32; LANES]; 2],
+    dy: &mut [f32],
+    x: &[f32],
+    [g, b, m, s]: [f32; 4],
+) -> (f32, f32) {
+    let gate = |dy: f32, x: f32| {
+        let passes = Rectifier { relu6: RELU6 }.passes(g * (x - m) * s + b);
+        if passes {
+            dy
+        } else {
+            0.0
+        }
+    };
+    let body = dy.len() - dy.len() % LANES;
+    let (dy_body, dy_rest) = dy.split_at_mut(body);
+    for (dy, x) in
+        dy_body.as_chunks_mut::<LANES>().0.iter_mut().zip(x[..body].as_chunks::<LANES>().0)
+    {
+        // Read through `black_box`, so the compiler does not see that the gate keeps what
+        // `dy` holds and store only its zeros: masked stores run far slower on some CPUs
+        // than storing every value.
+        let old = core::hint::black_box(*dy);
+        for i in 0..LANES {
+            let v = gate(old[i], x[i]);
+            dy[i] = v;
+            sums[0][i] += v;
+            sums[1][i] += v * (x[i] - m) * s;
+        }
+    }
+    let mut rest = (0.0, 0.0);
+    for (dy, &x) in dy_rest.iter_mut().zip(&x[body..]) {
+        *dy = gate(*dy, x);
+        rest.0 += *dy;
+        rest.1 += *dy * (x - m) * s;
+    }
+    rest
+}
+
+/// `dy` of channel `c` gated in place where `rectifier` passes the pre-activation, and
+/// [`grad_sums`]' two sums over the gated values, in one read of each row.
+#[inline(always)]
+fn rectified_channel_sums_generic(
+    dy: ChannelRows,
+    x: &[f32],
+    d: ChannelDims,
+    c: usize,
+    p: Channels<'_>,
+    rectifier: Rectifier,
+) -> (f32, f32) {
+    let affine = [p.gamma[c], p.beta[c], p.mean[c], p.invstd[c]];
+    let mut sums = [[0.0f32; LANES]; 2];
+    let mut tail = (0.0, 0.0);
+    for o in 0..d.outer {
+        // SAFETY: this thread holds channel `c` (see `grad_sums_rectified`).
+        let dy = unsafe { dy.row(o, c, d) };
+        let x = &x[(o * d.channels + c) * d.inner..][..d.inner];
+        let (a, b) = match rectifier.relu6 {
+            true => add_gated_row::<true>(&mut sums, dy, x, affine),
+            false => add_gated_row::<false>(&mut sums, dy, x, affine),
+        };
+        tail.0 += a;
+        tail.1 += b;
+    }
+    (sums[0].iter().sum::<f32>() + tail.0, sums[1].iter().sum::<f32>() + tail.1)
+}
+
+multiversion!(rectified_channel_sums = rectified_channel_sums_generic(dy: ChannelRows, x: &[f32], d: ChannelDims, c: usize, p: Channels<'_>, rectifier: Rectifier) -> (f32, f32));
+
+/// [`grad_sums`] of a batch norm whose output `rectifier` rectified, from the rectifier's
+/// output gradient `dy`, which becomes the batch norm's (gated in place by the rectifier's
+/// gradient, worked out from `x` and `p`), channels split over threads; `pairs` is
+/// scratch of two values per channel.
+#[allow(clippy::too_many_arguments)]
+pub fn grad_sums_rectified(
+    pool: &Pool,
+    dy: &mut [f32],
+    x: &[f32],
+    p: Channels<'_>,
+    rectifier: Rectifier,
+    pairs: &mut [f32],
+    [sum_dy, sum_xhat]: [&mut [f32]; 2],
+    d: ChannelDims,
+) {
+    assert_eq!((dy.len(), x.len()), (d.len(), d.len()), "dy and x hold the batch");
+    let pairs = &mut pairs[..2 * d.channels];
+    let rows = ChannelRows { data: dy.as_mut_ptr(), len: dy.len() };
+    let workers = workers(pool, d.channels, 2 * d.len());
+    for_each_chunk(pool, workers, pairs, 2, &mut [], 0, |first_c, pairs, _| {
+        for (i, pair) in pairs.chunks_exact_mut(2).enumerate() {
+            (pair[0], pair[1]) = rectified_channel_sums(rows, x, d, first_c + i, p, rectifier);
+        }
+    });
+    for ((pair, u), v) in pairs.chunks_exact(2).zip(sum_dy).zip(sum_xhat) {
+        (*u, *v) = (pair[0], pair[1]);
+    }
 }
 
 /// The input gradient from [`grad_sums`]' sums, samples split over threads.

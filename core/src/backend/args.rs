@@ -45,6 +45,13 @@ pub struct GradSums<'a, M: Memory> {
     pub dbeta: M::Slice<'a, f32>,
 }
 
+/// A training batch norm's parameter gradients per channel, written.
+#[derive(Debug)]
+pub struct GradsMut<'a, M: Memory> {
+    pub dgamma: M::SliceMut<'a, f32>,
+    pub dbeta: M::SliceMut<'a, f32>,
+}
+
 /// Where a forward pass saves the mean and inverse standard deviation it normalised with.
 #[derive(Debug)]
 pub struct SavedMut<'a, M: Memory> {

@@ -1,7 +1,7 @@
 //! The kernel families a backend implements, one trait each, over views of the backend's
 //! [`Memory`](super::Memory) (`In` to read, `Out` to write). No method has a default.
 
-use super::args::{Affine, GradSums, ParamUpdate, Running, Saved, SavedMut, TrainStats};
+use super::args::{Affine, GradSums, GradsMut, ParamUpdate, Running, Saved, SavedMut, TrainStats};
 use super::{Backend, In, Out};
 use crate::error::KernelError;
 use crate::geometry::{
@@ -10,7 +10,7 @@ use crate::geometry::{
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, ConcatRescale, MulRescale, QLayerArgs, QuantParams};
-use crate::reference::Activation;
+use crate::reference::{Activation, Rectifier};
 use half::f16;
 
 /// Dense layers: `y = x · wᵀ + b` and its gradients.
@@ -251,6 +251,21 @@ pub trait NormKernels: Backend {
         dgamma: Out<'_, Self, f32>,
         dbeta: Out<'_, Self, f32>,
         d: ChannelDims,
+    );
+    /// [`NormKernels::batch_norm_grad_params`] of a batch norm whose output `rectifier`
+    /// rectified, from the rectifier's output gradient `dy`, which it gates in place into
+    /// the batch norm's output gradient: the rectifier's gradient, worked out from `x`
+    /// with the arithmetic of the forward pass.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_grad_params_rectified(
+        &mut self,
+        x: In<'_, Self, f32>,
+        p: Affine<'_, Self::Memory>,
+        saved: Saved<'_, Self::Memory>,
+        dy: Out<'_, Self, f32>,
+        grads: GradsMut<'_, Self::Memory>,
+        d: ChannelDims,
+        rectifier: Rectifier,
     );
     /// Training that normalises with the running statistics (which stay as they are) and
     /// saves them, as mean and inverse standard deviation, for the backward pass.

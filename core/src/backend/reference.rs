@@ -1,7 +1,7 @@
 //! The reference kernels as every kernel family, for host-memory backends that choose them
 //! with [`InheritReference`] ([`Reference`](super::Reference) chooses all of them).
 
-use super::args::{Affine, GradSums, ParamUpdate, Running, Saved, SavedMut, TrainStats};
+use super::args::{Affine, GradSums, GradsMut, ParamUpdate, Running, Saved, SavedMut, TrainStats};
 use super::families::*;
 use super::{family, Backend, Host, InheritReference};
 use crate::error::KernelError;
@@ -13,7 +13,7 @@ use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleC
 use crate::quant::{
     self as q, AddRescale, ConcatRescale, MulRescale, QConv2dArgs, QLinearArgs, QuantParams,
 };
-use crate::reference::{self as r, Activation};
+use crate::reference::{self as r, Activation, Rectifier};
 use half::f16;
 
 /// The factor an optimizer scales gradients by: the clipping coefficient, or 1.
@@ -256,6 +256,22 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Norm>> NormKernels for
         d: ChannelDims,
     ) {
         r::batch_norm_grad_params(dy, x, saved.mean, saved.invstd, dgamma, dbeta, d)
+    }
+    fn batch_norm_grad_params_rectified(
+        &mut self,
+        x: &[f32],
+        p: Affine<'_, Host>,
+        saved: Saved<'_, Host>,
+        dy: &mut [f32],
+        grads: GradsMut<'_, Host>,
+        d: ChannelDims,
+        rectifier: Rectifier,
+    ) {
+        let (dgamma, dbeta) = (grads.dgamma, grads.dbeta);
+        let (mean, invstd) = (saved.mean, saved.invstd);
+        r::batch_norm_grad_params_rectified(
+            dy, x, p.gamma, p.beta, mean, invstd, dgamma, dbeta, d, rectifier,
+        )
     }
     fn batch_norm_running(
         &mut self,

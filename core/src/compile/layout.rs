@@ -1,7 +1,9 @@
 //! Placement: the lifetime of every arena tensor over the step timeline, in-place reuse for
-//! element-wise ops, offsets from the memory planner, and the final steps and bindings.
+//! element-wise ops, offsets from the memory planner, and the final steps and bindings (a
+//! rectifier's in-place gradient folded into the batch norm's, see `rectified`).
 
 use super::host_plan::{Binding, Plan, PlanStats};
+use super::rectified::Sources;
 use super::{Lowered, PlacementOptions};
 use crate::graph::{Graph, GraphError, Stage};
 use crate::kernel::KernelCall;
@@ -95,14 +97,29 @@ pub(super) fn place(
     // kept_before[s]: steps before timeline position s that remain in the program.
     let mut kept_before: Vec<usize> = Vec::with_capacity(lowered.len() + 1);
     kept_before.push(0);
-    for l in lowered {
+    let sources = Sources::new(graph, &lowered);
+    let mut lowered = lowered.into_iter().peekable();
+    // A step the previous one was folded into (see `rectified`).
+    let mut fused: Option<(KernelCall, Vec<TensorId>)> = None;
+    while let Some(l) = lowered.next() {
         let node = &graph.nodes()[l.node];
         let output = in_place(l.kernel).map(|p| l.operands[p.output]);
         let reused = output.and_then(|out| reuse[out.index()].map(|input| (out, input)));
         let shares =
             |&(out, input): &(TensorId, TensorId)| place_of(input).offset == place_of(out).offset;
-        let (kernel, operands) = match reused.filter(shares).map(|(_, input)| input) {
-            Some(input) => match in_place(l.kernel).and_then(|p| p.form) {
+        let in_place_input = reused.filter(shares).map(|(_, input)| input);
+        let next = lowered.peek().filter(|next| next.per_update == l.per_update);
+        if let (None, Some(_), Some(next)) = (&fused, in_place_input, next) {
+            fused = sources.fuse(&l, next);
+            if fused.is_some() {
+                // Folded into the next step.
+                kept_before.push(*kept_before.last().unwrap_or(&0));
+                continue;
+            }
+        }
+        let (kernel, operands) = match (fused.take(), in_place_input) {
+            (Some(step), _) => step,
+            (None, Some(input)) => match in_place(l.kernel).and_then(|p| p.form) {
                 Some((kernel, operands)) => (kernel, operands(&l.operands, input)),
                 // The output aliases its input: nothing to run.
                 None => {
@@ -110,7 +127,7 @@ pub(super) fn place(
                     continue;
                 }
             },
-            None => (l.kernel, l.operands),
+            (None, None) => (l.kernel, l.operands),
         };
         let flops = kernel.flops();
         let stats = &mut plan.stats;
@@ -272,6 +289,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::BatchNormRunning(..)
         | KernelCall::BatchNormGradInputRunning(_)
         | KernelCall::BatchNormGradInputFromSums(_)
+        | KernelCall::BatchNormGradParamsRectified(..)
         | KernelCall::Softmax(_)
         | KernelCall::SoftmaxGrad(_)
         | KernelCall::LogSoftmax(_)

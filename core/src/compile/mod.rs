@@ -3,6 +3,7 @@
 
 mod host_plan;
 mod layout;
+mod rectified;
 
 pub use host_plan::{Binding, HostMemory, Plan, PlanStats, UnknownTensor};
 

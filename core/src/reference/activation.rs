@@ -25,6 +25,27 @@ fn relu6_passes(y: f32) -> bool {
     y > 0.0 && y < 6.0
 }
 
+/// A rectifier after a batch norm (ReLU, or ReLU6 clamped at 6), whose gradient the batch
+/// norm's parameter gradient applies itself ([`crate::reference::norm::batch_norm_grad_params_rectified`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Rectifier {
+    /// ReLU6 rather than ReLU.
+    pub relu6: bool,
+}
+
+impl Rectifier {
+    /// Whether the rectifier passes the gradient at its input `z`: exactly where its own
+    /// gradient does from its output (`relu(z)` or `relu6(z)`, NaN included).
+    #[inline]
+    pub fn passes(self, z: f32) -> bool {
+        match self.relu6 {
+            true => relu6_passes(z),
+            false => relu_passes(z),
+        }
+    }
+}
+
 fn map(x: &[f32], y: &mut [f32], f: fn(f32) -> f32) {
     debug_assert_eq!(x.len(), y.len());
     for (out, &x) in y.iter_mut().zip(x) {

@@ -21,7 +21,7 @@ mod testing;
 
 pub use activation::{
     log_softmax, log_softmax_grad, relu, relu6, relu6_grad, relu6_grad_in_place, relu6_in_place,
-    relu_grad, relu_grad_in_place, relu_in_place, softmax, softmax_grad,
+    relu_grad, relu_grad_in_place, relu_in_place, softmax, softmax_grad, Rectifier,
 };
 pub use cast::{cast_f16_to_f32, cast_f32_to_f16};
 pub use conv::{conv2d, conv2d_grad_input, conv2d_grad_weight};
@@ -36,7 +36,8 @@ pub use loss_scale::{unscale_gradient, update_loss_scale};
 pub use norm::{
     batch_norm_apply, batch_norm_eval, batch_norm_eval_in_place, batch_norm_grad_input,
     batch_norm_grad_input_from_sums, batch_norm_grad_input_running, batch_norm_grad_params,
-    batch_norm_train, batch_norm_train_in_place, save_running_statistics,
+    batch_norm_grad_params_rectified, batch_norm_train, batch_norm_train_in_place,
+    save_running_statistics,
 };
 pub use optim::{accumulate, adamw_update, clip_coefficient, sgd_update, sum_squares};
 pub use pointwise::{

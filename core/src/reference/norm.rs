@@ -1,6 +1,7 @@
 //! Batch normalisation over `[outer = N, channels = C, inner = H·W]` tensors: training and
 //! evaluation forward passes and the training-mode gradients.
 
+use super::activation::Rectifier;
 use super::layout::channel_indices;
 use crate::geometry::ChannelDims;
 use crate::hyperparams::BatchNormConfig;
@@ -323,6 +324,41 @@ pub fn batch_norm_grad_params(
     }
 }
 
+/// [`batch_norm_grad_params`] of a batch norm whose output `rectifier` rectified, from the
+/// rectifier's output gradient `dy`, which it gates in place into the batch norm's own (what
+/// the rectifier's gradient writes): each pre-activation `gamma · (x − mean) · invstd + beta`
+/// is recomputed with the arithmetic of [`batch_norm_train`] and [`batch_norm_apply`], so the
+/// gate passes exactly where the rectifier's gradient would, without reading its output.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_grad_params_rectified(
+    dy: &mut [f32],
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    saved_mean: &[f32],
+    saved_invstd: &[f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+    d: ChannelDims,
+    rectifier: Rectifier,
+) {
+    debug_assert_eq!(dy.len(), d.len());
+    debug_assert_eq!(x.len(), d.len());
+    debug_assert_per_channel(&[gamma, beta, saved_mean, saved_invstd, dgamma, dbeta], d);
+    for c in 0..d.channels {
+        let (mean, invstd, gamma, beta) = (saved_mean[c], saved_invstd[c], gamma[c], beta[c]);
+        let norm = ChannelNorm { mean, invstd, gamma, beta };
+        for i in channel_indices(d, c) {
+            if !rectifier.passes(norm.apply(x[i])) {
+                dy[i] = 0.0;
+            }
+        }
+        let sums = grad_sums(dy, x, d, c, mean, invstd);
+        dgamma[c] = sums.dy_xhat;
+        dbeta[c] = sums.dy;
+    }
+}
+
 /// The running statistics in the form a training pass saves a batch's: `saved_mean` the
 /// running mean, `saved_invstd = 1 / sqrt(running_var + eps)`. With them,
 /// [`batch_norm_apply`] normalises exactly as [`batch_norm_eval`] does.
@@ -528,5 +564,64 @@ mod tests {
         assert_close(&dbeta, &[3.0], 0.0);
         // xhat = ±1.5 · invstd at the two non-zero dy: −1.5 · 1 + 1.5 · 2.
         assert_close(&dgamma, &[1.5 * out.saved_invstd[0]], 1e-6);
+    }
+}
+
+#[cfg(test)]
+mod rectified_tests {
+    use super::*;
+    use crate::reference::{
+        relu6_grad_in_place, relu6_in_place, relu_grad_in_place, relu_in_place,
+    };
+    use crate::rng::SplitMix;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    const CFG: BatchNormConfig = BatchNormConfig { eps: 1e-5, momentum: 0.1 };
+
+    /// The rectified parameter gradient is the rectifier's gradient from its output and then
+    /// the parameter gradient, bit for bit: the same gate where the batch norm's output sits
+    /// exactly on a rectifier's kink (0, and 6 for ReLU6) and at NaN.
+    #[test]
+    fn rectified_parameter_gradients_are_the_rectifier_gradient_then_the_parameters() {
+        let d = ChannelDims { outer: 3, channels: 2, inner: 5 };
+        let mut rng = SplitMix::new(4);
+        let mut x: Vec<f32> = (0..d.len()).map(|_| rng.uniform(-3.0, 3.0)).collect();
+        let dy: Vec<f32> = (0..d.len()).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        let (gamma, beta) = ([4.0, -2.5], [0.0, 1.0]);
+        let (mut running_mean, mut running_var) = ([0.0; 2], [1.0; 2]);
+        let (mut mean, mut invstd) = ([0.0; 2], [0.0; 2]);
+        let mut z = vec![0.0; d.len()];
+        let stats = (&mut running_mean[..], &mut running_var[..], &mut mean[..], &mut invstd[..]);
+        batch_norm_train(&x, &gamma, &beta, stats.0, stats.1, &mut z, stats.2, stats.3, d, CFG);
+        // Channel 0's mean gives z = beta = 0 exactly; x = NaN gives z = NaN.
+        x[0] = mean[0];
+        x[1] = f32::NAN;
+        for relu6 in [false, true] {
+            let mut y = vec![0.0; d.len()];
+            batch_norm_apply(&x, &gamma, &beta, &mean, &invstd, &mut y, d);
+            let mut want_dy = dy.clone();
+            match relu6 {
+                true => relu6_in_place(&mut y),
+                false => relu_in_place(&mut y),
+            }
+            match relu6 {
+                true => relu6_grad_in_place(&y, &mut want_dy),
+                false => relu_grad_in_place(&y, &mut want_dy),
+            }
+            let (mut want_dgamma, mut want_dbeta) = ([0.0; 2], [0.0; 2]);
+            let (wg, wb) = (&mut want_dgamma, &mut want_dbeta);
+            batch_norm_grad_params(&want_dy, &x, &mean, &invstd, wg, wb, d);
+            let (mut got_dy, mut dgamma, mut dbeta) = (dy.clone(), [0.0; 2], [0.0; 2]);
+            let r = Rectifier { relu6 };
+            let (g, b) = (&gamma, &beta);
+            let (dg, db) = (&mut dgamma, &mut dbeta);
+            batch_norm_grad_params_rectified(&mut got_dy, &x, g, b, &mean, &invstd, dg, db, d, r);
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got_dy), bits(&want_dy), "{r:?}");
+            assert_eq!((bits(&dgamma), bits(&dbeta)), (bits(&want_dgamma), bits(&want_dbeta)));
+            let gated = got_dy.iter().filter(|&&v| v == 0.0).count();
+            assert!(gated > 0 && gated < d.len(), "{r:?} gates some of dy, not all: {gated}");
+        }
     }
 }
