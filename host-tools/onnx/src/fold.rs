@@ -299,6 +299,56 @@ pub(crate) fn merged_permutation(dims: &[usize], perm: &[usize]) -> (Vec<usize>,
     (merged, perm)
 }
 
+/// The fewest transposes of at most `max_blocks` merged axes each (see
+/// [`merged_permutation`]) that together reorder `dims` by `perm`, the batch axis staying
+/// first: each step's permutation of the layout the step before left. `None` when `perm`
+/// moves the batch axis or `dims` has more than seven axes (a search over their orders).
+pub(crate) fn transpose_steps(
+    dims: &[usize],
+    perm: &[usize],
+    max_blocks: usize,
+) -> Option<Vec<Vec<usize>>> {
+    let rank = dims.len();
+    if rank > 7 || perm.first() != Some(&0) {
+        return None;
+    }
+    // Every order of the axes after the batch axis, as a candidate step.
+    let mut candidates = vec![vec![0]];
+    for _ in 1..rank {
+        candidates = candidates
+            .iter()
+            .flat_map(|c| (1..rank).filter(|a| !c.contains(a)).map(|a| [&c[..], &[a]].concat()))
+            .collect();
+    }
+    // Breadth first over layouts (which input axis sits where), from the input's.
+    let start: Vec<usize> = (0..rank).collect();
+    let mut came_from = std::collections::HashMap::from([(start.clone(), None)]);
+    let mut frontier = std::collections::VecDeque::from([start]);
+    while let Some(layout) = frontier.pop_front() {
+        if layout == perm {
+            let mut steps = Vec::new();
+            let mut at = layout;
+            while let Some(Some((before, step))) = came_from.get(&at).cloned() {
+                steps.push(step);
+                at = before;
+            }
+            steps.reverse();
+            return Some(steps);
+        }
+        let shape: Vec<usize> = layout.iter().map(|&a| dims[a]).collect();
+        for step in &candidates {
+            let next: Vec<usize> = step.iter().map(|&i| layout[i]).collect();
+            if !came_from.contains_key(&next)
+                && merged_permutation(&shape, step).0.len() <= max_blocks
+            {
+                came_from.insert(next.clone(), Some((layout.clone(), step.clone())));
+                frontier.push_back(next);
+            }
+        }
+    }
+    None
+}
+
 /// The `(start, end)` each axis of `dims` keeps under ONNX `Slice`'s `starts`, `ends`,
 /// `axes` and `steps` (negative indices count from the end, ranges are clamped; only
 /// steps of 1 are supported).
@@ -485,6 +535,23 @@ mod tests {
     fn cube() -> Const {
         let v = (0..24).map(|i| (100 * (i / 12) + 10 * (i / 4 % 3) + i % 4) as f32).collect();
         f32s(&[2, 3, 4], v)
+    }
+
+    #[test]
+    fn a_pixel_shuffle_transpose_is_two_of_at_most_four_blocks() {
+        // DepthToSpace (CRD) of [N, C, 2, 2, H, W]: six blocks, the batch axis apart.
+        let (dims, perm) = ([2, 3, 2, 2, 5, 7], [0, 1, 4, 2, 5, 3]);
+        assert_eq!(merged_permutation(&dims, &perm).0.len(), 6);
+        let steps = transpose_steps(&dims, &perm, 4).unwrap();
+        assert_eq!(steps.len(), 2);
+        let mut layout: Vec<usize> = (0..6).collect();
+        for step in &steps {
+            let shape: Vec<usize> = layout.iter().map(|&a| dims[a]).collect();
+            assert!(merged_permutation(&shape, step).0.len() <= 4, "{step:?} on {shape:?}");
+            layout = step.iter().map(|&i| layout[i]).collect();
+        }
+        assert_eq!(layout, perm);
+        assert_eq!(transpose_steps(&dims, &[1, 0, 2, 3, 4, 5], 4), None);
     }
 
     #[test]

@@ -15,6 +15,8 @@ use sprout_core::{Graph, GraphError, Init, Shape, TensorId};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
+mod composed;
+
 /// The oldest default-domain operator set imported (PyTorch's exporters default to newer).
 pub const MIN_OPSET: i64 = 11;
 /// The newest default-domain operator set imported: the operators mapped here keep their
@@ -764,6 +766,10 @@ impl<'m> Importer<'m> {
                 self.unary(&ctx, |g, name, x| g.gelu(name, x, tanh))
             }
             "LayerNormalization" => self.layer_normalization(&ctx),
+            "InstanceNormalization" => self.instance_normalization(&ctx),
+            "PRelu" => self.prelu(&ctx),
+            "Resize" => self.resize(&ctx),
+            "DepthToSpace" => self.depth_to_space(&ctx),
             "LeakyRelu" => {
                 let alpha = ctx.float("alpha", 0.01)?;
                 self.unary(&ctx, |g, name, x| g.leaky_relu(name, x, alpha))
@@ -826,7 +832,7 @@ impl<'m> Importer<'m> {
             Fused::LayerNorm { x, axes, eps, scale, shift } => {
                 let (x, dims) = tensor(self, x)?;
                 let (scale, shift) = (constant(self, scale)?, constant(self, shift)?);
-                self.layer_norm(&ctx, x, dims, *axes, *eps, scale, shift)?;
+                self.layer_norm(&ctx, out, x, dims, *axes, *eps, scale, shift)?;
             }
         }
         Ok(())
@@ -848,29 +854,31 @@ impl<'m> Importer<'m> {
         let axis = fold::axis(ctx.int("axis", -1)?, dims.len()).map_err(|e| ctx.err(e))?;
         let eps = ctx.float("epsilon", 1e-5)?;
         let (scale, shift) = (self.constant(ctx, 1)?, self.constant(ctx, 2)?);
-        self.layer_norm(ctx, x, dims.clone(), dims.len() - axis, eps, scale, shift)
+        let axes = dims.len() - axis;
+        self.layer_norm(ctx, ctx.output()?, x, dims, axes, eps, scale, shift).map(|_| ())
     }
 
     /// Layer normalisation of `x` (ONNX shape `dims`) over its last `axes` axes, scaled and
-    /// shifted by the constants (parameters under their names; ones and zeros without).
+    /// shifted by the constants (parameters under their names; ones and zeros without),
+    /// defined as `out`.
     #[allow(clippy::too_many_arguments)]
     fn layer_norm(
         &mut self,
         ctx: &Ctx,
+        out: &str,
         x: TensorId,
         dims: Vec<usize>,
         axes: usize,
         eps: f32,
         scale: Option<Rc<Const>>,
         shift: Option<Rc<Const>>,
-    ) -> Result<(), OnnxError> {
+    ) -> Result<TensorId, OnnxError> {
         if axes == 0 || axes >= dims.len() {
             return Err(ctx.err(format!(
                 "normalises {axes} trailing axes of shape {dims:?}: sprout keeps the batch axis apart"
             )));
         }
         let d: usize = dims[dims.len() - axes..].iter().product();
-        let out = ctx.output()?;
         let x = self.view(ctx, x, &dims, out)?;
         let mut affine = [TensorId(0); 2];
         for ((slot, c), (what, fill)) in
@@ -894,7 +902,7 @@ impl<'m> Importer<'m> {
         }
         let y = self.g.layer_norm(out, x, affine[0], affine[1], eps).map_err(ctx.graph())?;
         self.define(out, y, dims);
-        Ok(())
+        Ok(y)
     }
 
     fn unary(
@@ -2002,10 +2010,20 @@ impl<'m> Importer<'m> {
             return Ok((x, out_dims));
         }
         if merged.len() > MAX_RANK {
-            return Err(ctx.err(format!(
-                "perm {perm:?} on shape {dims:?} reorders {} blocks of axes: sprout's transpose takes at most {MAX_RANK}",
-                merged.len()
-            )));
+            // DepthToSpace's 6-D shuffle: transposes of at most four blocks each.
+            let steps = fold::transpose_steps(dims, perm, MAX_RANK).ok_or_else(|| {
+                ctx.err(format!(
+                    "perm {perm:?} on shape {dims:?} reorders {} blocks of axes: sprout's transpose takes at most {MAX_RANK}",
+                    merged.len()
+                ))
+            })?;
+            let (mut y, mut now) = (x, dims.to_vec());
+            for (i, step) in steps.iter().enumerate() {
+                let step_name =
+                    if i + 1 == steps.len() { name.to_string() } else { format!("{name}.step{i}") };
+                (y, now) = self.permuted(ctx, y, &now, step, &step_name)?;
+            }
+            return Ok((y, now));
         }
         let x = self.view(ctx, x, &merged, name)?;
         let y = self.g.transpose(name, x, &merged_perm).map_err(ctx.graph())?;
