@@ -225,7 +225,16 @@ fn export_node(
     let ints = |v: (usize, usize)| [v.0 as i64, v.1 as i64];
     let pads = |p: (usize, usize)| [p.0 as i64, p.1 as i64, p.0 as i64, p.1 as i64];
     let mut constant = |suffix: &str, t: TensorProto| -> String {
-        let cname = format!("{n}.{suffix}");
+        // Node names need not be unique (the slices of a GatherND): nor are these, unless
+        // numbered when taken.
+        let taken = |name: &str| out.initializer.iter().any(|i| i.name.as_deref() == Some(name));
+        let mut cname = format!("{n}.{suffix}");
+        for k in 1.. {
+            if !taken(&cname) {
+                break;
+            }
+            cname = format!("{n}#{k}.{suffix}");
+        }
         out.initializer.push(TensorProto { name: Some(cname.clone()), ..t });
         cname
     };
