@@ -24,6 +24,7 @@ pub(crate) fn folds(op_type: &str) -> bool {
             | "Div"
             | "Slice"
             | "Transpose"
+            | "Range"
     )
 }
 
@@ -76,6 +77,7 @@ pub(crate) fn eval(node: &FoldNode, inputs: &[Option<Rc<Const>>]) -> Result<Cons
             )?
         }
         "Transpose" => transpose(arg(0)?, node.ints)?,
+        "Range" => range(arg(0)?, arg(1)?, arg(2)?)?,
         other => return Err(format!("{other} cannot be constant-folded")),
     };
     Ok(Const { name: out, ..c })
@@ -464,6 +466,42 @@ fn broadcast(a: &[usize], b: &[usize]) -> Result<Broadcast, String> {
     Ok((dims.clone(), (0..n).map(|i| (index(i, &pa), index(i, &pb))).collect()))
 }
 
+/// `Range(start, limit, delta)` of three scalars of one type: `start + i · delta` while
+/// short of `limit` (the dynamo exporter's indices over a batch it takes as symbolic).
+fn range(start: &Const, limit: &Const, delta: &Const) -> Result<Const, String> {
+    let count = |span: f64, step: f64| -> Result<usize, String> {
+        let n = (span / step).ceil().max(0.0);
+        match step != 0.0 && n.is_finite() && n <= MAX_FOLDED as f64 {
+            true => Ok(n as usize),
+            false => {
+                Err(format!("a range of {span} in steps of {step} has no size up to {MAX_FOLDED}"))
+            }
+        }
+    };
+    let data = match (&start.data, &limit.data, &delta.data) {
+        (ConstData::I64(s), ConstData::I64(l), ConstData::I64(d))
+            if [s, l, d].iter().all(|v| v.len() == 1) =>
+        {
+            let (s, d) = (s[0], d[0]);
+            let n = count(l[0] as f64 - s as f64, d as f64)?;
+            ConstData::I64((0..n as i64).map(|i| s.wrapping_add(i.wrapping_mul(d))).collect())
+        }
+        (ConstData::F32(s), ConstData::F32(l), ConstData::F32(d))
+            if [s, l, d].iter().all(|v| v.len() == 1) =>
+        {
+            let (s, d) = (s[0], d[0]);
+            let n = count(f64::from(l[0]) - f64::from(s), f64::from(d))?;
+            ConstData::F32((0..n).map(|i| s + i as f32 * d).collect())
+        }
+        _ => return Err("start, limit and delta must be scalars of one type".into()),
+    };
+    let n = match &data {
+        ConstData::I64(v) => v.len(),
+        ConstData::F32(v) => v.len(),
+    };
+    Ok(Const { name: String::new(), dims: vec![n], data })
+}
+
 fn binary(op: &str, a: &Const, b: &Const) -> Result<Const, String> {
     let (dims, at) = broadcast(&a.dims, &b.dims)?;
     let data = match (&a.data, &b.data) {
@@ -552,6 +590,19 @@ mod tests {
         }
         assert_eq!(layout, perm);
         assert_eq!(transpose_steps(&dims, &[1, 0, 2, 3, 4, 5], 4), None);
+    }
+
+    #[test]
+    fn range_counts_up_and_down_and_refuses_a_zero_step() {
+        let scalar = |v: i64| i64s(&[], vec![v]);
+        let up = range(&scalar(0), &scalar(7), &scalar(3)).unwrap();
+        assert_eq!((&up.dims[..], up.i64().unwrap()), (&[3][..], &[0, 3, 6][..]));
+        let down = range(&scalar(5), &scalar(1), &scalar(-2)).unwrap();
+        assert_eq!(down.i64().unwrap(), [5, 3]);
+        assert_eq!(range(&scalar(5), &scalar(1), &scalar(1)).unwrap().dims, [0]);
+        assert!(range(&scalar(0), &scalar(1), &scalar(0)).is_err());
+        let f = |v: f32| f32s(&[], vec![v]);
+        assert_eq!(range(&f(0.5), &f(2.0), &f(0.5)).unwrap().f32().unwrap(), [0.5, 1.0, 1.5]);
     }
 
     #[test]

@@ -786,6 +786,7 @@ impl<'m> Importer<'m> {
             "Squeeze" | "Unsqueeze" => self.squeeze(&ctx),
             "Transpose" => self.transpose(&ctx),
             "GatherND" => self.gather_nd(&ctx),
+            "Gather" => self.gather(&ctx),
             "Pad" => self.pad(&ctx),
             "Softmax" => self.softmax(&ctx, Graph::softmax),
             "LogSoftmax" => self.softmax(&ctx, Graph::log_softmax),
@@ -1799,9 +1800,11 @@ impl<'m> Importer<'m> {
             return Ok(());
         }
         let (x, _) = self.act(ctx, 0)?;
-        if dims.len() > MAX_RANK {
-            // Beyond sprout's rank (a channel shuffle's 5-D view): the data stays under its
-            // own shape until a node that reads it reshapes it.
+        if dims.len() > MAX_RANK || (dims.len() == 1 && self.g.shape(x).rank() > 1) {
+            // Beyond sprout's rank (a channel shuffle's 5-D view), or the whole batch as one
+            // axis (the dynamo exporter's `as_strided`, a Gather of every element in order
+            // following): the data stays under its own shape until a node that reads it
+            // reshapes it.
             self.define(out, x, dims);
             return Ok(());
         }
@@ -1899,6 +1902,25 @@ impl<'m> Importer<'m> {
         let (y, dims) = self.permuted(ctx, x, &stored, &composed, &name)?;
         self.define(out, y, dims);
         Ok(())
+    }
+
+    /// `Gather` of a flattened computed tensor by constant indices that read every element
+    /// in order, shaped as the indices are: the dynamo exporter's `as_strided` of a
+    /// contiguous view (ConvNeXt's head), a reshape. Any other Gather of a computed tensor
+    /// is refused.
+    fn gather(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (_, dims) = self.act(ctx, 0)?;
+        let indices = self.required_constant(ctx, 1)?;
+        let in_order = dims.len() == 1
+            && indices.numel() == dims[0]
+            && indices.i64()?.iter().zip(0..).all(|(&i, k)| i == k);
+        if !in_order {
+            return Err(ctx.err(format!(
+                "gathers from a computed tensor of shape {dims:?} by indices of shape {:?}: sprout takes only a Gather of every element of a flattened tensor in order (as_strided of a contiguous view)",
+                indices.dims
+            )));
+        }
+        self.reshaped(ctx, indices.dims.clone())
     }
 
     /// `GatherND` (`batch_dims` 0) of constant indices from axes other than the batch axis,
