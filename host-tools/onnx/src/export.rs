@@ -392,6 +392,11 @@ fn export_node(
         }
         Op::LeakyRelu(p) => NodeProto::new("LeakyRelu", n, &inputs, &[&y])
             .with(AttributeProto::float("alpha", p.alpha)),
+        Op::Elu(p) => {
+            NodeProto::new("Elu", n, &inputs, &[&y]).with(AttributeProto::float("alpha", p.alpha))
+        }
+        Op::Softplus => NodeProto::new("Softplus", n, &inputs, &[&y]),
+        Op::Tanh => NodeProto::new("Tanh", n, &inputs, &[&y]),
         Op::Mul => {
             let (a, b) = (graph.shape(node.inputs[0]), graph.shape(node.inputs[1]));
             if a.rank() == b.rank() {

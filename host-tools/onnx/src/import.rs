@@ -774,6 +774,14 @@ impl<'m> Importer<'m> {
                 let alpha = ctx.float("alpha", 0.01)?;
                 self.unary(&ctx, |g, name, x| g.leaky_relu(name, x, alpha))
             }
+            "Elu" => {
+                let alpha = ctx.float("alpha", 1.0)?;
+                self.unary(&ctx, |g, name, x| g.elu(name, x, alpha))
+            }
+            "Softplus" => self.unary(&ctx, Graph::softplus),
+            "Tanh" => self.unary(&ctx, Graph::tanh),
+            "Selu" => self.selu(&ctx),
+            "Mish" => self.mish(&ctx),
             "Add" | "Sub" | "Mul" | "Div" => self.arithmetic(&ctx),
             "Expand" => self.expand_node(&ctx),
             "Clip" => self.clip(&ctx),

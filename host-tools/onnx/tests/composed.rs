@@ -1,7 +1,8 @@
-//! ONNX operators sprout records from ops it has (`Resize` by nearest neighbour,
-//! `DepthToSpace`, `InstanceNormalization`, `PRelu`), as PyTorch's exporters write them for
-//! `nn.Upsample`, `nn.PixelShuffle`, `nn.InstanceNorm2d` / `nn.GroupNorm` and `nn.PReLU`:
-//! written here with prost, imported, compared with loops in f64, exported and read back.
+//! ONNX operators PyTorch's exporters write for `nn.Upsample`, `nn.PixelShuffle`,
+//! `nn.InstanceNorm2d` / `nn.GroupNorm`, `nn.PReLU` (recorded from ops sprout has: `Resize`
+//! by nearest neighbour, `DepthToSpace`, `InstanceNormalization`, `PRelu`) and `nn.ELU`,
+//! `nn.SELU`, `nn.Softplus`, `nn.Tanh`, `nn.Mish`: written here with prost, imported,
+//! compared with loops in f64, exported and read back.
 
 mod common;
 
@@ -211,4 +212,28 @@ fn prelu_with_a_slope_per_channel_or_one_for_all() {
         matches!(&err, OnnxError::Unsupported { node_name, .. } if node_name == "act"),
         "{err}"
     );
+}
+
+/// An activation's value at one point.
+type Formula<'a> = dyn Fn(f64) -> f64 + 'a;
+
+#[test]
+fn elu_selu_softplus_tanh_and_mish_match_pytorchs_formulas() {
+    let x = values(8, 24, -4.0, 4.0);
+    let softplus = |v: f64| (1.0 + v.exp()).ln();
+    let elu = |alpha: f64| move |v: f64| if v > 0.0 { v } else { alpha * (v.exp() - 1.0) };
+    let (selu_alpha, selu_gamma) = (1.673_263_242_354_377_3, 1.050_700_987_355_480_5);
+    let cases: [(NodeProto, i64, &Formula<'_>); 5] = [
+        (NodeProto::new("Elu", "act", &["x"], &["y"]).with(A::float("alpha", 0.7)), 13, &elu(0.7)),
+        (NodeProto::new("Selu", "act", &["x"], &["y"]), 13, &|v| selu_gamma * elu(selu_alpha)(v)),
+        (NodeProto::new("Softplus", "act", &["x"], &["y"]), 13, &softplus),
+        (NodeProto::new("Tanh", "act", &["x"], &["y"]), 13, &f64::tanh),
+        (NodeProto::new("Mish", "act", &["x"], &["y"]), 18, &|v| v * softplus(v).tanh()),
+    ];
+    for (node, opset, f) in cases {
+        let op = node.op_type.clone().unwrap();
+        let imported = import(&model(vec![node], vec![], [2, 3, 2, 2], opset)).expect(&op);
+        let expected: Vec<f64> = f64s(&x).into_iter().map(f).collect();
+        check(&imported, &x, &expected);
+    }
 }

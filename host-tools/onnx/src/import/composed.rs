@@ -1,7 +1,7 @@
 //! ONNX operators sprout has no op of its own for, recorded from ops it has: `Resize` by
 //! nearest neighbour at whole scale factors (`nn.Upsample`), `DepthToSpace`
 //! (`nn.PixelShuffle`), `InstanceNormalization` (`nn.InstanceNorm2d`, and `nn.GroupNorm` as
-//! PyTorch exports it) and `PRelu`.
+//! PyTorch exports it), `PRelu`, `Selu` and `Mish`.
 
 use super::{check_vector, Ctx, Importer};
 use crate::error::OnnxError;
@@ -185,6 +185,31 @@ impl Importer<'_> {
         let params = ConvParams { stride: (1, 1), padding: (0, 0), groups: c };
         let name = self.staging(out, dims.len() != 4);
         let y = self.g.conv2d(&name, y, w, Some(b), params).map_err(ctx.graph())?;
+        self.define(out, y, dims);
+        Ok(())
+    }
+
+    /// `Selu`: `gamma · elu(x, alpha)` (`{out}.elu`, then a constant scale).
+    pub(super) fn selu(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, dims) = self.act(ctx, 0)?;
+        let alpha = ctx.float("alpha", 1.673_263_2)?;
+        let gamma = ctx.float("gamma", 1.050_701)?;
+        let out = ctx.output()?;
+        let elu = self.g.elu(&format!("{out}.elu"), x, alpha).map_err(ctx.graph())?;
+        let y = self.affine(ctx, out, elu, &dims, &[gamma], &[0.0])?;
+        self.define(out, y, dims);
+        Ok(())
+    }
+
+    /// `Mish` (opset 18): `x · tanh(softplus(x))` (`{out}.softplus`, `{out}.tanh`), as
+    /// PyTorch's TorchScript exporter spells it.
+    pub(super) fn mish(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, dims) = self.act(ctx, 0)?;
+        let out = ctx.output()?;
+        let graph = ctx.graph();
+        let soft = self.g.softplus(&format!("{out}.softplus"), x).map_err(&graph)?;
+        let t = self.g.tanh(&format!("{out}.tanh"), soft).map_err(&graph)?;
+        let y = self.g.mul(out, x, t).map_err(&graph)?;
         self.define(out, y, dims);
         Ok(())
     }
