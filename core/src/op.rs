@@ -7,7 +7,7 @@
 
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
 use crate::quant::{AddRescale, ConcatRescale, MulRescale, QuantParams};
-use crate::reference::{Activation, GeluParams, HardSigmoidParams, LeakyReluParams};
+use crate::reference::{Activation, EluParams, GeluParams, HardSigmoidParams, LeakyReluParams};
 use core::fmt;
 
 /// Stride, padding and grouping of a convolution.
@@ -332,7 +332,8 @@ macro_rules! op_table {
             57 => HardSwish: hard_swish::HardSwish,
             /// `x → y`: `x` where positive, else `alpha · x`.
             58 => LeakyRelu(LeakyReluParams): leaky_relu::LeakyRelu,
-            /// `saved, dy → dx`: the gradient of any of the four above, GELU and SiLU (`saved`:
+            /// `saved, dy → dx`: the gradient of any of the four above, GELU, SiLU, ELU,
+            /// softplus and tanh (`saved`:
             /// their input or output, as the activation's slope needs).
             59 => ActivationGrad(Activation): activation_grad::ActivationGrad,
             /// `a [N, C, ...], b → y`: `b` of `a`'s shape, or one factor per channel.
@@ -351,7 +352,7 @@ macro_rules! op_table {
             /// `y, dy → dx`: its gradient, from the output.
             66 => LogSoftmaxGrad: softmax::LogSoftmaxGrad,
             /// `x (i8), table (i8 [256]) → y (i8)`: sigmoid, hard sigmoid, hard swish,
-            /// leaky ReLU, GELU or SiLU in int8, `y = table[x + 128]`, the output in its own quantization.
+            /// leaky ReLU, GELU, SiLU, ELU, softplus or tanh in int8, `y = table[x + 128]`, the output in its own quantization.
             67 => QLut(QLutParams): int8::lut::QLut,
             /// `a (i8 [N, C, ...]), b (i8) → y (i8)`: the product, `b` of `a`'s shape or one
             /// factor per channel (squeeze-excitation, `x · sigmoid(x)`).
@@ -387,6 +388,12 @@ macro_rules! op_table {
             83 => BatchNormGradInputFromSums: batch_norm::BatchNormGradInputFromSums,
             /// `x → y`: `x · sigmoid(x)` (SiLU), an ONNX `Mul(x, Sigmoid(x))` as one op.
             84 => Silu: silu::Silu,
+            /// `x → y`: `x` where positive, else `alpha · (e^x − 1)`.
+            85 => Elu(EluParams): elu::Elu,
+            /// `x → y`: `ln(1 + e^x)` (`x` above 20).
+            86 => Softplus: softplus::Softplus,
+            /// `x → y`: `tanh(x)`.
+            87 => Tanh: tanh::Tanh,
         }
     };
 }

@@ -180,6 +180,7 @@ fn settings_problem(op: &Op) -> Option<String> {
         Op::ClipCoefficient(v) => (!(v.is_finite() && v > 0.0))
             .then(|| alloc::format!("gradient clipping norm {v} must be positive")),
         Op::LeakyRelu(p) => finite("alpha", p.alpha),
+        Op::Elu(p) => finite("alpha", p.alpha),
         Op::HardSigmoid(p) => finite("alpha", p.alpha).or_else(|| finite("beta", p.beta)),
         Op::Quantize(q) | Op::Dequantize(q) => (!(q.scale.is_finite() && q.scale > 0.0))
             .then(|| alloc::format!("scale {} must be finite and above 0", q.scale)),

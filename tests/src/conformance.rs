@@ -25,7 +25,7 @@ use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize};
 use sprout_core::reference::pointwise::GradientReads;
 pub use sprout_core::reference::tolerance::{Tolerance, EXACT, REDUCTION};
 use sprout_core::reference::{
-    Activation, GeluParams, HardSigmoidParams, LeakyReluParams, Rectifier,
+    Activation, EluParams, GeluParams, HardSigmoidParams, LeakyReluParams, Rectifier,
 };
 use sprout_core::rng::SplitMix;
 use sprout_core::{Host, Kernels, Reference};
@@ -357,6 +357,9 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
             Activation::Gelu(GeluParams { tanh: false }),
             Activation::Gelu(GeluParams { tanh: true }),
             Activation::Silu,
+            Activation::Elu(EluParams { alpha: 0.7 }),
+            Activation::Softplus,
+            Activation::Tanh,
         ];
         for f in activations {
             let mut y = out.clone();

@@ -266,7 +266,7 @@ fn relu6() {
     check_activation("relu6", &[0.0, 6.0], -2.0, 8.0, true);
 }
 
-// ---- sigmoid, hard sigmoid, hard swish, GELU, SiLU, leaky ReLU ----
+// ---- sigmoid, hard sigmoid, hard swish, GELU, SiLU, leaky ReLU, ELU, softplus, tanh ----
 
 /// `loss = mse(act(x), target)` for an activation recorded by `record`, with `x` kept more
 /// than `2h` away from its kinks.
@@ -324,6 +324,23 @@ fn silu() {
 #[test]
 fn leaky_relu() {
     check_pointwise("leaky_relu", &[0.0], -2.0, 2.0, |g, x| g.leaky_relu("act", x, 0.1));
+}
+
+#[test]
+fn elu() {
+    check_pointwise("elu", &[0.0], -3.0, 2.0, |g, x| g.elu("act", x, 0.7));
+}
+
+#[test]
+fn softplus() {
+    // Across its switch to `x` at 20 too.
+    check_pointwise("softplus", &[], -5.0, 5.0, |g, x| g.softplus("act", x));
+    check_pointwise("softplus linear", &[20.0], 19.0, 21.0, |g, x| g.softplus("act", x));
+}
+
+#[test]
+fn tanh() {
+    check_pointwise("tanh", &[], -3.0, 3.0, |g, x| g.tanh("act", x));
 }
 
 // ---- mul ----

@@ -1,4 +1,5 @@
-//! Pointwise activations (ReLU, ReLU6, sigmoid, hard sigmoid, hard swish, leaky ReLU, GELU) and
+//! Pointwise activations (ReLU, ReLU6, sigmoid, hard sigmoid, hard swish, leaky ReLU, GELU,
+//! SiLU, ELU, softplus, tanh) and
 //! their gradients as branch-free loops the compiler vectorizes, and the factor gradient of the
 //! element-wise product as a dot product over partial sums. (The product itself stays the
 //! reference's: its loop already vectorizes and streams memory at the same speed.)
@@ -28,6 +29,9 @@ pub fn activation(f: Activation, x: &[f32], y: &mut [f32]) {
         Activation::LeakyRelu(p) => map(x, y, move |x| Activation::LeakyRelu(p).apply(x)),
         Activation::Gelu(p) => map(x, y, move |x| Activation::Gelu(p).apply(x)),
         Activation::Silu => map(x, y, |x| Activation::Silu.apply(x)),
+        Activation::Elu(p) => map(x, y, move |x| Activation::Elu(p).apply(x)),
+        Activation::Softplus => map(x, y, |x| Activation::Softplus.apply(x)),
+        Activation::Tanh => map(x, y, |x| Activation::Tanh.apply(x)),
     }
 }
 
@@ -45,6 +49,9 @@ pub fn activation_grad(f: Activation, saved: &[f32], dy: &[f32], dx: &mut [f32])
         Activation::LeakyRelu(p) => zip_map(saved, dy, dx, grad(Activation::LeakyRelu(p))),
         Activation::Gelu(p) => zip_map(saved, dy, dx, grad(Activation::Gelu(p))),
         Activation::Silu => zip_map(saved, dy, dx, grad(Activation::Silu)),
+        Activation::Elu(p) => zip_map(saved, dy, dx, grad(Activation::Elu(p))),
+        Activation::Softplus => zip_map(saved, dy, dx, grad(Activation::Softplus)),
+        Activation::Tanh => zip_map(saved, dy, dx, grad(Activation::Tanh)),
     }
 }
 

@@ -17,6 +17,7 @@ mod broadcast;
 mod concat;
 mod conv2d;
 mod dropout;
+mod elu;
 mod gelu;
 mod half;
 mod hard_sigmoid;
@@ -36,6 +37,8 @@ mod sigmoid;
 mod silu;
 mod slice;
 mod softmax;
+mod softplus;
+mod tanh;
 mod transpose;
 mod vjp;
 

@@ -41,8 +41,8 @@ pub use norm::{
 };
 pub use optim::{accumulate, adamw_update, clip_coefficient, sgd_update, sum_squares};
 pub use pointwise::{
-    activation, activation_grad, mul, mul_grad_factor, Activation, GeluParams, HardSigmoidParams,
-    LeakyReluParams,
+    activation, activation_grad, mul, mul_grad_factor, Activation, EluParams, GeluParams,
+    HardSigmoidParams, LeakyReluParams,
 };
 pub use pool::{
     avg_pool2d, avg_pool2d_grad, global_avg_pool, global_avg_pool_grad, max_pool2d, max_pool2d_grad,

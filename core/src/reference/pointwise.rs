@@ -1,5 +1,5 @@
 //! Smooth and piecewise-linear activations beyond ReLU (sigmoid, hard sigmoid, hard swish,
-//! leaky ReLU, GELU, SiLU) as one kernel family, and the element-wise product with per-channel
+//! leaky ReLU, GELU, SiLU, ELU, softplus, tanh) as one kernel family, and the element-wise product with per-channel
 //! broadcasting (squeeze-excitation), with their gradients.
 
 use crate::geometry::ChannelDims;
@@ -34,6 +34,16 @@ pub struct GeluParams {
     pub tanh: bool,
 }
 
+/// ELU's scale of the negative part: `alpha · (e^x − 1)` below 0.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct EluParams {
+    pub alpha: f32,
+}
+
+/// Above this input softplus is `x` itself, as PyTorch's `threshold` (20) has it.
+const SOFTPLUS_LINEAR_ABOVE: f32 = 20.0;
+
 /// A pointwise activation and its settings: one kernel family, one formula each. In plans
 /// and model files it is an explicit tag (a varint) then the settings, like ops and kernels.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -51,6 +61,12 @@ pub enum Activation {
     Gelu(GeluParams),
     /// `x · sigmoid(x)` (SiLU, swish: EfficientNet). Tag 5.
     Silu,
+    /// `x` where `x > 0`, else `alpha · (e^x − 1)`. Tag 6.
+    Elu(EluParams),
+    /// `ln(1 + e^x)`, `x` above 20 (PyTorch's threshold). Tag 7.
+    Softplus,
+    /// `tanh(x)`. Tag 8.
+    Tanh,
 }
 
 /// A decoded activation tag this build does not know (a file from a newer sprout).
@@ -78,6 +94,9 @@ impl serde::Serialize for Activation {
             Activation::LeakyRelu(p) => s.serialize_newtype_variant(NAME, 3, "LeakyRelu", p),
             Activation::Gelu(p) => s.serialize_newtype_variant(NAME, 4, "Gelu", p),
             Activation::Silu => s.serialize_unit_variant(NAME, 5, "Silu"),
+            Activation::Elu(p) => s.serialize_newtype_variant(NAME, 6, "Elu", p),
+            Activation::Softplus => s.serialize_unit_variant(NAME, 7, "Softplus"),
+            Activation::Tanh => s.serialize_unit_variant(NAME, 8, "Tanh"),
         }
     }
 }
@@ -115,12 +134,30 @@ impl<'de> serde::Deserialize<'de> for Activation {
                         v.unit_variant()?;
                         Activation::Silu
                     }
+                    6 => Activation::Elu(v.newtype_variant()?),
+                    7 => {
+                        v.unit_variant()?;
+                        Activation::Softplus
+                    }
+                    8 => {
+                        v.unit_variant()?;
+                        Activation::Tanh
+                    }
                     tag => return Err(serde::de::Error::custom(UnknownActivationTag { tag })),
                 })
             }
         }
-        const NAMES: &[&str] =
-            &["Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Gelu", "Silu"];
+        const NAMES: &[&str] = &[
+            "Sigmoid",
+            "HardSigmoid",
+            "HardSwish",
+            "LeakyRelu",
+            "Gelu",
+            "Silu",
+            "Elu",
+            "Softplus",
+            "Tanh",
+        ];
         d.deserialize_enum("Activation", NAMES, Tagged)
     }
 }
@@ -150,6 +187,21 @@ impl Activation {
             }
             Activation::Gelu(p) => gelu(p, x),
             Activation::Silu => silu(x),
+            Activation::Elu(p) => {
+                if x > 0.0 {
+                    x
+                } else {
+                    p.alpha * libm::expm1f(x)
+                }
+            }
+            Activation::Softplus => {
+                if x > SOFTPLUS_LINEAR_ABOVE {
+                    x
+                } else {
+                    libm::log1pf(libm::expf(x))
+                }
+            }
+            Activation::Tanh => libm::tanhf(x),
         }
     }
 
@@ -157,12 +209,14 @@ impl Activation {
     /// the slope (sigmoid), else the input.
     pub fn gradient_reads(self) -> GradientReads {
         match self {
-            Activation::Sigmoid => GradientReads::Output,
+            Activation::Sigmoid | Activation::Tanh => GradientReads::Output,
             Activation::HardSigmoid(_)
             | Activation::HardSwish
             | Activation::LeakyRelu(_)
             | Activation::Gelu(_)
-            | Activation::Silu => GradientReads::Input,
+            | Activation::Silu
+            | Activation::Elu(_)
+            | Activation::Softplus => GradientReads::Input,
         }
     }
 
@@ -198,6 +252,22 @@ impl Activation {
             }
             Activation::Gelu(p) => dy * gelu_slope(p, saved),
             Activation::Silu => silu_gradient(saved, dy),
+            // PyTorch's: the exponential's slope at 0 and below.
+            Activation::Elu(p) => {
+                if saved > 0.0 {
+                    dy
+                } else {
+                    dy * p.alpha * libm::expf(saved)
+                }
+            }
+            Activation::Softplus => {
+                if saved > SOFTPLUS_LINEAR_ABOVE {
+                    dy
+                } else {
+                    dy * sigmoid(saved)
+                }
+            }
+            Activation::Tanh => dy * (1.0 - saved * saved),
         }
     }
 
@@ -211,6 +281,9 @@ impl Activation {
             Activation::LeakyRelu(_) => 1,
             Activation::Gelu(_) => 20,
             Activation::Silu => 13,
+            Activation::Elu(_) => 11,
+            Activation::Softplus => 21,
+            Activation::Tanh => 20,
         }
     }
 
@@ -220,9 +293,12 @@ impl Activation {
             Activation::Sigmoid
             | Activation::HardSwish
             | Activation::Gelu(_)
-            | Activation::Silu => true,
+            | Activation::Silu
+            | Activation::Softplus
+            | Activation::Tanh => true,
             Activation::HardSigmoid(p) => p.alpha.is_finite() && p.beta.is_finite(),
             Activation::LeakyRelu(p) => p.alpha.is_finite(),
+            Activation::Elu(p) => p.alpha.is_finite(),
         }
     }
 }
@@ -330,6 +406,9 @@ pub fn activation_by_kind(f: Activation, x: &[f32], y: &mut [f32]) {
         Activation::LeakyRelu(p) => map(x, y, |v| Activation::LeakyRelu(p).apply(v)),
         Activation::Gelu(p) => map(x, y, |v| Activation::Gelu(p).apply(v)),
         Activation::Silu => map(x, y, |v| Activation::Silu.apply(v)),
+        Activation::Elu(p) => map(x, y, |v| Activation::Elu(p).apply(v)),
+        Activation::Softplus => map(x, y, |v| Activation::Softplus.apply(v)),
+        Activation::Tanh => map(x, y, |v| Activation::Tanh.apply(v)),
     }
 }
 
@@ -345,6 +424,9 @@ pub fn activation_grad_by_kind(f: Activation, saved: &[f32], dy: &[f32], dx: &mu
         Activation::LeakyRelu(p) => zip_map(saved, dy, dx, grad(Activation::LeakyRelu(p))),
         Activation::Gelu(p) => zip_map(saved, dy, dx, grad(Activation::Gelu(p))),
         Activation::Silu => zip_map(saved, dy, dx, grad(Activation::Silu)),
+        Activation::Elu(p) => zip_map(saved, dy, dx, grad(Activation::Elu(p))),
+        Activation::Softplus => zip_map(saved, dy, dx, grad(Activation::Softplus)),
+        Activation::Tanh => zip_map(saved, dy, dx, grad(Activation::Tanh)),
     }
 }
 
@@ -447,6 +529,9 @@ mod tests {
             Activation::Gelu(GeluParams { tanh: false }),
             Activation::Gelu(GeluParams { tanh: true }),
             Activation::Silu,
+            Activation::Elu(EluParams { alpha: 0.7 }),
+            Activation::Softplus,
+            Activation::Tanh,
         ];
         // Away from the kinks (±3, 0) so that a finite difference is a derivative.
         for f in fs {
@@ -471,6 +556,10 @@ mod tests {
         assert_eq!(Activation::HardSwish.gradient(-3.0, 1.0), -0.5);
         assert_eq!(PYTORCH_HARD_SIGMOID.gradient(3.0, 1.0), 0.0);
         assert_eq!(Activation::LeakyRelu(LeakyReluParams { alpha: 0.5 }).gradient(0.0, 2.0), 1.0);
+        // elu'(0) = alpha (PyTorch's `x <= 0` branch); softplus is x itself above 20.
+        assert_eq!(Activation::Elu(EluParams { alpha: 0.5 }).gradient(0.0, 2.0), 1.0);
+        assert_eq!(Activation::Softplus.apply(20.5), 20.5);
+        assert_eq!(Activation::Softplus.gradient(20.5, 3.0), 3.0);
     }
 
     #[test]
@@ -485,6 +574,9 @@ mod tests {
             Activation::Gelu(GeluParams { tanh: false }),
             Activation::Gelu(GeluParams { tanh: true }),
             Activation::Silu,
+            Activation::Elu(EluParams { alpha: 0.7 }),
+            Activation::Softplus,
+            Activation::Tanh,
         ] {
             let (mut slow, mut fast) = ([0.0f32; 9], [1.0f32; 9]);
             activation(f, &x, &mut slow);
@@ -504,6 +596,13 @@ mod tests {
         assert_eq!(postcard::from_bytes::<Activation>(&bytes).unwrap(), leaky);
         let swish = postcard::to_allocvec(&Activation::HardSwish).unwrap();
         assert_eq!(swish, [2]);
+        let elu = Activation::Elu(EluParams { alpha: 0.5 });
+        assert_eq!(postcard::to_allocvec(&elu).unwrap(), [6, 0, 0, 0, 0x3f]);
+        for (f, tag) in [(elu, 6), (Activation::Softplus, 7), (Activation::Tanh, 8)] {
+            let bytes = postcard::to_allocvec(&f).unwrap();
+            assert_eq!(bytes[0], tag);
+            assert_eq!(postcard::from_bytes::<Activation>(&bytes).unwrap(), f);
+        }
         assert!(postcard::from_bytes::<Activation>(&[9]).is_err());
     }
 

@@ -163,13 +163,24 @@ pub fn export_proto(graph: &Graph, weights: &Weights) -> Result<ModelProto, Onnx
         output: outputs.iter().map(|&t| value_info(t)).collect(),
         ..Default::default()
     };
+    // A layer norm over several axes scales by `[C, H, W]` in ONNX (as PyTorch's
+    // `LayerNorm([C, H, W])` holds it), where sprout keeps the values flat.
+    let layer_norm_dims: BTreeMap<TensorId, &[usize]> = nodes
+        .iter()
+        .filter(|(n, _)| matches!(n.op, Op::LayerNorm(_)))
+        .flat_map(|(n, _)| {
+            let dims = normalised_dims(graph, n);
+            n.inputs[1..].iter().map(move |&t| (t, dims))
+        })
+        .collect();
     let mut initialized = BTreeSet::new();
     for &t in &read {
         let info = graph.tensor(t);
         if matches!(info.role, Role::FrozenParam | Role::TrainableParam | Role::Buffer)
             && initialized.insert(t)
         {
-            let dims: Vec<i64> = info.shape.dims().iter().map(|&d| d as i64).collect();
+            let dims = layer_norm_dims.get(&t).copied().unwrap_or(info.shape.dims());
+            let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
             let values = weight(weights, &info.name, info.shape)?;
             out.initializer.push(TensorProto::f32(&info.name, &dims, values));
         }
@@ -178,6 +189,19 @@ pub fn export_proto(graph: &Graph, weights: &Weights) -> Result<ModelProto, Onnx
         export_node(graph, node, dilated, &mut out)?;
     }
     Ok(ModelProto::new(out, OPSET))
+}
+
+/// The trailing axes of a layer norm's input that it normalises over: those whose sizes
+/// multiply to its scale's length (the graph's validator checks there are such).
+fn normalised_dims<'g>(graph: &'g Graph, node: &Node) -> &'g [usize] {
+    let dims = graph.tensor(node.inputs[0]).shape.dims();
+    let d = graph.shape(node.inputs[1]).numel();
+    let mut product = 1;
+    let start = (1..dims.len()).rev().find(|&a| {
+        product *= dims[a];
+        product >= d
+    });
+    &dims[start.unwrap_or(dims.len())..]
 }
 
 fn export_node(
@@ -201,7 +225,16 @@ fn export_node(
     let ints = |v: (usize, usize)| [v.0 as i64, v.1 as i64];
     let pads = |p: (usize, usize)| [p.0 as i64, p.1 as i64, p.0 as i64, p.1 as i64];
     let mut constant = |suffix: &str, t: TensorProto| -> String {
-        let cname = format!("{n}.{suffix}");
+        // Node names need not be unique (the slices of a GatherND): nor are these, unless
+        // numbered when taken.
+        let taken = |name: &str| out.initializer.iter().any(|i| i.name.as_deref() == Some(name));
+        let mut cname = format!("{n}.{suffix}");
+        for k in 1.. {
+            if !taken(&cname) {
+                break;
+            }
+            cname = format!("{n}#{k}.{suffix}");
+        }
         out.initializer.push(TensorProto { name: Some(cname.clone()), ..t });
         cname
     };
@@ -260,17 +293,16 @@ fn export_node(
             }
             NodeProto::new("Mul", n, &[&v("times"), &half], &[&y])
         }
-        Op::LayerNorm(eps)
-            if graph.shape(node.inputs[1]).numel()
-                == graph.shape(node.inputs[0]).dims().last().copied().unwrap_or(0) =>
-        {
-            // LayerNormalization needs opset 17; before it, the chain PyTorch exports.
+        Op::LayerNorm(eps) => {
+            // LayerNormalization needs opset 17; before it, the chain PyTorch exports, over
+            // the trailing axes the scale's values cover.
             let two = constant("two", TensorProto::f32("", &[], &[2.0]));
             let eps = constant("eps", TensorProto::f32("", &[], &[eps]));
             let names = ["mean", "centred", "squared", "var", "var_eps", "std", "normed", "scaled"];
             let [mean, centred, squared, var, var_eps, std, normed, scaled] =
                 names.map(|s| format!("{y}:{s}"));
-            let last = AttributeProto::ints("axes", &[-1]);
+            let k = normalised_dims(graph, node).len() as i64;
+            let last = AttributeProto::ints("axes", &(-k..0).collect::<Vec<_>>());
             out.node.push(
                 NodeProto::new("ReduceMean", &mean, &[inputs[0]], &[&mean]).with(last.clone()),
             );
@@ -360,6 +392,11 @@ fn export_node(
         }
         Op::LeakyRelu(p) => NodeProto::new("LeakyRelu", n, &inputs, &[&y])
             .with(AttributeProto::float("alpha", p.alpha)),
+        Op::Elu(p) => {
+            NodeProto::new("Elu", n, &inputs, &[&y]).with(AttributeProto::float("alpha", p.alpha))
+        }
+        Op::Softplus => NodeProto::new("Softplus", n, &inputs, &[&y]),
+        Op::Tanh => NodeProto::new("Tanh", n, &inputs, &[&y]),
         Op::Mul => {
             let (a, b) = (graph.shape(node.inputs[0]), graph.shape(node.inputs[1]));
             if a.rank() == b.rank() {

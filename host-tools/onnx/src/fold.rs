@@ -24,6 +24,7 @@ pub(crate) fn folds(op_type: &str) -> bool {
             | "Div"
             | "Slice"
             | "Transpose"
+            | "Range"
     )
 }
 
@@ -76,6 +77,7 @@ pub(crate) fn eval(node: &FoldNode, inputs: &[Option<Rc<Const>>]) -> Result<Cons
             )?
         }
         "Transpose" => transpose(arg(0)?, node.ints)?,
+        "Range" => range(arg(0)?, arg(1)?, arg(2)?)?,
         other => return Err(format!("{other} cannot be constant-folded")),
     };
     Ok(Const { name: out, ..c })
@@ -299,6 +301,56 @@ pub(crate) fn merged_permutation(dims: &[usize], perm: &[usize]) -> (Vec<usize>,
     (merged, perm)
 }
 
+/// The fewest transposes of at most `max_blocks` merged axes each (see
+/// [`merged_permutation`]) that together reorder `dims` by `perm`, the batch axis staying
+/// first: each step's permutation of the layout the step before left. `None` when `perm`
+/// moves the batch axis or `dims` has more than seven axes (a search over their orders).
+pub(crate) fn transpose_steps(
+    dims: &[usize],
+    perm: &[usize],
+    max_blocks: usize,
+) -> Option<Vec<Vec<usize>>> {
+    let rank = dims.len();
+    if rank > 7 || perm.first() != Some(&0) {
+        return None;
+    }
+    // Every order of the axes after the batch axis, as a candidate step.
+    let mut candidates = vec![vec![0]];
+    for _ in 1..rank {
+        candidates = candidates
+            .iter()
+            .flat_map(|c| (1..rank).filter(|a| !c.contains(a)).map(|a| [&c[..], &[a]].concat()))
+            .collect();
+    }
+    // Breadth first over layouts (which input axis sits where), from the input's.
+    let start: Vec<usize> = (0..rank).collect();
+    let mut came_from = std::collections::HashMap::from([(start.clone(), None)]);
+    let mut frontier = std::collections::VecDeque::from([start]);
+    while let Some(layout) = frontier.pop_front() {
+        if layout == perm {
+            let mut steps = Vec::new();
+            let mut at = layout;
+            while let Some(Some((before, step))) = came_from.get(&at).cloned() {
+                steps.push(step);
+                at = before;
+            }
+            steps.reverse();
+            return Some(steps);
+        }
+        let shape: Vec<usize> = layout.iter().map(|&a| dims[a]).collect();
+        for step in &candidates {
+            let next: Vec<usize> = step.iter().map(|&i| layout[i]).collect();
+            if !came_from.contains_key(&next)
+                && merged_permutation(&shape, step).0.len() <= max_blocks
+            {
+                came_from.insert(next.clone(), Some((layout.clone(), step.clone())));
+                frontier.push_back(next);
+            }
+        }
+    }
+    None
+}
+
 /// The `(start, end)` each axis of `dims` keeps under ONNX `Slice`'s `starts`, `ends`,
 /// `axes` and `steps` (negative indices count from the end, ranges are clamped; only
 /// steps of 1 are supported).
@@ -414,6 +466,42 @@ fn broadcast(a: &[usize], b: &[usize]) -> Result<Broadcast, String> {
     Ok((dims.clone(), (0..n).map(|i| (index(i, &pa), index(i, &pb))).collect()))
 }
 
+/// `Range(start, limit, delta)` of three scalars of one type: `start + i · delta` while
+/// short of `limit` (the dynamo exporter's indices over a batch it takes as symbolic).
+fn range(start: &Const, limit: &Const, delta: &Const) -> Result<Const, String> {
+    let count = |span: f64, step: f64| -> Result<usize, String> {
+        let n = (span / step).ceil().max(0.0);
+        match step != 0.0 && n.is_finite() && n <= MAX_FOLDED as f64 {
+            true => Ok(n as usize),
+            false => {
+                Err(format!("a range of {span} in steps of {step} has no size up to {MAX_FOLDED}"))
+            }
+        }
+    };
+    let data = match (&start.data, &limit.data, &delta.data) {
+        (ConstData::I64(s), ConstData::I64(l), ConstData::I64(d))
+            if [s, l, d].iter().all(|v| v.len() == 1) =>
+        {
+            let (s, d) = (s[0], d[0]);
+            let n = count(l[0] as f64 - s as f64, d as f64)?;
+            ConstData::I64((0..n as i64).map(|i| s.wrapping_add(i.wrapping_mul(d))).collect())
+        }
+        (ConstData::F32(s), ConstData::F32(l), ConstData::F32(d))
+            if [s, l, d].iter().all(|v| v.len() == 1) =>
+        {
+            let (s, d) = (s[0], d[0]);
+            let n = count(f64::from(l[0]) - f64::from(s), f64::from(d))?;
+            ConstData::F32((0..n).map(|i| s + i as f32 * d).collect())
+        }
+        _ => return Err("start, limit and delta must be scalars of one type".into()),
+    };
+    let n = match &data {
+        ConstData::I64(v) => v.len(),
+        ConstData::F32(v) => v.len(),
+    };
+    Ok(Const { name: String::new(), dims: vec![n], data })
+}
+
 fn binary(op: &str, a: &Const, b: &Const) -> Result<Const, String> {
     let (dims, at) = broadcast(&a.dims, &b.dims)?;
     let data = match (&a.data, &b.data) {
@@ -485,6 +573,36 @@ mod tests {
     fn cube() -> Const {
         let v = (0..24).map(|i| (100 * (i / 12) + 10 * (i / 4 % 3) + i % 4) as f32).collect();
         f32s(&[2, 3, 4], v)
+    }
+
+    #[test]
+    fn a_pixel_shuffle_transpose_is_two_of_at_most_four_blocks() {
+        // DepthToSpace (CRD) of [N, C, 2, 2, H, W]: six blocks, the batch axis apart.
+        let (dims, perm) = ([2, 3, 2, 2, 5, 7], [0, 1, 4, 2, 5, 3]);
+        assert_eq!(merged_permutation(&dims, &perm).0.len(), 6);
+        let steps = transpose_steps(&dims, &perm, 4).unwrap();
+        assert_eq!(steps.len(), 2);
+        let mut layout: Vec<usize> = (0..6).collect();
+        for step in &steps {
+            let shape: Vec<usize> = layout.iter().map(|&a| dims[a]).collect();
+            assert!(merged_permutation(&shape, step).0.len() <= 4, "{step:?} on {shape:?}");
+            layout = step.iter().map(|&i| layout[i]).collect();
+        }
+        assert_eq!(layout, perm);
+        assert_eq!(transpose_steps(&dims, &[1, 0, 2, 3, 4, 5], 4), None);
+    }
+
+    #[test]
+    fn range_counts_up_and_down_and_refuses_a_zero_step() {
+        let scalar = |v: i64| i64s(&[], vec![v]);
+        let up = range(&scalar(0), &scalar(7), &scalar(3)).unwrap();
+        assert_eq!((&up.dims[..], up.i64().unwrap()), (&[3][..], &[0, 3, 6][..]));
+        let down = range(&scalar(5), &scalar(1), &scalar(-2)).unwrap();
+        assert_eq!(down.i64().unwrap(), [5, 3]);
+        assert_eq!(range(&scalar(5), &scalar(1), &scalar(1)).unwrap().dims, [0]);
+        assert!(range(&scalar(0), &scalar(1), &scalar(0)).is_err());
+        let f = |v: f32| f32s(&[], vec![v]);
+        assert_eq!(range(&f(0.5), &f(2.0), &f(0.5)).unwrap().f32().unwrap(), [0.5, 1.0, 1.5]);
     }
 
     #[test]

@@ -15,6 +15,8 @@ use sprout_core::{Graph, GraphError, Init, Shape, TensorId};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
+mod composed;
+
 /// The oldest default-domain operator set imported (PyTorch's exporters default to newer).
 pub const MIN_OPSET: i64 = 11;
 /// The newest default-domain operator set imported: the operators mapped here keep their
@@ -764,10 +766,22 @@ impl<'m> Importer<'m> {
                 self.unary(&ctx, |g, name, x| g.gelu(name, x, tanh))
             }
             "LayerNormalization" => self.layer_normalization(&ctx),
+            "InstanceNormalization" => self.instance_normalization(&ctx),
+            "PRelu" => self.prelu(&ctx),
+            "Resize" => self.resize(&ctx),
+            "DepthToSpace" => self.depth_to_space(&ctx),
             "LeakyRelu" => {
                 let alpha = ctx.float("alpha", 0.01)?;
                 self.unary(&ctx, |g, name, x| g.leaky_relu(name, x, alpha))
             }
+            "Elu" => {
+                let alpha = ctx.float("alpha", 1.0)?;
+                self.unary(&ctx, |g, name, x| g.elu(name, x, alpha))
+            }
+            "Softplus" => self.unary(&ctx, Graph::softplus),
+            "Tanh" => self.unary(&ctx, Graph::tanh),
+            "Selu" => self.selu(&ctx),
+            "Mish" => self.mish(&ctx),
             "Add" | "Sub" | "Mul" | "Div" => self.arithmetic(&ctx),
             "Expand" => self.expand_node(&ctx),
             "Clip" => self.clip(&ctx),
@@ -780,6 +794,7 @@ impl<'m> Importer<'m> {
             "Squeeze" | "Unsqueeze" => self.squeeze(&ctx),
             "Transpose" => self.transpose(&ctx),
             "GatherND" => self.gather_nd(&ctx),
+            "Gather" => self.gather(&ctx),
             "Pad" => self.pad(&ctx),
             "Softmax" => self.softmax(&ctx, Graph::softmax),
             "LogSoftmax" => self.softmax(&ctx, Graph::log_softmax),
@@ -826,7 +841,7 @@ impl<'m> Importer<'m> {
             Fused::LayerNorm { x, axes, eps, scale, shift } => {
                 let (x, dims) = tensor(self, x)?;
                 let (scale, shift) = (constant(self, scale)?, constant(self, shift)?);
-                self.layer_norm(&ctx, x, dims, *axes, *eps, scale, shift)?;
+                self.layer_norm(&ctx, out, x, dims, *axes, *eps, scale, shift)?;
             }
         }
         Ok(())
@@ -848,29 +863,31 @@ impl<'m> Importer<'m> {
         let axis = fold::axis(ctx.int("axis", -1)?, dims.len()).map_err(|e| ctx.err(e))?;
         let eps = ctx.float("epsilon", 1e-5)?;
         let (scale, shift) = (self.constant(ctx, 1)?, self.constant(ctx, 2)?);
-        self.layer_norm(ctx, x, dims.clone(), dims.len() - axis, eps, scale, shift)
+        let axes = dims.len() - axis;
+        self.layer_norm(ctx, ctx.output()?, x, dims, axes, eps, scale, shift).map(|_| ())
     }
 
     /// Layer normalisation of `x` (ONNX shape `dims`) over its last `axes` axes, scaled and
-    /// shifted by the constants (parameters under their names; ones and zeros without).
+    /// shifted by the constants (parameters under their names; ones and zeros without),
+    /// defined as `out`.
     #[allow(clippy::too_many_arguments)]
     fn layer_norm(
         &mut self,
         ctx: &Ctx,
+        out: &str,
         x: TensorId,
         dims: Vec<usize>,
         axes: usize,
         eps: f32,
         scale: Option<Rc<Const>>,
         shift: Option<Rc<Const>>,
-    ) -> Result<(), OnnxError> {
+    ) -> Result<TensorId, OnnxError> {
         if axes == 0 || axes >= dims.len() {
             return Err(ctx.err(format!(
                 "normalises {axes} trailing axes of shape {dims:?}: sprout keeps the batch axis apart"
             )));
         }
         let d: usize = dims[dims.len() - axes..].iter().product();
-        let out = ctx.output()?;
         let x = self.view(ctx, x, &dims, out)?;
         let mut affine = [TensorId(0); 2];
         for ((slot, c), (what, fill)) in
@@ -894,7 +911,7 @@ impl<'m> Importer<'m> {
         }
         let y = self.g.layer_norm(out, x, affine[0], affine[1], eps).map_err(ctx.graph())?;
         self.define(out, y, dims);
-        Ok(())
+        Ok(y)
     }
 
     fn unary(
@@ -1791,9 +1808,11 @@ impl<'m> Importer<'m> {
             return Ok(());
         }
         let (x, _) = self.act(ctx, 0)?;
-        if dims.len() > MAX_RANK {
-            // Beyond sprout's rank (a channel shuffle's 5-D view): the data stays under its
-            // own shape until a node that reads it reshapes it.
+        if dims.len() > MAX_RANK || (dims.len() == 1 && self.g.shape(x).rank() > 1) {
+            // Beyond sprout's rank (a channel shuffle's 5-D view), or the whole batch as one
+            // axis (the dynamo exporter's `as_strided`, a Gather of every element in order
+            // following): the data stays under its own shape until a node that reads it
+            // reshapes it.
             self.define(out, x, dims);
             return Ok(());
         }
@@ -1891,6 +1910,25 @@ impl<'m> Importer<'m> {
         let (y, dims) = self.permuted(ctx, x, &stored, &composed, &name)?;
         self.define(out, y, dims);
         Ok(())
+    }
+
+    /// `Gather` of a flattened computed tensor by constant indices that read every element
+    /// in order, shaped as the indices are: the dynamo exporter's `as_strided` of a
+    /// contiguous view (ConvNeXt's head), a reshape. Any other Gather of a computed tensor
+    /// is refused.
+    fn gather(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (_, dims) = self.act(ctx, 0)?;
+        let indices = self.required_constant(ctx, 1)?;
+        let in_order = dims.len() == 1
+            && indices.numel() == dims[0]
+            && indices.i64()?.iter().zip(0..).all(|(&i, k)| i == k);
+        if !in_order {
+            return Err(ctx.err(format!(
+                "gathers from a computed tensor of shape {dims:?} by indices of shape {:?}: sprout takes only a Gather of every element of a flattened tensor in order (as_strided of a contiguous view)",
+                indices.dims
+            )));
+        }
+        self.reshaped(ctx, indices.dims.clone())
     }
 
     /// `GatherND` (`batch_dims` 0) of constant indices from axes other than the batch axis,
@@ -2002,10 +2040,20 @@ impl<'m> Importer<'m> {
             return Ok((x, out_dims));
         }
         if merged.len() > MAX_RANK {
-            return Err(ctx.err(format!(
-                "perm {perm:?} on shape {dims:?} reorders {} blocks of axes: sprout's transpose takes at most {MAX_RANK}",
-                merged.len()
-            )));
+            // DepthToSpace's 6-D shuffle: transposes of at most four blocks each.
+            let steps = fold::transpose_steps(dims, perm, MAX_RANK).ok_or_else(|| {
+                ctx.err(format!(
+                    "perm {perm:?} on shape {dims:?} reorders {} blocks of axes: sprout's transpose takes at most {MAX_RANK}",
+                    merged.len()
+                ))
+            })?;
+            let (mut y, mut now) = (x, dims.to_vec());
+            for (i, step) in steps.iter().enumerate() {
+                let step_name =
+                    if i + 1 == steps.len() { name.to_string() } else { format!("{name}.step{i}") };
+                (y, now) = self.permuted(ctx, y, &now, step, &step_name)?;
+            }
+            return Ok((y, now));
         }
         let x = self.view(ctx, x, &merged, name)?;
         let y = self.g.transpose(name, x, &merged_perm).map_err(ctx.graph())?;

@@ -307,7 +307,12 @@ impl<'g> View<'g> {
             return None;
         }
         let (m1, other1) = self.next(plus, "Mul")?;
-        // `x · (1 + f) · ½`, or `(x · ½) · (1 + f)` where the half came first.
+        // `x · (1 + f) · ½`, `(1 + f) · ½ · x` (the dynamo exporter at opset 18), or
+        // `(x · ½) · (1 + f)` where the half came first.
+        if self.scalar(other1) == Some(0.5) {
+            let (m2, other2) = self.next(m1, "Mul")?;
+            return (other2 == x).then(|| vec![plus, m1, m2]);
+        }
         if other1 == x {
             let (m2, half) = self.next(m1, "Mul")?;
             return (self.scalar(half) == Some(0.5)).then(|| vec![plus, m1, m2]);

@@ -451,13 +451,3 @@ fn layer_normalization_and_gelu_match_loops() {
         assert_close(&y, &expected, 1e-5);
     }
 }
-
-/// `erf` by Abramowitz and Stegun 7.1.26 (error below 1.5e-7).
-fn erf(x: f64) -> f64 {
-    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
-    let poly = t
-        * (0.254_829_592
-            + t * (-0.284_496_736
-                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-    (1.0 - poly * (-x * x).exp()).copysign(x)
-}

@@ -147,3 +147,39 @@ fn a_dilated_convolution_exports_as_one_conv_with_its_dilations_and_reads_back()
     let kernel = back.graph.find("conv.weight").unwrap();
     assert_eq!(back.graph.shape(kernel), Shape::d4(4, 1, 3, 2));
 }
+
+#[test]
+fn a_layer_norm_over_channels_and_space_exports_and_reads_back() {
+    use sprout_core::{Graph, Init, Shape};
+    // PyTorch's `nn.LayerNorm([C, H, W])`: sprout keeps its 2·3·4 values flat, ONNX as
+    // [2, 3, 4] over the last three axes.
+    let mut g = Graph::new(3);
+    let x = g.input("input", Shape::d4(2, 2, 3, 4)).unwrap();
+    let gamma = g.parameter("ln.weight", Shape::d1(24), Init::Zeros).unwrap();
+    let beta = g.parameter("ln.bias", Shape::d1(24), Init::Zeros).unwrap();
+    g.set_initial_values(gamma, values(21, 24, 0.5, 1.5)).unwrap();
+    g.set_initial_values(beta, values(22, 24, -0.1, 0.1)).unwrap();
+    let y = g.layer_norm("ln", x, gamma, beta, 1e-5).unwrap();
+    let bytes = export_onnx(&g, &graph_weights(&g)).unwrap();
+    let graph = ModelProto::decode(bytes.as_slice()).unwrap().graph.unwrap();
+    for name in ["ln.weight", "ln.bias"] {
+        let init = graph.initializer.iter().find(|t| t.name.as_deref() == Some(name)).unwrap();
+        assert_eq!(init.dims, [2, 3, 4], "{name}");
+    }
+    let means: Vec<_> =
+        graph.node.iter().filter(|n| n.op_type.as_deref() == Some("ReduceMean")).collect();
+    assert_eq!(means.len(), 2);
+    for mean in means {
+        assert_eq!(mean.attribute[0].ints, [-3, -2, -1]);
+    }
+    let back = import_with(&bytes, &ImportOptions { batch: Some(2) }).unwrap();
+    let layer_norms = back.graph.nodes().iter().filter(|n| n.op.kind() == "layer_norm").count();
+    assert_eq!(layer_norms, 1, "the chain reads back as one layer norm");
+    let input = values(23, 48, -2.0, 2.0);
+    let (want, got) =
+        (run(&g, x, y, &input), run(&back.graph, back.input, back.outputs[0], &input));
+    for (a, b) in want.iter().zip(&got) {
+        assert!((a - b).abs() <= 1e-6, "{want:?} vs {got:?}");
+    }
+    assert_eq!(back.graph.shape(back.graph.find("ln.weight").unwrap()), Shape::d1(24));
+}

@@ -523,6 +523,86 @@ fn x_times_its_sigmoid_is_one_silu_op_and_survives_export() {
 /// GELU's tanh form as PyTorch's TorchScript exporter spells it out before opset 20
 /// (`0.5 · (x · (1 + tanh(√(2/π) · (x + 0.044715 · (x · (x · x))))))`), and with every
 /// constant on the other side of its product, is one GELU op of the tanh form, which
+/// The dynamo exporter at opset 18 writes exact GELU as `x / √2 → Erf → + 1 → · ½ → · x`:
+/// one GELU op.
+#[test]
+fn gelu_with_its_half_before_x_is_one_op() {
+    let constants = vec![
+        TensorProto::f32("sqrt2", &[], &[std::f32::consts::SQRT_2]),
+        TensorProto::f32("one", &[], &[1.0]),
+        TensorProto::f32("half", &[], &[0.5]),
+    ];
+    let model = x_to_y_model(
+        vec![
+            NodeProto::new("Div", "scaled", &["x", "sqrt2"], &["s"]),
+            NodeProto::new("Erf", "erf", &["s"], &["e"]),
+            NodeProto::new("Add", "plus", &["e", "one"], &["p"]),
+            NodeProto::new("Mul", "halved", &["half", "p"], &["h"]),
+            NodeProto::new("Mul", "gelu", &["x", "h"], &["y"]),
+        ],
+        constants,
+    );
+    let imported = import(&model).expect("imports");
+    let ops: Vec<Op> = imported.graph.nodes().iter().map(|n| n.op).collect();
+    assert_eq!(ops, [Op::Gelu(GeluParams { tanh: false })]);
+    let x = values(18, 24, -4.0, 4.0);
+    let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
+    let expected: Vec<f64> =
+        f64s(&x).into_iter().map(|v| 0.5 * v * (1.0 + erf(v / 2f64.sqrt()))).collect();
+    assert_close(&y, &expected, 1e-6);
+}
+
+/// The dynamo exporter's `as_strided` of a contiguous `[N, C, 1, 1]` view: a Reshape to
+/// `[-1]` (the batch with the channels), a Gather of every element in order by indices
+/// computed with `Range` from the batch size (folded at import), shaped `[N, C, 1, 1]`.
+#[test]
+fn a_gather_of_every_element_in_order_is_a_reshape_and_rebatches() {
+    let constants = vec![
+        TensorProto::i64("flat", &[1], &[-1]),
+        TensorProto::i64("zero", &[], &[0]),
+        TensorProto::i64("step", &[], &[1]),
+        TensorProto::i64("first", &[1], &[0]),
+        TensorProto::i64("channels", &[], &[3]),
+        TensorProto::i64("axes", &[3], &[1, 2, 3]),
+        TensorProto::i64("offsets", &[1, 3, 1, 1], &[0, 1, 2]),
+    ];
+    let model = x_to_y_model(
+        vec![
+            NodeProto::new("ReduceMean", "mean", &["x"], &["m"]).with(A::ints("axes", &[2, 3])),
+            NodeProto::new("Reshape", "flatten", &["m", "flat"], &["f"]),
+            NodeProto::new("Shape", "shape", &["x"], &["sh"]),
+            NodeProto::new("Gather", "size", &["sh", "first"], &["n1"]),
+            NodeProto::new("Squeeze", "n", &["n1"], &["n"]),
+            NodeProto::new("Range", "range", &["zero", "n", "step"], &["r"]),
+            NodeProto::new("Mul", "rows", &["r", "channels"], &["rc"]),
+            NodeProto::new("Unsqueeze", "lift", &["rc", "axes"], &["ru"]),
+            NodeProto::new("Add", "indices", &["ru", "offsets"], &["i"]),
+            NodeProto::new("Gather", "as_strided", &["f", "i"], &["y"]),
+        ],
+        constants,
+    );
+    let imported = import(&model).expect("imports");
+    let ops: Vec<&str> = imported.graph.nodes().iter().map(|n| n.op.kind()).collect();
+    assert_eq!(ops, ["global_avg_pool", "reshape"]);
+    assert_eq!(imported.graph.shape(imported.outputs[0]).dims(), [2, 3, 1, 1]);
+    let x = values(19, 24, -1.0, 1.0);
+    let y = run(&imported.graph, imported.input, imported.outputs[0], &x);
+    let expected: Vec<f64> = f64s(&x).chunks(4).map(|v| v.iter().sum::<f64>() / 4.0).collect();
+    assert_close(&y, &expected, 1e-6);
+    let five = imported.graph.with_batch(5).expect("no reshape folds the batch away");
+    assert_eq!(five.shape(imported.outputs[0]).dims(), [5, 3, 1, 1]);
+    // Any other Gather of a computed tensor is refused, naming it.
+    let model = x_to_y_model(
+        vec![
+            NodeProto::new("Reshape", "flatten", &["x", "flat"], &["f"]),
+            NodeProto::new("Gather", "pick", &["f", "first"], &["y"]),
+        ],
+        vec![TensorProto::i64("flat", &[1], &[-1]), TensorProto::i64("first", &[1], &[0])],
+    );
+    let err = import(&model).err().expect("refused").to_string();
+    assert!(err.contains("'pick'") && err.contains("every element"), "{err}");
+}
+
 /// sprout's export writes back as that chain.
 #[test]
 fn gelu_spelt_out_with_tanh_is_the_tanh_form_of_the_gelu_op() {

@@ -182,3 +182,13 @@ pub fn relu6(x: &mut [f64]) {
 pub fn transpose(w: &[f64], k: usize, m: usize) -> Vec<f64> {
     (0..m * k).map(|i| w[(i % k) * m + i / k]).collect()
 }
+
+/// `erf` by Abramowitz and Stegun 7.1.26 (error below 1.5e-7).
+pub fn erf(x: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    (1.0 - poly * (-x * x).exp()).copysign(x)
+}

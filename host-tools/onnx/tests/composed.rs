@@ -1,0 +1,239 @@
+//! ONNX operators PyTorch's exporters write for `nn.Upsample`, `nn.PixelShuffle`,
+//! `nn.InstanceNorm2d` / `nn.GroupNorm`, `nn.PReLU` (recorded from ops sprout has: `Resize`
+//! by nearest neighbour, `DepthToSpace`, `InstanceNormalization`, `PRelu`) and `nn.ELU`,
+//! `nn.SELU`, `nn.Softplus`, `nn.Tanh`, `nn.Mish`: written here with prost, imported,
+//! compared with loops in f64, exported and read back.
+
+mod common;
+
+use common::*;
+use prost::Message;
+use sprout_core::Role;
+use sprout_onnx::proto::{
+    AttributeProto as A, Dim, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
+};
+use sprout_onnx::{
+    export_onnx, graph_weights, import, import_with, ImportOptions, Imported, OnnxError,
+};
+
+/// The opset-`opset` model of `nodes` from input `x` of `dims` to output `y`.
+fn model(nodes: Vec<NodeProto>, init: Vec<TensorProto>, dims: [usize; 4], opset: i64) -> Vec<u8> {
+    let graph = GraphProto {
+        node: nodes,
+        input: vec![ValueInfoProto::f32("x", &dims.map(|d| Dim::Fixed(d as i64)))],
+        output: vec![ValueInfoProto::f32("y", &[])],
+        initializer: init,
+        ..Default::default()
+    };
+    ModelProto::new(graph, opset).encode_to_vec()
+}
+
+/// The imported model's output for `x`, checked against `expected`, and the same after
+/// `sprout export` and import again.
+fn check(imported: &Imported, x: &[f32], expected: &[f64]) -> Vec<usize> {
+    let y = run(&imported.graph, imported.input, imported.outputs[0], x);
+    assert_close(&y, expected, 1e-5);
+    let bytes = export_onnx(&imported.graph, &graph_weights(&imported.graph)).expect("exports");
+    let batch = imported.graph.shape(imported.input).dim(0);
+    let back = import_with(&bytes, &ImportOptions { batch }).expect("its export imports");
+    assert_eq!(run(&back.graph, back.input, back.outputs[0], x), y);
+    imported.graph.shape(imported.outputs[0]).dims().to_vec()
+}
+
+fn resize(attrs: &[(&str, &str)], inputs: &[&str]) -> NodeProto {
+    attrs
+        .iter()
+        .fold(NodeProto::new("Resize", "up", inputs, &["y"]), |n, (k, v)| n.with(A::string(k, v)))
+}
+
+#[test]
+fn nearest_resize_by_whole_factors_repeats_each_value() {
+    let x = values(1, 2 * 3 * 4, -2.0, 2.0);
+    let expected: Vec<f64> = (0..2 * 6 * 12)
+        .map(|i| {
+            let (c, r, col) = (i / 72, i / 12 % 6, i % 12);
+            f64::from(x[c * 12 + r / 2 * 4 + col / 3])
+        })
+        .collect();
+    // TorchScript's nn.Upsample: constant scales, asymmetric, floor.
+    let scales = TensorProto::f32("scales", &[4], &[1.0, 1.0, 2.0, 3.0]);
+    let roi = TensorProto::f32("roi", &[0], &[]);
+    let node = resize(
+        &[
+            ("mode", "nearest"),
+            ("coordinate_transformation_mode", "asymmetric"),
+            ("nearest_mode", "floor"),
+        ],
+        &["x", "roi", "scales"],
+    );
+    let imported = import(&model(vec![node], vec![roi, scales], [1, 2, 3, 4], 11)).unwrap();
+    assert_eq!(check(&imported, &x, &expected), [1, 2, 6, 12]);
+    // Output sizes (F.interpolate(size=...)) with ONNX's defaults: half_pixel, rounding.
+    let sizes = TensorProto::i64("sizes", &[4], &[1, 2, 6, 12]);
+    let node = resize(&[("mode", "nearest")], &["x", "", "", "sizes"]);
+    let imported = import(&model(vec![node], vec![sizes], [1, 2, 3, 4], 13)).unwrap();
+    assert_eq!(check(&imported, &x, &expected), [1, 2, 6, 12]);
+}
+
+#[test]
+fn resizes_sprout_cannot_repeat_are_refused_naming_the_node() {
+    let scales = TensorProto::f32("scales", &[4], &[1.0, 1.0, 2.0, 2.0]);
+    let cases: [(&[(&str, &str)], &str); 3] = [
+        (&[("mode", "linear")], "mode 'linear'"),
+        (&[("coordinate_transformation_mode", "align_corners")], "align_corners"),
+        (&[("coordinate_transformation_mode", "asymmetric")], "asymmetric"),
+    ];
+    for (attrs, says) in cases {
+        let node = resize(attrs, &["x", "", "scales"]);
+        let bytes = model(vec![node], vec![scales.clone()], [1, 2, 3, 4], 13);
+        let err = import(&bytes).err().expect("refused").to_string();
+        assert!(err.contains("'up'") && err.contains(says), "{err}");
+    }
+    let half = TensorProto::f32("scales", &[4], &[1.0, 1.0, 0.5, 1.5]);
+    let bytes = model(vec![resize(&[], &["x", "", "scales"])], vec![half], [1, 2, 4, 4], 13);
+    let err = import(&bytes).err().expect("refused").to_string();
+    assert!(err.contains("whole factors"), "{err}");
+}
+
+#[test]
+fn depth_to_space_moves_channels_into_blocks_in_both_orders() {
+    let (b, c, h, w) = (2, 2, 2, 3);
+    let x = values(2, 8 * h * w, -1.0, 1.0);
+    for mode in ["CRD", "DCR"] {
+        let node = NodeProto::new("DepthToSpace", "shuffle", &["x"], &["y"])
+            .with(A::int("blocksize", b as i64))
+            .with(A::string("mode", mode));
+        let imported = import(&model(vec![node], vec![], [1, 8, h, w], 13)).unwrap();
+        let expected: Vec<f64> = (0..c * h * b * w * b)
+            .map(|i| {
+                let (ch, r, col) = (i / (h * b * w * b), i / (w * b) % (h * b), i % (w * b));
+                let (bi, bj) = (r % b, col % b);
+                let from = match mode {
+                    "CRD" => ch * b * b + bi * b + bj,
+                    _ => (bi * b + bj) * c + ch,
+                };
+                f64::from(x[(from * h + r / b) * w + col / b])
+            })
+            .collect();
+        assert_eq!(check(&imported, &x, &expected), [1, c, h * b, w * b], "{mode}");
+        let transposes = imported.graph.nodes().iter().filter(|n| n.op.kind() == "transpose");
+        assert!(transposes.count() <= 2, "{mode}: a 6-D shuffle as at most two transposes");
+    }
+}
+
+/// Each `[n, c]` plane of `x` (`[2, 3, 2, 2]`) normalised, scaled and shifted.
+fn instance_norm_expected(x: &[f32], scale: &[f32], shift: &[f32], eps: f64) -> Vec<f64> {
+    x.chunks(4)
+        .enumerate()
+        .flat_map(|(plane, v)| {
+            let v: Vec<f64> = v.iter().map(|&a| f64::from(a)).collect();
+            let mean = v.iter().sum::<f64>() / 4.0;
+            let var = v.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / 4.0;
+            let (s, t) = (f64::from(scale[plane % 3]), f64::from(shift[plane % 3]));
+            v.into_iter().map(move |a| (a - mean) / (var + eps).sqrt() * s + t)
+        })
+        .collect()
+}
+
+#[test]
+fn instance_normalization_normalises_each_channel_and_trains_its_scale_and_shift() {
+    let x = values(3, 24, -2.0, 2.0);
+    let (scale, shift) = (values(4, 3, 0.5, 1.5), values(5, 3, -0.5, 0.5));
+    let init = vec![
+        TensorProto::f32("in.weight", &[3], &scale),
+        TensorProto::f32("in.bias", &[3], &shift),
+    ];
+    let node =
+        NodeProto::new("InstanceNormalization", "in", &["x", "in.weight", "in.bias"], &["y"])
+            .with(A::float("epsilon", 1e-3));
+    let imported = import(&model(vec![node], init, [2, 3, 2, 2], 13)).unwrap();
+    check(&imported, &x, &instance_norm_expected(&x, &scale, &shift, 1e-3));
+    for name in ["in.weight", "in.bias"] {
+        let id = imported.graph.find(name).unwrap_or_else(|| panic!("{name} lost"));
+        let role = imported.graph.tensor(id).role;
+        assert!(matches!(role, Role::FrozenParam | Role::TrainableParam), "{name}: {role:?}");
+    }
+
+    // nn.GroupNorm(1, 3) as PyTorch exports it: [N, G, L], scale ones and shift zeros
+    // (no convolution of its own), then its own scale and shift.
+    let ones = TensorProto::f32("ones", &[1], &[1.0]);
+    let zeros = TensorProto::f32("zeros", &[1], &[0.0]);
+    let grouped = TensorProto::i64("grouped", &[3], &[2, 1, -1]);
+    let back = TensorProto::i64("back", &[4], &[2, 3, 2, 2]);
+    let nodes = vec![
+        NodeProto::new("Reshape", "group", &["x", "grouped"], &["g"]),
+        NodeProto::new("InstanceNormalization", "gn", &["g", "ones", "zeros"], &["n"]),
+        NodeProto::new("Reshape", "ungroup", &["n", "back"], &["y"]),
+    ];
+    let imported =
+        import(&model(nodes, vec![ones, zeros, grouped, back], [2, 3, 2, 2], 13)).unwrap();
+    assert!(!imported.graph.nodes().iter().any(|n| n.op.kind() == "conv2d"));
+    let expected: Vec<f64> = x
+        .chunks(12)
+        .flat_map(|v| {
+            let v: Vec<f64> = v.iter().map(|&a| f64::from(a)).collect();
+            let mean = v.iter().sum::<f64>() / 12.0;
+            let var = v.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / 12.0;
+            v.into_iter().map(move |a| (a - mean) / (var + 1e-5).sqrt())
+        })
+        .collect();
+    check(&imported, &x, &expected);
+}
+
+#[test]
+fn prelu_with_a_slope_per_channel_or_one_for_all() {
+    let x = values(6, 24, -2.0, 2.0);
+    let slopes = values(7, 3, 0.05, 0.5);
+    for (dims, slope) in [(&[3usize, 1, 1][..], slopes.clone()), (&[1][..], vec![0.25])] {
+        let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let init = vec![TensorProto::f32("act.weight", &dims, &slope)];
+        let node = NodeProto::new("PRelu", "act", &["x", "act.weight"], &["y"]);
+        let imported = import(&model(vec![node], init, [2, 3, 2, 2], 13)).unwrap();
+        let expected: Vec<f64> = x
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let a = f64::from(slope[if slope.len() == 1 { 0 } else { i / 4 % 3 }]);
+                if v > 0.0 {
+                    f64::from(v)
+                } else {
+                    a * f64::from(v)
+                }
+            })
+            .collect();
+        check(&imported, &x, &expected);
+        let trained = imported.graph.find("act.weight").map(|id| imported.graph.tensor(id).role);
+        assert_eq!(trained.is_some(), slope.len() > 1, "a slope per channel trains under its name");
+    }
+    let init = vec![TensorProto::f32("act.weight", &[2], &[0.1, 0.2])];
+    let node = NodeProto::new("PRelu", "act", &["x", "act.weight"], &["y"]);
+    let err = import(&model(vec![node], init, [2, 3, 2, 2], 13)).err().expect("refused");
+    assert!(
+        matches!(&err, OnnxError::Unsupported { node_name, .. } if node_name == "act"),
+        "{err}"
+    );
+}
+
+/// An activation's value at one point.
+type Formula<'a> = dyn Fn(f64) -> f64 + 'a;
+
+#[test]
+fn elu_selu_softplus_tanh_and_mish_match_pytorchs_formulas() {
+    let x = values(8, 24, -4.0, 4.0);
+    let softplus = |v: f64| (1.0 + v.exp()).ln();
+    let elu = |alpha: f64| move |v: f64| if v > 0.0 { v } else { alpha * (v.exp() - 1.0) };
+    let (selu_alpha, selu_gamma) = (1.673_263_242_354_377_3, 1.050_700_987_355_480_5);
+    let cases: [(NodeProto, i64, &Formula<'_>); 5] = [
+        (NodeProto::new("Elu", "act", &["x"], &["y"]).with(A::float("alpha", 0.7)), 13, &elu(0.7)),
+        (NodeProto::new("Selu", "act", &["x"], &["y"]), 13, &|v| selu_gamma * elu(selu_alpha)(v)),
+        (NodeProto::new("Softplus", "act", &["x"], &["y"]), 13, &softplus),
+        (NodeProto::new("Tanh", "act", &["x"], &["y"]), 13, &f64::tanh),
+        (NodeProto::new("Mish", "act", &["x"], &["y"]), 18, &|v| v * softplus(v).tanh()),
+    ];
+    for (node, opset, f) in cases {
+        let op = node.op_type.clone().unwrap();
+        let imported = import(&model(vec![node], vec![], [2, 3, 2, 2], opset)).expect(&op);
+        let expected: Vec<f64> = f64s(&x).into_iter().map(f).collect();
+        check(&imported, &x, &expected);
+    }
+}
