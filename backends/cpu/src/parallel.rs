@@ -42,10 +42,14 @@ pub fn for_each_chunk<F>(
     }
     let per_run = items.div_ceil(workers * RUNS_PER_WORKER);
     // What is left to hand out: the rest of the output and its first item, and of the
-    // scratch.
+    // scratch. The calling thread takes runs from the front, helpers from the back: with
+    // two threads each keeps to its own end of every kernel's output, so the samples one
+    // kernel leaves in a core's cache are mostly the ones the next kernel reads there.
     let rest = Mutex::new((out, 0));
     let pieces = Mutex::new(scratch);
+    let caller = std::thread::current().id();
     pool.run(workers - 1, &|| {
+        let from_back = std::thread::current().id() != caller;
         let mut piece: Option<&mut [f32]> = None;
         loop {
             let (chunk, first) = {
@@ -54,9 +58,18 @@ pub fn for_each_chunk<F>(
                 if out.is_empty() {
                     return;
                 }
-                let (chunk, out) = out.split_at_mut((per_run * item_len).min(out.len()));
-                *rest = (out, first + per_run);
-                (chunk, first)
+                let left = out.len().div_ceil(item_len.max(1));
+                let run = per_run.min(left);
+                if from_back {
+                    // The last `run` items; the last of all may be shorter.
+                    let (out, chunk) = out.split_at_mut((left - run) * item_len);
+                    *rest = (out, first);
+                    (chunk, first + left - run)
+                } else {
+                    let (chunk, out) = out.split_at_mut((run * item_len).min(out.len()));
+                    *rest = (out, first + run);
+                    (chunk, first)
+                }
             };
             let piece = piece.get_or_insert_with(|| {
                 let mut pieces = pieces.lock().unwrap_or_else(PoisonError::into_inner);
@@ -134,6 +147,28 @@ mod tests {
                 assert_eq!(counted, 8.0, "{scratch:?}");
             }
         }
+    }
+
+    /// The calling thread's items are a prefix and the helper's the rest, whoever takes
+    /// how many: each keeps to its own end of the output.
+    #[test]
+    fn the_caller_takes_the_front_and_helpers_the_back() {
+        let pool = Pool::eager(2);
+        let caller = std::thread::current().id();
+        let mut helped = 0;
+        for _ in 0..20 {
+            let mut out = vec![0.0; 64];
+            for_each_chunk(&pool, 2, &mut out, 1, &mut [], 0, |_, chunk, _| {
+                // Slow runs, so that the helper takes some.
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                let by_caller = std::thread::current().id() == caller;
+                chunk.iter_mut().for_each(|v| *v = if by_caller { 1.0 } else { 2.0 });
+            });
+            let front = out.iter().take_while(|&&v| v == 1.0).count();
+            assert!(out[front..].iter().all(|&v| v == 2.0), "{out:?}");
+            helped += usize::from(front < out.len());
+        }
+        assert!(helped > 0, "the helper took no run in 20 splits");
     }
 
     #[test]
