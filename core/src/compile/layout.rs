@@ -98,19 +98,23 @@ pub(super) fn place(
     let mut kept_before: Vec<usize> = Vec::with_capacity(lowered.len() + 1);
     kept_before.push(0);
     let sources = Sources::new(graph, &lowered);
-    let mut lowered = lowered.into_iter().peekable();
+    let mut lowered = lowered.into_iter().enumerate().peekable();
     // A step the previous one was folded into (see `rectified`).
     let mut fused: Option<(KernelCall, Vec<TensorId>)> = None;
-    while let Some(l) = lowered.next() {
+    while let Some((step, l)) = lowered.next() {
         let node = &graph.nodes()[l.node];
         let output = in_place(l.kernel).map(|p| l.operands[p.output]);
         let reused = output.and_then(|out| reuse[out.index()].map(|input| (out, input)));
         let shares =
             |&(out, input): &(TensorId, TensorId)| place_of(input).offset == place_of(out).offset;
         let in_place_input = reused.filter(shares).map(|(_, input)| input);
-        let next = lowered.peek().filter(|next| next.per_update == l.per_update);
+        let next = lowered.peek().map(|(_, next)| next);
+        let next = next.filter(|next| next.per_update == l.per_update);
         if let (None, Some(_), Some(next)) = (&fused, in_place_input, next) {
-            fused = sources.fuse(&l, next);
+            // Every operand of the folded step must still be alive at the step it replaces
+            // (the scale and shift are read there now: an f32 copy of f16 ones is not).
+            let alive = |t: &TensorId| lives[t.index()].is_some_and(|(_, last)| last > step);
+            fused = sources.fuse(&l, next).filter(|(_, operands)| operands.iter().all(alive));
             if fused.is_some() {
                 // Folded into the next step.
                 kept_before.push(*kept_before.last().unwrap_or(&0));
