@@ -229,9 +229,9 @@ const MIRI_TOOLCHAIN: &str = "nightly";
 /// all, `--skip`). Miri interprets every step, so the lists stay short: the planner whole,
 /// the link's frames and the file formats (not the 800 KB random-bytes sweep, which the
 /// `link_device` fuzz target does far faster), the CPU backend's `unsafe` sites (the GEMM
-/// call, the multiversioned loops' feature-checked calls, the thread pool's job hand-off). The
-/// Cortex-M DSP kernels are inline ARM assembly, which Miri cannot run: the QEMU
-/// conformance stage checks them.
+/// call, the multiversioned loops' feature-checked calls, the thread pool's job hand-off,
+/// the rows batch norm's threads write through raw pointers). The Cortex-M DSP kernels are
+/// inline ARM assembly, which Miri cannot run: the QEMU conformance stage checks them.
 const MIRI_TESTS: &[(&str, &str, &[&str])] = &[
     ("sprout-planner", "", &[]),
     ("sprout-core", "link", &["link::", "format::", "--skip", "random_bytes"]),
@@ -244,6 +244,8 @@ const MIRI_TESTS: &[(&str, &str, &[&str])] = &[
             "pointwise::tests::dot",
             "pointwise::tests::sigmoid",
             "same_depthwise::",
+            "norm::tests::rectified",
+            "parallel::tests::sums_over_the_batch",
         ],
     ),
 ];

@@ -1,8 +1,8 @@
 //! Convolutions as GEMMs over im2col column matrices, per sample and group: forward and
 //! input gradient split the batch over threads, the weight gradient is one batch-summed
-//! product per group whose output channels are split.
+//! product per group (see [`sum_of_products_nt`]).
 
-use crate::gemm::{gemm, sum_of_products_nt, Batch, Mat};
+use crate::gemm::{gemm, sum_of_products_nt, sum_of_products_scratch, Batch, Mat};
 use crate::im2col::{col2im, col_cols, col_rows, im2col, is_pointwise};
 use crate::parallel::{for_each_chunk, workers};
 use crate::pool::Pool;
@@ -180,9 +180,9 @@ fn plane_rows<'a>(
 }
 
 /// Scratch values of [`conv2d_grad_weight`]: every sample's column matrix of one group
-/// (none for pointwise convolutions).
-pub fn grad_weight_scratch(g: &Conv2dGeometry) -> usize {
-    g.n * scratch_per_worker(g)
+/// (none for pointwise convolutions), then what the batch-summed product of one group takes.
+pub fn grad_weight_scratch(pool: &Pool, g: &Conv2dGeometry) -> usize {
+    g.n * scratch_per_worker(g) + sum_of_products_scratch(pool, g.c_out_per_group() * col_rows(g))
 }
 
 /// `dw = Σₙ dy·colsᵀ`, per group one batch-summed product whose rows are split over
@@ -201,13 +201,14 @@ pub fn conv2d_grad_weight(
     let dy_group_len = g.c_out_per_group() * cols;
     let dw_group_len = g.c_out_per_group() * col_rows(g);
     let col_len = scratch_per_worker(g);
+    let (all_cols, partials) = scratch.split_at_mut(g.n * col_len);
     for (group, dw_g) in dw.chunks_mut(dw_group_len).enumerate() {
         let dy_g = plane_rows(&dy[group * dy_group_len..], g.c_out_per_group(), g.c_out * cols, g);
         let x_g = if is_pointwise(g) {
             let x_len = g.c_in_per_group() * cols;
             plane_rows(&x[group * x_len..], g.c_in_per_group(), g.c_in * cols, g)
         } else {
-            let all = &mut scratch[..g.n * col_len];
+            let all = &mut *all_cols;
             let workers = workers(pool, g.n, all.len());
             for_each_chunk(pool, workers, all, col_len, &mut [], 0, |first, cols_n, _| {
                 for (i, col) in cols_n.chunks_mut(col_len).enumerate() {
@@ -216,7 +217,7 @@ pub fn conv2d_grad_weight(
             });
             plane_rows(all, col_rows(g), col_len, g)
         };
-        sum_of_products_nt(pool, dy_g, x_g, dw_g);
+        sum_of_products_nt(pool, dy_g, x_g, dw_g, partials);
     }
 }
 

@@ -21,7 +21,7 @@
 //! Stride-1 layers that keep the plane's size, on planes of whole blocks, skip the phases
 //! and run in place (`same_depthwise`).
 
-use crate::parallel::{for_each_chunk, workers};
+use crate::parallel::{for_each_chunk, partials_len, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
 use crate::same_depthwise as same;
 use sprout_core::geometry::Conv2dGeometry;
@@ -533,8 +533,15 @@ pub fn conv2d_grad_input(
     });
 }
 
+/// Scratch values the weight gradient needs on `threads` threads: [`scratch_len`]'s, and
+/// partial sums of the filters.
+pub fn grad_weight_scratch_len(g: &Conv2dGeometry, threads: usize) -> usize {
+    scratch_len(g, threads) + partials_len(threads, g.c_out * g.kh * g.kw)
+}
+
 /// Weight gradient, one `kh·kw` filter per channel summed over the batch in vector lanes
-/// and added up once, channels split over threads; `scratch` as for [`conv2d`].
+/// and added up once, the batch split over threads (see [`sum_over_batch`]); `scratch`
+/// holds [`grad_weight_scratch_len`] values.
 pub fn conv2d_grad_weight(
     pool: &Pool,
     scratch: &mut [f32],
@@ -543,14 +550,15 @@ pub fn conv2d_grad_weight(
     dw: &mut [f32],
     g: &Conv2dGeometry,
 ) {
+    let (scratch, partials) = scratch.split_at_mut(scratch_len(g, pool.threads()));
     if same::runs_in_place(g) {
-        return same::conv2d_grad_weight(pool, scratch, dy, x, dw, g);
+        return same::conv2d_grad_weight(pool, scratch, partials, dy, x, dw, g);
     }
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::forward(&l);
-    let workers = workers(pool, g.c_out, g.macs());
-    for_each_chunk(pool, workers, dw, taps, scratch, l.scratch(), |first, filters, scratch| {
+    let scratch = Scratch { partials, pieces: scratch, piece_len: l.scratch() };
+    sum_over_batch(pool, g.n, g.macs(), dw, taps, scratch, |first, samples, filters, scratch| {
         let (phases, d, _) = l.split(scratch);
         phases.fill(0.0);
         d.fill(0.0);
@@ -558,7 +566,7 @@ pub fn conv2d_grad_weight(
         for (i, dw_c) in filters.chunks_mut(taps).enumerate() {
             let c = first + i;
             sums[..taps].fill([0.0; BLOCK]);
-            for n in 0..g.n {
+            for n in samples.clone() {
                 let plane = n * g.c_in + c;
                 split_phases(&l, &x[plane * in_len..][..in_len], phases);
                 l.lay_out(&dy[plane * out_len..][..out_len], d);
@@ -642,7 +650,7 @@ pub(crate) mod tests {
             r::conv2d_grad_weight(&dy, &x, &mut want_dw, &g);
             for threads in [1, 2] {
                 let pool = Pool::eager(threads);
-                let mut scratch = vec![f32::NAN; scratch_len(&g, threads)];
+                let mut scratch = vec![f32::NAN; grad_weight_scratch_len(&g, threads)];
                 let what = format!("stride {stride}, {h}x{w}, kernel {kh}x{kw}");
                 let mut y = vec![f32::NAN; dy.len()];
                 conv2d(&pool, &mut scratch, &x, &wt, Some(&b), &mut y, &g);

@@ -5,7 +5,7 @@
 //! more on the packing of a general GEMM than on its arithmetic. Other products go to
 //! `matrixmultiply`'s `sgemm`.
 
-use crate::parallel::{for_each_chunk, workers};
+use crate::parallel::{for_each_chunk, partials_len, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
 
 /// A read-only strided matrix over a slice: element `(i, j)` is `data[i·row_stride +
@@ -211,18 +211,33 @@ const DOT_ROWS: (usize, usize) = (4, 2);
 /// every block of outputs reads them.
 const CHUNK: usize = 1024;
 
+/// Scratch values [`sum_of_products_nt`] takes for a `c` of `len` values on `pool`.
+pub fn sum_of_products_scratch(pool: &Pool, len: usize) -> usize {
+    partials_len(pool.threads(), len)
+}
+
 /// `c[i, j] = Σₙ Σₚ a_n[i, p]·b_n[j, p]`, the sum over the batch of `a_n·b_nᵀ` (a pointwise
 /// convolution's weight gradient), `c` row-major `[a.rows, b.rows]` and overwritten. Blocks
 /// of outputs keep partial sums in vector registers over a chunk of samples and add them to
-/// `c` once per chunk; rows of `c` are split over threads, once for the whole batch.
-pub fn sum_of_products_nt(pool: &Pool, a: Batch<'_>, b: Batch<'_>, c: &mut [f32]) {
+/// `c` once per chunk; the batch is split over threads, or the rows of `c` when the batch
+/// is too small (see [`sum_over_batch`]), with `scratch` of [`sum_of_products_scratch`]
+/// values.
+pub fn sum_of_products_nt(
+    pool: &Pool,
+    a: Batch<'_>,
+    b: Batch<'_>,
+    c: &mut [f32],
+    scratch: &mut [f32],
+) {
     assert_eq!((a.len, a.count), (b.len, b.count), "batch and inner dimensions");
     assert_eq!(c.len(), a.rows * b.rows, "output length");
     let work = a.count * a.rows * b.rows * a.len;
-    // Whole register blocks of rows per thread.
+    let scratch = Scratch { partials: scratch, pieces: &mut [], piece_len: 0 };
+    // Whole register blocks of rows per item.
     let (mr, _) = DOT_ROWS;
-    let workers = workers(pool, a.rows.div_ceil(mr), work);
-    for_each_chunk(pool, workers, c, mr * b.rows, &mut [], 0, |first, c_rows, _| {
+    sum_over_batch(pool, a.count, work, c, mr * b.rows, scratch, |first, samples, c_rows, _| {
+        let (a, b) =
+            (a.samples(samples.start, samples.len()), b.samples(samples.start, samples.len()));
         summed_rows(a, b, first * mr, c_rows)
     });
 }
@@ -595,8 +610,9 @@ mod tests {
             let a = Batch { data: &a, rows: m, len, stride: a_stride, count };
             let b = Batch { data: &b, rows: k, len, stride: b_stride, count };
             for threads in [1, 2] {
-                let mut c = vec![f32::NAN; m * k];
-                sum_of_products_nt(&Pool::eager(threads), a, b, &mut c);
+                let (pool, mut c) = (Pool::eager(threads), vec![f32::NAN; m * k]);
+                let mut scratch = vec![f32::NAN; sum_of_products_scratch(&pool, c.len())];
+                sum_of_products_nt(&pool, a, b, &mut c, &mut scratch);
                 for (at, got) in c.iter().enumerate() {
                     let (i, j) = (at / k, at % k);
                     let want: f64 = (0..count)

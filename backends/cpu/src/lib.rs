@@ -103,7 +103,7 @@ impl Cpu {
         d: ChannelDims,
         cfg: BatchNormConfig,
     ) {
-        let pairs = grow(&mut self.scratch, 2 * d.channels);
+        let pairs = grow(&mut self.scratch, norm::pairs_len(&self.pool, d));
         let (mean, invstd) = (s.saved_mean, s.saved_invstd);
         let stats = norm::Stats {
             running_mean: s.running_mean,
@@ -220,7 +220,8 @@ impl NormKernels for Cpu {
         dx: &mut [f32],
         d: ChannelDims,
     ) {
-        let (sums, pairs) = grow(&mut self.scratch, 4 * d.channels).split_at_mut(2 * d.channels);
+        let len = 2 * d.channels + norm::pairs_len(&self.pool, d);
+        let (sums, pairs) = grow(&mut self.scratch, len).split_at_mut(2 * d.channels);
         let (sum_dy, sum_xhat) = sums.split_at_mut(d.channels);
         let (mean, invstd) = (saved.mean, saved.invstd);
         norm::grad_sums(&self.pool, dy, x, mean, invstd, pairs, sum_dy, sum_xhat, d);
@@ -249,7 +250,7 @@ impl NormKernels for Cpu {
         dbeta: &mut [f32],
         d: ChannelDims,
     ) {
-        let pairs = grow(&mut self.scratch, 2 * d.channels);
+        let pairs = grow(&mut self.scratch, norm::pairs_len(&self.pool, d));
         let (mean, invstd) = (saved.mean, saved.invstd);
         norm::grad_sums(&self.pool, dy, x, mean, invstd, pairs, dbeta, dgamma, d)
     }
@@ -263,7 +264,7 @@ impl NormKernels for Cpu {
         d: ChannelDims,
         rectifier: Rectifier,
     ) {
-        let pairs = grow(&mut self.scratch, 2 * d.channels);
+        let pairs = grow(&mut self.scratch, norm::pairs_len(&self.pool, d));
         let (gamma, beta, mean, invstd) = (p.gamma, p.beta, saved.mean, saved.invstd);
         let channels = norm::Channels { gamma, beta, mean, invstd };
         let sums = [grads.dbeta, grads.dgamma];
@@ -393,10 +394,11 @@ impl ConvKernels for Cpu {
     }
     fn conv2d_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], g: &Conv2dGeometry) {
         if runs_direct(g) {
-            let (pool, scratch) = self.depthwise_scratch(g);
-            return depthwise::conv2d_grad_weight(pool, scratch, dy, x, dw, g);
+            let len = depthwise::grad_weight_scratch_len(g, self.pool.threads());
+            let scratch = grow(&mut self.scratch, len);
+            return depthwise::conv2d_grad_weight(&self.pool, scratch, dy, x, dw, g);
         }
-        let scratch = grow(&mut self.scratch, conv::grad_weight_scratch(g));
+        let scratch = grow(&mut self.scratch, conv::grad_weight_scratch(&self.pool, g));
         conv::conv2d_grad_weight(&self.pool, scratch, dy, x, dw, g)
     }
 }

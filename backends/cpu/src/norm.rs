@@ -1,16 +1,19 @@
 //! Batch normalisation over `[outer, channels, inner]` tensors as vector loops over each
 //! (sample, channel) block: both per-channel sums of a pass in one read of the data, in
-//! [`LANES`] partial sums each, channels split over threads, then the element-wise pass
-//! split over samples, reading its input and writing its output in one go (no copy first).
-//! The statistics are shifted sums (`Σ(x − k)`, `Σ(x − k)²` with `k` a value of the
-//! channel), so they are one pass without the cancellation of plain sums of squares; the
-//! element formulas are the reference's.
+//! [`LANES`] partial sums each, the batch split over threads in parts of whole samples
+//! (channels for a batch of one), then the element-wise pass split over samples, reading
+//! its input and writing its output in one go (no copy first). The statistics are shifted
+//! sums (`Σ(x − k)`, `Σ(x − k)²` with `k` a value of the channel), so they are one pass
+//! without the cancellation of plain sums of squares; the element formulas are the
+//! reference's.
+
+use core::ops::Range;
 
 use sprout_core::geometry::ChannelDims;
 use sprout_core::hyperparams::BatchNormConfig;
 use sprout_core::reference::Rectifier;
 
-use crate::parallel::{for_each_chunk, workers};
+use crate::parallel::{for_each_chunk, partials_len, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
 
 /// Partial sums of a channel's reduction: an AVX-512 register.
@@ -111,33 +114,62 @@ multiversion!(channel_sums = channel_sums_generic(a: &[f32], b: &[f32], d: Chann
 multiversion!(normalize_blocks = normalize_blocks_generic(src: Option<&[f32]>, y: &mut [f32], d: ChannelDims, p: Channels<'_>));
 multiversion!(grad_input_blocks = grad_input_blocks_generic(dx: &mut [f32], dy: &[f32], x: &[f32], d: ChannelDims, p: Channels<'_>, sums_xhat: &[f32]));
 
+/// Values of scratch [`batch_stats`], [`grad_sums`] and [`grad_sums_rectified`] take: two
+/// per channel, and two per channel for each part of a batch split over `pool`'s threads.
+pub fn pairs_len(pool: &Pool, d: ChannelDims) -> usize {
+    2 * d.channels + partials_len(pool.threads(), 2 * d.channels)
+}
+
+/// Two sums of every channel worth `work` values read in all, `sums(c, samples)` giving
+/// channel `c`'s over the range `samples`, into `first` and `second`; `pairs` holds
+/// [`pairs_len`] values. The batch is split over threads (see [`sum_over_batch`]).
+fn reduce_channels(
+    pool: &Pool,
+    d: ChannelDims,
+    work: usize,
+    pairs: &mut [f32],
+    [first, second]: [&mut [f32]; 2],
+    sums: impl Fn(usize, Range<usize>) -> (f32, f32) + Sync,
+) {
+    let (out, partials) = pairs.split_at_mut(2 * d.channels);
+    let scratch = Scratch { partials, pieces: &mut [], piece_len: 0 };
+    sum_over_batch(pool, d.outer, work, out, 2, scratch, |first_c, samples, pairs, _| {
+        for (i, pair) in pairs.chunks_exact_mut(2).enumerate() {
+            (pair[0], pair[1]) = sums(first_c + i, samples.clone());
+        }
+    });
+    for ((pair, u), v) in out.chunks_exact(2).zip(first).zip(second) {
+        (*u, *v) = (pair[0], pair[1]);
+    }
+}
+
+/// The samples `samples` of a `[outer, channels, inner]` tensor: where they lie in its
+/// data, and their dimensions.
+fn samples(d: ChannelDims, samples: Range<usize>) -> (Range<usize>, ChannelDims) {
+    let block = d.channels * d.inner;
+    let dims = ChannelDims { outer: samples.len(), ..d };
+    (samples.start * block..samples.end * block, dims)
+}
+
 /// Both of [`channel_sums`]' sums of every channel `c`, of the pair of functions `f(c)`,
-/// into `first` and `second`, channels split over threads; `pairs` is scratch of two
-/// values per channel.
+/// into `first` and `second` (see [`reduce_channels`]).
 fn per_channel<F, G, H>(
     pool: &Pool,
     [a, b]: [&[f32]; 2],
     d: ChannelDims,
     pairs: &mut [f32],
-    [first, second]: [&mut [f32]; 2],
+    out: [&mut [f32]; 2],
     f: F,
 ) where
     F: Fn(usize) -> (G, H) + Sync,
     G: Fn(f32, f32) -> f32,
     H: Fn(f32, f32) -> f32,
 {
-    let pairs = &mut pairs[..2 * d.channels];
-    let workers = workers(pool, d.channels, a.len() + b.len());
-    for_each_chunk(pool, workers, pairs, 2, &mut [], 0, |first_c, pairs, _| {
-        for (i, pair) in pairs.chunks_exact_mut(2).enumerate() {
-            let c = first_c + i;
-            let (f, g) = f(c);
-            (pair[0], pair[1]) = channel_sums(a, b, d, c, f, g);
-        }
+    reduce_channels(pool, d, a.len() + b.len(), pairs, out, |c, at| {
+        let (f, g) = f(c);
+        let (at, part) = samples(d, at);
+        channel_sums(&a[at.clone()], &b[at], part, c, f, g)
     });
-    for ((pair, u), v) in pairs.chunks_exact(2).zip(first).zip(second) {
-        (*u, *v) = (pair[0], pair[1]);
-    }
 }
 
 /// Workers of an element-wise pass: whole samples each.
@@ -168,7 +200,7 @@ pub struct Stats<'a> {
 
 /// Training-mode batch statistics of `x` in one read of it: saves the batch mean and
 /// inverse standard deviation (biased variance), updates the running statistics (unbiased
-/// variance); `pairs` is scratch of two values per channel.
+/// variance); `pairs` is scratch of [`pairs_len`] values.
 pub fn batch_stats(
     pool: &Pool,
     x: &[f32],
@@ -207,7 +239,7 @@ pub fn eval_invstd(running_var: &[f32], invstd: &mut [f32], cfg: BatchNormConfig
 }
 
 /// `Σdy` into `sum_dy` and `Σ(dy · x̂)` into `sum_xhat`, per channel, in one read of `dy`
-/// and `x`; `pairs` is scratch of two values per channel.
+/// and `x`; `pairs` is scratch of [`pairs_len`] values.
 #[allow(clippy::too_many_arguments)]
 pub fn grad_sums(
     pool: &Pool,
@@ -226,16 +258,16 @@ pub fn grad_sums(
     });
 }
 
-/// Channel `c`'s rows of a `[outer, channels, inner]` tensor that threads of a channel split
-/// write: each channel's rows are disjoint from every other channel's.
+/// The rows of a `[outer, channels, inner]` tensor that threads of one split write: each
+/// (sample, channel) row to one thread, whether the split hands out channels or samples.
 #[derive(Clone, Copy)]
 struct ChannelRows {
     data: *mut f32,
     len: usize,
 }
 
-// SAFETY: threads share `ChannelRows` only within one channel split, where `for_each_chunk`
-// hands every channel to one thread, and `row` gives out only that channel's rows.
+// SAFETY: threads share `ChannelRows` only within one split of `reduce_channels`, which
+// hands every (sample, channel) pair to one thread, and `row` gives out only that row.
 unsafe impl Sync for ChannelRows {}
 
 impl ChannelRows {
@@ -243,7 +275,7 @@ impl ChannelRows {
     ///
     /// # Safety
     /// No other reference to that row lives while the result does: the caller holds
-    /// channel `c` alone.
+    /// sample `o` of channel `c` alone.
     #[allow(clippy::mut_from_ref)]
     unsafe fn row(&self, o: usize, c: usize, d: ChannelDims) -> &mut [f32] {
         let start = (o * d.channels + c) * d.inner;
@@ -251,6 +283,12 @@ impl ChannelRows {
         // SAFETY: inside the slice (checked above), and the caller's promise makes the
         // borrow unique.
         unsafe { core::slice::from_raw_parts_mut(self.data.add(start), d.inner) }
+    }
+
+    /// The rows of the values at `at`.
+    fn part(self, at: Range<usize>) -> Self {
+        assert!(at.start <= at.end && at.end <= self.len, "{at:?} lies inside");
+        Self { data: self.data.wrapping_add(at.start), len: at.len() }
     }
 }
 
@@ -313,7 +351,7 @@ fn rectified_channel_sums_generic(
     let mut sums = [[0.0f32; LANES]; 2];
     let mut tail = (0.0, 0.0);
     for o in 0..d.outer {
-        // SAFETY: this thread holds channel `c` (see `grad_sums_rectified`).
+        // SAFETY: this thread holds channel `c` of these samples (see `reduce_channels`).
         let dy = unsafe { dy.row(o, c, d) };
         let x = &x[(o * d.channels + c) * d.inner..][..d.inner];
         let (a, b) = match rectifier.relu6 {
@@ -330,8 +368,7 @@ multiversion!(rectified_channel_sums = rectified_channel_sums_generic(dy: Channe
 
 /// [`grad_sums`] of a batch norm whose output `rectifier` rectified, from the rectifier's
 /// output gradient `dy`, which becomes the batch norm's (gated in place by the rectifier's
-/// gradient, worked out from `x` and `p`), channels split over threads; `pairs` is
-/// scratch of two values per channel.
+/// gradient, worked out from `x` and `p`); `pairs` is scratch of [`pairs_len`] values.
 #[allow(clippy::too_many_arguments)]
 pub fn grad_sums_rectified(
     pool: &Pool,
@@ -340,21 +377,15 @@ pub fn grad_sums_rectified(
     p: Channels<'_>,
     rectifier: Rectifier,
     pairs: &mut [f32],
-    [sum_dy, sum_xhat]: [&mut [f32]; 2],
+    sums: [&mut [f32]; 2],
     d: ChannelDims,
 ) {
     assert_eq!((dy.len(), x.len()), (d.len(), d.len()), "dy and x hold the batch");
-    let pairs = &mut pairs[..2 * d.channels];
     let rows = ChannelRows { data: dy.as_mut_ptr(), len: dy.len() };
-    let workers = workers(pool, d.channels, 2 * d.len());
-    for_each_chunk(pool, workers, pairs, 2, &mut [], 0, |first_c, pairs, _| {
-        for (i, pair) in pairs.chunks_exact_mut(2).enumerate() {
-            (pair[0], pair[1]) = rectified_channel_sums(rows, x, d, first_c + i, p, rectifier);
-        }
+    reduce_channels(pool, d, 2 * d.len(), pairs, sums, |c, at| {
+        let (at, part) = samples(d, at);
+        rectified_channel_sums(rows.part(at.clone()), &x[at], part, c, p, rectifier)
     });
-    for ((pair, u), v) in pairs.chunks_exact(2).zip(sum_dy).zip(sum_xhat) {
-        (*u, *v) = (pair[0], pair[1]);
-    }
 }
 
 /// The input gradient from [`grad_sums`]' sums, samples split over threads.
@@ -405,6 +436,8 @@ mod tests {
             (ChannelDims { outer: 4, channels: 4, inner: 8203 }, 0.0),
             (ChannelDims { outer: 3, channels: 2, inner: 5 }, 0.0),
             (ChannelDims { outer: 2, channels: 3, inner: 999 }, 30.0),
+            // One sample: the sums split over channels.
+            (ChannelDims { outer: 1, channels: 5, inner: 77 }, 0.0),
         ] {
             let mut random =
                 |len: usize| -> Vec<f32> { (0..len).map(|_| rng.uniform(-2.0, 3.0)).collect() };
@@ -434,7 +467,7 @@ mod tests {
                     saved_mean: &mut mean,
                     saved_invstd: &mut invstd,
                 };
-                let mut pairs = vec![f32::NAN; 2 * d.channels];
+                let mut pairs = vec![f32::NAN; pairs_len(&pool, d)];
                 batch_stats(&pool, &x, &mut pairs, stats, d, cfg);
                 let p = Channels { gamma: &gamma, beta: &beta, mean: &mean, invstd: &invstd };
                 let mut y = vec![f32::NAN; d.len()];
@@ -474,6 +507,58 @@ mod tests {
                 let sums = [&sum_dy[..], &sum_xhat[..]];
                 grad_input(&pool, &dy, &x, &gamma, &mean, &invstd, sums, &mut dx, d);
                 assert_close(&dx, &want_dx, "dx");
+            }
+        }
+    }
+
+    /// The rectified sums gate `dy` where the rectifier passes the normalised `x` and sum
+    /// what passes as [`grad_sums`] does, over parts of the batch and over channels (small
+    /// enough for Miri, which checks the rows the threads write through raw pointers).
+    #[test]
+    fn rectified_sums_gate_dy_and_sum_what_passes() {
+        let mut rng = SplitMix::new(5);
+        let cfg = BatchNormConfig { eps: 1e-5, momentum: 0.1 };
+        let dims = [
+            ChannelDims { outer: 3, channels: 2, inner: LANES + 3 },
+            ChannelDims { outer: 1, channels: 3, inner: 5 },
+        ];
+        for (d, threads) in dims.into_iter().flat_map(|d| [(d, 1), (d, 2)]) {
+            let pool = Pool::eager(threads);
+            let mut random =
+                |len: usize| -> Vec<f32> { (0..len).map(|_| rng.uniform(-2.0, 3.0)).collect() };
+            let (x, dy, gamma, beta) =
+                (random(d.len()), random(d.len()), random(d.channels), random(d.channels));
+            let (mut mean, mut invstd) = (vec![0.0; d.channels], vec![0.0; d.channels]);
+            let (mut running_mean, mut running_var) =
+                (vec![0.0; d.channels], vec![1.0; d.channels]);
+            let stats = Stats {
+                running_mean: &mut running_mean,
+                running_var: &mut running_var,
+                saved_mean: &mut mean,
+                saved_invstd: &mut invstd,
+            };
+            let mut pairs = vec![f32::NAN; pairs_len(&pool, d)];
+            batch_stats(&pool, &x, &mut pairs, stats, d, cfg);
+            // ReLU6 with gamma scaled by 6, which takes many pre-activations past 6.
+            for relu6 in [false, true] {
+                let rectifier = Rectifier { relu6 };
+                let gamma: Vec<f32> =
+                    gamma.iter().map(|g| if relu6 { 6.0 * g } else { *g }).collect();
+                let p = Channels { gamma: &gamma, beta: &beta, mean: &mean, invstd: &invstd };
+                let mut y = vec![f32::NAN; d.len()];
+                normalize(&pool, Some(&x), &mut y, d, p);
+                assert!(y.iter().any(|&y| !rectifier.passes(y)), "some values are cut off");
+                let gate = |(&dy, &y): (&f32, &f32)| if rectifier.passes(y) { dy } else { 0.0 };
+                let want_dy: Vec<f32> = dy.iter().zip(&y).map(gate).collect();
+                let mut want = (vec![0.0; d.channels], vec![0.0; d.channels]);
+                let (one, sums) = (Pool::new(1), (&mut want.0[..], &mut want.1[..]));
+                grad_sums(&one, &want_dy, &x, &mean, &invstd, &mut pairs, sums.0, sums.1, d);
+                let mut got = (dy.clone(), vec![f32::NAN; d.channels], vec![f32::NAN; d.channels]);
+                let sums = [&mut got.1[..], &mut got.2[..]];
+                grad_sums_rectified(&pool, &mut got.0, &x, p, rectifier, &mut pairs, sums, d);
+                assert_eq!(got.0, want_dy, "{rectifier:?} gates dy, {d:?}, {threads} threads");
+                assert_close(&got.1, &want.0, "rectified dbeta");
+                assert_close(&got.2, &want.1, "rectified dgamma");
             }
         }
     }

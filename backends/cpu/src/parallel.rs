@@ -1,8 +1,10 @@
 //! Splitting independent work over the backend's thread pool: the output is cut into whole
 //! items (rows, samples, planes), handed out in contiguous runs of items, several runs per
 //! worker so that one that starts late or loses its core holds back little; each
-//! participant keeps its own scratch across the runs it takes.
+//! participant keeps its own scratch across the runs it takes. Sums over the batch (weight
+//! gradients, batch statistics) split the batch instead, one partial sum per thread.
 
+use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
 use crate::pool::Pool;
@@ -80,6 +82,70 @@ pub fn for_each_chunk<F>(
             f(first, chunk, piece);
         }
     });
+}
+
+/// Values of the `partials` of a [`sum_over_batch`] of `len` outputs on `threads` threads.
+pub fn partials_len(threads: usize, len: usize) -> usize {
+    if threads > 1 {
+        threads * len
+    } else {
+        0
+    }
+}
+
+/// The scratch of a [`sum_over_batch`]: [`partials_len`] values for the sums of the parts of
+/// the batch, and `pieces` of `piece_len` values, one for each thread to use as it likes.
+pub struct Scratch<'a> {
+    pub partials: &'a mut [f32],
+    pub pieces: &'a mut [f32],
+    pub piece_len: usize,
+}
+
+/// `out` = a sum over `samples` samples worth `work` multiply-accumulates (or values read),
+/// made of items of `item_len` values: `f(first_item, samples, items, piece)` writes the
+/// sums over the range `samples` of the items from `first_item` on into `items`.
+///
+/// The batch is cut into one contiguous part of whole samples per thread, each summed into
+/// its own partial sum of all of `out`, and the parts are added up in order: the result
+/// depends on the number of threads but never on which thread ran what. Each thread then
+/// reads the samples that the sample-split kernels before it wrote there (the caller the
+/// front part, a helper a back one, as in [`for_each_chunk`]), where a split over the
+/// items would read half of every sample from the other core's cache. Where splitting the
+/// items gives more threads work (a batch of one), the items are split, each summed over
+/// the whole batch.
+pub fn sum_over_batch<F>(
+    pool: &Pool,
+    samples: usize,
+    work: usize,
+    out: &mut [f32],
+    item_len: usize,
+    scratch: Scratch<'_>,
+    f: F,
+) where
+    F: Fn(usize, Range<usize>, &mut [f32], &mut [f32]) + Sync,
+{
+    let Scratch { partials, pieces, piece_len } = scratch;
+    let len = out.len();
+    let items = len.div_ceil(item_len.max(1));
+    let (parts, by_items) = (workers(pool, samples, work), workers(pool, items, work));
+    if parts < 2 || parts < by_items || len == 0 {
+        for_each_chunk(pool, by_items, out, item_len, pieces, piece_len, |first, items, piece| {
+            f(first, 0..samples, items, piece)
+        });
+        return;
+    }
+    let partials = &mut partials[..parts * len];
+    for_each_chunk(pool, parts, partials, len, pieces, piece_len, |first, chunk, piece| {
+        for (i, partial) in chunk.chunks_exact_mut(len).enumerate() {
+            let part = first + i;
+            f(0, part * samples / parts..(part + 1) * samples / parts, partial, piece);
+        }
+    });
+    let (first, rest) = partials.split_at(len);
+    out.copy_from_slice(first);
+    for partial in rest.chunks_exact(len) {
+        out.iter_mut().zip(partial).for_each(|(sum, &v)| *sum += v);
+    }
 }
 
 /// Values of an element-wise pass one run takes at least: a few pages.
@@ -169,6 +235,36 @@ mod tests {
             helped += usize::from(front < out.len());
         }
         assert!(helped > 0, "the helper took no run in 20 splits");
+    }
+
+    /// Each (sample, item) pair is summed once, by parts of the batch or by items, the
+    /// parts added up in order; each thread has its own piece.
+    #[test]
+    fn sums_over_the_batch_take_each_sample_of_each_item_once() {
+        let pool = Pool::eager(3);
+        // (samples, items): parts of the batch; one sample: items split.
+        for (samples, items) in [(5, 2), (7, 4), (2, 3), (1, 4), (1, 1), (4, 0)] {
+            let mut out = vec![f32::NAN; 2 * items];
+            let mut partials = vec![f32::NAN; partials_len(3, out.len())];
+            let mut pieces = vec![0.0; 3];
+            let seen = Mutex::new(vec![0; samples * items]);
+            let scratch = Scratch { partials: &mut partials, pieces: &mut pieces, piece_len: 1 };
+            sum_over_batch(&pool, samples, 1000, &mut out, 2, scratch, |first, at, sums, piece| {
+                piece[0] += 1.0;
+                for (i, sum) in sums.chunks_exact_mut(2).enumerate() {
+                    let mut seen = seen.lock().unwrap();
+                    at.clone().for_each(|n| seen[n * items + first + i] += 1);
+                    sum[0] = at.len() as f32;
+                    sum[1] = at.clone().map(|n| (n * items + first + i) as f32).sum();
+                }
+            });
+            let seen = seen.into_inner().unwrap();
+            assert!(seen.iter().all(|&v| v == 1), "{samples} x {items}: {seen:?}");
+            for (i, sum) in out.chunks_exact(2).enumerate() {
+                let want: f32 = (0..samples).map(|n| (n * items + i) as f32).sum();
+                assert_eq!(sum, [samples as f32, want], "{samples} x {items}");
+            }
+        }
     }
 
     #[test]

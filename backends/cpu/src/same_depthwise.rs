@@ -21,7 +21,7 @@
 
 use crate::depthwise::BLOCK;
 use crate::gemm::fma;
-use crate::parallel::{for_each_chunk, workers};
+use crate::parallel::{for_each_chunk, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
 use sprout_core::geometry::Conv2dGeometry;
 
@@ -257,23 +257,25 @@ pub fn conv2d_grad_input(
 }
 
 /// Weight gradient, one filter per channel summed over the batch in vector lanes and added
-/// up once, channels split over threads; `scratch` as for [`conv2d`].
+/// up once, the batch split over threads (see [`sum_over_batch`]); `scratch` as for
+/// [`conv2d`], `partials` of [`crate::parallel::partials_len`] values for the filters.
 pub fn conv2d_grad_weight(
     pool: &Pool,
     scratch: &mut [f32],
+    partials: &mut [f32],
     dy: &[f32],
     x: &[f32],
     dw: &mut [f32],
     g: &Conv2dGeometry,
 ) {
     let s = Shape::new(g, scratch);
-    let workers = workers(pool, g.c_out, g.macs());
-    for_each_chunk(pool, workers, dw, s.taps, &mut [], 0, |first, filters, _| {
+    let scratch = Scratch { partials, pieces: &mut [], piece_len: 0 };
+    sum_over_batch(pool, g.n, g.macs(), dw, s.taps, scratch, |first, samples, filters, _| {
         let mut sums = [[0.0; BLOCK]; MAX_TAPS];
         let sums = &mut sums[..s.taps];
         for (i, dw_c) in filters.chunks_exact_mut(s.taps).enumerate() {
             sums.fill([0.0; BLOCK]);
-            for n in 0..g.n {
+            for n in samples.clone() {
                 let p0 = (n * g.c_in + first + i) * s.plane;
                 correlate(&s, dy, x, p0, sums);
             }
@@ -326,7 +328,8 @@ mod tests {
         assert_close(&got, &want, "dx");
         let (mut want, mut got) = (vec![0.0; w.len()], vec![f32::NAN; w.len()]);
         r::conv2d_grad_weight(&dy, &x, &mut want, &g);
-        conv2d_grad_weight(&pool, &mut scratch, &dy, &x, &mut got, &g);
+        let mut partials = vec![f32::NAN; crate::parallel::partials_len(2, got.len())];
+        conv2d_grad_weight(&pool, &mut scratch, &mut partials, &dy, &x, &mut got, &g);
         assert_close(&got, &want, "dw");
     }
 }
