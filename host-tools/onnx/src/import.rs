@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 mod composed;
+mod resize;
 
 /// The oldest default-domain operator set imported (PyTorch's exporters default to newer).
 pub const MIN_OPSET: i64 = 11;
@@ -26,12 +27,20 @@ pub const MAX_OPSET: i64 = 24;
 /// The most elements one initializer or constant may announce (1 Gi values, 4 GiB as f32).
 const MAX_ELEMENTS: usize = 1 << 30;
 
+/// The bytes of constants the importer computes itself (interpolation matrices) when the
+/// options set no limit: 2 GiB, the command line's default memory limit.
+pub const DEFAULT_MAX_MEMORY: u64 = 2 << 30;
+
 /// How to import.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImportOptions {
     /// Samples per batch the graph is recorded for. `None`: the input's first dimension
     /// when it is fixed, 1 when it is symbolic (a dynamic batch axis).
     pub batch: Option<usize>,
+    /// The most bytes the constants the importer computes may take together (a bilinear
+    /// `Resize`'s interpolation matrices), refused before they are allocated. `None`:
+    /// [`DEFAULT_MAX_MEMORY`].
+    pub max_memory: Option<u64>,
 }
 
 /// A recorded sprout graph and what a caller needs around it.
@@ -76,6 +85,7 @@ pub fn import_with(bytes: &[u8], options: &ImportOptions) -> Result<Imported, On
     }
     let graph = model.graph.as_ref().ok_or_else(|| malformed("the model has no graph"))?;
     let mut importer = Importer::new(graph, opset);
+    importer.max_memory = options.max_memory.unwrap_or(DEFAULT_MAX_MEMORY);
     let input = importer.input(graph, options)?;
     let (chains, inside) = patterns::find(graph, opset);
     importer.fused.extend(inside);
@@ -475,6 +485,9 @@ struct Importer<'m> {
     /// The graph outputs' names: a tensor sprout stores under another shape than ONNX's
     /// takes a staging name when it is one, so that the output keeps the ONNX name.
     graph_outputs: HashSet<&'m str>,
+    /// Bytes of the constants computed so far (see [`Importer::reserve`]), and the limit.
+    computed_bytes: u64,
+    max_memory: u64,
 }
 
 impl<'m> Importer<'m> {
@@ -493,7 +506,23 @@ impl<'m> Importer<'m> {
             fused: HashSet::new(),
             initializers: HashSet::new(),
             graph_outputs: graph.output.iter().filter_map(|o| o.name.as_deref()).collect(),
+            computed_bytes: 0,
+            max_memory: DEFAULT_MAX_MEMORY,
         }
+    }
+
+    /// Counts `bytes` of constants the node `ctx` computes (`what`) against the memory
+    /// limit, refusing them before they are allocated when all computed so far exceed it.
+    fn reserve(&mut self, ctx: &Ctx, bytes: u64, what: &str) -> Result<(), OnnxError> {
+        let total = self.computed_bytes.saturating_add(bytes);
+        if total > self.max_memory {
+            return Err(ctx.err(format!(
+                "{what} take {bytes} bytes, {total} with the constants computed before, above the memory limit of {} bytes (--max-memory raises it)",
+                self.max_memory
+            )));
+        }
+        self.computed_bytes = total;
+        Ok(())
     }
 
     /// Records the initializers as constants and the one real input as a sprout input.
