@@ -867,6 +867,22 @@ impl<'m> Importer<'m> {
                 let y = self.g.silu(out, x).map_err(ctx.graph())?;
                 self.define(out, y, dims);
             }
+            Fused::Softplus { x, beta } if *beta == 1.0 => {
+                let (x, dims) = tensor(self, x)?;
+                let y = self.g.softplus(out, x).map_err(ctx.graph())?;
+                self.define(out, y, dims);
+            }
+            Fused::Softplus { x, beta } => {
+                // `softplus(β · x) / β`: constant scales around it (`{out}.scaled`, then
+                // `{out}.softplus`), as the TorchScript exporter's Mul, Softplus, Div import.
+                let (x, dims) = tensor(self, x)?;
+                let scaled =
+                    self.affine(&ctx, &format!("{out}.scaled"), x, &dims, &[*beta], &[0.0])?;
+                let soft =
+                    self.g.softplus(&format!("{out}.softplus"), scaled).map_err(ctx.graph())?;
+                let y = self.affine(&ctx, out, soft, &dims, &[1.0 / *beta], &[0.0])?;
+                self.define(out, y, dims);
+            }
             Fused::LayerNorm { x, axes, eps, scale, shift } => {
                 let (x, dims) = tensor(self, x)?;
                 let (scale, shift) = (constant(self, scale)?, constant(self, shift)?);

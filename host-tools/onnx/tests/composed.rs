@@ -1,8 +1,9 @@
 //! ONNX operators PyTorch's exporters write for `nn.Upsample` (nearest and bilinear),
 //! `nn.PixelShuffle`, `nn.InstanceNorm2d` / `nn.GroupNorm`, `nn.PReLU` (recorded from ops
 //! sprout has: `Resize`, `DepthToSpace`, `InstanceNormalization`, `PRelu`) and `nn.ELU`,
-//! `nn.SELU`, `nn.Softplus`, `nn.Tanh`, `nn.Mish`: written here with prost, imported,
-//! compared with loops in f64, exported and read back.
+//! `nn.SELU`, `nn.Softplus` (also the dynamo exporter's thresholded form), `nn.Tanh`,
+//! `nn.Mish`: written here with prost, imported, compared with loops in f64, exported and
+//! read back.
 
 mod common;
 
@@ -330,4 +331,53 @@ fn elu_selu_softplus_tanh_and_mish_match_pytorchs_formulas() {
         let expected: Vec<f64> = f64s(&x).into_iter().map(f).collect();
         check(&imported, &x, &expected);
     }
+}
+
+/// `Where(Greater(s, threshold), x, y)` after the nodes `head`, with `s` and `y` named by
+/// it, as the dynamo exporter writes `nn.Softplus(beta)`.
+fn thresholded(
+    head: Vec<NodeProto>,
+    s: &str,
+    y: &str,
+    threshold: f32,
+) -> (Vec<NodeProto>, Vec<TensorProto>) {
+    let mut nodes = head;
+    nodes.push(NodeProto::new("Greater", "above", &[s, "threshold"], &["big"]));
+    nodes.push(NodeProto::new("Where", "pick", &["big", "x", y], &["y"]));
+    (nodes, vec![TensorProto::f32("threshold", &[], &[threshold])])
+}
+
+#[test]
+fn softplus_with_pytorchs_threshold_as_the_dynamo_exporter_writes_it() {
+    // Inputs beyond 20 / beta too, where softplus is x itself.
+    let mut x = values(14, 24, -4.0, 4.0);
+    x[..4].copy_from_slice(&[25.0, 21.0, 11.0, -30.0]);
+    for beta in [1.0f32, 2.0] {
+        let b = f64::from(beta);
+        let softplus = |v: f64| if v * b > 20.0 { v } else { (1.0 + (v * b).exp()).ln() / b };
+        let (nodes, mut init) = if beta == 1.0 {
+            thresholded(vec![NodeProto::new("Softplus", "soft", &["x"], &["t"])], "x", "t", 20.0)
+        } else {
+            let head = vec![
+                NodeProto::new("Mul", "scaled", &["x", "beta"], &["s"]),
+                NodeProto::new("Softplus", "soft", &["s"], &["t"]),
+                NodeProto::new("Div", "unscaled", &["t", "beta"], &["u"]),
+            ];
+            thresholded(head, "s", "u", 20.0)
+        };
+        init.push(TensorProto::f32("beta", &[], &[beta]));
+        let imported = import(&model(nodes, init, [2, 3, 2, 2], 20)).expect("imports");
+        let kinds: Vec<&str> = imported.graph.nodes().iter().map(|n| n.op.kind()).collect();
+        assert_eq!(kinds.iter().filter(|k| **k == "softplus").count(), 1, "{kinds:?}");
+        let expected: Vec<f64> = f64s(&x).into_iter().map(softplus).collect();
+        check(&imported, &x, &expected);
+    }
+    // Another threshold is no softplus of sprout's: refused, naming the Greater node.
+    let head = vec![NodeProto::new("Softplus", "soft", &["x"], &["t"])];
+    let (nodes, init) = thresholded(head, "x", "t", 10.0);
+    let err = import(&model(nodes, init, [2, 3, 2, 2], 20)).err().expect("refused");
+    assert!(
+        matches!(&err, OnnxError::UnsupportedOp { op_type, node_name } if op_type == "Greater" && node_name == "above"),
+        "{err}"
+    );
 }
