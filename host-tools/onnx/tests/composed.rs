@@ -273,6 +273,40 @@ fn instance_normalization_normalises_each_channel_and_trains_its_scale_and_shift
         })
         .collect();
     check(&imported, &x, &expected);
+
+    // Then GroupNorm's own weight and bias, `[C, 1, 1]` initializers read by a Mul and an
+    // Add: both trained under their names, one depthwise convolution by both.
+    let (weight, bias) = (values(12, 3, 0.5, 1.5), values(13, 3, -0.5, 0.5));
+    let ones = TensorProto::f32("ones", &[1], &[1.0]);
+    let zeros = TensorProto::f32("zeros", &[1], &[0.0]);
+    let init = vec![
+        ones,
+        zeros,
+        TensorProto::i64("grouped", &[3], &[2, 1, -1]),
+        TensorProto::i64("back", &[4], &[2, 3, 2, 2]),
+        TensorProto::f32("onnx::Mul_7", &[3, 1, 1], &weight),
+        TensorProto::f32("onnx::Add_8", &[3, 1, 1], &bias),
+    ];
+    let nodes = vec![
+        NodeProto::new("Reshape", "group", &["x", "grouped"], &["g"]),
+        NodeProto::new("InstanceNormalization", "gn", &["g", "ones", "zeros"], &["n"]),
+        NodeProto::new("Reshape", "ungroup", &["n", "back"], &["u"]),
+        NodeProto::new("Mul", "scale", &["u", "onnx::Mul_7"], &["s"]),
+        NodeProto::new("Add", "shift", &["s", "onnx::Add_8"], &["y"]),
+    ];
+    let imported = import(&model(nodes, init, [2, 3, 2, 2], 13)).unwrap();
+    let affine: Vec<f64> = expected
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v * f64::from(weight[i / 4 % 3]) + f64::from(bias[i / 4 % 3]))
+        .collect();
+    check(&imported, &x, &affine);
+    let g = &imported.graph;
+    for name in ["onnx::Mul_7", "onnx::Add_8"] {
+        let id = g.find(name).unwrap_or_else(|| panic!("{name} lost"));
+        assert!(g.parameters().any(|p| p == id), "{name} is a parameter");
+    }
+    assert_eq!(g.nodes().iter().filter(|n| n.op.kind() == "conv2d").count(), 1);
 }
 
 #[test]
@@ -297,8 +331,11 @@ fn prelu_with_a_slope_per_channel_or_one_for_all() {
             })
             .collect();
         check(&imported, &x, &expected);
-        let trained = imported.graph.find("act.weight").map(|id| imported.graph.tensor(id).role);
-        assert_eq!(trained.is_some(), slope.len() > 1, "a slope per channel trains under its name");
+        // A slope per channel or one for all trains under its name and ONNX shape.
+        let g = &imported.graph;
+        let id = g.find("act.weight").expect("the slope keeps its name");
+        assert!(g.parameters().any(|p| p == id));
+        assert_eq!(g.shape(id).dims(), &dims.iter().map(|&d| d as usize).collect::<Vec<_>>()[..]);
     }
     let init = vec![TensorProto::f32("act.weight", &[2], &[0.1, 0.2])];
     let node = NodeProto::new("PRelu", "act", &["x", "act.weight"], &["y"]);

@@ -112,8 +112,10 @@ impl Importer<'_> {
     }
 
     /// `PRelu`: `relu(x) + slope · min(x, 0)`, `min(x, 0)` as `x − relu(x)` (`{out}.positive`,
-    /// `{out}.negated`, `{out}.negative`); a slope per channel is a depthwise 1×1 convolution
-    /// by it (trained, under its name and ONNX shape), one slope for all a constant.
+    /// `{out}.negated`, `{out}.negative`); the slope an initializer, it trains under its name
+    /// and ONNX shape: a depthwise 1×1 convolution by a slope per channel, a 1×1 convolution
+    /// of one channel over the activation viewed as `[N, 1, C·H, W]` by one slope for all
+    /// (its gradient summed over every position); a `Constant` slope is a constant scale.
     pub(super) fn prelu(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
         let (x, dims) = self.act(ctx, 0)?;
         let slope = self.required_constant(ctx, 1)?;
@@ -128,8 +130,10 @@ impl Importer<'_> {
         let negative = self.g.add(&format!("{out}.negative"), x, negated).map_err(&graph)?;
         let sloped = format!("{out}.sloped");
         let sloped = match values.len() {
-            1 => self.affine(ctx, &sloped, negative, &nchw, &values, &[0.0])?,
-            _ => self.channel_scale(ctx, &sloped, negative, &nchw, &slope)?,
+            1 if !self.initializers.contains(&slope.name) => {
+                self.affine(ctx, &sloped, negative, &nchw, &values, &[0.0])?
+            }
+            _ => self.channel_scale(ctx, &sloped, negative, &nchw, &slope, None)?,
         };
         let name = self.staging(out, dims.len() != 4);
         let y = self.g.add(&name, positive, sloped).map_err(&graph)?;
