@@ -796,6 +796,7 @@ impl<'m> Importer<'m> {
             }
             "LayerNormalization" => self.layer_normalization(&ctx),
             "InstanceNormalization" => self.instance_normalization(&ctx),
+            "GroupNormalization" => self.group_normalization(&ctx),
             "PRelu" => self.prelu(&ctx),
             "Resize" => self.resize(&ctx),
             "DepthToSpace" => self.depth_to_space(&ctx),

@@ -307,6 +307,25 @@ fn instance_normalization_normalises_each_channel_and_trains_its_scale_and_shift
         assert!(g.parameters().any(|p| p == id), "{name} is a parameter");
     }
     assert_eq!(g.nodes().iter().filter(|n| n.op.kind() == "conv2d").count(), 1);
+
+    // Opset 21's GroupNormalization of the same: one node, scale and bias per channel.
+    let init = vec![
+        TensorProto::f32("gn.weight", &[3], &weight),
+        TensorProto::f32("gn.bias", &[3], &bias),
+    ];
+    let node = NodeProto::new("GroupNormalization", "gn", &["x", "gn.weight", "gn.bias"], &["y"])
+        .with(A::int("num_groups", 1));
+    let imported = import(&model(vec![node.clone()], init.clone(), [2, 3, 2, 2], 21)).unwrap();
+    check(&imported, &x, &affine);
+    let g = &imported.graph;
+    for name in ["gn.weight", "gn.bias"] {
+        let id = g.find(name).unwrap_or_else(|| panic!("{name} lost"));
+        assert!(g.parameters().any(|p| p == id), "{name} is a parameter");
+    }
+    // Two groups do not divide three channels.
+    let node = NodeProto { attribute: vec![A::int("num_groups", 2)], ..node };
+    let err = import(&model(vec![node], init, [2, 3, 2, 2], 21)).err().expect("refused");
+    assert!(err.to_string().contains("'gn'") && err.to_string().contains("num_groups 2"), "{err}");
 }
 
 #[test]

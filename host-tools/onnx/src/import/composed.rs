@@ -1,6 +1,6 @@
 //! ONNX operators sprout has no op of its own for, recorded from ops it has: `DepthToSpace`
 //! (`nn.PixelShuffle`), `InstanceNormalization` (`nn.InstanceNorm2d`, and `nn.GroupNorm` as
-//! PyTorch exports it), `PRelu`, `Selu` and `Mish`.
+//! PyTorch exports it before opset 21), `GroupNormalization`, `PRelu`, `Selu` and `Mish`.
 
 use super::{check_vector, Ctx, Importer};
 use crate::error::OnnxError;
@@ -82,6 +82,37 @@ impl Importer<'_> {
         let params = ConvParams { stride: (1, 1), padding: (0, 0), groups: c };
         let name = self.staging(out, dims.len() != 4);
         let y = self.g.conv2d(&name, y, w, Some(b), params).map_err(ctx.graph())?;
+        self.define(out, y, dims);
+        Ok(())
+    }
+
+    /// `GroupNormalization` (opset 21, as the dynamo exporter writes `nn.GroupNorm` from
+    /// opset 21 on) of `[N, C, ...]`: each group of `C / num_groups` channels of each sample
+    /// normalised together (a layer norm over `[N, G, C/G · L]`, `{out}.normed`), then a
+    /// depthwise 1×1 convolution by its per-channel scale and bias (trained, under their
+    /// names). Opset 18's scale and bias per group are refused by their shape.
+    pub(super) fn group_normalization(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, dims) = self.act(ctx, 0)?;
+        let c = dims.get(1).copied().unwrap_or(0);
+        let groups = ctx.int("num_groups", 0)?;
+        let g = usize::try_from(groups)
+            .ok()
+            .filter(|&g| g >= 1 && c.is_multiple_of(g) && dims.len() >= 3)
+            .ok_or_else(|| {
+                ctx.err(format!(
+                    "num_groups {groups} must divide the channels of an [N, C, ...] input with a spatial axis, it has shape {dims:?}"
+                ))
+            })?;
+        let eps = ctx.float("epsilon", 1e-5)?;
+        let (scale, bias) = (self.required_constant(ctx, 1)?, self.required_constant(ctx, 2)?);
+        check_vector(ctx, &scale, c)?;
+        check_vector(ctx, &bias, c)?;
+        let out = ctx.output()?;
+        let grouped = vec![dims[0], g, c / g * dims[2..].iter().product::<usize>()];
+        let x = self.view(ctx, x, &grouped, &format!("{out}.grouped"))?;
+        let normed = format!("{out}.normed");
+        let y = self.layer_norm(ctx, &normed, x, grouped, 1, eps, None, None)?;
+        let y = self.channel_scale(ctx, out, y, &dims, &scale, Some(&bias))?;
         self.define(out, y, dims);
         Ok(())
     }
