@@ -41,8 +41,9 @@ pub struct EluParams {
     pub alpha: f32,
 }
 
-/// Above this input softplus is `x` itself, as PyTorch's `threshold` (20) has it.
-const SOFTPLUS_LINEAR_ABOVE: f32 = 20.0;
+/// Above this input softplus is `x` itself, as PyTorch's `threshold` (20) has it (also
+/// the threshold ONNX import matches in the dynamo exporter's `Where(Greater(x, 20), ...)`).
+pub const SOFTPLUS_LINEAR_ABOVE: f32 = 20.0;
 
 /// A pointwise activation and its settings: one kernel family, one formula each. In plans
 /// and model files it is an explicit tag (a varint) then the settings, like ops and kernels.

@@ -112,7 +112,10 @@ pub fn import_weights(args: &ImportWeightsArgs) -> Result<()> {
 pub fn convert(args: &ConvertArgs) -> Result<()> {
     check_output(&args.output, &[("MODEL", &args.model)])?;
     let bytes = read_kind(&args.model, FileKind::Onnx, "an ONNX model")?;
-    let options = ImportOptions { batch: args.batch_size.map(|b| b as usize) };
+    let options = ImportOptions {
+        batch: args.batch_size.map(|b| b as usize),
+        max_memory: Some(sprout_data::Limits::current().max_memory),
+    };
     let mut imported = import_with(&bytes, &options)
         .with_context(|| format!("could not import '{}'", args.model.display()))?;
     let output_shape = imported.outputs.first().map(|&o| imported.graph.shape(o));

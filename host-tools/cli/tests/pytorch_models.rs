@@ -1,8 +1,10 @@
 //! Real architectures as PyTorch exports them (`tests/fixtures/pytorch`, made by its
 //! `generate.py`): MobileNetV2, MobileNetV3-Small, ResNet-18, SqueezeNet 1.1,
 //! EfficientNet-B0, ShuffleNetV2, ConvNeXt, a classic conv -> pool -> ReLU CNN, a CNN of
-//! dilated convolutions, one broadcasting computed tensors and one of average pools rounding
-//! their output up (`ceil_mode`), narrowed and randomly initialised,
+//! dilated convolutions, one broadcasting computed tensors, one of average pools rounding
+//! their output up (`ceil_mode`), one of bilinear and bicubic resizes (up, down, to sizes no
+//! factor makes, `align_corners`) and one of GroupNorm, a shared PReLU and Softplus,
+//! narrowed and randomly initialised,
 //! each from both exporters (TorchScript-based and dynamo-based; ConvNeXt from the first only). Every one converts and its
 //! logits equal PyTorch's; one SGD step on the TorchScript export moves every parameter as
 //! PyTorch's own step did; sprout's ONNX export of each reads back equal. Each but the
@@ -186,12 +188,13 @@ fn every_architecture_quantizes_with_no_op_left_in_float() {
             .collect();
         println!("{name}: {} ops in float, {without_kernel:?} without a kernel", float_ops.len());
         // Tables, products, joins and slices included, every op runs in int8 but ShuffleNet's
-        // transposes, the broadcasting net's broadcasts and ConvNeXt's layer norms and
-        // transposes (and what follows them runs in float on their output).
+        // and the resizes' transposes, the broadcasting net's broadcasts and ConvNeXt's and
+        // GroupNorm's layer norms (and what follows them runs in float on their output).
         let expected: &[&str] = match name.as_str() {
-            "shufflenet_v2" => &["transpose"],
+            "shufflenet_v2" | "resize_net" => &["transpose"],
             "broadcast_net" => &["broadcast"],
             "convnext" => &["layer_norm", "transpose"],
+            "norm_act_net" => &["layer_norm"],
             _ => &[],
         };
         assert!(

@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 mod composed;
+mod resize;
 
 /// The oldest default-domain operator set imported (PyTorch's exporters default to newer).
 pub const MIN_OPSET: i64 = 11;
@@ -26,12 +27,20 @@ pub const MAX_OPSET: i64 = 24;
 /// The most elements one initializer or constant may announce (1 Gi values, 4 GiB as f32).
 const MAX_ELEMENTS: usize = 1 << 30;
 
+/// The bytes of constants the importer computes itself (interpolation matrices) when the
+/// options set no limit: 2 GiB, the command line's default memory limit.
+pub const DEFAULT_MAX_MEMORY: u64 = 2 << 30;
+
 /// How to import.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImportOptions {
     /// Samples per batch the graph is recorded for. `None`: the input's first dimension
     /// when it is fixed, 1 when it is symbolic (a dynamic batch axis).
     pub batch: Option<usize>,
+    /// The most bytes the constants the importer computes may take together (a bilinear
+    /// `Resize`'s interpolation matrices), refused before they are allocated. `None`:
+    /// [`DEFAULT_MAX_MEMORY`].
+    pub max_memory: Option<u64>,
 }
 
 /// A recorded sprout graph and what a caller needs around it.
@@ -76,6 +85,7 @@ pub fn import_with(bytes: &[u8], options: &ImportOptions) -> Result<Imported, On
     }
     let graph = model.graph.as_ref().ok_or_else(|| malformed("the model has no graph"))?;
     let mut importer = Importer::new(graph, opset);
+    importer.max_memory = options.max_memory.unwrap_or(DEFAULT_MAX_MEMORY);
     let input = importer.input(graph, options)?;
     let (chains, inside) = patterns::find(graph, opset);
     importer.fused.extend(inside);
@@ -475,6 +485,9 @@ struct Importer<'m> {
     /// The graph outputs' names: a tensor sprout stores under another shape than ONNX's
     /// takes a staging name when it is one, so that the output keeps the ONNX name.
     graph_outputs: HashSet<&'m str>,
+    /// Bytes of the constants computed so far (see [`Importer::reserve`]), and the limit.
+    computed_bytes: u64,
+    max_memory: u64,
 }
 
 impl<'m> Importer<'m> {
@@ -493,7 +506,23 @@ impl<'m> Importer<'m> {
             fused: HashSet::new(),
             initializers: HashSet::new(),
             graph_outputs: graph.output.iter().filter_map(|o| o.name.as_deref()).collect(),
+            computed_bytes: 0,
+            max_memory: DEFAULT_MAX_MEMORY,
         }
+    }
+
+    /// Counts `bytes` of constants the node `ctx` computes (`what`) against the memory
+    /// limit, refusing them before they are allocated when all computed so far exceed it.
+    fn reserve(&mut self, ctx: &Ctx, bytes: u64, what: &str) -> Result<(), OnnxError> {
+        let total = self.computed_bytes.saturating_add(bytes);
+        if total > self.max_memory {
+            return Err(ctx.err(format!(
+                "{what} take {bytes} bytes, {total} with the constants computed before, above the memory limit of {} bytes (--max-memory raises it)",
+                self.max_memory
+            )));
+        }
+        self.computed_bytes = total;
+        Ok(())
     }
 
     /// Records the initializers as constants and the one real input as a sprout input.
@@ -767,6 +796,7 @@ impl<'m> Importer<'m> {
             }
             "LayerNormalization" => self.layer_normalization(&ctx),
             "InstanceNormalization" => self.instance_normalization(&ctx),
+            "GroupNormalization" => self.group_normalization(&ctx),
             "PRelu" => self.prelu(&ctx),
             "Resize" => self.resize(&ctx),
             "DepthToSpace" => self.depth_to_space(&ctx),
@@ -782,7 +812,7 @@ impl<'m> Importer<'m> {
             "Tanh" => self.unary(&ctx, Graph::tanh),
             "Selu" => self.selu(&ctx),
             "Mish" => self.mish(&ctx),
-            "Add" | "Sub" | "Mul" | "Div" => self.arithmetic(&ctx),
+            "Add" | "Sub" | "Mul" | "Div" => self.arithmetic(&ctx, graph, index),
             "Expand" => self.expand_node(&ctx),
             "Clip" => self.clip(&ctx),
             "MaxPool" | "AveragePool" => self.pool(&ctx),
@@ -836,6 +866,22 @@ impl<'m> Importer<'m> {
             Fused::Silu { x } => {
                 let (x, dims) = tensor(self, x)?;
                 let y = self.g.silu(out, x).map_err(ctx.graph())?;
+                self.define(out, y, dims);
+            }
+            Fused::Softplus { x, beta } if *beta == 1.0 => {
+                let (x, dims) = tensor(self, x)?;
+                let y = self.g.softplus(out, x).map_err(ctx.graph())?;
+                self.define(out, y, dims);
+            }
+            Fused::Softplus { x, beta } => {
+                // `softplus(β · x) / β`: constant scales around it (`{out}.scaled`, then
+                // `{out}.softplus`), as the TorchScript exporter's Mul, Softplus, Div import.
+                let (x, dims) = tensor(self, x)?;
+                let scaled =
+                    self.affine(&ctx, &format!("{out}.scaled"), x, &dims, &[*beta], &[0.0])?;
+                let soft =
+                    self.g.softplus(&format!("{out}.softplus"), scaled).map_err(ctx.graph())?;
+                let y = self.affine(&ctx, out, soft, &dims, &[1.0 / *beta], &[0.0])?;
                 self.define(out, y, dims);
             }
             Fused::LayerNorm { x, axes, eps, scale, shift } => {
@@ -1136,31 +1182,12 @@ impl<'m> Importer<'m> {
         let m = w.dims[1];
         let out = ctx.output()?;
         // Fuse `Add(out, bias)` when it is the product's only reader.
-        let mut fused = None;
-        if self.uses.get(out) == Some(&1) {
-            let next = graph
-                .node
-                .iter()
-                .enumerate()
-                .skip(index + 1)
-                .find(|(_, n)| n.input.iter().any(|i| i == out));
-            if let Some((j, add)) = next {
-                let is_add = add.op_type.as_deref() == Some("Add")
-                    && matches!(add.domain.as_deref(), None | Some("") | Some("ai.onnx"))
-                    && add.input.len() == 2
-                    && add.output.first().is_some_and(|o| !o.is_empty());
-                if is_add {
-                    let other = if add.input[0] == out { &add.input[1] } else { &add.input[0] };
-                    if let Some(Value::Const(c)) = self.values.get(other.as_str()) {
-                        let shape_ok = matches!(c.dims[..], [n] if n == m)
-                            || matches!(c.dims[..], [1, n] if n == m);
-                        if shape_ok && c.f32().is_ok() {
-                            fused = Some((j, c.clone(), add.output[0].clone()));
-                        }
-                    }
-                }
-            }
-        }
+        let fused = self.only_reader(graph, index, out, "Add").and_then(|(j, other, add_out)| {
+            let Some(Value::Const(c)) = self.values.get(other) else { return None };
+            let shape_ok =
+                matches!(c.dims[..], [n] if n == m) || matches!(c.dims[..], [1, n] if n == m);
+            (shape_ok && c.f32().is_ok()).then(|| (j, c.clone(), add_out.to_string()))
+        });
         let y = match fused {
             Some((j, bias, add_out)) => {
                 let b = self.vector(ctx, &bias, m, false)?;
@@ -1173,6 +1200,32 @@ impl<'m> Importer<'m> {
         };
         self.define_sprout(out, y);
         Ok(())
+    }
+
+    /// The node after `index` that alone reads `value`, when it is a default-domain `op` of
+    /// two inputs with an output: its index, its other operand and its output.
+    fn only_reader(
+        &self,
+        graph: &'m proto::GraphProto,
+        index: usize,
+        value: &str,
+        op: &str,
+    ) -> Option<(usize, &'m str, &'m str)> {
+        if self.uses.get(value) != Some(&1) {
+            return None;
+        }
+        let (j, n) = graph
+            .node
+            .iter()
+            .enumerate()
+            .skip(index + 1)
+            .find(|(_, n)| n.input.iter().any(|i| i == value))?;
+        let fits = n.op_type.as_deref() == Some(op)
+            && matches!(n.domain.as_deref(), None | Some("") | Some("ai.onnx"));
+        let [a, b] = &n.input[..] else { return None };
+        let out = n.output.first().filter(|o| !o.is_empty())?;
+        let other = if a == value { b } else { a };
+        fits.then_some((j, other.as_str(), out.as_str()))
     }
 
     /// `Clip(min, max)`: ReLU6 or ReLU where the bounds are theirs; otherwise a hard
@@ -1604,8 +1657,11 @@ impl<'m> Importer<'m> {
         self.g.conv2d(&name, x, w, Some(b), params).map_err(ctx.graph())
     }
 
-    /// `x · scale` with `scale` a per-channel parameter (under its name and ONNX shape), as a
-    /// depthwise 1×1 convolution by a view of it. The result is stored NCHW.
+    /// `x · scale (+ shift)` with `scale` a per-channel parameter and `shift` a per-channel
+    /// one (each under its name and ONNX shape), as a depthwise 1×1 convolution by views of
+    /// them; one scale for all channels (no shift) is a 1×1 convolution of one channel by
+    /// it over `x` viewed as `[N, 1, C·H, W]` (`{name}.shared`), its gradient the sum over
+    /// every position. The result is stored NCHW.
     fn channel_scale(
         &mut self,
         ctx: &Ctx,
@@ -1613,15 +1669,42 @@ impl<'m> Importer<'m> {
         x: TensorId,
         dims: &[usize],
         scale: &Const,
+        shift: Option<&Const>,
     ) -> Result<TensorId, OnnxError> {
         let (x, c) = self.channel_view(ctx, x, dims, name)?;
-        let shape =
-            Shape::new(&scale.dims).map_err(|e| tensor_error(&scale.name, e.to_string()))?;
-        let p = self.weight(scale, shape, scale.f32()?.to_vec(), false)?;
-        let w = self.view(ctx, p, &[c, 1, 1, 1], &format!("{name}.scale"))?;
-        let params = ConvParams { stride: (1, 1), padding: (0, 0), groups: c };
+        let parameter = |me: &mut Self, p: &Const| {
+            let dims = if p.dims.is_empty() { vec![1] } else { p.dims.clone() };
+            let shape = Shape::new(&dims).map_err(|e| tensor_error(&p.name, e.to_string()))?;
+            me.weight(p, shape, p.f32()?.to_vec(), false)
+        };
+        let p = parameter(self, scale)?;
+        let shared = scale.numel() == 1 && c > 1 && shift.is_none();
+        let (w, groups) = match shared {
+            true => (self.view(ctx, p, &[1, 1, 1, 1], &format!("{name}.scale"))?, 1),
+            false => (self.view(ctx, p, &[c, 1, 1, 1], &format!("{name}.scale"))?, c),
+        };
+        let b = match shift {
+            Some(shift) => {
+                let p = parameter(self, shift)?;
+                Some(self.view(ctx, p, &[c], &format!("{name}.shift"))?)
+            }
+            None => None,
+        };
+        let params = ConvParams { stride: (1, 1), padding: (0, 0), groups };
+        let nchw = self.g.shape(x).dims().to_vec();
+        if shared {
+            let one = [nchw[0], 1, c * nchw[2], nchw[3]];
+            let base = format!("{name}.shared");
+            let flat = self.view(ctx, x, &one, &base)?;
+            let y = self.g.conv2d(&base, flat, w, None, params).map_err(ctx.graph())?;
+            let name = self.staging(name, dims.len() != 4);
+            return self
+                .g
+                .reshape(&name, y, Shape::new(&nchw).map_err(|e| ctx.err(e.to_string()))?)
+                .map_err(ctx.graph());
+        }
         let name = self.staging(name, dims.len() != 4);
-        self.g.conv2d(&name, x, w, None, params).map_err(ctx.graph())
+        self.g.conv2d(&name, x, w, b, params).map_err(ctx.graph())
     }
 
     /// A constant operand of an element-wise op on `dims` as one value per channel (axis 1)
@@ -1643,8 +1726,15 @@ impl<'m> Importer<'m> {
 
     /// `Add`, `Sub`, `Mul`, `Div`: of two computed tensors (Add of the same shape, Mul also
     /// by a per-channel factor), or of a tensor and a per-channel or scalar constant (an
-    /// affine map).
-    fn arithmetic(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+    /// affine map). A `Mul` by a per-channel initializer trains it (ConvNeXt's layer scale,
+    /// GroupNorm's weight), and so does the `Add` of a per-channel initializer that alone
+    /// reads its product (GroupNorm's bias): one depthwise 1×1 convolution by both.
+    fn arithmetic(
+        &mut self,
+        ctx: &Ctx,
+        graph: &'m proto::GraphProto,
+        index: usize,
+    ) -> Result<(), OnnxError> {
         let constant = |i: usize| match self.value(ctx, ctx.input(i).unwrap_or("")) {
             Ok(Value::Const(c)) => Some(c.clone()),
             _ => None,
@@ -1660,8 +1750,21 @@ impl<'m> Importer<'m> {
         if ctx.op_type == "Mul" && v.len() > 1 && self.initializers.contains(&c.name) {
             // A weight of the model (ConvNeXt's layer scale): it trains, under its name.
             let out = ctx.output()?;
-            let y = self.channel_scale(ctx, out, x, &dims, &c)?;
-            self.define(out, y, dims);
+            let shift = self.only_reader(graph, index, out, "Add").and_then(|(j, other, sum)| {
+                let b = self.initializers.contains(other).then(|| self.values.get(other))??;
+                let Value::Const(b) = b else { return None };
+                let per_channel =
+                    self.channel_values(ctx, b, &dims).is_ok_and(|w| w.len() == v.len());
+                per_channel.then(|| (j, b.clone(), sum))
+            });
+            let Some((j, b, sum)) = shift else {
+                let y = self.channel_scale(ctx, out, x, &dims, &c, None)?;
+                self.define(out, y, dims);
+                return Ok(());
+            };
+            self.fused.insert(j);
+            let y = self.channel_scale(ctx, sum, x, &dims, &c, Some(&b))?;
+            self.define(sum, y, dims);
             return Ok(());
         }
         let map = |f: fn(f32) -> f32| v.iter().map(|&x| f(x)).collect::<Vec<f32>>();

@@ -2,12 +2,13 @@
 //! Pow → ReduceMean → Add → Sqrt → Div`, then the optional scale `Mul` and shift `Add`),
 //! exact GELU (`Div(√2) → Erf → Add(1) → Mul(x) → Mul(½)`) and its tanh form (`x + 0.044715
 //! · x · x · x`, `· √(2/π) → Tanh`, then the same tail), as PyTorch's TorchScript exporter
-//! writes them before opsets 17 and 20, and SiLU (`Mul(x, Sigmoid(x))`), as every opset
-//! writes it.
+//! writes them before opsets 17 and 20, SiLU (`Mul(x, Sigmoid(x))`), as every opset
+//! writes it, and softplus with PyTorch's threshold (`Where(Greater(βx, 20), x,
+//! Softplus(βx) / β)`), as the dynamo exporter writes it.
 
 use crate::import::parse_tensor;
 use crate::proto::{GraphProto, NodeProto};
-use sprout_core::reference::pointwise::{GELU_CUBIC, SQRT_2_OVER_PI};
+use sprout_core::reference::pointwise::{GELU_CUBIC, SOFTPLUS_LINEAR_ABOVE, SQRT_2_OVER_PI};
 use std::collections::{HashMap, HashSet};
 
 /// One recognised chain, recorded when the importer reaches its last node.
@@ -20,6 +21,9 @@ pub(crate) enum Fused {
     Gelu { x: String, tanh: bool },
     /// `x · sigmoid(x)`.
     Silu { x: String },
+    /// `softplus(β · x) / β`, which is `x` itself where `β · x` is above 20 (sprout's
+    /// softplus, like PyTorch's, is linear there).
+    Softplus { x: String, beta: f32 },
 }
 
 /// The chains of `graph`: by the index of each chain's last node, and the indices of the
@@ -33,6 +37,7 @@ pub(crate) fn find(graph: &GraphProto, opset: i64) -> (HashMap<usize, Fused>, Ha
             "Erf" => g.gelu(i),
             "Tanh" => g.gelu_tanh(i),
             "Sigmoid" => g.silu(i),
+            "Where" => g.softplus(i),
             _ => None,
         };
         if let Some((fused, nodes)) = found {
@@ -333,6 +338,42 @@ impl<'g> View<'g> {
         let x = self.node(i).input.first()?.as_str();
         let (mul, other) = self.next(i, "Mul")?;
         (other == x && !self.is_constant(x)).then(|| (Fused::Silu { x: x.into() }, vec![i, mul]))
+    }
+
+    /// Softplus with PyTorch's threshold from its `Where` (`i`): `Where(Greater(s, 20), x,
+    /// y)` where `s` is `x` and `y` `Softplus(x)`, or `s` is `Mul(x, β)` and `y`
+    /// `Div(Softplus(s), β)` (β a scalar constant, on either side of the `Mul`); every
+    /// value inside read by the chain alone; its nodes in order.
+    fn softplus(&self, i: usize) -> Option<(Fused, Vec<usize>)> {
+        let [cond, x, y] = &self.node(i).input[..] else { return None };
+        let greater = self.single_use(cond, i, "Greater")?;
+        let [s, threshold] = &self.node(greater).input[..] else { return None };
+        if self.scalar(threshold) != Some(SOFTPLUS_LINEAR_ABOVE) || self.is_constant(x) {
+            return None;
+        }
+        if s == x {
+            let soft = self.single_use(y, i, "Softplus")?;
+            return (self.node(soft).input.first() == Some(x))
+                .then(|| (Fused::Softplus { x: x.clone(), beta: 1.0 }, vec![soft, greater, i]));
+        }
+        // `s = x · β`, read by the Softplus and the Greater alone.
+        let mul = *self.producer.get(s.as_str())?;
+        let beta = self.other_operand(mul, x).filter(|_| self.op(mul) == "Mul")?;
+        let beta_value = self.scalar(beta)?;
+        let div = self.single_use(y, i, "Div")?;
+        let [soft_out, divisor] = &self.node(div).input[..] else { return None };
+        let soft = self.single_use(soft_out, div, "Softplus")?;
+        let mut readers = self.readers.get(s.as_str())?.clone();
+        readers.sort_unstable();
+        let mut expected = vec![soft, greater];
+        expected.sort_unstable();
+        let fits = self.node(soft).input.first() == Some(s)
+            && self.scalar(divisor) == Some(beta_value)
+            && readers == expected
+            && beta_value.is_finite()
+            && beta_value > 0.0;
+        let fused = Fused::Softplus { x: x.clone(), beta: beta_value };
+        fits.then(|| (fused, vec![mul, soft, div, greater, i]))
     }
 }
 

@@ -174,7 +174,7 @@ fn the_cnn_operator_set_matches_loops_at_opsets_11_13_and_18_and_survives_export
     let w = weights();
     let x = values(32, N * 3 * 36, -2.0, 2.0);
     let expected = coverage_expected(&w, &x);
-    let batch = ImportOptions { batch: Some(N) };
+    let batch = ImportOptions { batch: Some(N), ..Default::default() };
     for opset in [11, 13, 18, 21] {
         let imported = import_with(&coverage_model(&w, opset), &batch).expect("imports");
         let g = &imported.graph;
@@ -266,7 +266,9 @@ fn a_shape_subgraph_folds_to_a_constant_reshape_at_any_batch() {
     let tripled: Vec<f64> = fc_w.iter().map(|&v| 3.0 * v as f64).collect();
     for (opset, batch) in [(11, 1), (11, 3), (13, 1), (13, 3), (18, 2)] {
         let bytes = shape_subgraph_model(&fc_w, opset);
-        let imported = import_with(&bytes, &ImportOptions { batch: Some(batch) }).expect("imports");
+        let imported =
+            import_with(&bytes, &ImportOptions { batch: Some(batch), ..Default::default() })
+                .expect("imports");
         let g = &imported.graph;
         assert_eq!(g.shape(g.find("flat").unwrap()), sprout_core::Shape::d2(batch, 16));
         // The folded weight is one parameter under the name the Mul gave it.
@@ -355,8 +357,11 @@ fn a_transposed_initializer_folds_into_a_matmul_weight() {
 /// the rescaled Clip, and never the constants themselves.
 #[test]
 fn the_coverage_model_differentiates_with_respect_to_its_weights_only() {
-    let imported =
-        import_with(&coverage_model(&weights(), 13), &ImportOptions { batch: Some(N) }).unwrap();
+    let imported = import_with(
+        &coverage_model(&weights(), 13),
+        &ImportOptions { batch: Some(N), ..Default::default() },
+    )
+    .unwrap();
     let mut g = imported.graph;
     let logits = g.find("logits").unwrap();
     let labels = g.labels("labels", N).unwrap();

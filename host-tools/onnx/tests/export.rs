@@ -71,7 +71,8 @@ fn leafnet_exports_and_imports_back_with_equal_outputs() {
     }
 
     // The dynamic axis takes another batch size.
-    let four = import_with(&bytes, &ImportOptions { batch: Some(4) }).unwrap();
+    let four =
+        import_with(&bytes, &ImportOptions { batch: Some(4), ..Default::default() }).unwrap();
     assert_eq!(four.graph.shape(four.input).dim(0), Some(4));
     let x4: Vec<f32> = x.iter().cycle().take(4 * x.len()).cloned().collect();
     let y4 = run(&four.graph, four.input, four.outputs[0], &x4);
@@ -86,7 +87,8 @@ fn leafnet_exports_and_imports_back_with_equal_outputs() {
 fn an_mlp_round_trips_through_onnx() {
     let model = build(Architecture::Mlp, 2, 3).unwrap();
     let bytes = export_onnx(&model.graph, &graph_weights(&model.graph)).unwrap();
-    let imported = import_with(&bytes, &ImportOptions { batch: Some(2) }).unwrap();
+    let imported =
+        import_with(&bytes, &ImportOptions { batch: Some(2), ..Default::default() }).unwrap();
     let x = values(6, 2 * 64, -1.0, 1.0);
     let a = run(&model.graph, model.input, model.logits, &x);
     let b = run(&imported.graph, imported.input, imported.outputs[0], &x);
@@ -172,7 +174,8 @@ fn a_layer_norm_over_channels_and_space_exports_and_reads_back() {
     for mean in means {
         assert_eq!(mean.attribute[0].ints, [-3, -2, -1]);
     }
-    let back = import_with(&bytes, &ImportOptions { batch: Some(2) }).unwrap();
+    let back =
+        import_with(&bytes, &ImportOptions { batch: Some(2), ..Default::default() }).unwrap();
     let layer_norms = back.graph.nodes().iter().filter(|n| n.op.kind() == "layer_norm").count();
     assert_eq!(layer_norms, 1, "the chain reads back as one layer norm");
     let input = values(23, 48, -2.0, 2.0);

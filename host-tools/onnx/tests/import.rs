@@ -247,7 +247,8 @@ fn an_mlp_with_matmul_add_reshape_constant_dropout_and_softmax_matches() {
     softmax_rows(&mut y, 5);
 
     let imported =
-        import_with(&mlp_model(&w), &ImportOptions { batch: Some(batch) }).expect("imports");
+        import_with(&mlp_model(&w), &ImportOptions { batch: Some(batch), ..Default::default() })
+            .expect("imports");
     let g = &imported.graph;
     assert_eq!(g.shape(imported.input), sprout_core::Shape::d4(3, 2, 4, 4));
     // Both MatMul + Add pairs became one linear layer with a bias; the dropout is kept.
@@ -472,7 +473,8 @@ fn sigmoid_hard_swish_excitation_and_leaky_relu_match_and_survive_export() {
     // Out through the exporter (opset 13: HardSwish becomes x · HardSigmoid(x)) and back.
     let weights = sprout_onnx::graph_weights(g);
     let bytes = sprout_onnx::export_onnx(g, &weights).expect("exports");
-    let again = import_with(&bytes, &ImportOptions { batch: Some(2) }).expect("imports it");
+    let again = import_with(&bytes, &ImportOptions { batch: Some(2), ..Default::default() })
+        .expect("imports it");
     let y2 = run(&again.graph, again.input, again.outputs[0], &x);
     assert_close(&y2, &f64s(&y), 1e-6);
 }
@@ -514,7 +516,8 @@ fn x_times_its_sigmoid_is_one_silu_op_and_survives_export() {
     assert_close(&y, &expected, 1e-6);
 
     let bytes = sprout_onnx::export_onnx(g, &sprout_onnx::graph_weights(g)).expect("exports");
-    let again = import_with(&bytes, &ImportOptions { batch: Some(2) }).expect("imports it");
+    let again = import_with(&bytes, &ImportOptions { batch: Some(2), ..Default::default() })
+        .expect("imports it");
     assert_eq!([Op::Silu, Op::Sigmoid, Op::Mul].map(|op| count(&again.graph, op)), [2, 2, 2]);
     let y2 = run(&again.graph, again.input, again.outputs[0], &x);
     assert_close(&y2, &f64s(&y), 0.0);
@@ -645,7 +648,8 @@ fn gelu_spelt_out_with_tanh_is_the_tanh_form_of_the_gelu_op() {
         // sprout's export writes the same chain, which reads back as the same op.
         let g = &imported.graph;
         let bytes = sprout_onnx::export_onnx(g, &sprout_onnx::graph_weights(g)).expect("exports");
-        let again = import_with(&bytes, &ImportOptions { batch: Some(2) }).expect("imports it");
+        let again = import_with(&bytes, &ImportOptions { batch: Some(2), ..Default::default() })
+            .expect("imports it");
         let ops: Vec<Op> = again.graph.nodes().iter().map(|n| n.op).collect();
         assert_eq!(ops, [Op::Gelu(GeluParams { tanh: true })]);
         let y2 = run(&again.graph, again.input, again.outputs[0], &x);

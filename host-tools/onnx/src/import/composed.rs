@@ -1,11 +1,9 @@
-//! ONNX operators sprout has no op of its own for, recorded from ops it has: `Resize` by
-//! nearest neighbour at whole scale factors (`nn.Upsample`), `DepthToSpace`
+//! ONNX operators sprout has no op of its own for, recorded from ops it has: `DepthToSpace`
 //! (`nn.PixelShuffle`), `InstanceNormalization` (`nn.InstanceNorm2d`, and `nn.GroupNorm` as
-//! PyTorch exports it), `PRelu`, `Selu` and `Mish`.
+//! PyTorch exports it before opset 21), `GroupNormalization`, `PRelu`, `Selu` and `Mish`.
 
 use super::{check_vector, Ctx, Importer};
 use crate::error::OnnxError;
-use crate::fold;
 use sprout_core::op::ConvParams;
 use sprout_core::{Shape, TensorId};
 
@@ -34,110 +32,9 @@ impl Importer<'_> {
         self.define_reshaped(ctx, out, y, vec![n, depth, h * b, w * b])
     }
 
-    /// `Resize` of `[N, C, H, W]` by nearest neighbour to whole multiples of H and W, under
-    /// a coordinate transformation and rounding that repeat each value (PyTorch's
-    /// `asymmetric` with `floor`, `half_pixel` with either rounding): a view with a size-1
-    /// axis after W broadcast to the factor (`{out}.cols`), then one after each row's
-    /// (`{out}.rows`), then a reshape. Its gradient sums the repeated values.
-    pub(super) fn resize(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
-        let (x, dims) = self.act(ctx, 0)?;
-        let &[n, c, h, w] = dims.as_slice() else {
-            return Err(ctx.err(format!("input must be [N, C, H, W], it has shape {dims:?}")));
-        };
-        let mode = ctx.string("mode").unwrap_or_else(|| "nearest".into());
-        if mode != "nearest" {
-            return Err(ctx.err(format!(
-                "mode '{mode}': sprout resizes by nearest neighbour only (whole scale factors)"
-            )));
-        }
-        let to = self.resized_dims(ctx, &dims)?;
-        let factor = |from: usize, to: usize| to.is_multiple_of(from).then(|| to / from);
-        let (Some(sh), Some(sw)) = (factor(h, to[2]), factor(w, to[3])) else {
-            return Err(ctx.err(format!(
-                "resizes {dims:?} to {to:?}: sprout repeats values by whole factors of H and W only"
-            )));
-        };
-        if to[..2] != [n, c] || sh == 0 || sw == 0 {
-            return Err(ctx.err(format!(
-                "resizes {dims:?} to {to:?}: sprout resizes H and W only, never down"
-            )));
-        }
-        let coordinates = ctx.string("coordinate_transformation_mode");
-        let rounding = ctx.string("nearest_mode");
-        let repeats = match (coordinates.as_deref().unwrap_or("half_pixel"), rounding.as_deref()) {
-            ("asymmetric" | "tf_half_pixel_for_nn", Some("floor")) => true,
-            ("half_pixel" | "pytorch_half_pixel", None)
-            | ("half_pixel" | "pytorch_half_pixel", Some("round_prefer_floor"))
-            | ("half_pixel" | "pytorch_half_pixel", Some("round_prefer_ceil")) => true,
-            _ => sh == 1 && sw == 1,
-        };
-        if !repeats {
-            return Err(ctx.err(format!(
-                "coordinate_transformation_mode {coordinates:?} with nearest_mode {rounding:?} does not repeat each value: sprout resizes as asymmetric with floor or half_pixel with rounding"
-            )));
-        }
-        let out = ctx.output()?;
-        let mut y = x;
-        let graph = ctx.graph();
-        if sw > 1 {
-            let v = self.view(ctx, y, &[n, c * h, w, 1], &format!("{out}.cols"))?;
-            let to = Shape::d4(n, c * h, w, sw);
-            y = self.g.broadcast(&format!("{out}.cols"), v, to).map_err(&graph)?;
-        }
-        if sh > 1 {
-            let v = self.view(ctx, y, &[n, c * h, 1, w * sw], &format!("{out}.rows"))?;
-            let to = Shape::d4(n, c * h, sh, w * sw);
-            y = self.g.broadcast(&format!("{out}.rows"), v, to).map_err(&graph)?;
-        }
-        self.define_reshaped(ctx, out, y, to)
-    }
-
-    /// The output dims of a `Resize` of `dims`: its constant `sizes` (input 3) or `scales`
-    /// (input 2, rounded down), over its `axes` (all without).
-    fn resized_dims(&self, ctx: &Ctx, dims: &[usize]) -> Result<Vec<usize>, OnnxError> {
-        let axes: Vec<usize> = match ctx.ints("axes") {
-            None => (0..dims.len()).collect(),
-            Some(a) => a
-                .iter()
-                .map(|&a| fold::axis(a, dims.len()))
-                .collect::<Result<_, _>>()
-                .map_err(|e| ctx.err(e))?,
-        };
-        let mut to = dims.to_vec();
-        let sizes = self.constant(ctx, 3)?.filter(|s| s.numel() > 0);
-        if let Some(sizes) = sizes {
-            let policy = ctx.string("keep_aspect_ratio_policy");
-            if !matches!(policy.as_deref(), None | Some("stretch")) {
-                return Err(ctx.err(format!("keep_aspect_ratio_policy {policy:?} is not stretch")));
-            }
-            let sizes = sizes.i64()?;
-            if sizes.len() != axes.len() {
-                return Err(ctx.err(format!("{} sizes for {} axes", sizes.len(), axes.len())));
-            }
-            for (&a, &s) in axes.iter().zip(sizes) {
-                to[a] = usize::try_from(s).map_err(|_| ctx.err(format!("size {s} is negative")))?;
-            }
-            return Ok(to);
-        }
-        let scales = self.constant(ctx, 2)?.filter(|s| s.numel() > 0);
-        let scales = scales.ok_or_else(|| ctx.err("has neither constant scales nor sizes"))?;
-        let scales = scales.f32()?;
-        if scales.len() != axes.len() {
-            return Err(ctx.err(format!("{} scales for {} axes", scales.len(), axes.len())));
-        }
-        for (&a, &s) in axes.iter().zip(scales) {
-            let size = (dims[a] as f64 * f64::from(s)).floor();
-            if !(size.is_finite() && size >= 0.0 && size < (1u64 << 32) as f64) {
-                return Err(ctx.err(format!("scale {s} of axis {a} gives no size")));
-            }
-            to[a] = size as usize;
-        }
-        Ok(to)
-    }
-
     /// `y` defined as `out` under ONNX shape `dims`, reshaped to them (named `out`) when
     /// stored otherwise.
-    fn define_reshaped(
+    pub(super) fn define_reshaped(
         &mut self,
         ctx: &Ctx,
         out: &str,
@@ -189,6 +86,37 @@ impl Importer<'_> {
         Ok(())
     }
 
+    /// `GroupNormalization` (opset 21, as the dynamo exporter writes `nn.GroupNorm` from
+    /// opset 21 on) of `[N, C, ...]`: each group of `C / num_groups` channels of each sample
+    /// normalised together (a layer norm over `[N, G, C/G · L]`, `{out}.normed`), then a
+    /// depthwise 1×1 convolution by its per-channel scale and bias (trained, under their
+    /// names). Opset 18's scale and bias per group are refused by their shape.
+    pub(super) fn group_normalization(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
+        let (x, dims) = self.act(ctx, 0)?;
+        let c = dims.get(1).copied().unwrap_or(0);
+        let groups = ctx.int("num_groups", 0)?;
+        let g = usize::try_from(groups)
+            .ok()
+            .filter(|&g| g >= 1 && c.is_multiple_of(g) && dims.len() >= 3)
+            .ok_or_else(|| {
+                ctx.err(format!(
+                    "num_groups {groups} must divide the channels of an [N, C, ...] input with a spatial axis, it has shape {dims:?}"
+                ))
+            })?;
+        let eps = ctx.float("epsilon", 1e-5)?;
+        let (scale, bias) = (self.required_constant(ctx, 1)?, self.required_constant(ctx, 2)?);
+        check_vector(ctx, &scale, c)?;
+        check_vector(ctx, &bias, c)?;
+        let out = ctx.output()?;
+        let grouped = vec![dims[0], g, c / g * dims[2..].iter().product::<usize>()];
+        let x = self.view(ctx, x, &grouped, &format!("{out}.grouped"))?;
+        let normed = format!("{out}.normed");
+        let y = self.layer_norm(ctx, &normed, x, grouped, 1, eps, None, None)?;
+        let y = self.channel_scale(ctx, out, y, &dims, &scale, Some(&bias))?;
+        self.define(out, y, dims);
+        Ok(())
+    }
+
     /// `Selu`: `gamma · elu(x, alpha)` (`{out}.elu`, then a constant scale).
     pub(super) fn selu(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
         let (x, dims) = self.act(ctx, 0)?;
@@ -215,8 +143,10 @@ impl Importer<'_> {
     }
 
     /// `PRelu`: `relu(x) + slope · min(x, 0)`, `min(x, 0)` as `x − relu(x)` (`{out}.positive`,
-    /// `{out}.negated`, `{out}.negative`); a slope per channel is a depthwise 1×1 convolution
-    /// by it (trained, under its name and ONNX shape), one slope for all a constant.
+    /// `{out}.negated`, `{out}.negative`); the slope an initializer, it trains under its name
+    /// and ONNX shape: a depthwise 1×1 convolution by a slope per channel, a 1×1 convolution
+    /// of one channel over the activation viewed as `[N, 1, C·H, W]` by one slope for all
+    /// (its gradient summed over every position); a `Constant` slope is a constant scale.
     pub(super) fn prelu(&mut self, ctx: &Ctx) -> Result<(), OnnxError> {
         let (x, dims) = self.act(ctx, 0)?;
         let slope = self.required_constant(ctx, 1)?;
@@ -231,8 +161,10 @@ impl Importer<'_> {
         let negative = self.g.add(&format!("{out}.negative"), x, negated).map_err(&graph)?;
         let sloped = format!("{out}.sloped");
         let sloped = match values.len() {
-            1 => self.affine(ctx, &sloped, negative, &nchw, &values, &[0.0])?,
-            _ => self.channel_scale(ctx, &sloped, negative, &nchw, &slope)?,
+            1 if !self.initializers.contains(&slope.name) => {
+                self.affine(ctx, &sloped, negative, &nchw, &values, &[0.0])?
+            }
+            _ => self.channel_scale(ctx, &sloped, negative, &nchw, &slope, None)?,
         };
         let name = self.staging(out, dims.len() != 4);
         let y = self.g.add(&name, positive, sloped).map_err(&graph)?;
