@@ -674,27 +674,38 @@ fn shared_weight_fan_out() {
 
 // ---- batch norm ----
 
+/// A random batch norm over `[2, C, H, W]` for `seed`: the graph, the random source after
+/// it, the input's shape, the input, scale (drawn from `gamma_range`) and shift, and the
+/// output. Running statistics are drawn at random too.
+fn batch_norm_net(
+    seed: u64,
+    gamma_range: (f32, f32),
+) -> (Graph, Rand, Shape, [TensorId; 3], TensorId) {
+    let mut r = Rand::new(seed);
+    // At least four elements per channel, so the batch statistics are not degenerate.
+    let (n, c, h, w) = (2, r.int(1, 3), r.int(2, 4), r.int(2, 4));
+    let shape = Shape::d4(n, c, h, w);
+    let mut g = Graph::new(seed);
+    let values = r.values(shape.numel(), -2.0, 2.0);
+    let x = param(&mut g, "x", shape, values);
+    let gamma_values = r.values(c, gamma_range.0, gamma_range.1);
+    let gamma = param(&mut g, "gamma", Shape::d1(c), gamma_values);
+    let beta = random_param(&mut g, &mut r, "beta", Shape::d1(c));
+    let mean = Init::Values(r.values(c, -1.0, 1.0));
+    let mean = g.buffer("running_mean", Shape::d1(c), mean).unwrap();
+    let var = Init::Values(r.values(c, 0.5, 2.0));
+    let var = g.buffer("running_var", Shape::d1(c), var).unwrap();
+    let cfg = BatchNormConfig::default();
+    let y = g.batch_norm2d("bn", x, gamma, beta, mean, var, cfg).unwrap();
+    (g, r, shape, [x, gamma, beta], y)
+}
+
 /// Batch norm's gradients with respect to its input, scale and shift when compiled in
 /// `mode`, running statistics drawn at random (a batch's own statistics in `Mode::Train`;
 /// the running ones, as constants, in `Mode::TrainRunningStats`).
 fn check_batch_norm2d(mode: Mode) {
     for seed in SEEDS {
-        let mut r = Rand::new(seed);
-        // At least four elements per channel, so the batch statistics are not degenerate.
-        let (n, c, h, w) = (2, r.int(1, 3), r.int(2, 4), r.int(2, 4));
-        let shape = Shape::d4(n, c, h, w);
-        let mut g = Graph::new(seed);
-        let values = r.values(shape.numel(), -2.0, 2.0);
-        let x = param(&mut g, "x", shape, values);
-        let gamma_values = r.values(c, 0.5, 1.5);
-        let gamma = param(&mut g, "gamma", Shape::d1(c), gamma_values);
-        let beta = random_param(&mut g, &mut r, "beta", Shape::d1(c));
-        let mean = Init::Values(r.values(c, -1.0, 1.0));
-        let mean = g.buffer("running_mean", Shape::d1(c), mean).unwrap();
-        let var = Init::Values(r.values(c, 0.5, 2.0));
-        let var = g.buffer("running_var", Shape::d1(c), var).unwrap();
-        let cfg = BatchNormConfig::default();
-        let y = g.batch_norm2d("bn", x, gamma, beta, mean, var, cfg).unwrap();
+        let (mut g, mut r, shape, [x, gamma, beta], y) = batch_norm_net(seed, (0.5, 1.5));
         let loss = mse_to_random_target(&mut g, &mut r, y);
         let name = format!("batch_norm2d {shape} {mode:?}");
         let check = |params: &[TensorId]| GradCheck::new(&name, &g, loss, params).mode(mode).run();
@@ -717,24 +728,10 @@ fn batch_norm2d_training_mode() {
 fn check_rectified_batch_norm2d(mode: Mode) {
     for seed in SEEDS {
         for relu6 in [false, true] {
-            let mut r = Rand::new(seed);
-            let (n, c, h, w) = (2, r.int(1, 3), r.int(2, 4), r.int(2, 4));
-            let shape = Shape::d4(n, c, h, w);
-            let mut g = Graph::new(seed);
-            let values = r.values(shape.numel(), -2.0, 2.0);
-            let x = param(&mut g, "x", shape, values);
             // Wide enough that ReLU6 clamps some outputs at 6.
-            let gamma = param(&mut g, "gamma", Shape::d1(c), r.values(c, 2.0, 5.0));
-            let beta = random_param(&mut g, &mut r, "beta", Shape::d1(c));
-            let mean = Init::Values(r.values(c, -1.0, 1.0));
-            let mean = g.buffer("running_mean", Shape::d1(c), mean).unwrap();
-            let var = Init::Values(r.values(c, 0.5, 2.0));
-            let var = g.buffer("running_var", Shape::d1(c), var).unwrap();
-            let cfg = BatchNormConfig::default();
-            let z = g.batch_norm2d("bn", x, gamma, beta, mean, var, cfg).unwrap();
+            let (mut g, mut r, shape, params, z) = batch_norm_net(seed, (2.0, 5.0));
             let y = if relu6 { g.relu6("act", z) } else { g.relu("act", z) }.unwrap();
             let loss = mse_to_random_target(&mut g, &mut r, y);
-            let params = [x, gamma, beta];
             let d = differentiate(&g, loss, &params).unwrap();
             let grads: Vec<TensorId> = d.gradients.iter().map(|&(_, grad)| grad).collect();
             let plan = compile_outputs(&d.graph, &[&[loss][..], &grads].concat(), mode).unwrap();
