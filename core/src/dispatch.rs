@@ -4,8 +4,8 @@
 use bytemuck::Pod;
 
 use crate::backend::{
-    Affine, GradSums, GradsMut, Host, Kernels, Memory, ParamUpdate, Running, Saved, SavedMut,
-    TrainStats,
+    Affine, GradSums, GradsMut, Host, Kernels, Memory, NormAct, ParamUpdate, Running, Saved,
+    SavedMut, TrainStats,
 };
 use crate::error::KernelError;
 use crate::kernel::{KernelCall, MAX_OPERANDS};
@@ -162,6 +162,13 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         KernelCall::Conv2d { geometry, bias } => {
             let (x, w, b) = (o.f32()?, o.f32()?, o.f32_if(bias)?);
             k.conv2d(x, w, b, o.f32_mut()?, &geometry)
+        }
+        KernelCall::Conv2dNormAct { geometry, bias, cfg, rectifier } => {
+            let (x, w, b) = (o.f32()?, o.f32()?, o.f32_if(bias)?);
+            let p = Affine { gamma: o.f32()?, beta: o.f32()? };
+            let running = Running { mean: o.f32()?, var: o.f32()? };
+            let then = NormAct { p, running, cfg, rectifier };
+            k.conv2d_norm_act(x, w, b, then, o.f32_mut()?, &geometry)
         }
         KernelCall::Conv2dGradInput(g) => k.conv2d_grad_input(o.f32()?, o.f32()?, o.f32_mut()?, &g),
         KernelCall::Conv2dGradWeight(g) => {

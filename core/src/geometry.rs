@@ -62,6 +62,10 @@ pub struct Conv2dGeometry {
 }
 
 impl Conv2dGeometry {
+    /// The output seen as `n` samples of `c_out` channels of `out_h · out_w` values.
+    pub fn output_channels(&self) -> ChannelDims {
+        ChannelDims { outer: self.n, channels: self.c_out, inner: self.out_h * self.out_w }
+    }
     /// Input channels seen by one output channel.
     pub fn c_in_per_group(&self) -> usize {
         self.c_in / self.groups

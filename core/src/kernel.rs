@@ -282,6 +282,16 @@ kernels! {
         /// rectifier's gradient worked out from `x` (a rectifier's in-place gradient and the
         /// parameter gradient after it, folded into one step when the plan is placed).
         96 => BatchNormGradParamsRectified(dims: ChannelDims, rectifier: Rectifier),
+        /// `x, w, [b], gamma, beta, running_mean, running_var → y`: [`KernelCall::Conv2d`],
+        /// then [`KernelCall::BatchNormEval`] of its output with `cfg`, then the `rectifier`
+        /// if any, as one step, the output normalised while it is still in cache (a frozen
+        /// batch norm's chain, fused when the plan is placed).
+        100 => Conv2dNormAct {
+            geometry: Conv2dGeometry,
+            bias: bool,
+            cfg: BatchNormConfig,
+            rectifier: Option<Rectifier>,
+        },
     }
 }
 
@@ -364,6 +374,10 @@ impl KernelCall {
                 .read(g.weight_len())
                 .read_if(bias, g.c_out)
                 .write(g.output_len()),
+            KernelCall::Conv2dNormAct { geometry: g, bias, .. } => {
+                let s = s.read(g.input_len()).read(g.weight_len()).read_if(bias, g.c_out);
+                s.read(g.c_out).read(g.c_out).read(g.c_out).read(g.c_out).write(g.output_len())
+            }
             KernelCall::Conv2dGradInput(g) => {
                 s.read(g.output_len()).read(g.weight_len()).write(g.input_len())
             }
@@ -556,6 +570,7 @@ impl KernelCall {
             | KernelCall::LinearGradInput(dims)
             | KernelCall::LinearGradWeight(dims) => dims.check(),
             KernelCall::Conv2d { geometry, .. }
+            | KernelCall::Conv2dNormAct { geometry, .. }
             | KernelCall::Conv2dGradInput(geometry)
             | KernelCall::Conv2dGradWeight(geometry)
             | KernelCall::QConv2d { geometry, .. } => geometry.check(),
@@ -651,6 +666,8 @@ impl KernelCall {
             KernelCall::Conv2d { geometry: g, .. }
             | KernelCall::Conv2dGradInput(g)
             | KernelCall::Conv2dGradWeight(g) => 2 * g.macs(),
+            // The batch norm's four operations and the rectifier's one per output.
+            KernelCall::Conv2dNormAct { geometry: g, .. } => 2 * g.macs() + 5 * g.output_len(),
             KernelCall::MaxPool2d(p)
             | KernelCall::MaxPool2dGrad(p)
             | KernelCall::AvgPool2d(p)
@@ -758,6 +775,7 @@ impl KernelCall {
             KernelCall::Conv2d { .. } => "conv2d",
             KernelCall::Conv2dGradInput(_) => "conv2d_grad_input",
             KernelCall::Conv2dGradWeight(_) => "conv2d_grad_weight",
+            KernelCall::Conv2dNormAct { .. } => "conv2d_norm_act",
             KernelCall::Relu(_) => "relu",
             KernelCall::Relu6(_) => "relu6",
             KernelCall::ReluGrad(_) => "relu_grad",

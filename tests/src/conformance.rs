@@ -14,7 +14,7 @@
 //! another exponential. [`check_reference`] runs the suite with every tolerance bit-exact.
 
 use sprout_core::backend::{
-    ActivationKernels, Affine, GradSums, GradsMut, LossKernels, NormKernels, ParamUpdate,
+    ActivationKernels, Affine, GradSums, GradsMut, LossKernels, NormAct, NormKernels, ParamUpdate,
     PointwiseKernels, Running, Saved, SavedMut, TrainStats,
 };
 use sprout_core::geometry::{
@@ -269,6 +269,47 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         self.compare("bias_grad", &case, tol, vec![Self::nans(g.c_out)], &|k, o| {
             k.bias_grad(&dy, &mut o[0], d)
         });
+        self.conv_norm_act(g, &x, &w, &b);
+    }
+
+    /// A convolution fused with a frozen batch norm and a rectifier: within the reduction
+    /// tolerance of the reference, and bit for bit what the backend's own three kernels
+    /// give one after the other (fusing a plan changes no result).
+    fn conv_norm_act(&mut self, g: &Conv2dGeometry, x: &[f32], w: &[f32], b: &[f32]) {
+        let c = g.c_out;
+        // Scales up to 4 and spread-out means: some outputs land past 6 and below 0.
+        let (gamma, beta) = (self.random(c, -4.0, 4.0), self.random(c, -1.0, 1.0));
+        let (mean, var) = (self.random(c, -1.0, 1.0), self.random(c, 0.25, 2.0));
+        let p = Affine { gamma: &gamma[..], beta: &beta[..] };
+        let running = Running { mean: &mean[..], var: &var[..] };
+        let cfg = BatchNormConfig::default();
+        let y = Self::nans(g.output_len());
+        for (rectifier, bias) in [(None, true), (Some(false), false), (Some(true), true)] {
+            let rectifier = rectifier.map(|relu6| Rectifier { relu6 });
+            let b = bias.then_some(b);
+            let then = NormAct { p, running, cfg, rectifier };
+            let case = format!("{g:?}, {rectifier:?}, bias {bias}");
+            self.compare("conv2d_norm_act", &case, self.reduction, vec![y.clone()], &|k, o| {
+                k.conv2d_norm_act(x, w, b, then, &mut o[0], g)
+            });
+            let (mut fused, mut separate) = (y.clone(), y.clone());
+            self.backend.conv2d_norm_act(x, w, b, then, &mut fused, g);
+            self.backend.conv2d(x, w, b, &mut separate, g);
+            self.backend.batch_norm_eval_in_place(
+                &mut separate,
+                p,
+                running,
+                g.output_channels(),
+                cfg,
+            );
+            match rectifier {
+                Some(Rectifier { relu6: true }) => self.backend.relu6_in_place(&mut separate),
+                Some(Rectifier { relu6: false }) => self.backend.relu_in_place(&mut separate),
+                None => {}
+            }
+            let same = fused.iter().zip(&separate).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{}: conv2d_norm_act ({case}) differs from its three kernels", self.name);
+        }
     }
 
     fn linear(&mut self, d: LinearDims) {

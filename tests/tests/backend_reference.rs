@@ -29,6 +29,18 @@ fn a_backend_with_a_wrong_kernel_fails() {
         ) {
             sprout_core::reference::conv2d(x, w, b, y, g)
         }
+        fn conv2d_norm_act(
+            &mut self,
+            x: &[f32],
+            w: &[f32],
+            b: Option<&[f32]>,
+            then: sprout_core::backend::NormAct<'_, sprout_core::Host>,
+            y: &mut [f32],
+            g: &sprout_core::geometry::Conv2dGeometry,
+        ) {
+            let norm = then.frozen_norm();
+            sprout_core::reference::conv2d_norm_act(x, w, b, norm, then.rectifier, y, g)
+        }
         fn conv2d_grad_input(
             &mut self,
             dy: &[f32],

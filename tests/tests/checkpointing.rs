@@ -1,11 +1,12 @@
 //! Memory passes keep training exact: gradient checkpointing under a byte budget, early
-//! updates and in-place element-wise ops all give bit-identical parameters after a step,
-//! while the arena shrinks.
+//! updates, in-place element-wise ops and fused frozen batch norms all give bit-identical
+//! parameters after a step, while the arena shrinks.
 
 use sprout_core::{
-    compile_training_step_with, Executor, GraphError, MemoryOptions, PlacementOptions, Reference,
-    Role, TrainConfig, Training,
+    compile_training_step_with, Executor, GraphError, Host, Kernels, MemoryOptions,
+    PlacementOptions, Reference, Role, TrainConfig, Training,
 };
+use sprout_cpu::Cpu;
 use sprout_zoo::{build, select_trainable, Architecture, ZooModel};
 
 fn compile(
@@ -26,11 +27,20 @@ fn compile(
 /// Trainable parameters by name, as bit patterns.
 type Parameters = Vec<(String, Vec<u32>)>;
 
-/// Trainable parameters after two SGD steps on fixed data.
+/// Trainable parameters after two SGD steps on fixed data, on the reference kernels.
 fn train_twice(model: &ZooModel, training: &Training) -> Parameters {
+    train_twice_on(model, training, Reference)
+}
+
+/// [`train_twice`] on `backend`.
+fn train_twice_on<K: Kernels<Memory = Host>>(
+    model: &ZooModel,
+    training: &Training,
+    backend: K,
+) -> Parameters {
     let plan = &training.plan;
     let mut memory = plan.initial_memory(&training.graph);
-    let mut exec = Executor::new(plan.view(), Reference).unwrap();
+    let mut exec = Executor::new(plan.view(), backend).unwrap();
     let input = plan.operand("input").unwrap();
     let labels = plan.operand("labels").unwrap();
     let x: Vec<f32> = (0..input.len).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
@@ -89,13 +99,16 @@ fn an_impossible_budget_names_the_smallest_reachable_one() {
 }
 
 /// Arena bytes and trained parameters of leafnet for each combination of the two passes,
-/// in the order (both, no early updates, no in-place, neither).
+/// in the order (both, no early updates, no in-place, neither); frozen batch norms stay
+/// unfused, which would leave nothing in place to run.
 fn pass_variants(trainable: &str) -> Vec<(usize, Parameters)> {
     let model = build(Architecture::LeafNet, 1, 5).unwrap();
     [(true, true), (false, true), (true, false), (false, false)]
         .iter()
         .map(|&(update_early, in_place)| {
-            let placement = PlacementOptions { in_place, ..PlacementOptions::default() };
+            let fuse_frozen_norms = false;
+            let placement =
+                PlacementOptions { in_place, fuse_frozen_norms, ..PlacementOptions::default() };
             let memory = MemoryOptions { update_early, placement, budget: None, f16_storage: None };
             let training = compile(&model, trainable, memory).unwrap();
             (training.plan.sizes.arena, train_twice(&model, &training))
@@ -119,4 +132,44 @@ fn in_place_ops_shrink_the_head_fine_tuning_arena_without_changing_results() {
     let arenas: Vec<usize> = variants.iter().map(|v| v.0).collect();
     assert!(arenas[0] < arenas[2], "in-place ops must shrink the arena: {arenas:?}");
     assert!(variants.iter().all(|v| v.1 == variants[3].1), "results differ between passes");
+}
+
+/// Steps of `training` that run `kernel`.
+fn steps_running(training: &Training, kernel: &str) -> usize {
+    training.plan.steps.iter().filter(|s| s.kernel.name() == kernel).count()
+}
+
+/// LeafNet compiled for `trainable` with frozen batch norms fused into their convolutions
+/// or not.
+fn fused_and_separate(model: &ZooModel, trainable: &str) -> [Training; 2] {
+    [true, false].map(|fuse_frozen_norms| {
+        let placement = PlacementOptions { fuse_frozen_norms, ..PlacementOptions::default() };
+        compile(model, trainable, MemoryOptions { placement, ..MemoryOptions::default() }).unwrap()
+    })
+}
+
+#[test]
+fn fused_frozen_batch_norms_keep_head_fine_tuning_exact() {
+    let model = build(Architecture::LeafNet, 2, 3).unwrap();
+    let [fused, separate] = fused_and_separate(&model, "head");
+    // Every convolution of LeafNet's frozen backbone has a batch norm after it.
+    let convolutions = steps_running(&separate, "conv2d");
+    assert!(convolutions > 10, "{convolutions} convolutions");
+    assert_eq!(steps_running(&fused, "conv2d_norm_act"), convolutions);
+    for kernel in ["conv2d", "batch_norm_eval_in_place", "relu6_in_place"] {
+        assert!(steps_running(&separate, kernel) > 0, "{kernel}");
+        assert_eq!(steps_running(&fused, kernel), 0, "{kernel} left unfused");
+    }
+    assert!(fused.plan.sizes.arena <= separate.plan.sizes.arena);
+    assert_eq!(train_twice(&model, &fused), train_twice(&model, &separate));
+    let on_cpu = |training| train_twice_on(&model, training, Cpu::with_threads(2));
+    assert_eq!(on_cpu(&fused), on_cpu(&separate));
+}
+
+#[test]
+fn batch_norms_that_train_are_not_fused() {
+    let model = build(Architecture::LeafNet, 2, 3).unwrap();
+    let [fused, separate] = fused_and_separate(&model, "all");
+    assert_eq!(steps_running(&fused, "conv2d_norm_act"), 0);
+    assert_eq!(fused.plan.steps.len(), separate.plan.steps.len());
 }

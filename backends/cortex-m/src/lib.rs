@@ -13,7 +13,7 @@ mod float;
 pub mod int8;
 mod pointwise;
 
-use sprout_core::backend::{Backend, ConvKernels, DenseKernels, Int8LayerKernels};
+use sprout_core::backend::{Backend, ConvKernels, DenseKernels, Int8LayerKernels, NormAct};
 use sprout_core::geometry::{Conv2dGeometry, LinearDims};
 use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::{inherit_reference, Host};
@@ -63,6 +63,18 @@ impl ConvKernels for CortexM {
         g: &Conv2dGeometry,
     ) {
         float::conv2d(x, w, b, y, g)
+    }
+    fn conv2d_norm_act(
+        &mut self,
+        x: &[f32],
+        w: &[f32],
+        b: Option<&[f32]>,
+        then: NormAct<'_, Host>,
+        y: &mut [f32],
+        g: &Conv2dGeometry,
+    ) {
+        float::conv2d(x, w, b, y, g);
+        sprout_core::reference::norm_act_in_place(y, then.frozen_norm(), then.rectifier, g)
     }
     fn conv2d_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
         float::conv2d_grad_input(dy, w, dx, g)

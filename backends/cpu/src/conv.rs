@@ -2,6 +2,7 @@
 //! input gradient split the batch over threads, the weight gradient is one batch-summed
 //! product per group (see [`sum_of_products_nt`]).
 
+use crate::epilogue::Epilogue;
 use crate::gemm::{gemm, sum_of_products_nt, sum_of_products_scratch, Batch, Mat};
 use crate::im2col::{col2im, col_cols, col_rows, im2col, is_pointwise};
 use crate::parallel::{for_each_chunk, workers};
@@ -45,13 +46,16 @@ fn weight_group<'a>(w: &'a [f32], group: usize, g: &Conv2dGeometry) -> Mat<'a> {
     Mat::new(&w[group * len..][..len], g.c_out_per_group(), col_rows(g))
 }
 
-/// `y = conv(x, w) + b`; `scratch` holds `batch_workers · scratch_per_worker` values.
+/// `y = conv(x, w) + b`, each sample's output then put through `then`, if any; `scratch`
+/// holds `batch_workers · scratch_per_worker` values.
+#[allow(clippy::too_many_arguments)]
 pub fn conv2d(
     pool: &Pool,
     scratch: &mut [f32],
     x: &[f32],
     w: &[f32],
     b: Option<&[f32]>,
+    then: Option<&Epilogue<'_>>,
     y: &mut [f32],
     g: &Conv2dGeometry,
 ) {
@@ -79,6 +83,9 @@ pub fn conv2d(
                     let x_cols = columns(input_group(x, first + i, group, g), col, g);
                     let x_cols = Mat::new(x_cols, col_rows(g), cols);
                     gemm(pool, weight_group(w, group, g), x_cols, beta, y_g);
+                    if let Some(then) = then {
+                        then.apply_rows(group * g.c_out_per_group(), y_g, cols);
+                    }
                 }
             }
         },

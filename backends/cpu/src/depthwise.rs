@@ -21,6 +21,7 @@
 //! Stride-1 layers that keep the plane's size, on planes of whole blocks, skip the phases
 //! and run in place (`same_depthwise`).
 
+use crate::epilogue::Epilogue;
 use crate::parallel::{for_each_chunk, partials_len, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
 use crate::same_depthwise as same;
@@ -463,17 +464,19 @@ impl Layout {
 
 /// Forward pass, one output plane per (sample, channel), planes split over threads;
 /// `scratch` holds `pool.threads()` times [`scratch_per_worker`] values.
+#[allow(clippy::too_many_arguments)]
 pub fn conv2d(
     pool: &Pool,
     scratch: &mut [f32],
     x: &[f32],
     w: &[f32],
     b: Option<&[f32]>,
+    then: Option<&Epilogue<'_>>,
     y: &mut [f32],
     g: &Conv2dGeometry,
 ) {
     if same::runs_in_place(g) {
-        return same::conv2d(pool, scratch, x, w, b, y, g);
+        return same::conv2d(pool, scratch, x, w, b, then, y, g);
     }
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
@@ -491,6 +494,9 @@ pub fn conv2d(
             let start = b.map_or(0.0, |b| b[c]);
             accumulate(start, &w[c * taps..][..taps], order.offsets(), phases, flat);
             l.keep_outputs(flat, y_plane);
+            if let Some(then) = then {
+                then.apply(c, y_plane);
+            }
         }
     });
 }
@@ -653,7 +659,7 @@ pub(crate) mod tests {
                 let mut scratch = vec![f32::NAN; grad_weight_scratch_len(&g, threads)];
                 let what = format!("stride {stride}, {h}x{w}, kernel {kh}x{kw}");
                 let mut y = vec![f32::NAN; dy.len()];
-                conv2d(&pool, &mut scratch, &x, &wt, Some(&b), &mut y, &g);
+                conv2d(&pool, &mut scratch, &x, &wt, Some(&b), None, &mut y, &g);
                 assert_close(&y, &want_y, &format!("y, {what}"));
                 let mut dx = vec![f32::NAN; x.len()];
                 conv2d_grad_input(&pool, &mut scratch, &dy, &wt, &mut dx, &g);

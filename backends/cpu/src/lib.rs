@@ -28,6 +28,7 @@ mod simd;
 mod conv;
 mod dense;
 mod depthwise;
+mod epilogue;
 mod gemm;
 mod im2col;
 mod int8;
@@ -45,7 +46,7 @@ use parallel::for_each_span;
 use pool::Pool;
 use sprout_core::backend::{
     ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, GradSums, GradsMut,
-    Int8LayerKernels, NormKernels, PointwiseKernels, Running, Saved, SavedMut, TrainStats,
+    Int8LayerKernels, NormAct, NormKernels, PointwiseKernels, Running, Saved, SavedMut, TrainStats,
 };
 use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
 use sprout_core::hyperparams::BatchNormConfig;
@@ -89,6 +90,26 @@ impl Cpu {
     fn depthwise_scratch(&mut self, g: &Conv2dGeometry) -> (&Pool, &mut [f32]) {
         let len = depthwise::scratch_len(g, self.pool.threads());
         (&self.pool, grow(&mut self.scratch, len))
+    }
+
+    /// A convolution, each output then put through `then`, if any: direct for depthwise
+    /// ones, GEMMs otherwise.
+    fn conv2d_then(
+        &mut self,
+        x: &[f32],
+        w: &[f32],
+        b: Option<&[f32]>,
+        then: Option<&epilogue::Epilogue<'_>>,
+        y: &mut [f32],
+        g: &Conv2dGeometry,
+    ) {
+        if runs_direct(g) {
+            let (pool, scratch) = self.depthwise_scratch(g);
+            return depthwise::conv2d(pool, scratch, x, w, b, then, y, g);
+        }
+        let len = conv::batch_workers(&self.pool, g) * conv::scratch_per_worker(g);
+        let scratch = grow(&mut self.scratch, len);
+        conv::conv2d(&self.pool, scratch, x, w, b, then, y, g)
     }
 
     /// Training-mode batch norm of `src` into `y` (of `y` in place without `src`): the
@@ -376,13 +397,19 @@ impl ConvKernels for Cpu {
         y: &mut [f32],
         g: &Conv2dGeometry,
     ) {
-        if runs_direct(g) {
-            let (pool, scratch) = self.depthwise_scratch(g);
-            return depthwise::conv2d(pool, scratch, x, w, b, y, g);
-        }
-        let len = conv::batch_workers(&self.pool, g) * conv::scratch_per_worker(g);
-        let scratch = grow(&mut self.scratch, len);
-        conv::conv2d(&self.pool, scratch, x, w, b, y, g)
+        self.conv2d_then(x, w, b, None, y, g)
+    }
+    fn conv2d_norm_act(
+        &mut self,
+        x: &[f32],
+        w: &[f32],
+        b: Option<&[f32]>,
+        then: NormAct<'_, Host>,
+        y: &mut [f32],
+        g: &Conv2dGeometry,
+    ) {
+        let then = epilogue::Epilogue { norm: then.frozen_norm(), rectifier: then.rectifier };
+        self.conv2d_then(x, w, b, Some(&then), y, g)
     }
     fn conv2d_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
         if runs_direct(g) {

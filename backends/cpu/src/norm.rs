@@ -72,7 +72,7 @@ fn normalize_blocks_generic(src: Option<&[f32]>, y: &mut [f32], d: ChannelDims, 
     for (row_index, row) in y.chunks_mut(d.inner).enumerate() {
         let c = row_index % d.channels;
         let (g, b, m, s) = (p.gamma[c], p.beta[c], p.mean[c], p.invstd[c]);
-        let f = |x: f32| g * (x - m) * s + b;
+        let f = |x: f32| normalized(x, g, b, m, s);
         match src {
             Some(src) => {
                 let x = &src[row_index * d.inner..][..row.len()];
@@ -234,8 +234,19 @@ pub fn batch_stats(
 /// The inverse standard deviations of evaluation: `invstd = 1 / √(var + eps)`.
 pub fn eval_invstd(running_var: &[f32], invstd: &mut [f32], cfg: BatchNormConfig) {
     for (s, &var) in invstd.iter_mut().zip(running_var) {
-        *s = 1.0 / (var + cfg.eps).sqrt();
+        *s = inv_std(var, cfg.eps);
     }
+}
+
+/// The inverse standard deviation of evaluation mode, from a running variance.
+pub fn inv_std(var: f32, eps: f32) -> f32 {
+    1.0 / (var + eps).sqrt()
+}
+
+/// `gamma · (x − mean) · invstd + beta`: one value normalised, the reference's formula.
+#[inline(always)]
+pub fn normalized(x: f32, gamma: f32, beta: f32, mean: f32, invstd: f32) -> f32 {
+    gamma * (x - mean) * invstd + beta
 }
 
 /// `Σdy` into `sum_dy` and `Σ(dy · x̂)` into `sum_xhat`, per channel, in one read of `dy`

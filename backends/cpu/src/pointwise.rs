@@ -185,12 +185,12 @@ fn zip_map_generic(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> 
 multiversion!(pub(crate) dot = dot_generic(a: &[f32], b: &[f32]) -> f32);
 multiversion!(map = map_generic(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32));
 multiversion!(zip_map = zip_map_generic(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32));
-multiversion!(map_in_place = map_in_place_generic(y: &mut [f32], f: impl Fn(f32) -> f32));
+multiversion!(pub(crate) map_in_place = map_in_place_generic(y: &mut [f32], f: impl Fn(f32) -> f32));
 multiversion!(zip_map_in_place = zip_map_in_place_generic(a: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32));
 
 /// ReLU: `x < 0 ? 0 : x`, as the reference (NaN passes).
 #[inline(always)]
-fn relu_value(x: f32) -> f32 {
+pub(crate) fn relu_value(x: f32) -> f32 {
     if x < 0.0 {
         0.0
     } else {
@@ -200,7 +200,7 @@ fn relu_value(x: f32) -> f32 {
 
 /// ReLU6: `clamp(x, 0, 6)`, as the reference (NaN passes).
 #[inline(always)]
-fn relu6_value(x: f32) -> f32 {
+pub(crate) fn relu6_value(x: f32) -> f32 {
     x.clamp(0.0, 6.0)
 }
 

@@ -20,6 +20,7 @@
 //! would not (finite inputs give the reference's sums).
 
 use crate::depthwise::BLOCK;
+use crate::epilogue::Epilogue;
 use crate::gemm::fma;
 use crate::parallel::{for_each_chunk, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
@@ -203,13 +204,15 @@ multiversion!(plane = fused plane_generic(s: &Shape, start: f32, w: &[f32], x: &
 multiversion!(correlate = fused correlate_generic(s: &Shape, dy: &[f32], x: &[f32], p0: usize, sums: &mut [[f32; BLOCK]]));
 
 /// Every output plane of `src` through its channel's filter in `w` (`taps` weights per
-/// channel, plus `bias`), planes split over threads.
+/// channel, plus `bias`), then through `then`, if any; planes split over threads.
+#[allow(clippy::too_many_arguments)]
 fn convolve(
     pool: &Pool,
     s: &Shape,
     src: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
+    then: Option<&Epilogue<'_>>,
     out: &mut [f32],
     g: &Conv2dGeometry,
 ) {
@@ -219,22 +222,28 @@ fn convolve(
             let c = (first + i) % g.c_out;
             let start = bias.map_or(0.0, |b| b[c]);
             plane(s, start, &w[c * s.taps..][..s.taps], src, (first + i) * s.plane, y);
+            if let Some(then) = then {
+                then.apply(c, y);
+            }
         }
     });
 }
 
-/// Forward pass; `scratch` holds [`scratch_len`] values.
+/// Forward pass, each output plane then put through `then`, if any; `scratch` holds
+/// [`scratch_len`] values.
+#[allow(clippy::too_many_arguments)]
 pub fn conv2d(
     pool: &Pool,
     scratch: &mut [f32],
     x: &[f32],
     w: &[f32],
     b: Option<&[f32]>,
+    then: Option<&Epilogue<'_>>,
     y: &mut [f32],
     g: &Conv2dGeometry,
 ) {
     let s = Shape::new(g, scratch);
-    convolve(pool, &s, x, w, b, y, g)
+    convolve(pool, &s, x, w, b, then, y, g)
 }
 
 /// Input gradient: the output gradient through the filters turned 180 degrees; `scratch`
@@ -253,7 +262,7 @@ pub fn conv2d_grad_input(
         f.iter_mut().zip(w.iter().rev()).for_each(|(f, &w)| *f = w);
     }
     let s = Shape::new(g, scratch);
-    convolve(pool, &s, dy, flipped, None, dx, g)
+    convolve(pool, &s, dy, flipped, None, None, dx, g)
 }
 
 /// Weight gradient, one filter per channel summed over the batch in vector lanes and added
@@ -320,7 +329,7 @@ mod tests {
         let (pool, mut scratch) = (Pool::eager(2), vec![f32::NAN; scratch_len(&g)]);
         let (mut want, mut got) = (vec![0.0; dy.len()], vec![f32::NAN; dy.len()]);
         r::conv2d(&x, &w, Some(&b), &mut want, &g);
-        conv2d(&pool, &mut scratch, &x, &w, Some(&b), &mut got, &g);
+        conv2d(&pool, &mut scratch, &x, &w, Some(&b), None, &mut got, &g);
         assert_close(&got, &want, "y");
         let (mut want, mut got) = (vec![0.0; x.len()], vec![f32::NAN; x.len()]);
         r::conv2d_grad_input(&dy, &w, &mut want, &g);

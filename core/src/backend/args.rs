@@ -18,6 +18,26 @@ pub struct Running<'a, M: Memory> {
     pub var: M::Slice<'a, f32>,
 }
 
+/// What follows a convolution in [`ConvKernels::conv2d_norm_act`](super::ConvKernels::conv2d_norm_act):
+/// an evaluation-mode batch norm (its parameters, running statistics and settings), then a
+/// rectifier if any.
+#[derive(Clone, Copy)]
+pub struct NormAct<'a, M: Memory> {
+    pub p: Affine<'a, M>,
+    pub running: Running<'a, M>,
+    pub cfg: crate::hyperparams::BatchNormConfig,
+    pub rectifier: Option<crate::reference::Rectifier>,
+}
+
+impl<'a> NormAct<'a, crate::memory::Host> {
+    /// The batch norm as the reference kernels take it.
+    pub fn frozen_norm(&self) -> crate::reference::FrozenNorm<'a> {
+        let (p, running) = (self.p, self.running);
+        let (gamma, beta, mean, var) = (p.gamma, p.beta, running.mean, running.var);
+        crate::reference::FrozenNorm { gamma, beta, mean, var, cfg: self.cfg }
+    }
+}
+
 /// What a training forward pass writes besides its output: the running mean and variance
 /// it updates, and the batch mean and inverse standard deviation it saves for the backward
 /// pass.

@@ -1,7 +1,9 @@
 //! The kernel families a backend implements, one trait each, over views of the backend's
 //! [`Memory`](super::Memory) (`In` to read, `Out` to write). No method has a default.
 
-use super::args::{Affine, GradSums, GradsMut, ParamUpdate, Running, Saved, SavedMut, TrainStats};
+use super::args::{
+    Affine, GradSums, GradsMut, NormAct, ParamUpdate, Running, Saved, SavedMut, TrainStats,
+};
 use super::{Backend, In, Out};
 use crate::error::KernelError;
 use crate::geometry::{
@@ -46,6 +48,17 @@ pub trait ConvKernels: Backend {
         x: In<'_, Self, f32>,
         w: In<'_, Self, f32>,
         b: Option<In<'_, Self, f32>>,
+        y: Out<'_, Self, f32>,
+        g: &Conv2dGeometry,
+    );
+    /// [`conv2d`](ConvKernels::conv2d), then `then`'s batch norm and rectifier over its
+    /// output, with the same arithmetic as the separate kernels.
+    fn conv2d_norm_act(
+        &mut self,
+        x: In<'_, Self, f32>,
+        w: In<'_, Self, f32>,
+        b: Option<In<'_, Self, f32>>,
+        then: NormAct<'_, Self::Memory>,
         y: Out<'_, Self, f32>,
         g: &Conv2dGeometry,
     );

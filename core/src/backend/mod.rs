@@ -13,7 +13,9 @@ mod families;
 mod reference;
 
 pub use crate::memory::{Host, Memory};
-pub use args::{Affine, GradSums, GradsMut, ParamUpdate, Running, Saved, SavedMut, TrainStats};
+pub use args::{
+    Affine, GradSums, GradsMut, NormAct, ParamUpdate, Running, Saved, SavedMut, TrainStats,
+};
 pub use families::{
     ActivationKernels, ConvKernels, DenseKernels, DropoutKernels, HalfKernels, Int8Kernels,
     Int8LayerKernels, Int8TrainingKernels, LayerNormKernels, LossKernels, NormKernels,

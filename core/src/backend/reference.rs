@@ -1,7 +1,9 @@
 //! The reference kernels as every kernel family, for host-memory backends that choose them
 //! with [`InheritReference`] ([`Reference`](super::Reference) chooses all of them).
 
-use super::args::{Affine, GradSums, GradsMut, ParamUpdate, Running, Saved, SavedMut, TrainStats};
+use super::args::{
+    Affine, GradSums, GradsMut, NormAct, ParamUpdate, Running, Saved, SavedMut, TrainStats,
+};
 use super::families::*;
 use super::{family, Backend, Host, InheritReference};
 use crate::error::KernelError;
@@ -43,6 +45,17 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Conv>> ConvKernels for
         g: &Conv2dGeometry,
     ) {
         r::conv2d(x, w, b, y, g)
+    }
+    fn conv2d_norm_act(
+        &mut self,
+        x: &[f32],
+        w: &[f32],
+        b: Option<&[f32]>,
+        then: NormAct<'_, Host>,
+        y: &mut [f32],
+        g: &Conv2dGeometry,
+    ) {
+        r::conv2d_norm_act(x, w, b, then.frozen_norm(), then.rectifier, y, g)
     }
     fn conv2d_grad_input(&mut self, dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
         r::conv2d_grad_input(dy, w, dx, g)

@@ -272,6 +272,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::LinearGradWeight(_)
         | KernelCall::BiasGrad(_)
         | KernelCall::Conv2d { .. }
+        | KernelCall::Conv2dNormAct { .. }
         | KernelCall::Conv2dGradInput(_)
         | KernelCall::Conv2dGradWeight(_)
         | KernelCall::ReluInPlace(_)

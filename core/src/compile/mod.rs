@@ -3,6 +3,7 @@
 
 mod host_plan;
 mod layout;
+mod norm_act;
 mod rectified;
 
 pub use host_plan::{Binding, HostMemory, Plan, PlanStats, UnknownTensor};
@@ -25,11 +26,21 @@ pub struct PlacementOptions {
     /// Let inputs and labels share memory with tensors computed after their last use. Saves
     /// their bytes, but the caller must then write them again before every run.
     pub reuse_input_memory: bool,
+    /// Run a convolution, the evaluation-mode batch norm of its output and a rectifier of
+    /// that as one kernel ([`KernelCall::Conv2dNormAct`](crate::kernel::KernelCall)), where
+    /// nothing else reads what the first two output: the same results, fewer passes over
+    /// memory.
+    pub fuse_frozen_norms: bool,
 }
 
 impl Default for PlacementOptions {
     fn default() -> Self {
-        Self { strategy: Strategy::default(), in_place: true, reuse_input_memory: false }
+        Self {
+            strategy: Strategy::default(),
+            in_place: true,
+            reuse_input_memory: false,
+            fuse_frozen_norms: true,
+        }
     }
 }
 
@@ -141,6 +152,9 @@ fn compile(
                 lowered.push(Lowered { node: i, kernel, operands, per_update: update_program });
             }
         }
+    }
+    if options.fuse_frozen_norms {
+        lowered = norm_act::fuse(lowered, graph.tensors().len(), keep);
     }
     layout::place(graph, lowered, accumulation, keep, options)
 }

@@ -1,8 +1,11 @@
 //! 2-D convolution over NCHW input with OIHW weights (stride, zero padding, groups including
 //! depthwise) and its input and weight gradients.
 
+use super::activation::Rectifier;
 use super::layout::{input_coord, row_mut};
+use super::norm::batch_norm_eval_in_place;
 use crate::geometry::Conv2dGeometry;
+use crate::hyperparams::BatchNormConfig;
 
 /// One multiply-accumulate of the convolution, as flat indices: `y[y] += x[x] · w[w]`.
 #[derive(Clone, Copy)]
@@ -57,6 +60,46 @@ fn for_each_tap_of_output(g: &Conv2dGeometry, out: OutputPos, visit: &mut impl F
                 visit(Tap { x, w, y });
             }
         }
+    }
+}
+
+/// An evaluation-mode batch norm over a convolution's output channels: its scale and
+/// shift, running statistics and settings.
+#[derive(Clone, Copy)]
+pub struct FrozenNorm<'a> {
+    pub gamma: &'a [f32],
+    pub beta: &'a [f32],
+    pub mean: &'a [f32],
+    pub var: &'a [f32],
+    pub cfg: BatchNormConfig,
+}
+
+/// [`conv2d`], then [`norm_act_in_place`]: a frozen batch norm's chain as one kernel.
+pub fn conv2d_norm_act(
+    x: &[f32],
+    w: &[f32],
+    b: Option<&[f32]>,
+    norm: FrozenNorm<'_>,
+    rectifier: Option<Rectifier>,
+    y: &mut [f32],
+    g: &Conv2dGeometry,
+) {
+    conv2d(x, w, b, y, g);
+    norm_act_in_place(y, norm, rectifier, g);
+}
+
+/// `norm` over the output `y` of a convolution of geometry `g`
+/// ([`batch_norm_eval_in_place`]), then the `rectifier` if any.
+pub fn norm_act_in_place(
+    y: &mut [f32],
+    norm: FrozenNorm<'_>,
+    rectifier: Option<Rectifier>,
+    g: &Conv2dGeometry,
+) {
+    let FrozenNorm { gamma, beta, mean, var, cfg } = norm;
+    batch_norm_eval_in_place(y, gamma, beta, mean, var, g.output_channels(), cfg);
+    if let Some(rectifier) = rectifier {
+        rectifier.rectify_in_place(y);
     }
 }
 

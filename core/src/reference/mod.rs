@@ -24,7 +24,9 @@ pub use activation::{
     relu_grad, relu_grad_in_place, relu_in_place, softmax, softmax_grad, Rectifier,
 };
 pub use cast::{cast_f16_to_f32, cast_f32_to_f16};
-pub use conv::{conv2d, conv2d_grad_input, conv2d_grad_weight};
+pub use conv::{
+    conv2d, conv2d_grad_input, conv2d_grad_weight, conv2d_norm_act, norm_act_in_place, FrozenNorm,
+};
 pub use dense::{
     add, bias_grad, broadcast, broadcast_grad, concat, concat_grad, copy, fill, linear,
     linear_grad_input, linear_grad_weight, pad, slice, transpose,
