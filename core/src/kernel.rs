@@ -282,6 +282,9 @@ kernels! {
         /// rectifier's gradient worked out from `x` (a rectifier's in-place gradient and the
         /// parameter gradient after it, folded into one step when the plan is placed).
         96 => BatchNormGradParamsRectified(dims: ChannelDims, rectifier: Rectifier),
+        /// `y (i8), [dy]`: [`KernelCall::QClampGrad`] with the gradient overwriting the
+        /// incoming one.
+        97 => QClampGradInPlace(act: (i8, i8), len: usize),
     }
 }
 
@@ -501,6 +504,7 @@ impl KernelCall {
             }
             KernelCall::RoundBias(n) => s.read(n).read(n).write_as(DType::I32, n),
             KernelCall::QClampGrad(_, n) => s.read_as(DType::I8, n).read(n).write(n),
+            KernelCall::QClampGradInPlace(_, n) => s.read_as(DType::I8, n).update(n),
             KernelCall::DequantizeWeights(d) => {
                 s.read_as(DType::I8, d.len()).read(d.channels).write(d.len())
             }
@@ -634,6 +638,7 @@ impl KernelCall {
             | KernelCall::CopyI8(_)
             | KernelCall::RoundBias(_)
             | KernelCall::QClampGrad(..)
+            | KernelCall::QClampGradInPlace(..)
             | KernelCall::QClamp(..)
             | KernelCall::QLut(_)
             | KernelCall::Activation(..)
@@ -713,6 +718,7 @@ impl KernelCall {
             | KernelCall::QAdd(_, _, n)
             | KernelCall::RoundBias(n)
             | KernelCall::QClampGrad(_, n)
+            | KernelCall::QClampGradInPlace(_, n)
             | KernelCall::QClamp(_, n)
             | KernelCall::QLut(n) => n,
             KernelCall::QMul { dims: d, .. } => d.len(),
@@ -818,6 +824,7 @@ impl KernelCall {
             KernelCall::RoundWeights(_) => "round_weights",
             KernelCall::RoundBias(_) => "round_bias",
             KernelCall::QClampGrad(..) => "qclamp_grad",
+            KernelCall::QClampGradInPlace(..) => "qclamp_grad_in_place",
             KernelCall::QClamp(..) => "qclamp",
             KernelCall::DequantizeWeights(_) => "dequantize_weights",
             KernelCall::ChannelScale { .. } => "channel_scale",

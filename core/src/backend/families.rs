@@ -499,6 +499,8 @@ pub trait Int8TrainingKernels: Backend {
         dx: Out<'_, Self, f32>,
         act: (i8, i8),
     );
+    /// [`Self::clamp_grad`] with the gradient written over `dy`.
+    fn clamp_grad_in_place(&mut self, y: In<'_, Self, i8>, dy: Out<'_, Self, f32>, act: (i8, i8));
     fn dequantize_weights(
         &mut self,
         w: In<'_, Self, i8>,

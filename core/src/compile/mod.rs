@@ -5,7 +5,7 @@ mod host_plan;
 mod layout;
 mod rectified;
 
-pub use host_plan::{Binding, HostMemory, Plan, PlanStats, UnknownTensor};
+pub use host_plan::{ArenaPeak, Binding, HostMemory, Plan, PlanStats, UnknownTensor};
 
 use crate::graph::{Graph, GraphError, Phase};
 use crate::lower::{lower, Mode};

@@ -40,6 +40,15 @@ pub fn clamp_grad(y: &[i8], dy: &[f32], dx: &mut [f32], act: (i8, i8)) {
     }
 }
 
+/// [`clamp_grad`] written over `dy`.
+pub fn clamp_grad_in_place(y: &[i8], dy: &mut [f32], act: (i8, i8)) {
+    for (g, &q) in dy.iter_mut().zip(y) {
+        if q <= act.0 || q >= act.1 {
+            *g = 0.0;
+        }
+    }
+}
+
 /// `g'[i] = g[i] · (unit · scale[channel(i)])^power` for `power` in `-2..=2`.
 ///
 /// Power 1 turns a real-valued gradient into one in integer units (`∂L/∂w̄ = s · ∂L/∂w`);
@@ -101,6 +110,17 @@ mod tests {
         // A fused ReLU whose zero point is −5: outputs at −5 are real zeros.
         clamp_grad(&[-5, -4, 100, -5, 127], &[2.0; 5], &mut dx, (-5, 127));
         assert_eq!(dx, [0.0, 2.0, 2.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn clamp_gradient_in_place_matches_the_copy() {
+        let y = [-5, -4, 100, -5, 127, 126];
+        let dy = [2.0, -1.5, 0.25, f32::NAN, 3.0, -7.0];
+        let mut copy = [9f32; 6];
+        clamp_grad(&y, &dy, &mut copy, (-5, 127));
+        let mut in_place = dy;
+        clamp_grad_in_place(&y, &mut in_place, (-5, 127));
+        assert_eq!(in_place.map(f32::to_bits), copy.map(f32::to_bits));
     }
 
     #[test]
