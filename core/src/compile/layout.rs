@@ -274,6 +274,8 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::BiasGrad(_)
         | KernelCall::Conv2d { .. }
         | KernelCall::Conv2dGradInput(_)
+        | KernelCall::QConv2dGradInput(_)
+        | KernelCall::QLinearGradInput(_)
         | KernelCall::Conv2dGradWeight(_)
         | KernelCall::ReluInPlace(_)
         | KernelCall::Relu6InPlace(_)

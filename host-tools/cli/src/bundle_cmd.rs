@@ -114,7 +114,8 @@ fn describe_peak(plan: &sprout_core::Plan, peak: &sprout_core::ArenaPeak<'_>) ->
         live.push(format!("{} more {bytes} B", rest.len()));
     }
     format!(
-        "training arena fullest at step {} ({kernel}): {} B live: {}",
+        "training arena {} B, fullest at step {} ({kernel}): {} B live: {}",
+        plan.sizes.arena,
         peak.step,
         peak.bytes,
         live.join(", ")
