@@ -343,6 +343,15 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             k.round_bias(b_bar, o.write()?)
         }
         KernelCall::QClampGrad(act, _) => k.clamp_grad(o.read()?, o.f32()?, o.f32_mut()?, act),
+        KernelCall::QConv2dGradInput(g) => {
+            k.conv2d_grad_input_s8(o.f32()?, o.read()?, o.f32()?, o.f32_mut()?, &g)
+        }
+        KernelCall::QLinearGradInput(d) => {
+            k.linear_grad_input_s8(o.f32()?, o.read()?, o.f32()?, o.f32_mut()?, d)
+        }
+        KernelCall::QClampGradInPlace(act, _) => {
+            k.clamp_grad_in_place(o.read()?, o.f32_mut()?, act)
+        }
         KernelCall::DequantizeWeights(d) => {
             k.dequantize_weights(o.read()?, o.f32()?, o.f32_mut()?, d)
         }

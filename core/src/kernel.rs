@@ -282,6 +282,14 @@ kernels! {
         /// rectifier's gradient worked out from `x` (a rectifier's in-place gradient and the
         /// parameter gradient after it, folded into one step when the plan is placed).
         96 => BatchNormGradParamsRectified(dims: ChannelDims, rectifier: Rectifier),
+        /// `y (i8), [dy]`: [`KernelCall::QClampGrad`] with the gradient overwriting the
+        /// incoming one.
+        97 => QClampGradInPlace(act: (i8, i8), len: usize),
+        /// `dy, w (i8), w_scale → dx`: [`KernelCall::Conv2dGradInput`] through int8 weights,
+        /// each read as `w_scale[o] · w`.
+        98 => QConv2dGradInput(geometry: Conv2dGeometry),
+        /// `dy, w (i8), w_scale → dx`: [`KernelCall::LinearGradInput`] through int8 weights.
+        99 => QLinearGradInput(dims: LinearDims),
         /// `x, w, [b], gamma, beta, running_mean, running_var → y`: [`KernelCall::Conv2d`],
         /// then [`KernelCall::BatchNormEval`] of its output with `cfg`, then the `rectifier`
         /// if any, as one step, the output normalised while it is still in cache (a frozen
@@ -515,6 +523,15 @@ impl KernelCall {
             }
             KernelCall::RoundBias(n) => s.read(n).read(n).write_as(DType::I32, n),
             KernelCall::QClampGrad(_, n) => s.read_as(DType::I8, n).read(n).write(n),
+            KernelCall::QClampGradInPlace(_, n) => s.read_as(DType::I8, n).update(n),
+            KernelCall::QConv2dGradInput(g) => s
+                .read(g.output_len())
+                .read_as(DType::I8, g.weight_len())
+                .read(g.c_out)
+                .write(g.input_len()),
+            KernelCall::QLinearGradInput(d) => {
+                s.read(d.n * d.m).read_as(DType::I8, d.m * d.k).read(d.m).write(d.n * d.k)
+            }
             KernelCall::DequantizeWeights(d) => {
                 s.read_as(DType::I8, d.len()).read(d.channels).write(d.len())
             }
@@ -568,10 +585,12 @@ impl KernelCall {
         match self {
             KernelCall::Linear { dims, .. }
             | KernelCall::LinearGradInput(dims)
+            | KernelCall::QLinearGradInput(dims)
             | KernelCall::LinearGradWeight(dims) => dims.check(),
             KernelCall::Conv2d { geometry, .. }
             | KernelCall::Conv2dNormAct { geometry, .. }
             | KernelCall::Conv2dGradInput(geometry)
+            | KernelCall::QConv2dGradInput(geometry)
             | KernelCall::Conv2dGradWeight(geometry)
             | KernelCall::QConv2d { geometry, .. } => geometry.check(),
             KernelCall::QLinear { dims, .. } => dims.check(),
@@ -649,6 +668,7 @@ impl KernelCall {
             | KernelCall::CopyI8(_)
             | KernelCall::RoundBias(_)
             | KernelCall::QClampGrad(..)
+            | KernelCall::QClampGradInPlace(..)
             | KernelCall::QClamp(..)
             | KernelCall::QLut(_)
             | KernelCall::Activation(..)
@@ -662,9 +682,11 @@ impl KernelCall {
         let flops = match *self {
             KernelCall::Linear { dims: d, .. }
             | KernelCall::LinearGradInput(d)
+            | KernelCall::QLinearGradInput(d)
             | KernelCall::LinearGradWeight(d) => 2 * d.n * d.k * d.m,
             KernelCall::Conv2d { geometry: g, .. }
             | KernelCall::Conv2dGradInput(g)
+            | KernelCall::QConv2dGradInput(g)
             | KernelCall::Conv2dGradWeight(g) => 2 * g.macs(),
             // The batch norm's four operations and the rectifier's one per output.
             KernelCall::Conv2dNormAct { geometry: g, .. } => 2 * g.macs() + 5 * g.output_len(),
@@ -730,6 +752,7 @@ impl KernelCall {
             | KernelCall::QAdd(_, _, n)
             | KernelCall::RoundBias(n)
             | KernelCall::QClampGrad(_, n)
+            | KernelCall::QClampGradInPlace(_, n)
             | KernelCall::QClamp(_, n)
             | KernelCall::QLut(n) => n,
             KernelCall::QMul { dims: d, .. } => d.len(),
@@ -836,6 +859,9 @@ impl KernelCall {
             KernelCall::RoundWeights(_) => "round_weights",
             KernelCall::RoundBias(_) => "round_bias",
             KernelCall::QClampGrad(..) => "qclamp_grad",
+            KernelCall::QClampGradInPlace(..) => "qclamp_grad_in_place",
+            KernelCall::QConv2dGradInput(_) => "qconv2d_grad_input",
+            KernelCall::QLinearGradInput(_) => "qlinear_grad_input",
             KernelCall::QClamp(..) => "qclamp",
             KernelCall::DequantizeWeights(_) => "dequantize_weights",
             KernelCall::ChannelScale { .. } => "channel_scale",

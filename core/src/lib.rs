@@ -112,7 +112,8 @@ pub use tensor::{DType, Role, TensorId};
 pub use autograd::{differentiate, Differentiated};
 #[cfg(feature = "alloc")]
 pub use compile::{
-    compile_inference, compile_outputs, Binding, HostMemory, PlacementOptions, Plan, PlanStats,
+    compile_inference, compile_outputs, ArenaPeak, Binding, HostMemory, PlacementOptions, Plan,
+    PlanStats,
 };
 #[cfg(feature = "alloc")]
 pub use eager::EagerOptions;

@@ -394,6 +394,12 @@ macro_rules! op_table {
             86 => Softplus: softplus::Softplus,
             /// `x → y`: `tanh(x)`.
             87 => Tanh: tanh::Tanh,
+            /// `dy, w (i8), w_scale (f32 [O]) → dx`: a convolution's input gradient through
+            /// its int8 weights, each read as `w_scale[o] · w` (no f32 copy of the weights).
+            88 => QConv2dGradInput(ConvParams): int8::layer::QConv2dGradInput,
+            /// `dy [N, ..., M], w (i8 [M, K]), w_scale (f32 [M]) → dx`: the same for a dense
+            /// layer.
+            89 => QLinearGradInput: int8::layer::QLinearGradInput,
         }
     };
 }

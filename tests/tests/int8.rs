@@ -728,3 +728,90 @@ fn gradients_flow_through_tables_products_and_joins_like_the_float_ops() {
     // Measured 0.93: rounding and saturated units make up the rest.
     assert!(cosine > 0.9, "cosine {cosine} between the int8 and the float gradient");
 }
+
+/// Trainable parameters after `steps` SGD steps of `training` on fixed data, as bit
+/// patterns.
+fn trained_bits(training: &sprout_core::Training, steps: usize) -> Vec<(String, Vec<u32>)> {
+    let plan = &training.plan;
+    let mut memory = plan.initial_memory(&training.graph);
+    let mut exec = Executor::new(plan.view(), Reference).unwrap();
+    let input = plan.operand("input").unwrap();
+    let x = random(&mut SplitMix::new(21), input.len, -1.0, 1.0);
+    let labels: Vec<i32> = (0..plan.operand("labels").unwrap().len).map(|i| i as i32 % 3).collect();
+    for _ in 0..steps {
+        let mut regions = memory.regions();
+        regions.write(&input, &x).unwrap();
+        regions.write(&plan.operand("labels").unwrap(), &labels).unwrap();
+        exec.train_step(&mut regions, 0.05).unwrap();
+    }
+    let regions = memory.regions();
+    let trained = plan.bindings.iter().filter(|b| b.role == sprout_core::Role::TrainableParam);
+    trained
+        .map(|b| {
+            let values = regions.read::<f32>(&b.operand).unwrap();
+            (b.name.clone(), values.iter().map(|v| v.to_bits()).collect())
+        })
+        .collect()
+}
+
+/// Training LeafNet's stem bias reaches it through every frozen int8 layer, each of which
+/// stops the gradient where its fused clamp saturated: that mask runs in place over the
+/// incoming gradient where it dies, so the arena shrinks and the trained values stay the
+/// same bit for bit.
+#[test]
+fn int8_clamp_gradients_run_in_place_without_changing_results() {
+    let float = sprout_zoo::build(sprout_zoo::Architecture::LeafNet, 1, 3).unwrap().graph;
+    let mut rng = SplitMix::new(4);
+    let set = TensorSet {
+        x: random(&mut rng, 4 * 3 * 64 * 64, -1.0, 1.0),
+        y: vec![0, 1, 2, 1],
+        sample_dims: vec![3, 64, 64],
+        path: "calibration".into(),
+    };
+    let mut data = DataSource::tensors(set, 1, 4, false);
+    let ranges = calibrate(&as_model(&float), &mut data, RangeMethod::MinMax).unwrap();
+    let options = QuantizeOptions {
+        keep_float: ["classifier.1.weight".to_string()].into(),
+        trainable: ["features.0.0.weight".to_string()].into(),
+        ..QuantizeOptions::default()
+    };
+    let int8 = quantize_graph(&float, &ranges, &options).unwrap().graph;
+    let loss = int8.find("loss").unwrap();
+    let trainable: Vec<TensorId> =
+        ["features.0.0.bias", "classifier.1.weight", "classifier.1.bias"]
+            .iter()
+            .map(|n| int8.find(n).unwrap_or_else(|| panic!("{n} is not in the int8 graph")))
+            .collect();
+    let compile = |in_place| {
+        let placement =
+            sprout_core::PlacementOptions { in_place, ..sprout_core::PlacementOptions::default() };
+        let memory = sprout_core::MemoryOptions { placement, ..Default::default() };
+        let config = sprout_core::TrainConfig::sgd(0.0);
+        sprout_core::compile_training_step_with(&int8, loss, &trainable, &config, &memory).unwrap()
+    };
+    let (in_place, copied) = (compile(true), compile(false));
+    let kernels = |t: &sprout_core::Training, name: &str| {
+        t.plan.steps.iter().filter(|s| s.kernel.name() == name).count()
+    };
+    assert_eq!(kernels(&copied, "qclamp_grad_in_place"), 0);
+    let masks = kernels(&copied, "qclamp_grad");
+    // A mask whose incoming gradient is read later too (a residual join's) stays a copy.
+    let dying = copied.plan.steps.iter().enumerate().filter(|(i, s)| {
+        let dies = |b: &&sprout_core::Binding| b.operand == s.operands[1] && b.last_step == *i;
+        s.kernel.name() == "qclamp_grad" && copied.plan.bindings.iter().any(|b| dies(&b))
+    });
+    let dying = dying.count();
+    assert!(dying >= 20, "{dying} of {masks} incoming gradients die at their mask");
+    assert_eq!(kernels(&in_place, "qclamp_grad_in_place"), dying);
+    assert_eq!(kernels(&in_place, "qclamp_grad"), masks - dying);
+    let (small, large) = (in_place.plan.sizes.arena, copied.plan.sizes.arena);
+    assert!(small < large, "in-place clamp gradients must shrink the arena: {small} vs {large}");
+    let (got, want) = (trained_bits(&in_place, 2), trained_bits(&copied, 2));
+    assert_eq!(got.len(), 3);
+    assert_eq!(got, want);
+    let start = trained_bits(&in_place, 0);
+    let stem = |bits: &[(String, Vec<u32>)]| {
+        bits.iter().find(|(n, _)| n == "features.0.0.bias").map(|(_, v)| v.clone())
+    };
+    assert_ne!(stem(&got), stem(&start), "two steps must move the stem's bias");
+}

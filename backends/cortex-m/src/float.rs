@@ -45,6 +45,24 @@ pub fn linear_grad_input(dy: &[f32], w: &[f32], dx: &mut [f32], d: LinearDims) {
     }
 }
 
+/// [`linear_grad_input`] with weight `i` (of `w[m, k]`) read as `weight(i)`: the same sums
+/// in the same order.
+pub fn linear_grad_input_by(
+    dy: &[f32],
+    weight: impl Fn(usize) -> f32,
+    dx: &mut [f32],
+    d: LinearDims,
+) {
+    dx.fill(0.0);
+    for (dy_row, dx_row) in dy.chunks_exact(d.m).zip(dx.chunks_exact_mut(d.k)) {
+        for (j, &g) in dy_row.iter().enumerate() {
+            for (kk, out) in dx_row.iter_mut().enumerate() {
+                *out += g * weight(j * d.k + kk);
+            }
+        }
+    }
+}
+
 pub fn linear_grad_weight(dy: &[f32], x: &[f32], dw: &mut [f32], d: LinearDims) {
     dw.fill(0.0);
     for (dy_row, x_row) in dy.chunks_exact(d.m).zip(x.chunks_exact(d.k)) {
@@ -136,9 +154,19 @@ pub fn conv2d(x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], g: &Conv2d
 }
 
 pub fn conv2d_grad_input(dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
+    conv2d_grad_input_by(dy, |i| w[i], dx, g)
+}
+
+/// [`conv2d_grad_input`] with weight `i` read as `weight(i)` (once per row tap).
+pub fn conv2d_grad_input_by(
+    dy: &[f32],
+    weight: impl Fn(usize) -> f32,
+    dx: &mut [f32],
+    g: &Conv2dGeometry,
+) {
     dx.fill(0.0);
     for_each_row_tap(g, |t| {
-        let (dy_run, weight) = (&dy[t.y..t.y + t.len], w[t.w]);
+        let (dy_run, weight) = (&dy[t.y..t.y + t.len], weight(t.w));
         match t.stride {
             1 => axpy(&mut dx[t.x..t.x + t.len], weight, dy_run),
             _ => {

@@ -13,9 +13,11 @@ mod float;
 pub mod int8;
 mod pointwise;
 
-use sprout_core::backend::{Backend, ConvKernels, DenseKernels, Int8LayerKernels, NormAct};
-use sprout_core::geometry::{Conv2dGeometry, LinearDims};
-use sprout_core::quant::{QConv2dArgs, QLinearArgs};
+use sprout_core::backend::{
+    Backend, ConvKernels, DenseKernels, Int8LayerKernels, Int8TrainingKernels, NormAct,
+};
+use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
+use sprout_core::quant::{backward, QConv2dArgs, QLinearArgs};
 use sprout_core::{inherit_reference, Host};
 
 /// The Cortex-M backend: FPU-friendly dense layers and convolutions (forward and
@@ -29,8 +31,58 @@ impl Backend for CortexM {
     type Memory = Host;
 }
 
-inherit_reference!(CortexM: Vector, Activation, Pool, Norm, LayerNorm, Dropout, Loss, Optimizer, Half, Int8,
-    Int8Training);
+inherit_reference!(CortexM: Vector, Activation, Pool, Norm, LayerNorm, Dropout, Loss, Optimizer, Half, Int8);
+
+/// The reference kernels but for the input gradients through int8 weights, which run
+/// [`float`]'s row loops reading each weight as its scale times its code.
+impl Int8TrainingKernels for CortexM {
+    fn round_weights(&mut self, w_bar: &[f32], w: &mut [i8]) {
+        backward::round_weights(w_bar, w)
+    }
+    fn round_bias(&mut self, b_bar: &[f32], b: &mut [i32]) {
+        backward::round_bias(b_bar, b)
+    }
+    fn clamp_grad(&mut self, y: &[i8], dy: &[f32], dx: &mut [f32], act: (i8, i8)) {
+        backward::clamp_grad(y, dy, dx, act)
+    }
+    fn conv2d_grad_input_s8(
+        &mut self,
+        dy: &[f32],
+        w: &[i8],
+        w_scale: &[f32],
+        dx: &mut [f32],
+        g: &Conv2dGeometry,
+    ) {
+        float::conv2d_grad_input_by(dy, backward::dequantized(w, w_scale), dx, g)
+    }
+    fn linear_grad_input_s8(
+        &mut self,
+        dy: &[f32],
+        w: &[i8],
+        w_scale: &[f32],
+        dx: &mut [f32],
+        d: LinearDims,
+    ) {
+        float::linear_grad_input_by(dy, backward::dequantized(w, w_scale), dx, d)
+    }
+    fn clamp_grad_in_place(&mut self, y: &[i8], dy: &mut [f32], act: (i8, i8)) {
+        backward::clamp_grad_in_place(y, dy, act)
+    }
+    fn dequantize_weights(&mut self, w: &[i8], scale: &[f32], w_real: &mut [f32], d: ChannelDims) {
+        backward::dequantize_weights(w, scale, w_real, d)
+    }
+    fn channel_scale(
+        &mut self,
+        g: &[f32],
+        scale: &[f32],
+        out: &mut [f32],
+        unit: f32,
+        power: i8,
+        d: ChannelDims,
+    ) {
+        backward::channel_scale(g, scale, out, unit, power, d)
+    }
+}
 
 impl Int8LayerKernels for CortexM {
     fn conv2d_s8(&mut self, a: &QConv2dArgs<'_>, y: &mut [i8]) {
@@ -81,5 +133,55 @@ impl ConvKernels for CortexM {
     }
     fn conv2d_grad_weight(&mut self, dy: &[f32], x: &[f32], dw: &mut [f32], g: &Conv2dGeometry) {
         float::conv2d_grad_weight(dy, x, dw, g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sprout_core::backend::{ConvKernels, DenseKernels};
+
+    extern crate std;
+    use std::vec::Vec;
+
+    /// The input gradients through int8 weights are the f32 kernels' over the dequantized
+    /// weights, bit for bit: the same products in the same order.
+    #[test]
+    fn int8_weight_input_gradients_match_the_dequantized_f32_kernels() {
+        let g = Conv2dGeometry {
+            n: 1,
+            c_in: 4,
+            h: 6,
+            w: 5,
+            c_out: 4,
+            kh: 3,
+            kw: 3,
+            stride: (2, 2),
+            padding: (1, 1),
+            groups: 4,
+            out_h: 3,
+            out_w: 3,
+        };
+        let w: Vec<i8> = (0..g.weight_len()).map(|i| (i as i32 * 53 % 255 - 127) as i8).collect();
+        let scale = [0.011, 0.25, 0.0031, 1.5];
+        let dy: Vec<f32> = (0..g.output_len()).map(|i| (i as f32 * 0.61).cos()).collect();
+        let per = ChannelDims { outer: 1, channels: 4, inner: g.weight_len() / 4 };
+        let mut real = std::vec![0f32; w.len()];
+        backward::dequantize_weights(&w, &scale, &mut real, per);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (mut want, mut got) = (std::vec![0f32; g.input_len()], std::vec![0f32; g.input_len()]);
+        CortexM.conv2d_grad_input(&dy, &real, &mut want, &g);
+        CortexM.conv2d_grad_input_s8(&dy, &w, &scale, &mut got, &g);
+        assert_eq!(bits(&got), bits(&want));
+        assert!(got.iter().any(|&v| v != 0.0));
+        let d = LinearDims { n: 2, k: 9, m: 4 };
+        let (w, dy) = (&w[..d.m * d.k], &dy[..d.n * d.m]);
+        let mut real = std::vec![0f32; w.len()];
+        let per = ChannelDims { outer: 1, channels: 4, inner: d.k };
+        backward::dequantize_weights(w, &scale, &mut real, per);
+        let (mut want, mut got) = (std::vec![0f32; d.n * d.k], std::vec![0f32; d.n * d.k]);
+        CortexM.linear_grad_input(dy, &real, &mut want, d);
+        CortexM.linear_grad_input_s8(dy, w, &scale, &mut got, d);
+        assert_eq!(bits(&got), bits(&want));
     }
 }

@@ -512,6 +512,26 @@ pub trait Int8TrainingKernels: Backend {
         dx: Out<'_, Self, f32>,
         act: (i8, i8),
     );
+    /// `dx` = input gradient of a convolution whose weights are `w_scale[o] · w`.
+    fn conv2d_grad_input_s8(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        w: In<'_, Self, i8>,
+        w_scale: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        g: &Conv2dGeometry,
+    );
+    /// `dx` = input gradient of a dense layer whose weights are `w_scale[m] · w`.
+    fn linear_grad_input_s8(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        w: In<'_, Self, i8>,
+        w_scale: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        d: LinearDims,
+    );
+    /// [`Self::clamp_grad`] with the gradient written over `dy`.
+    fn clamp_grad_in_place(&mut self, y: In<'_, Self, i8>, dy: Out<'_, Self, f32>, act: (i8, i8));
     fn dequantize_weights(
         &mut self,
         w: In<'_, Self, i8>,

@@ -519,6 +519,29 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Int8Training>> Int8Tra
     fn clamp_grad(&mut self, y: &[i8], dy: &[f32], dx: &mut [f32], act: (i8, i8)) {
         q::backward::clamp_grad(y, dy, dx, act)
     }
+    fn conv2d_grad_input_s8(
+        &mut self,
+        dy: &[f32],
+        w: &[i8],
+        w_scale: &[f32],
+        dx: &mut [f32],
+        g: &Conv2dGeometry,
+    ) {
+        q::backward::conv2d_grad_input_s8(dy, w, w_scale, dx, g)
+    }
+    fn linear_grad_input_s8(
+        &mut self,
+        dy: &[f32],
+        w: &[i8],
+        w_scale: &[f32],
+        dx: &mut [f32],
+        d: LinearDims,
+    ) {
+        q::backward::linear_grad_input_s8(dy, w, w_scale, dx, d)
+    }
+    fn clamp_grad_in_place(&mut self, y: &[i8], dy: &mut [f32], act: (i8, i8)) {
+        q::backward::clamp_grad_in_place(y, dy, act)
+    }
     fn dequantize_weights(&mut self, w: &[i8], scale: &[f32], w_real: &mut [f32], d: ChannelDims) {
         q::backward::dequantize_weights(w, scale, w_real, d)
     }

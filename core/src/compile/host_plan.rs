@@ -36,6 +36,18 @@ pub struct PlanStats {
     pub optimizer_flops: u64,
 }
 
+/// The step at which a plan's arena holds the most live bytes, and what is live there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArenaPeak<'p> {
+    /// Index into the plan's steps followed by its update steps.
+    pub step: usize,
+    /// Arena bytes live at that step: the union of the live tensors' places, so an output
+    /// written over its input counts once.
+    pub bytes: usize,
+    /// The arena tensors live at that step, largest first (ties in offset order).
+    pub live: Vec<&'p Binding>,
+}
+
 /// A compiled, self-contained plan (host side; devices run a [`PlanView`] of it).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -64,6 +76,23 @@ impl Plan {
 
     pub fn binding_of(&self, tensor: TensorId) -> Option<&Binding> {
         self.bindings.iter().find(|b| b.tensor == tensor)
+    }
+
+    /// Where the arena is fullest (the first such step); `None` for a plan without arena
+    /// tensors. Its bytes are the plan's lower bound when the bound counts what this does.
+    pub fn arena_peak(&self) -> Option<ArenaPeak<'_>> {
+        let arena: Vec<&Binding> =
+            self.bindings.iter().filter(|b| b.operand.region == Region::Arena).collect();
+        let live_at = |step: usize| -> Vec<&Binding> {
+            arena.iter().copied().filter(|b| (b.first_step..=b.last_step).contains(&step)).collect()
+        };
+        let last = arena.iter().map(|b| b.last_step).max()?;
+        let (step, bytes) = (0..=last)
+            .map(|step| (step, covered_bytes(&live_at(step))))
+            .fold((0, 0), |best, at| if at.1 > best.1 { at } else { best });
+        let mut live = live_at(step);
+        live.sort_by_key(|b| (core::cmp::Reverse(b.operand.bytes()), b.operand.offset));
+        Some(ArenaPeak { step, bytes, live })
     }
 
     /// The operand of a named tensor, or an error that says which name is unknown.
@@ -114,6 +143,22 @@ impl Plan {
         }
         mem
     }
+}
+
+/// Bytes covered by the places of `live` (overlapping places count once).
+fn covered_bytes(live: &[&Binding]) -> usize {
+    let mut spans: Vec<(usize, usize)> =
+        live.iter().map(|b| (b.operand.offset, b.operand.end())).collect();
+    spans.sort_unstable();
+    let (mut bytes, mut reached) = (0, 0);
+    for (start, end) in spans {
+        let start = start.max(reached);
+        if end > start {
+            bytes += end - start;
+            reached = end;
+        }
+    }
+    bytes
 }
 
 /// A name that no tensor of the plan has.
@@ -201,5 +246,54 @@ mod tests {
         memory.release_arena();
         assert_eq!(memory.region(Region::Arena), [0u8; 40]);
         assert_eq!(memory.region(Region::State), [3u8; 8]);
+    }
+
+    fn binding(
+        name: &str,
+        region: Region,
+        offset: usize,
+        len: usize,
+        steps: (usize, usize),
+    ) -> Binding {
+        Binding {
+            name: name.into(),
+            tensor: TensorId(0),
+            role: Role::Activation,
+            shape: Shape::d1(len),
+            operand: Operand { region, offset, len, dtype: crate::tensor::DType::F32 },
+            first_step: steps.0,
+            last_step: steps.1,
+        }
+    }
+
+    #[test]
+    fn the_arena_peak_counts_shared_places_once_and_lists_the_largest_first() {
+        let bindings = vec![
+            binding("x", Region::Arena, 0, 4, (0, 3)),
+            // `g#1` is written over `g` at step 2: one place, live from 1 to 3.
+            binding("g", Region::Arena, 16, 8, (1, 2)),
+            binding("g#1", Region::Arena, 16, 8, (2, 3)),
+            binding("small", Region::Arena, 48, 2, (2, 2)),
+            binding("w", Region::Frozen, 0, 100, (0, 3)),
+        ];
+        let plan = Plan {
+            steps: Vec::new(),
+            update_steps: Vec::new(),
+            accumulation: 1,
+            sizes: RegionSizes { frozen: 400, state: 0, arena: 64 },
+            bindings,
+            stats: PlanStats {
+                lower_bound_bytes: 0,
+                strategy: sprout_planner::Strategy::default(),
+                forward_flops: 0,
+                backward_flops: 0,
+                recompute_flops: 0,
+                optimizer_flops: 0,
+            },
+        };
+        let peak = plan.arena_peak().unwrap();
+        assert_eq!((peak.step, peak.bytes), (2, 16 + 32 + 8));
+        let names: Vec<&str> = peak.live.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["g", "g#1", "x", "small"]);
     }
 }

@@ -249,6 +249,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         KernelCall::Copy(_) => Some(InPlace { output: 1, inputs: &[0], form: None }),
         KernelCall::ReluGrad(n) => grad(KernelCall::ReluGradInPlace(n)),
         KernelCall::Relu6Grad(n) => grad(KernelCall::Relu6GradInPlace(n)),
+        KernelCall::QClampGrad(act, n) => grad(KernelCall::QClampGradInPlace(act, n)),
         KernelCall::Add(n) => {
             let other_then_input: InPlaceOperands =
                 |o, x| vec![if o[0] == x { o[1] } else { o[0] }, x];
@@ -274,6 +275,8 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::Conv2d { .. }
         | KernelCall::Conv2dNormAct { .. }
         | KernelCall::Conv2dGradInput(_)
+        | KernelCall::QConv2dGradInput(_)
+        | KernelCall::QLinearGradInput(_)
         | KernelCall::Conv2dGradWeight(_)
         | KernelCall::ReluInPlace(_)
         | KernelCall::Relu6InPlace(_)
@@ -328,7 +331,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::CopyI8(_)
         | KernelCall::RoundWeights(_)
         | KernelCall::RoundBias(_)
-        | KernelCall::QClampGrad(..)
+        | KernelCall::QClampGradInPlace(..)
         | KernelCall::QClamp(..)
         | KernelCall::QLut(_)
         | KernelCall::QMul { .. }

@@ -6,7 +6,7 @@ mod layout;
 mod norm_act;
 mod rectified;
 
-pub use host_plan::{Binding, HostMemory, Plan, PlanStats, UnknownTensor};
+pub use host_plan::{ArenaPeak, Binding, HostMemory, Plan, PlanStats, UnknownTensor};
 
 use crate::graph::{Graph, GraphError, Phase};
 use crate::lower::{lower, Mode};

@@ -53,11 +53,16 @@ impl OpRules for LinearGradInput {
     }
 
     fn lower((): (), cx: &Lowering<'_>) -> Lowered {
-        let (dy, w) = (cx.input(0), cx.input(1));
-        let m = dim(w, 0);
-        let n = dy.numel().checked_div(m).unwrap_or(0);
-        cx.all(KernelCall::LinearGradInput(LinearDims { n, k: dim(w, 1), m }))
+        cx.all(KernelCall::LinearGradInput(grad_input_dims(cx)))
     }
+}
+
+/// The dims of an input-gradient node `dy [N, ..., M], w [M, K], ... → dx`.
+pub(crate) fn grad_input_dims(cx: &Lowering<'_>) -> LinearDims {
+    let (dy, w) = (cx.input(0), cx.input(1));
+    let m = dim(w, 0);
+    let n = dy.numel().checked_div(m).unwrap_or(0);
+    LinearDims { n, k: dim(w, 1), m }
 }
 
 pub(crate) struct LinearGradWeight;

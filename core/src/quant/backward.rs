@@ -3,7 +3,8 @@
 //! gradient of a clamp, and the per-channel gradient scaling of quantization-aware scaling.
 
 use super::params::quantize_weight;
-use crate::geometry::ChannelDims;
+use crate::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
+use crate::reference::{conv, dense};
 
 /// The channel of element `i` of a `[outer, channels, inner]` tensor.
 fn channel_of(i: usize, d: ChannelDims) -> usize {
@@ -37,6 +38,40 @@ pub fn dequantize_weights(w: &[i8], scale: &[f32], w_real: &mut [f32], d: Channe
 pub fn clamp_grad(y: &[i8], dy: &[f32], dx: &mut [f32], act: (i8, i8)) {
     for ((out, &q), &g) in dx.iter_mut().zip(y).zip(dy) {
         *out = if q > act.0 && q < act.1 { g } else { 0.0 };
+    }
+}
+
+/// Weight `i` of an int8 weight tensor `[O, ...]` in real units, `scale[o] · w[i]`: what
+/// [`dequantize_weights`] writes, read one weight at a time by the kernels below.
+pub fn dequantized<'a>(w: &'a [i8], scale: &'a [f32]) -> impl Fn(usize) -> f32 + 'a {
+    let per_channel = w.len() / scale.len().max(1);
+    move |i| scale[i / per_channel.max(1)] * f32::from(w[i])
+}
+
+/// [`conv::conv2d_grad_input`] of the weights `w_scale[o] · w`, bit for bit as over
+/// [`dequantize_weights`]' output, without that f32 copy.
+pub fn conv2d_grad_input_s8(
+    dy: &[f32],
+    w: &[i8],
+    w_scale: &[f32],
+    dx: &mut [f32],
+    g: &Conv2dGeometry,
+) {
+    conv::conv2d_grad_input_by(dy, dequantized(w, w_scale), dx, g)
+}
+
+/// [`dense::linear_grad_input`] of the weights `w_scale[m] · w`, as
+/// [`conv2d_grad_input_s8`].
+pub fn linear_grad_input_s8(dy: &[f32], w: &[i8], w_scale: &[f32], dx: &mut [f32], d: LinearDims) {
+    dense::linear_grad_input_by(dy, dequantized(w, w_scale), dx, d)
+}
+
+/// [`clamp_grad`] written over `dy`.
+pub fn clamp_grad_in_place(y: &[i8], dy: &mut [f32], act: (i8, i8)) {
+    for (g, &q) in dy.iter_mut().zip(y) {
+        if q <= act.0 || q >= act.1 {
+            *g = 0.0;
+        }
     }
 }
 
@@ -101,6 +136,64 @@ mod tests {
         // A fused ReLU whose zero point is −5: outputs at −5 are real zeros.
         clamp_grad(&[-5, -4, 100, -5, 127], &[2.0; 5], &mut dx, (-5, 127));
         assert_eq!(dx, [0.0, 2.0, 2.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn input_gradients_through_int8_weights_match_the_dequantized_copy_bit_for_bit() {
+        use alloc::vec;
+        use alloc::vec::Vec;
+        let g = Conv2dGeometry {
+            n: 2,
+            c_in: 3,
+            h: 5,
+            w: 4,
+            c_out: 2,
+            kh: 3,
+            kw: 3,
+            stride: (2, 1),
+            padding: (1, 1),
+            groups: 1,
+            out_h: 3,
+            out_w: 4,
+        };
+        let w: Vec<i8> = (0..g.weight_len()).map(|i| (i as i32 * 37 % 255 - 127) as i8).collect();
+        let scale = [0.013, 0.4];
+        let dy: Vec<f32> = (0..g.output_len()).map(|i| (i as f32 * 0.37).sin()).collect();
+        let per = ChannelDims { outer: 1, channels: 2, inner: g.weight_len() / 2 };
+        let mut real = vec![0f32; w.len()];
+        dequantize_weights(&w, &scale, &mut real, per);
+        let (mut want, mut got) = (vec![0f32; g.input_len()], vec![f32::NAN; g.input_len()]);
+        conv::conv2d_grad_input(&dy, &real, &mut want, &g);
+        conv2d_grad_input_s8(&dy, &w, &scale, &mut got, &g);
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        assert!(got.iter().any(|&v| v != 0.0));
+        let d = LinearDims { n: 3, k: 9, m: 2 };
+        let w = &w[..d.m * d.k];
+        let dy = &dy[..d.n * d.m];
+        let per = ChannelDims { outer: 1, channels: 2, inner: d.k };
+        let mut real = vec![0f32; w.len()];
+        dequantize_weights(w, &scale, &mut real, per);
+        let (mut want, mut got) = (vec![0f32; d.n * d.k], vec![f32::NAN; d.n * d.k]);
+        dense::linear_grad_input(dy, &real, &mut want, d);
+        linear_grad_input_s8(dy, w, &scale, &mut got, d);
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn clamp_gradient_in_place_matches_the_copy() {
+        let y = [-5, -4, 100, -5, 127, 126];
+        let dy = [2.0, -1.5, 0.25, f32::NAN, 3.0, -7.0];
+        let mut copy = [9f32; 6];
+        clamp_grad(&y, &dy, &mut copy, (-5, 127));
+        let mut in_place = dy;
+        clamp_grad_in_place(&y, &mut in_place, (-5, 127));
+        assert_eq!(in_place.map(f32::to_bits), copy.map(f32::to_bits));
     }
 
     #[test]

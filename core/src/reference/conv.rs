@@ -124,9 +124,20 @@ pub fn conv2d(x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], g: &Conv2d
 /// `dx[n, c_in, h, w]` = gradient of `conv2d` with respect to its input, given
 /// `dy[n, c_out, out_h, out_w]`; overwrites `dx`.
 pub fn conv2d_grad_input(dy: &[f32], w: &[f32], dx: &mut [f32], g: &Conv2dGeometry) {
-    debug_assert_lengths(dx.len(), w.len(), dy.len(), g);
+    debug_assert_eq!(w.len(), g.weight_len());
+    conv2d_grad_input_by(dy, |i| w[i], dx, g)
+}
+
+/// [`conv2d_grad_input`] with weight `i` read as `weight(i)`.
+pub fn conv2d_grad_input_by(
+    dy: &[f32],
+    weight: impl Fn(usize) -> f32,
+    dx: &mut [f32],
+    g: &Conv2dGeometry,
+) {
+    debug_assert_lengths(dx.len(), g.weight_len(), dy.len(), g);
     dx.fill(0.0);
-    for_each_tap(g, |t| dx[t.x] += dy[t.y] * w[t.w]);
+    for_each_tap(g, |t| dx[t.x] += dy[t.y] * weight(t.w));
 }
 
 /// `dw[c_out, c_in / groups, kh, kw]` = gradient of `conv2d` with respect to its weights,

@@ -25,13 +25,23 @@ pub fn linear(x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearD
 
 /// `dx[n, k] = dy[n, m] · w[m, k]`; overwrites `dx`.
 pub fn linear_grad_input(dy: &[f32], w: &[f32], dx: &mut [f32], d: LinearDims) {
-    debug_assert_eq!(dy.len(), d.n * d.m);
     debug_assert_eq!(w.len(), d.m * d.k);
+    linear_grad_input_by(dy, |i| w[i], dx, d)
+}
+
+/// [`linear_grad_input`] with weight `i` (of `w[m, k]`) read as `weight(i)`.
+pub fn linear_grad_input_by(
+    dy: &[f32],
+    weight: impl Fn(usize) -> f32,
+    dx: &mut [f32],
+    d: LinearDims,
+) {
+    debug_assert_eq!(dy.len(), d.n * d.m);
     debug_assert_eq!(dx.len(), d.n * d.k);
     for i in 0..d.n {
         let dy_row = row(dy, i, d.m);
         for (kk, out) in row_mut(dx, i, d.k).iter_mut().enumerate() {
-            *out = dy_row.iter().enumerate().map(|(j, g)| g * w[j * d.k + kk]).sum();
+            *out = dy_row.iter().enumerate().map(|(j, g)| g * weight(j * d.k + kk)).sum();
         }
     }
 }

@@ -92,7 +92,34 @@ pub fn run(args: &BundleArgs) -> Result<()> {
         bundle.classes(),
         bundle.head_batch()
     );
+    if let Some(peak) = host.training.plan.arena_peak() {
+        println!("  {}", describe_peak(&host.training.plan, &peak));
+    }
     Ok(())
+}
+
+/// Live tensors named at the training arena's fullest step; the rest are summed.
+const PEAK_NAMES: usize = 8;
+
+/// Where the training step's arena is fullest: the step, its kernel and what is live there.
+fn describe_peak(plan: &sprout_core::Plan, peak: &sprout_core::ArenaPeak<'_>) -> String {
+    let step = plan.steps.iter().chain(&plan.update_steps).nth(peak.step);
+    let kernel = step.map_or("?", |s| s.kernel.name());
+    let named = peak.live.iter().take(PEAK_NAMES);
+    let mut live: Vec<String> =
+        named.map(|b| format!("{} {} B", b.name, b.operand.bytes())).collect();
+    let rest = &peak.live[peak.live.len().min(PEAK_NAMES)..];
+    if !rest.is_empty() {
+        let bytes: usize = rest.iter().map(|b| b.operand.bytes()).sum();
+        live.push(format!("{} more {bytes} B", rest.len()));
+    }
+    format!(
+        "training arena {} B, fullest at step {} ({kernel}): {} B live: {}",
+        plan.sizes.arena,
+        peak.step,
+        peak.bytes,
+        live.join(", ")
+    )
 }
 
 /// What a sparse update trains and the device memory it needs.

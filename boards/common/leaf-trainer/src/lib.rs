@@ -50,7 +50,7 @@ const STEPS: usize = 120;
 /// The largest arena, state and checkpoint the firmware takes. LeafNet at 64x64 with an
 /// int8 backbone needs 110,592 bytes of arena (the backbone's) and a 4,636-byte state
 /// (4,672-byte checkpoints) training the head; that sparse update at a head batch of one
-/// without momentum a 96,532-byte training arena and a 7,308-byte state (7,344).
+/// without momentum a 53,140-byte training arena and a 7,308-byte state (7,344).
 const ARENA: usize = 112 * 1024;
 const STATE: usize = 7_424;
 const CHECKPOINT: usize = 7_552;

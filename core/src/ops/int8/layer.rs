@@ -4,9 +4,9 @@
 use crate::builder::mismatch;
 use crate::graph::{Graph, GraphError};
 use crate::kernel::KernelCall;
-use crate::op::{ChannelScaleParams, QConvParams, QLinearParams};
+use crate::op::{ChannelScaleParams, ConvParams, QConvParams, QLinearParams};
 use crate::ops::conv2d::conv_geometry;
-use crate::ops::linear::linear_dims;
+use crate::ops::linear::{grad_input_dims, linear_dims};
 use crate::ops::lowering::{Lowered, Lowering};
 use crate::ops::Vjp;
 use crate::ops::{Gradient, Int8Form, Op, OpRules, OperandCounts, Recompute};
@@ -38,7 +38,7 @@ impl OpRules for QConv2d {
     const GRADIENT: Gradient<QConvParams> = Gradient::Flows {
         inputs: &[0, 1, 2],
         vjp: |q, cx| {
-            let grads = (Op::Conv2dGradInput(q.conv), Op::Conv2dGradWeight(q.conv), Op::BiasGrad);
+            let grads = (Op::QConv2dGradInput(q.conv), Op::Conv2dGradWeight(q.conv), Op::BiasGrad);
             int8_layer_vjp(cx, q.input, q.act, grads)
         },
     };
@@ -70,7 +70,7 @@ impl OpRules for QLinear {
         vjp: |q, cx| {
             let rows = cx.shape(cx.input(0)).rank() > 2;
             let bias = if rows { Op::RowBiasGrad } else { Op::BiasGrad };
-            let grads = (Op::LinearGradInput, Op::LinearGradWeight, bias);
+            let grads = (Op::QLinearGradInput, Op::LinearGradWeight, bias);
             int8_layer_vjp(cx, q.input, q.act, grads)
         },
     };
@@ -101,6 +101,45 @@ fn without_weight_scales(cx: &Lowering<'_>) -> Vec<crate::tensor::TensorId> {
 /// in integer units (`∂L/∂q`) for its weight and bias: the output gradient is first
 /// stopped where the fused clamp saturated, then the float backward kernels `grads`
 /// (input, weight, bias) run on dequantized operands.
+/// A convolution's input gradient through its int8 weights and their scales.
+pub(crate) struct QConv2dGradInput;
+
+impl OpRules for QConv2dGradInput {
+    type Params = ConvParams;
+    const NAME: &'static str = "qconv2d_grad_input";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(3, 0, 1);
+    const GRADIENT: Gradient<ConvParams> = Gradient::None;
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8(_: ConvParams) -> Int8Form {
+        Int8Form::Float
+    }
+
+    fn lower(p: ConvParams, cx: &Lowering<'_>) -> Lowered {
+        let geometry = conv_geometry(cx.output(0), cx.input(1), cx.input(0), p);
+        cx.all(KernelCall::QConv2dGradInput(geometry))
+    }
+}
+
+/// A dense layer's input gradient through its int8 weights and their scales.
+pub(crate) struct QLinearGradInput;
+
+impl OpRules for QLinearGradInput {
+    type Params = ();
+    const NAME: &'static str = "qlinear_grad_input";
+    const OPERANDS: OperandCounts = OperandCounts::exactly(3, 0, 1);
+    const GRADIENT: Gradient<()> = Gradient::None;
+    const RECOMPUTE: Recompute = Recompute::Never;
+
+    fn int8((): ()) -> Int8Form {
+        Int8Form::Float
+    }
+
+    fn lower((): (), cx: &Lowering<'_>) -> Lowered {
+        cx.all(KernelCall::QLinearGradInput(grad_input_dims(cx)))
+    }
+}
+
 fn int8_layer_vjp(
     cx: &mut Vjp<'_>,
     input: QuantParams,
@@ -111,8 +150,8 @@ fn int8_layer_vjp(
         (cx.input(0), cx.input(1), cx.input(2), cx.input(4), cx.output(0));
     let dy = cx.backward("clamp_grad", Op::QClampGrad(act), vec![y, cx.dy], y)?;
     if cx.want(0).is_some() {
-        let w_real = cx.scratch("weight_real", Op::DequantizeWeights, vec![w, w_scale], w)?;
-        let grad = cx.backward("grad_input", grads.0, vec![dy, w_real], x)?;
+        // Through the int8 weights themselves: a frozen layer's backward needs no f32 copy.
+        let grad = cx.backward("grad_input", grads.0, vec![dy, w, w_scale], x)?;
         cx.contribute(x, grad);
     }
     if cx.want(1).is_some() {
