@@ -102,6 +102,11 @@ pub struct TrainArgs {
     /// gradient of MU/2 * |w - w0|^2 applied after each update (0: off).
     #[arg(long, value_name = "MU", default_value_t = 0.0)]
     proximal_mu: f32,
+    /// SCAFFOLD: a safetensors file of per-parameter offsets by name (trainable f32
+    /// parameters, their shapes); after each update every named weight also moves by
+    /// -lr * offset, as an offset added to its gradient outside the optimizer.
+    #[arg(long, value_name = "FILE")]
+    gradient_offset: Option<PathBuf>,
     /// What the batch norms normalise with while training.
     #[arg(long, value_enum, default_value_t = BatchNormArg::Batch)]
     batch_norm: BatchNormArg,
@@ -313,6 +318,15 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         record: Some(record),
         mixed_precision: args.mixed_precision,
         proximal_mu: args.proximal_mu,
+        gradient_offset: match &args.gradient_offset {
+            None => Vec::new(),
+            Some(path) => {
+                let bytes = std::fs::read(path)
+                    .with_context(|| format!("--gradient-offset {}", path.display()))?;
+                sprout_onnx::read_safetensors(&bytes)
+                    .with_context(|| format!("--gradient-offset {}", path.display()))?
+            }
+        },
         batch_norm: match args.batch_norm {
             BatchNormArg::Batch => BatchNormStats::Batch,
             BatchNormArg::Running => BatchNormStats::Running,

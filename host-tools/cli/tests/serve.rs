@@ -188,6 +188,13 @@ fn upload_base(server: &Server, token: &str, scratch: &Scratch) {
     assert_eq!(status, 201, "{}", String::from_utf8_lossy(&bytes));
 }
 
+/// `status`, once `body`'s error message is checked to contain `needle`.
+fn error(status: u16, body: &Value, needle: &str) -> u16 {
+    let message = body["error"].as_str().unwrap_or_else(|| panic!("no error field: {body}"));
+    assert!(message.contains(needle), "'{needle}' not in '{message}'");
+    status
+}
+
 #[test]
 fn tokens_scopes_and_bad_requests_get_json_errors() {
     let scratch = Scratch::new("serve-errors");
@@ -201,11 +208,6 @@ fn tokens_scopes_and_bad_requests_get_json_errors() {
     assert_eq!(status, 200);
     assert!(doc["paths"]["/api/v1/jobs/{id}/events"]["get"].is_object(), "{doc}");
 
-    let error = |status: u16, body: &Value, needle: &str| {
-        let message = body["error"].as_str().unwrap_or_else(|| panic!("no error field: {body}"));
-        assert!(message.contains(needle), "'{needle}' not in '{message}'");
-        status
-    };
     let (status, body) = server.json("GET", "/api/v1/datasets", None, None);
     assert_eq!(error(status, &body, "missing token"), 401);
     let (status, body) = server.json("GET", "/api/v1/datasets", Some("sprout_0000"), None);
@@ -1251,6 +1253,55 @@ fn weights_download_as_safetensors_upload_onto_a_version_and_evaluate() {
     let (status, _) =
         server.json("POST", "/api/v1/models/base/versions/9/weights", Some(&trainer), None);
     assert_eq!(status, 404);
+}
+
+#[test]
+fn a_job_takes_a_gradient_offset_checked_against_its_base() {
+    use base64::Engine;
+    let scratch = Scratch::new("serve-offset");
+    let data = scratch.path("data");
+    let trainer = token(&data, "train");
+    let server = Server::start(&data, &[]);
+    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 4));
+    upload_base(&server, &trainer, &scratch);
+    let job = |offset: Value| {
+        let request = json!({"dataset": "leaves", "base": {"model": {"name": "base"}},
+            "model": "base", "epochs": 1, "batch_size": 4, "gradient_offset": offset});
+        server.json("POST", "/api/v1/jobs", Some(&trainer), Some(request))
+    };
+    let encoded = |name: &str, shape: Vec<usize>, values: Vec<f32>| {
+        let bytes = sprout_onnx::export_safetensors(&[(name.to_string(), shape, values)]).unwrap();
+        json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+    };
+    let cases = [
+        (json!("not base64!"), "gradient_offset is not base64"),
+        (json!("AAAA"), "gradient_offset cannot be read"),
+        (encoded("head.bias", vec![3], vec![0.0; 3]), "'head.bias': not a trainable parameter"),
+        (encoded("classifier.bias", vec![4], vec![0.0; 4]), "'classifier.bias': shape [4]"),
+        (encoded("classifier.bias", vec![3], vec![0.0, f32::NAN, 0.0]), "holds NaN"),
+    ];
+    for (offset, words) in cases {
+        let (status, body) = job(offset);
+        assert_eq!(error(status, &body, words), 422);
+    }
+    let zoo = json!({"dataset": "leaves", "base": {"zoo": "mlp"}, "gradient_offset": "AAAA"});
+    let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(zoo));
+    assert_eq!(error(status, &body, "the base is a zoo model"), 422);
+    let (_, jobs) = server.json("GET", "/api/v1/jobs", Some(&trainer), None);
+    assert_eq!(jobs, json!([]), "no refused job queued");
+
+    // Accepted: kept in the job's folder, handed to `sprout train`, not shown by the API.
+    let (status, created) = job(encoded("classifier.bias", vec![3], vec![0.5, -0.5, 0.0]));
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_i64().unwrap();
+    assert!(created["request"].get("gradient_offset").is_none(), "{created}");
+    let done = server.wait_for(id, &trainer, &["succeeded", "failed"]);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let folder = data.join(format!("jobs/{id}"));
+    let kept = std::fs::read(folder.join("gradient-offset.safetensors")).unwrap();
+    assert_eq!(tensors(&kept)["classifier.bias"].1, [0.5, -0.5, 0.0]);
+    let args = std::fs::read_to_string(folder.join("run/args.json")).unwrap();
+    assert!(args.contains("--gradient-offset"), "{args}");
 }
 
 #[test]

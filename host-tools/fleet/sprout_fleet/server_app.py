@@ -15,7 +15,6 @@ Run config: see `[tool.flwr.app.config]` in pyproject.toml.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Iterable
 from logging import INFO, WARNING
@@ -26,6 +25,8 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedProx, FedYogi
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+
+from .averaging import is_statistic, pool_statistics, round_lr
 
 app = ServerApp()
 
@@ -142,36 +143,15 @@ class Screened:
         return super().aggregate_train(server_round, kept)
 
 
-def is_statistic(name: str) -> bool:
-    """Whether tensor `name` is a batch-norm running statistic rather than a weight."""
-    return name.endswith((".running_mean", ".running_var"))
-
-
 def pooled_statistics(arrays: ArrayRecord, replies: list[RecordDict], weighted_by: str) -> ArrayRecord:
-    """`arrays` with each batch norm's running statistics set to those of all the boxes'
-    data pooled: `running_mean` the replies' weighted average, `running_var` the average
-    variance plus the spread of the boxes' means, sum(w * (var + mean^2)) - mean_avg^2. A
-    plain average of variances leaves that spread out, so a model averaged over boxes that
-    see different domains normalises with too small a variance. Taken from the replies, not
-    from `arrays`, so a server optimizer's step (made for weights) never moves a statistic
-    past the boxes' values (a variance below zero describes no data)."""
-    weights = np.array([float(next(iter(r.metric_records.values()))[weighted_by]) for r in replies])
-    weights = weights / weights.sum()
-
-    def average(name: str, power: int = 1) -> np.ndarray:
-        return sum(w * r.array_records["arrays"][name].numpy().astype(np.float64) ** power for w, r in zip(weights, replies))
-
-    pooled = {}
-    for name, array in arrays.items():
-        values = array.numpy()
-        mean_name = name.removesuffix(".running_var") + ".running_mean"
-        if is_statistic(name):
-            values = np.asarray(average(name), dtype=values.dtype)
-        if name.endswith(".running_var") and mean_name in arrays.keys():
-            spread = np.maximum(average(mean_name, 2) - average(mean_name) ** 2, 0)
-            values = np.asarray(values + spread, dtype=values.dtype)
-        pooled[name] = Array(values)
-    return ArrayRecord(pooled)
+    """`arrays` with batch-norm statistics pooled across the replies (`pool_statistics`),
+    each reply weighted by its metric `weighted_by`."""
+    boxes = [
+        ({k: a.numpy() for k, a in r.array_records["arrays"].items()}, float(next(iter(r.metric_records.values()))[weighted_by]))
+        for r in replies
+    ]
+    pooled = pool_statistics({k: a.numpy() for k, a in arrays.items()}, boxes)
+    return ArrayRecord({k: Array(v) for k, v in pooled.items()})
 
 
 class PooledStatistics:
@@ -184,17 +164,6 @@ class PooledStatistics:
             return arrays, metrics
         contents = [r.content for r in replies if not r.has_error()]
         return pooled_statistics(arrays, contents, self.weighted_by_key), metrics
-
-
-def round_lr(schedule: str, lr: float, server_round: int, rounds: int) -> float:
-    """The learning rate of round `server_round` (from 1) of `rounds`: `constant` keeps
-    `lr`; `cosine` starts at `lr`, halves it by the middle round and decays towards 0,
-    lr * (1 + cos(pi * (round - 1) / rounds)) / 2, so the last round still learns."""
-    if schedule == "constant":
-        return lr
-    if schedule == "cosine":
-        return lr * (1 + math.cos(math.pi * (server_round - 1) / rounds)) / 2
-    raise ValueError(f"run config: lr-schedule must be 'constant' or 'cosine', not '{schedule}'")
 
 
 class ScheduledRate:

@@ -4,6 +4,7 @@ evaluations."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.error
@@ -33,6 +34,12 @@ def check_layout(given: Arrays, expected: Arrays, what: str) -> None:
                 f"{what}: tensor '{name}' has shape {list(array.shape)}, "
                 f"the model's is {list(expected[name].shape)}"
             )
+
+
+def encode_offset(arrays: Arrays) -> str:
+    """Arrays as a base64 safetensors file, a job request's `gradient_offset`."""
+    body = save_safetensors({k: np.ascontiguousarray(v, np.float32) for k, v in arrays.items()})
+    return base64.b64encode(body).decode("ascii")
 
 
 class Service:

@@ -23,7 +23,9 @@ from sprout_fleet.server_app import (
     refusal,
     round_lr,
 )
-from sprout_fleet.service import Service, ServiceError
+from sprout_fleet.averaging import control_offset, control_update, fedavg, zero_control
+from sprout_fleet.replay import parse
+from sprout_fleet.service import Service, ServiceError, encode_offset
 
 
 def record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
@@ -158,6 +160,49 @@ class Screening(unittest.TestCase):
         np.testing.assert_allclose(rates, [0.1, 0.1 * (1 + 0.5**0.5) / 2, 0.05, 0.1 * (1 - 0.5**0.5) / 2])
         with self.assertRaisesRegex(ValueError, "lr-schedule must be 'constant' or 'cosine', not 'linear'"):
             ScreenedFedAvg(schedule="linear")
+
+
+class Averaging(unittest.TestCase):
+    """The numpy averaging the replay harness runs (the ServerApp's statistics pooling)."""
+
+    def test_fedavg_weights_the_boxes_and_scales_the_step(self) -> None:
+        current = {"w": np.zeros(2, np.float32), "bn.running_var": np.ones(1, np.float32)}
+        one = {"w": np.full(2, 1, np.float32), "bn.running_var": np.ones(1, np.float32)}
+        two = {"w": np.full(2, 5, np.float32), "bn.running_var": np.ones(1, np.float32)}
+        np.testing.assert_allclose(fedavg(current, [(one, 3), (two, 1)])["w"], np.full(2, 2.0))
+        np.testing.assert_allclose(fedavg(current, [(one, 3), (two, 1)], 1.5)["w"], np.full(2, 3.0))
+        # Statistics take the boxes' pooled values, never a server step.
+        np.testing.assert_allclose(fedavg(current, [(one, 3), (two, 1)], 1.5)["bn.running_var"], [1.0])
+
+    def test_scaffold_controls_follow_the_paper(self) -> None:
+        start = {"w": np.array([1.0, 1.0], np.float32), "bn.running_mean": np.zeros(1, np.float32)}
+        control = zero_control(start)
+        self.assertEqual(list(control), ["w"])
+        # c_i+ = c_i - c + (x - y_i) / (K lr): 4 steps at lr 0.5 moved w by (-2, 4).
+        mine = {"w": np.array([0.5, 0.0], np.float32)}
+        glob = {"w": np.array([0.25, 1.0], np.float32)}
+        trained = {"w": np.array([3.0, -3.0], np.float32), "bn.running_mean": np.ones(1, np.float32)}
+        updated = control_update(mine, glob, start, trained, 4, 0.5)
+        np.testing.assert_allclose(updated["w"], [0.5 - 0.25 - 1.0, 0.0 - 1.0 + 2.0])
+        np.testing.assert_allclose(control_offset(mine, glob)["w"], [-0.25, 1.0])
+        with self.assertRaisesRegex(ValueError, "at least one update at a positive lr"):
+            control_update(mine, glob, start, trained, 0, 0.5)
+
+    def test_offsets_travel_as_base64_safetensors(self) -> None:
+        import base64
+
+        from safetensors.numpy import load
+
+        encoded = encode_offset({"w": np.array([1.5, -2.0], np.float32)})
+        np.testing.assert_array_equal(load(base64.b64decode(encoded))["w"], [1.5, -2.0])
+
+    def test_the_replay_refuses_unknown_settings(self) -> None:
+        kind, settings = parse("fedavg local-epochs=8 scaffold=1")
+        self.assertEqual((kind, settings["local-epochs"], settings["lr"]), ("fedavg", "8", 0.005))
+        with self.assertRaisesRegex(ValueError, "unknown setting 'momentum=0.5'"):
+            parse("fedavg momentum=0.5")
+        with self.assertRaisesRegex(ValueError, "the kind must be fedavg, pooled or single"):
+            parse("fedsgd")
 
 
 class LiveBox(unittest.TestCase):

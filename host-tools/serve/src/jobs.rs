@@ -6,7 +6,9 @@
 use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use sprout_train::Model;
+use sprout_data::write_atomic;
+use sprout_onnx::read_safetensors;
+use sprout_train::{check_gradient_offset, Model, NamedOffset};
 use sprout_zoo::Architecture;
 use utoipa::ToSchema;
 
@@ -107,6 +109,12 @@ pub struct JobRequest {
     /// base's by `lr * proximal_mu * (w - w0)` (`sprout train --proximal-mu`; 0: off).
     #[serde(default)]
     pub proximal_mu: f32,
+    /// SCAFFOLD's correction: a safetensors file (base64) of offsets by parameter name, each
+    /// a trainable parameter of the base with its shape and finite values; after every
+    /// update each named weight also moves by `-lr * offset` (`sprout train
+    /// --gradient-offset`). Kept in the job's folder, not in the request the API shows.
+    #[serde(default, skip_serializing)]
+    pub gradient_offset: Option<String>,
     #[serde(default)]
     pub batch_norm: BatchNorm,
     /// Samples per step (default 16 for a zoo model, else the batch the file records).
@@ -235,6 +243,7 @@ fn plan_job(
     request: &JobRequest,
     classes: &[String],
     images: u64,
+    offset: &[NamedOffset],
 ) -> Result<u64, ApiError> {
     let batch = request.batch_size.map(|b| b as usize);
     let mut model = match &request.base {
@@ -272,6 +281,12 @@ fn plan_job(
     model
         .adopt_classes(classes, origin)
         .map_err(|e| ApiError::invalid(format!("base model and data set disagree: {e}")))?;
+    if !offset.is_empty() {
+        let trainable = sprout_zoo::select_trainable(&model.zoo, &request.trainable)
+            .map_err(|e| ApiError::invalid(format!("trainable '{}': {e}", request.trainable)))?;
+        check_gradient_offset(&model.zoo.graph, &trainable, offset)
+            .map_err(|e| ApiError::invalid(e.to_string()))?;
+    }
     estimate::training_bytes(
         &model,
         &request.trainable,
@@ -279,6 +294,25 @@ fn plan_job(
         images,
     )
     .map_err(|e| ApiError::invalid(format!("trainable '{}': {e}", request.trainable)))
+}
+
+/// The file in a job's folder holding its `gradient_offset` (safetensors).
+pub const GRADIENT_OFFSET_FILE: &str = "gradient-offset.safetensors";
+
+/// The request's `gradient_offset` decoded from base64 (a 422 when it is not base64, or
+/// given with a zoo base: offsets name a registry model's parameters).
+fn gradient_offset_bytes(request: &JobRequest) -> Result<Option<Vec<u8>>, ApiError> {
+    let Some(text) = &request.gradient_offset else { return Ok(None) };
+    if matches!(request.base, Base::Zoo(_)) {
+        return Err(ApiError::invalid(
+            "gradient_offset names a registry model's parameters; the base is a zoo model",
+        ));
+    }
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| ApiError::invalid(format!("gradient_offset is not base64: {e}")))?;
+    Ok(Some(bytes))
 }
 
 /// 422 when a job needing `bytes` does not fit next to the jobs running now.
@@ -342,10 +376,19 @@ pub async fn create(
     } else if request.new_head {
         return Err(ApiError::invalid("new_head replaces a registry model's classifier; a zoo model gets one for the data set's classes anyway"));
     }
+    let offset_bytes = gradient_offset_bytes(&request)?;
     let classes: Vec<String> = dataset.classes.iter().map(|c| c.name.clone()).collect();
     let planned = {
-        let (state, request) = (state.clone(), request.clone());
-        tokio::task::spawn_blocking(move || plan_job(&state, &request, &classes, dataset.images))
+        let (state, request, bytes) = (state.clone(), request.clone(), offset_bytes.clone());
+        tokio::task::spawn_blocking(move || {
+            let offset = match &bytes {
+                Some(bytes) => read_safetensors(bytes).map_err(|e| {
+                    ApiError::invalid(format!("gradient_offset cannot be read: {e}"))
+                })?,
+                None => Vec::new(),
+            };
+            plan_job(&state, &request, &classes, dataset.images, &offset)
+        })
     };
     let bytes = planned.await.map_err(ApiError::internal)??;
     check_memory(&state, bytes)?;
@@ -355,7 +398,16 @@ pub async fn create(
             "INSERT INTO jobs (dataset, model, request, status, estimate_bytes, created) VALUES (?1, ?2, ?3, 'queued', ?4, ?5)",
             rusqlite::params![request.dataset, model_name, serde_json::to_string(&request).map_err(ApiError::internal)?, bytes, now()],
         )?;
-        db.last_insert_rowid()
+        let id = db.last_insert_rowid();
+        // Written while the database is locked: no runner claims the job before its file is
+        // in place.
+        if let Some(offset) = &offset_bytes {
+            let folder = state.layout.job(id);
+            std::fs::create_dir_all(&folder)
+                .and_then(|()| write_atomic(&folder.join(GRADIENT_OFFSET_FILE), offset))
+                .map_err(|e| ApiError::internal(format!("job {id}'s gradient offset: {e}")))?;
+        }
+        id
     };
     state.hub.record(&state.db, id, "status", serde_json::json!({"status": "queued"}))?;
     state.runners.wake();

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::api::AppState;
 use crate::boards::{self, BoardTask};
 use crate::db::now;
-use crate::jobs::{Backend, Base, BatchNorm, JobRequest, Optimizer, Schedule};
+use crate::jobs::{self, Backend, Base, BatchNorm, JobRequest, Optimizer, Schedule};
 use crate::models;
 
 /// How often a job's batch progress is stored at most.
@@ -331,6 +331,10 @@ fn arguments(
     }
     if request.proximal_mu > 0.0 {
         args.extend(["--proximal-mu".into(), request.proximal_mu.to_string()]);
+    }
+    let offset = folder.join(jobs::GRADIENT_OFFSET_FILE);
+    if offset.is_file() {
+        args.extend(["--gradient-offset".into(), offset.display().to_string()]);
     }
     if request.batch_norm == BatchNorm::Running {
         args.extend(["--batch-norm".into(), "running".into()]);

@@ -72,7 +72,8 @@ pub use split::{ClassCount, DataSplit, SplitKind, DEFAULT_VAL_FRACTION};
 pub use sprout_data::Pipeline;
 pub use tensor_file::TensorFile;
 pub use trainer::{
-    folder_classes, open_data, open_eval_data, train, DataOptions, LossScaleReport,
-    OptimizerChoice, Outcome, ScheduleChoice, TrainData, TrainEvent, TrainOptions,
+    check_gradient_offset, folder_classes, open_data, open_eval_data, train, DataOptions,
+    LossScaleReport, NamedOffset, OptimizerChoice, Outcome, ScheduleChoice, TrainData, TrainEvent,
+    TrainOptions,
 };
 pub use version::{version_string, GIT_COMMIT, VERSION};

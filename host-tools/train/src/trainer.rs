@@ -81,6 +81,12 @@ pub struct TrainOptions {
     /// starts from (0: none). Applied decoupled, as AdamW's weight decay: after every
     /// update each trainable weight moves `lr * mu * (w - w0)` back towards its start.
     pub proximal_mu: f32,
+    /// SCAFFOLD's correction (Karimireddy et al. 2020), by parameter name: after every
+    /// update each named trainable weight also moves by `-lr * offset`, as if the offset
+    /// had been added to its gradient outside the optimizer (a box sends its `c - c_i`).
+    /// Every name must be a trainable f32 parameter of the model with the offset's shape
+    /// and finite values; weights not named move as without it.
+    pub gradient_offset: Vec<NamedOffset>,
     /// What the batch norms normalise with while training (their running statistics stay
     /// as they are with [`BatchNormStats::Running`]).
     pub batch_norm: BatchNormStats,
@@ -101,6 +107,7 @@ impl Default for TrainOptions {
             record: None,
             mixed_precision: false,
             proximal_mu: 0.0,
+            gradient_offset: Vec::new(),
             batch_norm: BatchNormStats::Batch,
         }
     }
@@ -135,6 +142,11 @@ impl TrainOptions {
         record.set("--mixed-precision", self.mixed_precision);
         record.set("--patience", self.patience);
         record.set_f32("--proximal-mu", self.proximal_mu);
+        // Recorded only when given (as a digest of its names and values), so runs recorded
+        // before the flag existed still resume.
+        if !self.gradient_offset.is_empty() {
+            record.set("--gradient-offset", offset_digest(&self.gradient_offset));
+        }
         // Recorded only when given, so runs recorded before the flag existed still resume.
         if self.batch_norm == BatchNormStats::Running {
             record.set("--batch-norm", "running");
@@ -433,7 +445,7 @@ pub fn train(
         compile_training_step_with(&z.graph, z.loss, &trainable, &cfg, &MemoryOptions::default())?;
     let plan = &training.plan;
     let mut memory = crate::memory::initial_memory(plan, &training.graph, "the training step")?;
-    let anchor = Anchor::new(options.proximal_mu, plan, &trainable, &memory)?;
+    let anchor = Anchor::new(options, &z.graph, plan, &trainable, &memory)?;
     let operand = |id| {
         plan.binding_of(id)
             .map(|b| b.operand)
@@ -676,45 +688,105 @@ pub fn train(
     })
 }
 
-/// FedProx's anchor: the trainable weights the run started from and the proximal `mu`.
+/// A parameter's SCAFFOLD offset: its name, shape and values (row-major).
+pub type NamedOffset = (String, Vec<usize>, Vec<f32>);
+
+/// A digest of `offsets`' names, shapes and values, for the run record.
+fn offset_digest(offsets: &[NamedOffset]) -> String {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for (name, shape, values) in offsets {
+        hasher.update(name.as_bytes());
+        shape.iter().for_each(|d| hasher.update(&(*d as u64).to_le_bytes()));
+        values.iter().for_each(|v| hasher.update(&v.to_le_bytes()));
+    }
+    format!("xxh3:{:032x}", hasher.digest128())
+}
+
+/// Each offset's parameter in `graph`, checked: every name must be one of the `trainable`
+/// parameters, with its shape and finite values (`sprout train --gradient-offset`; the
+/// service checks a job's offsets this way before it queues the job).
+pub fn check_gradient_offset<'o>(
+    graph: &Graph,
+    trainable: &[TensorId],
+    offsets: &'o [NamedOffset],
+) -> Result<Vec<(TensorId, &'o [f32])>, TrainError> {
+    offsets
+        .iter()
+        .map(|(name, shape, values)| {
+            let refuse =
+                |why: String| TrainError::Mismatch(format!("gradient offset '{name}': {why}"));
+            let id = graph
+                .find(name)
+                .filter(|id| trainable.contains(id))
+                .ok_or_else(|| refuse("not a trainable parameter of the model".into()))?;
+            let dims = graph.tensor(id).shape.dims();
+            if shape.as_slice() != dims || values.len() != graph.tensor(id).shape.numel() {
+                return Err(refuse(format!(
+                    "shape {shape:?} ({} values), the parameter's is {dims:?}",
+                    values.len()
+                )));
+            }
+            if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
+                return Err(refuse(format!("holds {bad}")));
+            }
+            Ok((id, values.as_slice()))
+        })
+        .collect()
+}
+
+/// What moves the trainable weights after every update besides the optimizer: FedProx's
+/// pull towards the weights the run started from (`mu`) and SCAFFOLD's offsets.
 struct Anchor {
     mu: f32,
     weights: Vec<(Operand, Vec<f32>)>,
+    offsets: Vec<(Operand, Vec<f32>)>,
 }
 
 impl Anchor {
-    /// The starting values of the f32 `trainable` weights in `memory`; none when `mu` is 0.
+    /// The starting values of the f32 `trainable` weights in `memory` (none when the
+    /// proximal mu is 0) and the options' gradient offsets, each checked against the model.
     fn new(
-        mu: f32,
+        options: &TrainOptions,
+        graph: &Graph,
         plan: &Plan,
         trainable: &[TensorId],
         memory: &HostMemory,
     ) -> Result<Self, TrainError> {
+        let mu = options.proximal_mu;
         if !(mu.is_finite() && mu >= 0.0) {
             return Err(TrainError::Mismatch(format!(
                 "--proximal-mu {mu}: give a finite value of 0 or more"
             )));
         }
+        let f32_operand =
+            |id: TensorId| plan.binding_of(id).map(|b| b.operand).filter(|o| o.dtype == DType::F32);
         let mut weights = Vec::new();
         if mu > 0.0 {
             for &id in trainable {
-                let Some(binding) = plan.binding_of(id) else { continue };
-                if binding.operand.dtype != DType::F32 {
-                    continue;
-                }
-                let bytes = &memory.region(binding.operand.region)
-                    [binding.operand.offset..binding.operand.end()];
+                let Some(operand) = f32_operand(id) else { continue };
+                let bytes = &memory.region(operand.region)[operand.offset..operand.end()];
                 let start = bytes
                     .chunks_exact(4)
                     .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
                     .collect();
-                weights.push((binding.operand, start));
+                weights.push((operand, start));
             }
         }
-        Ok(Self { mu, weights })
+        let mut offsets = Vec::with_capacity(options.gradient_offset.len());
+        for (id, values) in check_gradient_offset(graph, trainable, &options.gradient_offset)? {
+            let operand = f32_operand(id).ok_or_else(|| {
+                TrainError::Mismatch(format!(
+                    "gradient offset '{}': not an f32 weight of the plan",
+                    graph.tensor(id).name
+                ))
+            })?;
+            offsets.push((operand, values.to_vec()));
+        }
+        Ok(Self { mu, weights, offsets })
     }
 
-    /// Moves every anchored weight `lr * mu * (w - w0)` back towards its start.
+    /// Moves every anchored weight `lr * mu * (w - w0)` back towards its start and every
+    /// offset one by `-lr * offset`.
     fn pull(&self, regions: &mut Regions<'_>, lr: f32) -> Result<(), TrainError> {
         let rate = lr * self.mu;
         for (operand, start) in &self.weights {
@@ -725,6 +797,15 @@ impl Anchor {
                 .map(|(&w, &w0)| w - rate * (w - w0))
                 .collect();
             regions.write(operand, &pulled)?;
+        }
+        for (operand, offset) in &self.offsets {
+            let moved: Vec<f32> = regions
+                .read::<f32>(operand)?
+                .iter()
+                .zip(offset)
+                .map(|(&w, &o)| w - lr * o)
+                .collect();
+            regions.write(operand, &moved)?;
         }
         Ok(())
     }

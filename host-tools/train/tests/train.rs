@@ -11,7 +11,7 @@ use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
 use sprout_train::{
     calibrate_with_progress, encode_npy, even_pick, open_calibration, open_data, read_metrics,
     train, CheckpointError, DataOptions, Inference, Model, OptimizerChoice, Outcome, RangeMethod,
-    TrainData, TrainError, TrainOptions,
+    TrainData, TrainError, TrainEvent, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -475,26 +475,36 @@ fn distance(a: &ModelFile, b: &ModelFile) -> f64 {
         .sum()
 }
 
+/// An mlp trained on `data` with SGD (momentum 0.9) at lr [`SGD_LR`], seed 2, and `options`
+/// otherwise: the model and the number of updates.
+fn sgd_run(data: &Path, options: TrainOptions) -> Result<(ModelFile, usize), TrainError> {
+    let mut model = Model::from_zoo(Architecture::Mlp, 8, 5).unwrap();
+    let TrainData { train: mut t, val: mut v, .. } =
+        open_data(&mut model, data, &DataOptions { seed: 2, ..DataOptions::default() }).unwrap();
+    let options = TrainOptions {
+        optimizer: OptimizerChoice::Sgd { momentum: 0.9, weight_decay: 0.0, nesterov: false },
+        learning_rate: SGD_LR,
+        seed: 2,
+        ..options
+    };
+    let mut updates = 0;
+    let outcome = train(&model, &mut t, &mut v, &options, &mut |event| {
+        updates += usize::from(matches!(event, TrainEvent::Batch { .. }));
+    });
+    outcome.map(|o| (o.model, updates))
+}
+
+const SGD_LR: f32 = 0.1;
+
 #[test]
 fn the_proximal_term_keeps_weights_near_their_start() {
     let dir = temp_dir("proximal");
     let data = dir.join("data.npz");
     write_set(&data, 40, 64, 10, 3);
-    let lr = 0.1;
+    let lr = SGD_LR;
     let run = |epochs: u32, proximal_mu: f32| {
-        let mut model = Model::from_zoo(Architecture::Mlp, 8, 5).unwrap();
-        let TrainData { train: mut t, val: mut v, .. } =
-            open_data(&mut model, &data, &DataOptions { seed: 2, ..DataOptions::default() })
-                .unwrap();
-        let options = TrainOptions {
-            optimizer: OptimizerChoice::Sgd { momentum: 0.9, weight_decay: 0.0, nesterov: false },
-            learning_rate: lr,
-            epochs,
-            seed: 2,
-            proximal_mu,
-            ..TrainOptions::default()
-        };
-        train(&model, &mut t, &mut v, &options, &mut |_| {}).map(|o| o.model)
+        let options = TrainOptions { epochs, proximal_mu, ..TrainOptions::default() };
+        sgd_run(&data, options).map(|(model, _)| model)
     };
     let start = run(0, 0.0).unwrap();
     let free = distance(&start, &run(3, 0.0).unwrap());
@@ -505,5 +515,44 @@ fn the_proximal_term_keeps_weights_near_their_start() {
     assert!(distance(&start, &run(3, 1.0 / lr).unwrap()) < 1e-10);
     let refused = run(1, -1.0).expect_err("a negative mu is refused").to_string();
     assert!(refused.contains("--proximal-mu -1"), "{refused}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_gradient_offset_moves_its_weights_by_lr_times_it_per_update() {
+    let dir = temp_dir("offset");
+    let data = dir.join("data.npz");
+    write_set(&data, 40, 64, 10, 3);
+    let lr = SGD_LR;
+    let run = |gradient_offset: Vec<(String, Vec<usize>, Vec<f32>)>| {
+        sgd_run(&data, TrainOptions { epochs: 2, gradient_offset, ..TrainOptions::default() })
+    };
+    let bias = "classifier.1.bias".to_string();
+    let (plain, updates) = run(Vec::new()).unwrap();
+    // The same offset on every logit's bias leaves the softmax, so every gradient, as it
+    // was: the bias moves by -lr * offset per update more, the rest as without it.
+    let (offset, _) = run(vec![(bias.clone(), vec![10], vec![2.0; 10])]).unwrap();
+    assert!(updates > 0);
+    for (p, q) in f32_weight(&plain, &bias).iter().zip(f32_weight(&offset, &bias)) {
+        let moved = f64::from(q - p);
+        let expected = -f64::from(lr) * 2.0 * updates as f64;
+        assert!((moved - expected).abs() < 1e-3, "moved {moved}, expected {expected}");
+    }
+    // Other weights only by the rounding of the shifted logits.
+    let weight = "classifier.1.weight";
+    let (w0, w1) = (f32_weight(&plain, weight), f32_weight(&offset, weight));
+    let most = w0.iter().zip(&w1).map(|(p, q)| (p - q).abs()).fold(0.0f32, f32::max);
+    assert!(most < 1e-5, "'{weight}' moved by up to {most}");
+    let refused = |offsets: Vec<(String, Vec<usize>, Vec<f32>)>| {
+        run(offsets).expect_err("a bad offset is refused").to_string()
+    };
+    let unknown = refused(vec![("classifier.9.bias".into(), vec![10], vec![0.0; 10])]);
+    assert!(unknown.contains("'classifier.9.bias': not a trainable parameter"), "{unknown}");
+    let shape = refused(vec![(bias.clone(), vec![5], vec![0.0; 5])]);
+    assert!(shape.contains("shape [5] (5 values), the parameter's is [10]"), "{shape}");
+    let mut values = vec![0.0; 10];
+    values[3] = f32::NAN;
+    let nan = refused(vec![(bias, vec![10], values)]);
+    assert!(nan.contains("'classifier.1.bias': holds NaN"), "{nan}");
     let _ = fs::remove_dir_all(&dir);
 }

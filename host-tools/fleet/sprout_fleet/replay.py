@@ -1,0 +1,282 @@
+"""The fleet benchmark replayed outside Flower: the same five boxes (`sprout serve` each, the
+bench's photos, seeds and pretrained base), the same API calls as the ClientApp, FedAvg with
+pooled batch-norm statistics in numpy, so variants of the local training and of the pooled
+baseline are measured in minutes, without a SuperLink. Results are printed and appended to
+`WORK/replay.jsonl`.
+
+    python -m sprout_fleet.replay --sprout target/release/sprout --work target/fleet-replay \\
+        'fedavg rounds=10 local-epochs=2' 'pooled epochs=4' 'pooled epochs=20 batch=40'
+
+Each experiment is a kind (`fedavg`, `pooled`, `single`) and `key=value` settings: `lr`
+(0.005), `optimizer` (`sgd`: momentum 0.9; `adamw`), `batch` (8), `schedule` (`cosine`: for fedavg from round to round, for pooled and
+single over the job), `seed` (1: the jobs' shuffling and split), and for fedavg `rounds`
+(10), `local-epochs` (2), `local-schedule` (`constant`: the lr within a round's job;
+`cosine` decays it over the job), `server-lr` (1), `scaffold` (1: SCAFFOLD's control variates, the jobs' `gradient_offset`),
+`domain-stats` (1: also evaluate the final model with batch-norm statistics recomputed,
+at lr 1e-9 for 10 epochs, on one box per domain, each domain's held-out photos with its
+own, and on all photos pooled); for pooled and single `epochs` (20).
+Needs numpy and safetensors, not Flower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .averaging import control_offset, control_update, fedavg, round_lr, zero_control
+from .service import Service, encode_offset
+
+MODEL = "leafnet"
+CLASSES = ["healthy", "leaf_spot", "rust"]
+SIZE = "32"
+# The bench's boxes (xtask/src/bench_fleet.rs): domain of each, photos of its own class and
+# of each other class, held-out photos per class and domain.
+DOMAINS = ["source", "source", "target", "target", "target"]
+MAJOR, MINOR, HELD_OUT = 24, 6, 24
+HELD_OUT_SETS = ["held-out-source", "held-out-target"]
+DEFAULTS = {
+    "lr": 0.005,
+    "optimizer": "sgd",
+    "batch": 8,
+    "schedule": "cosine",
+    "seed": 1,
+    "rounds": 10,
+    "local-epochs": 2,
+    "local-schedule": "constant",
+    "server-lr": 1.0,
+    "scaffold": 0,
+    "domain-stats": 0,
+    "epochs": 20,
+}
+
+
+def sprout(binary: Path, *args: str) -> str:
+    return subprocess.run([str(binary), *args], check=True, capture_output=True, text=True).stdout
+
+
+def leaves(binary: Path, out: Path, domain: str, classes: str, count: int, seed: int) -> None:
+    sprout(binary, "data", "leaves", "--domain", domain, "--classes", classes, "--size", SIZE,
+           "--per-class", str(count), "--seed", str(seed), "-o", str(out))
+
+
+def photos(folder: Path, prefix: str = "") -> list[tuple[str, str, bytes]]:
+    """The photos under `folder/{train,val}/<class>/` as (class, name, bytes), in the bench's
+    order and names."""
+    found = []
+    for split in ("train", "val"):
+        for cls in sorted((folder / split).iterdir()):
+            for file in sorted(cls.iterdir()):
+                found.append((cls.name, f"{prefix}{split}-{file.name}", file.read_bytes()))
+    return found
+
+
+def multipart(parts: list[tuple[str, str, bytes]]) -> tuple[str, bytes]:
+    boundary = "sprout-replay-4c1d"
+    body = bytearray()
+    for cls, name, data in parts:
+        body += f'--{boundary}\r\nContent-Disposition: form-data; name="{cls}"; filename="{name}"\r\n\r\n'.encode()
+        body += data + b"\r\n"
+    body += f"--{boundary}--\r\n".encode()
+    return f"multipart/form-data; boundary={boundary}", bytes(body)
+
+
+class Box:
+    """One `sprout serve` with its data sets and the base model as version 1."""
+
+    def __init__(self, binary: Path, folder: Path, base: Path, datasets: dict) -> None:
+        data = folder / "data"
+        token = sprout(binary, "serve", "token", "create", "--scope", "train", "--data-dir", str(data)).strip()
+        log = open(folder / "serve.log", "w")
+        self.process = subprocess.Popen(
+            [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data)],
+            stdout=subprocess.PIPE, stderr=log, text=True,
+        )
+        line = self.process.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"sprout serve printed '{line}'")
+        self.service = Service(line.removeprefix("listening on "), token)
+        for name, parts in datasets.items():
+            self.service._json("POST", "/datasets", body={"name": name, "classes": CLASSES})
+            kind, body = multipart(parts)
+            self.service._call("POST", f"/datasets/{name}/images", None, body, kind)
+        self.service._call("POST", f"/models/{MODEL}/versions", None, base.read_bytes())
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def setup(binary: Path, work: Path) -> list[Box]:
+    """The bench's pretrained base, photos and five boxes, in `work` (emptied first)."""
+    if work.exists():
+        subprocess.run(["rm", "-rf", str(work)], check=True)
+    work.mkdir(parents=True)
+    leaves(binary, work / "pretrain", "source", ",".join(CLASSES), 30, 100)
+    base = work / "base.sprout"
+    sprout(binary, "train", "--zoo", MODEL, "--epochs", "8", "--batch-size", "8", "--optimizer", "adamw",
+           "--lr", "0.003", "--data", str(work / "pretrain"), "-o", str(base), "--out-dir", str(work / "pretrain-run"))
+    held_out = {}
+    for d, domain in enumerate(("source", "target")):
+        leaves(binary, work / f"held-out-{domain}", domain, ",".join(CLASSES), HELD_OUT, 900 + d)
+        held_out[f"held-out-{domain}"] = photos(work / f"held-out-{domain}")
+    own = []
+    for i, domain in enumerate(DOMAINS):
+        parts = []
+        for c, cls in enumerate(CLASSES):
+            folder = work / f"box-{i}/photos/{cls}"
+            leaves(binary, folder, domain, cls, MAJOR if c == i % len(CLASSES) else MINOR, 10 * i + c)
+            parts += photos(folder, f"{i}-")
+        own.append(parts)
+    boxes = []
+    for i, parts in enumerate(own):
+        datasets = {"train": parts, **held_out}
+        if i == 0:
+            datasets["pooled"] = [p for box in own for p in box]
+        boxes.append(Box(binary, work / f"box-{i}", base, datasets))
+    return boxes
+
+
+def held_out(box: Box, version: int, arrays=None) -> dict:
+    """Accuracy on all held-out photos and per domain of `version` (with `arrays` applied)."""
+    results = {s: box.service.evaluate(MODEL, version, s, arrays) for s in HELD_OUT_SETS}
+    samples = sum(r["samples"] for r in results.values())
+    accuracy = {s.removeprefix("held-out-"): r["accuracy"] for s, r in results.items()}
+    return {"all": sum(r["accuracy"] * r["samples"] for r in results.values()) / samples, **accuracy}
+
+
+def job(box: Box, dataset: str, version: int, lr: float, epochs: int, settings: dict, schedule: str, seed: int, offset=None) -> dict:
+    request = {
+        "dataset": dataset, "base": {"model": {"name": MODEL, "version": version}}, "model": MODEL,
+        "trainable": "all", "optimizer": str(settings["optimizer"]), "lr": lr, "epochs": epochs,
+        "batch_size": int(settings["batch"]), "schedule": schedule, "seed": seed,
+    }
+    if offset is not None:
+        request["gradient_offset"] = encode_offset(offset)
+    return box.service.train(request)
+
+
+def baseline(boxes: list[Box], kind: str, s: dict) -> list[dict]:
+    """The pooled job on box 0, or every box's own job, from the base; held-out accuracy."""
+    chosen = [(boxes[0], "pooled")] if kind == "pooled" else [(b, "train") for b in boxes]
+    results = []
+    for box, dataset in chosen:
+        trained = job(box, dataset, 1, float(s["lr"]), int(s["epochs"]), s, str(s["schedule"]), int(s["seed"]))
+        results.append(held_out(box, trained["version"]))
+        if int(s["domain-stats"]):
+            results[-1]["statistics"] = recomputed(boxes, box.service.weights(MODEL, trained["version"], "all"), s)
+        box.service.delete_version(MODEL, trained["version"])
+    return results
+
+
+def federate(boxes: list[Box], s: dict, report) -> dict:
+    """FedAvg as the ServerApp runs it, the ClientApp's calls on every box each round."""
+    rounds = int(s["rounds"])
+    weights = boxes[0].service.weights(MODEL, 1, "all")
+    images = [b.service.images("train") for b in boxes]
+    scaffold = bool(int(s["scaffold"]))
+    if scaffold and s["local-schedule"] != "constant":
+        raise ValueError("scaffold=1 takes local-schedule=constant (its control variates assume K steps at one lr)")
+    control = zero_control(weights)
+    controls = [zero_control(weights) for _ in boxes]
+    epochs, batch = int(s["local-epochs"]), int(s["batch"])
+
+    def local(i: int, lr: float, round_: int):
+        box = boxes[i]
+        start = box.service.apply(MODEL, 1, weights)
+        offset = control_offset(controls[i], control) if scaffold and round_ > 1 else None
+        trained = job(box, "train", start, lr, epochs, s, str(s["local-schedule"]), int(s["seed"]) + round_ - 1, offset)
+        arrays = box.service.weights(MODEL, trained["version"], "all")
+        held = box.service.version_metrics(MODEL, trained["version"])["samples"]
+        for version in (trained["version"], start):
+            box.service.delete_version(MODEL, version)
+        trained_images = images[i] - int(held)
+        if scaffold:
+            controls[i] = control_update(controls[i], control, weights, arrays, epochs * (trained_images // batch), lr)
+        return arrays, max(1, trained_images)
+
+    for r in range(1, rounds + 1):
+        lr = round_lr(str(s["schedule"]), float(s["lr"]), r, rounds)
+        before = [dict(c) for c in controls]
+        with ThreadPoolExecutor(len(boxes)) as pool:
+            replies = list(pool.map(lambda i: local(i, lr, r), range(len(boxes))))
+        weights = fedavg(weights, replies, float(s["server-lr"]))
+        if scaffold:
+            control = {n: c + sum(after[n] - old[n] for after, old in zip(controls, before)) / len(boxes) for n, c in control.items()}
+        report({"round": r, "lr": lr, **held_out(boxes[0], 1, weights)})
+    if int(s["domain-stats"]):
+        report({"statistics": recomputed(boxes, weights, s)})
+    return held_out(boxes[0], 1, weights)
+
+
+def recomputed(boxes: list[Box], weights, s: dict) -> dict:
+    """Held-out accuracy of `weights` with batch-norm statistics recomputed (a job at lr
+    1e-9 moves little else): per domain on a box of that domain's photos, each domain's
+    held-out photos evaluated with its own; and on all photos pooled (box 0's `pooled`)."""
+
+    def statistics(box: Box, dataset: str) -> int:
+        start = box.service.apply(MODEL, 1, weights)
+        trained = job(box, dataset, start, 1e-9, 10, {**s, "optimizer": "sgd"}, "constant", 1)
+        box.service.delete_version(MODEL, start)
+        return trained["version"]
+
+    found = {}
+    for domain in ("source", "target"):
+        box = boxes[DOMAINS.index(domain)]
+        version = statistics(box, "train")
+        found[domain] = box.service.evaluate(MODEL, version, f"held-out-{domain}", None)["accuracy"]
+        box.service.delete_version(MODEL, version)
+    version = statistics(boxes[0], "pooled")
+    found["pooled"] = held_out(boxes[0], version)
+    boxes[0].service.delete_version(MODEL, version)
+    return {"per-domain": (found["source"] + found["target"]) / 2, **found}
+
+
+def parse(spec: str) -> tuple[str, dict]:
+    kind, *pairs = spec.split()
+    if kind not in ("fedavg", "pooled", "single"):
+        raise ValueError(f"experiment '{spec}': the kind must be fedavg, pooled or single")
+    settings = dict(DEFAULTS)
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key not in DEFAULTS or not value:
+            raise ValueError(f"experiment '{spec}': unknown setting '{pair}' (known: {', '.join(DEFAULTS)})")
+        settings[key] = value
+    return kind, settings
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sprout", type=Path, required=True)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("experiments", nargs="+")
+    args = parser.parse_args(argv)
+    experiments = [(spec, *parse(spec)) for spec in args.experiments]
+    started = time.monotonic()
+    boxes = setup(args.sprout, args.work)
+    out = open(args.work / "replay.jsonl", "a")
+
+    def report(entry: dict) -> None:
+        entry = {"experiment": spec, "seconds": round(time.monotonic() - started), **entry}
+        print(json.dumps(entry), flush=True)
+        out.write(json.dumps(entry) + "\n")
+        out.flush()
+
+    try:
+        for spec, kind, settings in experiments:
+            if kind == "fedavg":
+                report({"final": federate(boxes, settings, report)})
+            else:
+                results = baseline(boxes, kind, settings)
+                report({"final": results[0] if kind == "pooled" else max(results, key=lambda a: a["all"]), "each": results})
+    finally:
+        for box in boxes:
+            box.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
