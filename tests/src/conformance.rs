@@ -13,6 +13,7 @@
 //! near zero. Sigmoid's forward pass alone may stray by [`SIGMOID`], the rounding of
 //! another exponential. [`check_reference`] runs the suite with every tolerance bit-exact.
 
+use half::f16;
 use sprout_core::backend::{
     ActivationKernels, Affine, GradSums, GradsMut, LossKernels, NormAct, NormKernels, ParamUpdate,
     PointwiseKernels, Running, Saved, SavedMut, TrainStats,
@@ -138,6 +139,7 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         self.softmax_and_losses();
         self.vector_ops();
         self.optimizers();
+        self.half_casts();
         conv_cases().iter().for_each(|g| self.int8_conv(g));
         for (n, k, m) in [(1, 1, 1), (3, 5, 7), (8, 33, 10), (4, 192, 3)] {
             self.int8_linear(LinearDims { n, k, m });
@@ -207,6 +209,30 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
             shape: d,
         };
         self.compare_i8("linear_s8", &case, d.n * d.m, &|k, y| k.linear_s8(&a, y));
+    }
+
+    /// f16 casts there and back, bit for bit (any NaN for NaN): values across f16's range and
+    /// beyond it, its subnormals, ties, signed zeros and infinities.
+    fn half_casts(&mut self) {
+        let mut x = self.random(257, -70000.0, 70000.0);
+        x.extend(self.random(64, -1e-4, 1e-4));
+        let tiny = 2f32.powi(-25);
+        x.extend([0.0, -0.0, 65504.0, 65519.0, 65520.0, -65520.0, 1e-9, 2.0 * tiny, tiny]);
+        x.extend([3.0 * tiny, 1.0 + 2f32.powi(-11), f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        let casts = |k: &mut dyn Kernels<Memory = Host>| {
+            let mut half = vec![f16::ZERO; x.len()];
+            k.cast_f32_to_f16(&x, &mut half);
+            let mut back = vec![0.0; x.len()];
+            k.cast_f16_to_f32(&half, &mut back);
+            (half.iter().map(|h| f32::from(*h)).collect::<Vec<f32>>(), back)
+        };
+        let (got, want) = (casts(&mut self.backend), casts(&mut Reference));
+        for (kernel, got, want) in [("f32 -> f16", got.0, want.0), ("f16 -> f32", got.1, want.1)] {
+            for ((g, w), x) in got.iter().zip(&want).zip(&x) {
+                let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+                assert!(same, "{}: cast {kernel} of {x}: got {g}, reference {w}", self.name);
+            }
+        }
     }
 
     fn random(&mut self, len: usize, low: f32, high: f32) -> Vec<f32> {
