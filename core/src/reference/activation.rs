@@ -43,15 +43,6 @@ impl Rectifier {
         }
     }
 
-    /// One value rectified, as [`Rectifier::rectify_in_place`] does (NaN passes).
-    #[inline(always)]
-    pub fn rectify(self, z: f32) -> f32 {
-        match self.relu6 {
-            true => relu6_value(z),
-            false => relu_value(z),
-        }
-    }
-
     /// Whether the rectifier passes the gradient at its input `z`: exactly where its own
     /// gradient does from its output (`relu(z)` or `relu6(z)`, NaN included).
     #[inline]
