@@ -212,13 +212,23 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
     }
 
     /// f16 casts there and back, bit for bit (any NaN for NaN): values across f16's range and
-    /// beyond it, its subnormals, ties, signed zeros and infinities.
+    /// beyond it, its subnormals, ties, signed zeros and infinities, at both ends of a run
+    /// long enough (2^18 values) for a threaded backend to split it.
     fn half_casts(&mut self) {
-        let mut x = self.random(257, -70000.0, 70000.0);
-        x.extend(self.random(64, -1e-4, 1e-4));
+        let mut edges = self.random(257, -70000.0, 70000.0);
+        edges.extend(self.random(64, -1e-4, 1e-4));
         let tiny = 2f32.powi(-25);
-        x.extend([0.0, -0.0, 65504.0, 65519.0, 65520.0, -65520.0, 1e-9, 2.0 * tiny, tiny]);
-        x.extend([3.0 * tiny, 1.0 + 2f32.powi(-11), f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        edges.extend([0.0, -0.0, 65504.0, 65519.0, 65520.0, -65520.0, 1e-9, 2.0 * tiny, tiny]);
+        edges.extend([
+            3.0 * tiny,
+            1.0 + 2f32.powi(-11),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ]);
+        let mut x = edges.clone();
+        x.extend(self.random((1 << 18) - 2 * edges.len(), -1e5, 1e5));
+        x.extend(edges);
         let casts = |k: &mut dyn Kernels<Memory = Host>| {
             let mut half = vec![f16::ZERO; x.len()];
             k.cast_f32_to_f16(&x, &mut half);

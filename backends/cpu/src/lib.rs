@@ -433,13 +433,14 @@ impl ConvKernels for Cpu {
 }
 
 /// f16 casts through the `half` crate's slice conversions, which use F16C where the CPU has
-/// it (the same rounding as the reference's scalar casts); loss scaling is the reference's.
+/// it (the same rounding as the reference's scalar casts), split over the pool like any
+/// element-wise pass; loss scaling is the reference's.
 impl HalfKernels for Cpu {
     fn cast_f32_to_f16(&mut self, x: &[f32], y: &mut [f16]) {
-        y.convert_from_f32_slice(x)
+        for_each_span(&self.pool, y, |at, y| y.convert_from_f32_slice(&x[at..][..y.len()]))
     }
     fn cast_f16_to_f32(&mut self, x: &[f16], y: &mut [f32]) {
-        x.convert_to_f32_slice(y)
+        for_each_span(&self.pool, y, |at, y| x[at..][..y.len()].convert_to_f32_slice(y))
     }
     fn unscale_gradient(
         &mut self,

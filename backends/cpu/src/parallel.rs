@@ -25,16 +25,16 @@ pub fn workers(pool: &Pool, items: usize, work: usize) -> usize {
 /// `f(first_item, out_chunk, scratch)` over contiguous runs of items on up to `workers`
 /// threads of `pool` (inline over the whole output when one), each thread with its own
 /// `scratch_len` values of `scratch`, which holds `workers` such pieces.
-pub fn for_each_chunk<F>(
+pub fn for_each_chunk<T: Send, F>(
     pool: &Pool,
     workers: usize,
-    out: &mut [f32],
+    out: &mut [T],
     item_len: usize,
     scratch: &mut [f32],
     scratch_len: usize,
     f: F,
 ) where
-    F: Fn(usize, &mut [f32], &mut [f32]) + Sync,
+    F: Fn(usize, &mut [T], &mut [f32]) + Sync,
 {
     assert!(scratch.len() >= workers * scratch_len, "scratch holds one piece per worker");
     let items = out.len().div_ceil(item_len.max(1));
@@ -154,9 +154,9 @@ const SPAN: usize = 4096;
 /// Runs `f(offset, span)` over `out` cut into spans of [`SPAN`] values, on as many threads
 /// of `pool` as its length repays: an element-wise pass, where `offset` locates the inputs
 /// that go with `span`.
-pub fn for_each_span<F>(pool: &Pool, out: &mut [f32], f: F)
+pub fn for_each_span<T: Send, F>(pool: &Pool, out: &mut [T], f: F)
 where
-    F: Fn(usize, &mut [f32]) + Sync,
+    F: Fn(usize, &mut [T]) + Sync,
 {
     let workers = workers(pool, out.len().div_ceil(SPAN), out.len());
     for_each_chunk(pool, workers, out, SPAN, &mut [], 0, |first, span, _| f(first * SPAN, span));
