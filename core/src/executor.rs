@@ -185,9 +185,19 @@ impl<'p, K: Kernels> Executor<'p, K> {
 
     /// Runs the plan's steps once without learning (inference, evaluation).
     pub fn run(&mut self, regions: &mut RegionsIn<'_, K::Memory>) -> Result<(), ExecError> {
+        self.run_observed(regions, &mut ())
+    }
+
+    /// [`Executor::run`], telling `observer` about each kernel call (a profiler).
+    pub fn run_observed(
+        &mut self,
+        regions: &mut RegionsIn<'_, K::Memory>,
+        observer: &mut impl StepObserver,
+    ) -> Result<(), ExecError> {
         self.check_inputs(regions)?;
         let ctx = self.context(0.0);
-        run_steps(&mut self.kernels, self.plan.steps, 0, regions, &ctx).map(|_| ())
+        let steps = Steps { list: self.plan.steps, first_index: 0 };
+        run_steps(&mut self.kernels, steps, regions, &ctx, observer).map(|_| ())
     }
 
     /// One training micro-batch: forward, backward, and, every `accumulation` calls, the
@@ -197,9 +207,20 @@ impl<'p, K: Kernels> Executor<'p, K> {
         regions: &mut RegionsIn<'_, K::Memory>,
         learning_rate: f32,
     ) -> Result<StepOutcome, ExecError> {
+        self.train_step_observed(regions, learning_rate, &mut ())
+    }
+
+    /// [`Executor::train_step`], telling `observer` about each kernel call (a profiler).
+    pub fn train_step_observed(
+        &mut self,
+        regions: &mut RegionsIn<'_, K::Memory>,
+        learning_rate: f32,
+        observer: &mut impl StepObserver,
+    ) -> Result<StepOutcome, ExecError> {
         self.check_inputs(regions)?;
         let ctx = self.context(learning_rate);
-        let flow = run_steps(&mut self.kernels, self.plan.steps, 0, regions, &ctx)?;
+        let steps = Steps { list: self.plan.steps, first_index: 0 };
+        let flow = run_steps(&mut self.kernels, steps, regions, &ctx, observer)?;
         self.micro_batches += 1;
         self.pending += 1;
         if self.pending < self.plan.accumulation {
@@ -207,9 +228,8 @@ impl<'p, K: Kernels> Executor<'p, K> {
                 remaining: self.plan.accumulation - self.pending,
             });
         }
-        let first = self.plan.steps.len();
-        let update_flow =
-            run_steps(&mut self.kernels, self.plan.update_steps, first, regions, &ctx)?;
+        let updates = Steps { list: self.plan.update_steps, first_index: self.plan.steps.len() };
+        let update_flow = run_steps(&mut self.kernels, updates, regions, &ctx, observer)?;
         self.pending = 0;
         if flow == Flow::SkipParameterUpdates || update_flow == Flow::SkipParameterUpdates {
             return Ok(StepOutcome::Skipped { updates: self.updates });
@@ -223,23 +243,59 @@ impl<'p, K: Kernels> Executor<'p, K> {
     }
 }
 
+/// Watches a plan run, one kernel call at a time: a host's profiler times the calls (no
+/// clock is assumed here). `()` watches nothing.
+pub trait StepObserver {
+    /// Step `index` (its number in the plan; update steps follow the micro-batch steps) is
+    /// about to run `kernel`.
+    fn before(&mut self, index: usize, kernel: &KernelCall);
+    /// Step `index` ran `kernel` successfully.
+    fn after(&mut self, index: usize, kernel: &KernelCall);
+}
+
+impl StepObserver for () {
+    fn before(&mut self, _: usize, _: &KernelCall) {}
+    fn after(&mut self, _: usize, _: &KernelCall) {}
+}
+
+/// An observer that may be switched off.
+impl<T: StepObserver> StepObserver for Option<T> {
+    fn before(&mut self, index: usize, kernel: &KernelCall) {
+        if let Some(observer) = self {
+            observer.before(index, kernel)
+        }
+    }
+    fn after(&mut self, index: usize, kernel: &KernelCall) {
+        if let Some(observer) = self {
+            observer.after(index, kernel)
+        }
+    }
+}
+
+/// A run of consecutive plan steps and the plan index of the first.
+struct Steps<'p> {
+    list: &'p [Step],
+    first_index: usize,
+}
+
 /// Runs `steps` in order; once a step asks for it (a loss scaler that found an overflow),
 /// the parameter updates among the rest are skipped, and the answer says so.
 fn run_steps<K: Kernels>(
     kernels: &mut K,
-    steps: &[Step],
-    first_index: usize,
+    steps: Steps<'_>,
     regions: &mut RegionsIn<'_, K::Memory>,
     ctx: &StepContext,
+    observer: &mut impl StepObserver,
 ) -> Result<Flow, ExecError> {
     let mut flow = Flow::Continue;
-    for (i, step) in steps.iter().enumerate() {
+    for (i, step) in steps.list.iter().enumerate() {
         if flow == Flow::SkipParameterUpdates && step.kernel.updates_parameters() {
             continue;
         }
-        let index = first_index + i;
+        let index = steps.first_index + i;
         let kernel = step.kernel.name();
         let views = split_operands(index, step, regions)?;
+        observer.before(index, &step.kernel);
         let asked =
             run_kernel(kernels, &step.kernel, Operands::new(views), ctx).map_err(|f| match f {
                 Fault::Malformed(detail) => {
@@ -247,6 +303,7 @@ fn run_steps<K: Kernels>(
                 }
                 Fault::Kernel(error) => ExecError::Kernel { step: index, kernel, error },
             })?;
+        observer.after(index, &step.kernel);
         if asked == Flow::SkipParameterUpdates {
             flow = asked;
         }
@@ -369,6 +426,39 @@ mod tests {
         );
         run_one(s, &mut arena).unwrap();
         assert_eq!(f32::from_bits(arena[4]), 6.0);
+    }
+
+    /// What an observer saw: `(before, index, kernel name)` per call.
+    #[derive(Default)]
+    struct Log(heapless::Vec<(bool, usize, &'static str), 8>);
+
+    impl StepObserver for Log {
+        fn before(&mut self, index: usize, kernel: &KernelCall) {
+            let _ = self.0.push((true, index, kernel.name()));
+        }
+        fn after(&mut self, index: usize, kernel: &KernelCall) {
+            let _ = self.0.push((false, index, kernel.name()));
+        }
+    }
+
+    #[test]
+    fn an_observer_sees_each_step_start_and_end_in_plan_order() {
+        let (x, y) = (arena_operand(0, 1), arena_operand(16, 1));
+        let steps = [step(KernelCall::Relu(1), &[x, y])];
+        let update_steps = [step(KernelCall::Fill(2.0, 1), &[x])];
+        let sizes = RegionSizes { frozen: 0, state: 0, arena: 32 };
+        let view = PlanView { steps: &steps, update_steps: &update_steps, accumulation: 1, sizes };
+        let mut exec = Executor::new(view, Reference).unwrap();
+        let mut arena = [0u32; 8];
+        let bytes = bytemuck::cast_slice_mut(&mut arena);
+        let mut regions = Regions { frozen: &[], state: &mut [], arena: bytes };
+        let mut log = Log::default();
+        exec.train_step_observed(&mut regions, 0.1, &mut log).unwrap();
+        let seen = [(true, 0, "relu"), (false, 0, "relu"), (true, 1, "fill"), (false, 1, "fill")];
+        assert_eq!(log.0, seen);
+        let mut off: Option<Log> = None;
+        exec.run_observed(&mut regions, &mut off).unwrap();
+        assert!(off.is_none());
     }
 
     /// Device-style memory: views are address ranges, and the host never sees the bytes.

@@ -103,7 +103,7 @@ mod validate;
 
 pub use backend::{Backend, Host, Kernels, Memory, Reference};
 pub use dispatch::{Flow, StepContext};
-pub use executor::{Executor, Progress, Regions, RegionsIn, StepOutcome};
+pub use executor::{Executor, Progress, Regions, RegionsIn, StepObserver, StepOutcome};
 pub use plan::{ExecError, Operand, PlanView, Region, RegionSizes, Step};
 pub use shape::Shape;
 pub use tensor::{DType, Role, TensorId};

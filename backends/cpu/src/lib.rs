@@ -36,6 +36,7 @@ mod norm;
 mod parallel;
 mod pointwise;
 mod pool;
+mod profile;
 mod same_depthwise;
 mod window;
 
@@ -55,6 +56,8 @@ use sprout_core::hyperparams::{BatchNormConfig, LossScaleConfig};
 use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::reference::{self as r, Activation, Rectifier};
 use sprout_core::{inherit_reference, Host};
+
+pub use profile::{KernelProfile, KernelTime};
 
 /// The CPU backend: its thread pool, and the im2col scratch buffer.
 ///
