@@ -37,6 +37,16 @@ pub struct TrainSummary {
     pub seconds: f64,
     /// With `--mixed-precision`: the final loss scale and the steps skipped on overflow.
     pub loss_scale: Option<LossScaleSummary>,
+    /// With `--profile`: the training steps' time per kernel, the most time first.
+    pub profile: Option<Vec<KernelSummary>>,
+}
+
+/// One kernel of [`TrainSummary::profile`].
+#[derive(Serialize, Debug)]
+pub struct KernelSummary {
+    pub kernel: &'static str,
+    pub calls: u64,
+    pub milliseconds: f64,
 }
 
 /// One epoch of [`TrainSummary::history`].

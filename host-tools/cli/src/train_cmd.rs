@@ -13,15 +13,15 @@ use sprout_core::hyperparams::BatchNormStats;
 use sprout_core::save_model;
 use sprout_train::{
     check_output, folder_classes, open_data, run_folder, train, write_atomic, DataOptions,
-    EpochRecord, Model, OptimizerChoice, RunRecord, ScheduleChoice, SplitKind, TrainEvent,
-    TrainOptions,
+    EpochRecord, KernelTime, Model, OptimizerChoice, RunRecord, ScheduleChoice, SplitKind,
+    TrainEvent, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
 use crate::backend_args::BackendArgs;
 use crate::image_args::PipelineArgs;
 use crate::progress::{self, Unit};
-use crate::summary::{print_json, EpochSummary, LossScaleSummary, TrainSummary};
+use crate::summary::{print_json, EpochSummary, KernelSummary, LossScaleSummary, TrainSummary};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
@@ -110,6 +110,10 @@ pub struct TrainArgs {
     /// What the batch norms normalise with while training.
     #[arg(long, value_enum, default_value_t = BatchNormArg::Batch)]
     batch_norm: BatchNormArg,
+    /// Time every kernel call of the training steps and print, at the end, each kernel's
+    /// calls, milliseconds and share of the total.
+    #[arg(long)]
+    profile: bool,
     /// Stop after N epochs without a better validation accuracy (best.sprout keeps the best).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     patience: Option<u32>,
@@ -128,7 +132,8 @@ pub struct TrainArgs {
     /// stay on standard error): final_accuracy, final_loss, best_accuracy, samples,
     /// epochs_run, history (per epoch: epoch, train_loss, val_loss, val_accuracy,
     /// learning_rate, images_per_second), output, run_folder, seconds and loss_scale
-    /// (final_scale, skipped_steps; null without --mixed-precision).
+    /// (final_scale, skipped_steps; null without --mixed-precision) and profile (per kernel:
+    /// kernel, calls, milliseconds; null without --profile).
     #[arg(long)]
     json: bool,
     /// Also print progress as JSON lines on standard error, for programs (`sprout serve`
@@ -317,6 +322,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         patience: args.patience,
         record: Some(record),
         mixed_precision: args.mixed_precision,
+        profile: args.profile,
         proximal_mu: args.proximal_mu,
         gradient_offset: match &args.gradient_offset {
             None => Vec::new(),
@@ -431,6 +437,14 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             final_scale: s.final_scale,
             skipped_steps: s.skipped_steps,
         }),
+        profile: outcome.profile.as_ref().map(|p| {
+            let kernel = |(kernel, t): (&'static str, KernelTime)| KernelSummary {
+                kernel,
+                calls: t.calls,
+                milliseconds: t.time.as_secs_f64() * 1e3,
+            };
+            p.kinds().into_iter().map(kernel).collect()
+        }),
     };
     if args.json {
         return print_json(&summary);
@@ -448,6 +462,9 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             "mixed precision: loss scale {} at the end, {} overflowing steps skipped",
             scaling.final_scale, scaling.skipped_steps
         );
+    }
+    if let Some(profile) = &outcome.profile {
+        println!("time per kernel over every training step:\n{profile}");
     }
     println!("wrote {} in {:.1} s", summary.output, summary.seconds);
     println!(

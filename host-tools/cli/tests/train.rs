@@ -105,8 +105,14 @@ fn accuracy(eval_output: &str) -> f64 {
 fn mixed_precision_training_then_f16_and_int8_quantization_and_bad_inputs() {
     let scratch = Scratch::new("quantize");
     let dir = &scratch.0;
-    let (leaves, trained, out) = train_tiny(dir, "2", &["--mixed-precision"]);
+    let (leaves, trained, out) = train_tiny(dir, "2", &["--mixed-precision", "--profile"]);
     assert!(out.contains("mixed precision: loss scale"), "{out}");
+    // The profile names the kernels the steps ran, the casts of f16 storage among them.
+    let row = |kernel: &str| out.lines().find(|l| l.split_whitespace().next() == Some(kernel));
+    let calls = |kernel| row(kernel).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok());
+    // 2 epochs of 6 batches of 4 (24 training photos), two dense layers' forwards each.
+    assert_eq!(calls("linear"), Some(24), "{out}");
+    assert!(calls("cast_f32_to_f16").is_some_and(|n| n >= 12), "{out}");
 
     let half = dir.join("half.sprout");
     let out = ok(&["quantize", s(&trained), "--dtype", "f16", "-o", s(&half)]);

@@ -68,6 +68,7 @@ pub use source::{
     TensorSet,
 };
 pub use split::{ClassCount, DataSplit, SplitKind, DEFAULT_VAL_FRACTION};
+pub use sprout_cpu::{KernelProfile, KernelTime};
 /// How image folders are read (re-exported for [`DataOptions`]).
 pub use sprout_data::Pipeline;
 pub use tensor_file::TensorFile;

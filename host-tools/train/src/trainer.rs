@@ -33,7 +33,7 @@ use crate::split::{
     SplitKind,
 };
 use crate::TrainError;
-use sprout_cpu::Cpu;
+use sprout_cpu::{Cpu, KernelProfile};
 
 /// The update rule.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -90,6 +90,8 @@ pub struct TrainOptions {
     /// What the batch norms normalise with while training (their running statistics stay
     /// as they are with [`BatchNormStats::Running`]).
     pub batch_norm: BatchNormStats,
+    /// Time every kernel call of the training steps ([`Outcome::profile`]).
+    pub profile: bool,
 }
 
 impl Default for TrainOptions {
@@ -109,6 +111,7 @@ impl Default for TrainOptions {
             proximal_mu: 0.0,
             gradient_offset: Vec::new(),
             batch_norm: BatchNormStats::Batch,
+            profile: false,
         }
     }
 }
@@ -183,6 +186,8 @@ pub struct Outcome {
     /// With mixed precision: the loss scale at the end, and how many optimizer steps this
     /// run skipped because gradients overflowed.
     pub loss_scale: Option<LossScaleReport>,
+    /// With [`TrainOptions::profile`]: the training steps' time per kernel.
+    pub profile: Option<KernelProfile>,
 }
 
 /// How dynamic loss scaling went in a mixed-precision run.
@@ -556,6 +561,7 @@ pub fn train(
     let mut skipped_steps = 0;
     let mut before = vec![0u8; memory.region(Region::State).len()];
     let mut stopped_early = None;
+    let mut profile = options.profile.then(KernelProfile::new);
     for epoch in first..options.epochs {
         if let Some(patience) = options.patience {
             let best_epoch = best_epoch.unwrap_or(0);
@@ -583,7 +589,8 @@ pub fn train(
             regions.write(&input, &b.x)?;
             regions.write(&labels, &b.y)?;
             lr = context.learning_rate;
-            let skipped = matches!(exec.train_step(&mut regions, lr)?, StepOutcome::Skipped { .. });
+            let outcome = exec.train_step_observed(&mut regions, lr, &mut profile)?;
+            let skipped = matches!(outcome, StepOutcome::Skipped { .. });
             skipped_steps += u32::from(skipped);
             if !skipped {
                 anchor.pull(&mut regions, lr)?;
@@ -685,6 +692,7 @@ pub fn train(
         best_epoch,
         stopped_early,
         loss_scale,
+        profile,
     })
 }
 
