@@ -16,6 +16,10 @@
 //! the median of the repetitions' ratios, each speed the median of its side's speeds. Peak
 //! RSS is the largest over the processes of a configuration (PyTorch's includes its import).
 //!
+//! f16 storage is measured against f32 within sprout: LeafNet trained in mixed precision
+//! (`--mixed-precision`: weights and activations stored as f16 between kernels) and the same
+//! training in f32, back to back in each repetition, with both peaks.
+//!
 //! Beside sprout's speedup from threads, each repetition also runs one one-thread sprout
 //! process per core at once: what the cores deliver together against one alone is the most
 //! any thread pool could get from them at that moment (on a shared virtual machine two cores
@@ -75,15 +79,25 @@ enum Mode {
 struct Config {
     mode: Mode,
     batch: usize,
+    /// Training in mixed precision, measured against the same training in f32.
+    mixed_precision: bool,
 }
 
 impl Config {
     /// The start of every line about this configuration.
     fn label(&self) -> String {
+        let precision = if self.mixed_precision { " mixed precision" } else { "" };
         match self.mode {
-            Mode::Train(trainable) => format!("cpu leafnet train batch {} {trainable}", self.batch),
+            Mode::Train(trainable) => {
+                format!("cpu leafnet train batch {} {trainable}{precision}", self.batch)
+            }
             Mode::Infer => format!("cpu leafnet infer batch {}", self.batch),
         }
+    }
+
+    /// The same configuration in f32.
+    fn in_f32(self) -> Config {
+        Config { mixed_precision: false, ..self }
     }
 
     /// Timed steps per repetition.
@@ -100,18 +114,22 @@ impl Config {
     }
 }
 
-/// The configurations measured: all of them, or with `--quick` one training step each way
-/// and one inference.
+/// The configurations measured: all of them (mixed precision training every layer at batch
+/// 32 last), or with `--quick` one training step each way and one inference.
 fn configs(quick: bool) -> Vec<Config> {
     let (train, infer): (&[usize], &[usize]) =
         if quick { (&[8], &[32]) } else { (&[1, 8, 32], &[1, 32]) };
+    let f32 = |mode, batch| Config { mode, batch, mixed_precision: false };
     let mut configs = Vec::new();
     for &batch in train {
         for trainable in ["head", "all"] {
-            configs.push(Config { mode: Mode::Train(trainable), batch });
+            configs.push(f32(Mode::Train(trainable), batch));
         }
     }
-    configs.extend(infer.iter().map(|&batch| Config { mode: Mode::Infer, batch }));
+    configs.extend(infer.iter().map(|&batch| f32(Mode::Infer, batch)));
+    if !quick {
+        configs.push(Config { mixed_precision: true, ..f32(Mode::Train("all"), 32) });
+    }
     configs
 }
 
@@ -165,6 +183,17 @@ fn memory_line(label: &str, sprout: f64, pytorch: Option<f64>) -> String {
         Some(p) => format!("{label} peak RSS: sprout {sprout:.0} MiB, pytorch {p:.0} MiB"),
         None => format!("{label} peak RSS: sprout {sprout:.0} MiB"),
     }
+}
+
+/// `cpu leafnet train batch 32 all mixed precision: sprout 80.0 img/s, f32 100.0 img/s,
+/// ratio 0.80x; peak RSS 60 MiB, f32 80 MiB` (mixed precision / f32: `ratio`, the median of
+/// the repetitions' ratios).
+fn precision_line(label: &str, mixed: f64, f32: f64, ratio: f64, peaks: (f64, f64)) -> String {
+    format!(
+        "{label}: sprout {mixed:.1} img/s, f32 {f32:.1} img/s, ratio {ratio:.2}x; peak RSS \
+         {:.0} MiB, f32 {:.0} MiB",
+        peaks.0, peaks.1
+    )
 }
 
 /// `cpu leafnet train batch 32 all threads: sprout 1 thread 60.0 img/s, 2 threads 114.0
@@ -236,7 +265,7 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
 
     // The model to check and to run inference on.
     let model = bench.work.join("model.sprout");
-    let config = Config { mode: Mode::Train("all"), batch: 8 };
+    let config = Config { mode: Mode::Train("all"), batch: 8, mixed_precision: false };
     bench.start_train(config, MODEL_STEPS * config.batch, Cores::All, &model)?.finish()?;
     let weights = bench.work.join("model.safetensors");
     let export =
@@ -259,6 +288,16 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
     );
     for config in configs(options.quick) {
         let label = config.label();
+        if config.mixed_precision {
+            let mut against_f32 = Paired::default();
+            for _ in 0..options.reps {
+                let mixed = bench.sprout_speed(config, &model, Cores::All)?;
+                against_f32.push(&mixed, &bench.sprout_speed(config.in_f32(), &model, Cores::All)?);
+            }
+            let (mixed, f32, ratio) = against_f32.medians();
+            println!("{}", precision_line(&label, mixed, f32, ratio, against_f32.peak_mib));
+            continue;
+        }
         let (mut against_pytorch, mut against_one) = (Paired::default(), Paired::default());
         let mut at_once = Vec::new();
         let mut sprout_peak_mib = 0f64;
@@ -414,6 +453,9 @@ impl Bench {
         }
         let mut args: Vec<String> =
             "--zoo leafnet --epochs 1 --optimizer adamw".split(' ').map(String::from).collect();
+        if config.mixed_precision {
+            args.push("--mixed-precision".into());
+        }
         for (flag, value) in [
             ("--trainable", config.script_mode().to_string()),
             ("--lr", LR.into()),
@@ -669,6 +711,17 @@ mod tests {
             "cpu leafnet train batch 8 head peak RSS: sprout 44 MiB, pytorch 848 MiB"
         );
         assert_eq!(
+            precision_line(
+                "cpu leafnet train batch 32 all mixed precision",
+                80.0,
+                100.0,
+                0.8,
+                (60.2, 80.0)
+            ),
+            "cpu leafnet train batch 32 all mixed precision: sprout 80.0 img/s, f32 100.0 img/s, \
+             ratio 0.80x; peak RSS 60 MiB, f32 80 MiB"
+        );
+        assert_eq!(
             threads_line(
                 "cpu leafnet infer batch 32",
                 50.0,
@@ -698,8 +751,10 @@ mod tests {
     fn configurations_cover_the_issue_and_quick_is_a_subset() {
         let all = configs(false);
         let labels: Vec<String> = all.iter().map(Config::label).collect();
-        assert_eq!(labels.len(), 8);
+        assert_eq!(labels.len(), 9);
         assert!(labels.contains(&"cpu leafnet train batch 32 all".to_string()));
+        let mixed = "cpu leafnet train batch 32 all mixed precision";
+        assert!(all.iter().any(|c| c.label() == mixed && c.in_f32().label() == labels[5]));
         assert!(labels.contains(&"cpu leafnet infer batch 1".to_string()));
         assert!(configs(true).iter().all(|c| all.contains(c)));
         assert!(all.iter().all(|c| c.steps() * c.batch >= IMAGES.min(MIN_STEPS * c.batch)));
