@@ -31,7 +31,7 @@ impl Backend for CortexM {
     type Memory = Host;
 }
 
-inherit_reference!(CortexM: Vector, Activation, Pool, Norm, LayerNorm, Dropout, Loss, Optimizer, Half, Int8);
+inherit_reference!(CortexM: Vector, Activation, Pool, Norm, LayerNorm, Dropout, Loss, Optimizer, Half, LossScale, Int8);
 
 /// The reference kernels but for the input gradients through int8 weights, which run
 /// [`float`]'s row loops reading each weight as its scale times its code.

@@ -52,7 +52,7 @@ use sprout_core::backend::{
     Int8LayerKernels, NormAct, NormKernels, PointwiseKernels, Running, Saved, SavedMut, TrainStats,
 };
 use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
-use sprout_core::hyperparams::{BatchNormConfig, LossScaleConfig};
+use sprout_core::hyperparams::BatchNormConfig;
 use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::reference::{self as r, Activation, Rectifier};
 use sprout_core::{inherit_reference, Host};
@@ -178,7 +178,7 @@ impl Backend for Cpu {
     type Memory = Host;
 }
 
-inherit_reference!(Cpu: Vector, Pool, LayerNorm, Dropout, Loss, Optimizer, Int8,
+inherit_reference!(Cpu: Vector, Pool, LayerNorm, Dropout, Loss, Optimizer, LossScale, Int8,
     Int8Training);
 
 /// Batch norm as per-channel vector sums split over channels, both sums of a pass in one
@@ -437,31 +437,13 @@ impl ConvKernels for Cpu {
 
 /// f16 casts through the `half` crate's slice conversions, which use F16C where the CPU has
 /// it (the same rounding as the reference's scalar casts), split over the pool like any
-/// element-wise pass; loss scaling is the reference's.
+/// element-wise pass.
 impl HalfKernels for Cpu {
     fn cast_f32_to_f16(&mut self, x: &[f32], y: &mut [f16]) {
         for_each_span(&self.pool, y, |at, y| y.convert_from_f32_slice(&x[at..][..y.len()]))
     }
     fn cast_f16_to_f32(&mut self, x: &[f16], y: &mut [f32]) {
         for_each_span(&self.pool, y, |at, y| x[at..][..y.len()].convert_to_f32_slice(y))
-    }
-    fn unscale_gradient(
-        &mut self,
-        g: &[f32],
-        scale: &[f32],
-        unscaled: &mut [f32],
-        found_inf: &mut [f32],
-    ) {
-        r::unscale_gradient(g, scale[0], unscaled, found_inf)
-    }
-    fn update_loss_scale(
-        &mut self,
-        found_inf: &[f32],
-        scale: &mut [f32],
-        good_steps: &mut [f32],
-        cfg: LossScaleConfig,
-    ) -> bool {
-        r::update_loss_scale(found_inf[0], &mut scale[0], &mut good_steps[0], cfg)
     }
 }
 

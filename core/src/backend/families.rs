@@ -422,10 +422,14 @@ pub trait OptimizerKernels: Backend {
     fn clip_coefficient(&mut self, sum: In<'_, Self, f32>, y: Out<'_, Self, f32>, max_norm: f32);
 }
 
-/// Half precision storage and dynamic loss scaling.
+/// Half precision storage: casts between f32 and f16.
 pub trait HalfKernels: Backend {
     fn cast_f32_to_f16(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f16>);
     fn cast_f16_to_f32(&mut self, x: In<'_, Self, f16>, y: Out<'_, Self, f32>);
+}
+
+/// Dynamic loss scaling of mixed-precision training.
+pub trait LossScaleKernels: Backend {
     /// `unscaled = g / scale[0]`; sets `found_inf[0]` when a value is not finite.
     fn unscale_gradient(
         &mut self,

@@ -18,8 +18,8 @@ pub use args::{
 };
 pub use families::{
     ActivationKernels, ConvKernels, DenseKernels, DropoutKernels, HalfKernels, Int8Kernels,
-    Int8LayerKernels, Int8TrainingKernels, LayerNormKernels, LossKernels, NormKernels,
-    OptimizerKernels, PointwiseKernels, PoolKernels, VectorKernels,
+    Int8LayerKernels, Int8TrainingKernels, LayerNormKernels, LossKernels, LossScaleKernels,
+    NormKernels, OptimizerKernels, PointwiseKernels, PoolKernels, VectorKernels,
 };
 
 /// A backend: where its tensors live. Its kernels are the family traits.
@@ -59,6 +59,7 @@ every_family! {
     LossKernels,
     OptimizerKernels,
     HalfKernels,
+    LossScaleKernels,
     Int8Kernels,
     Int8LayerKernels,
     Int8TrainingKernels,
@@ -90,6 +91,8 @@ pub mod family {
     pub struct Optimizer;
     /// [`HalfKernels`](super::HalfKernels).
     pub struct Half;
+    /// [`LossScaleKernels`](super::LossScaleKernels).
+    pub struct LossScale;
     /// [`Int8Kernels`](super::Int8Kernels).
     pub struct Int8;
     /// [`Int8LayerKernels`](super::Int8LayerKernels).
@@ -122,4 +125,4 @@ impl Backend for Reference {
 }
 
 inherit_reference!(Reference: Dense, Conv, Vector, Activation, Pointwise, Pool, Norm, LayerNorm, Dropout, Loss,
-    Optimizer, Half, Int8, Int8Layer, Int8Training);
+    Optimizer, Half, LossScale, Int8, Int8Layer, Int8Training);

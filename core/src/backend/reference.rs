@@ -432,6 +432,9 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Half>> HalfKernels for
     fn cast_f16_to_f32(&mut self, x: &[f16], y: &mut [f32]) {
         r::cast_f16_to_f32(x, y)
     }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::LossScale>> LossScaleKernels for B {
     fn unscale_gradient(
         &mut self,
         g: &[f32],
