@@ -12,7 +12,7 @@ import unittest
 from types import SimpleNamespace
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from sprout_fleet.server_app import (
     ADAPTIVE,
@@ -142,6 +142,29 @@ class Screening(unittest.TestCase):
             chosen(**{"server-optimizer": "adam", "server-momentum": 0.5})
         with self.assertRaisesRegex(ValueError, "proximal-mu > 0 takes server-momentum 0 and server-lr 1"):
             chosen(**{"proximal-mu": 1.0, "server-lr": 2.0})
+
+    def test_batch_norms_train_fixed_after_the_configured_rounds(self) -> None:
+        class Grid:
+            def get_node_ids(self) -> list[int]:
+                return [7]
+
+        for name, strategy in (
+            ("avg", ScreenedFedAvg(fix_batch_norm_after=2)),
+            ("prox", ScreenedFedProx(fix_batch_norm_after=2, proximal_mu=1.0)),
+            ("adam", ADAPTIVE["adam"](fix_batch_norm_after=2, eta=0.1)),
+        ):
+            strategy.min_available_nodes = strategy.min_train_nodes = 1
+            # The messages themselves need a run; what the boxes would receive is the record.
+            strategy._construct_messages = lambda content, nodes, kind: [content]
+            config = ConfigRecord({"batch-norm": "batch", "lr": 0.1})
+            modes = []
+            for server_round in (1, 2, 3, 4):
+                [sent] = strategy.configure_train(server_round, record(GOOD), config, Grid())
+                modes.append(sent.config_records["config"]["batch-norm"])
+            self.assertEqual(modes, ["batch", "batch", "running", "running"], name)
+        self.assertEqual(ScreenedFedAvg().fix_after, 0)
+        with self.assertRaisesRegex(ValueError, "fix-batch-norm-after must be 0 or more, not -1"):
+            ScreenedFedAvg(fix_batch_norm_after=-1)
 
     def test_batch_norm_variances_pool_the_boxes_data(self) -> None:
         strategy = ScreenedFedAvg()
