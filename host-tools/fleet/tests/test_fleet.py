@@ -24,7 +24,7 @@ from sprout_fleet.server_app import (
     round_lr,
 )
 from sprout_fleet.averaging import control_offset, control_update, fedavg, zero_control
-from sprout_fleet.replay import parse
+from sprout_fleet.replay import CarriedMomentum, parse
 from sprout_fleet.service import Service, ServiceError, encode_offset
 
 
@@ -219,9 +219,33 @@ class Averaging(unittest.TestCase):
         encoded = encode_offset({"w": np.array([1.5, -2.0], np.float32)})
         np.testing.assert_array_equal(load(base64.b64decode(encoded))["w"], [1.5, -2.0])
 
+    def test_carried_momentum_is_exact_under_a_constant_gradient(self) -> None:
+        gradient, carried, lr, steps = np.array([1.0, -2.0]), np.array([0.5, 0.25]), 0.1, 4
+
+        def sgd(weights: np.ndarray, buffer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            for _ in range(steps):
+                buffer = 0.9 * buffer + gradient
+                weights = weights - lr * buffer
+            return weights, buffer
+
+        # A job that kept its buffer, against the emulation: the shifted start, then a job
+        # whose buffer starts at zero.
+        kept, buffer = sgd(np.zeros(2), carried)
+        momentum = CarriedMomentum("box", {"w": np.zeros(2, np.float32)}, 1)
+        momentum.buffers[0] = {"w": carried}
+        start = momentum.shifted(0, {"w": np.zeros(2)}, lr, steps)
+        trained, _ = sgd(start["w"], np.zeros(2))
+        np.testing.assert_allclose(trained, kept)
+        momentum.update(0, start, {"w": trained}, lr, steps)
+        np.testing.assert_allclose(momentum.buffers[0]["w"], buffer)
+        with self.assertRaisesRegex(ValueError, "carry-momentum must be 'none', 'box' or 'average', not 'all'"):
+            CarriedMomentum("all", {}, 1)
+
     def test_the_replay_refuses_unknown_settings(self) -> None:
         kind, settings = parse("fedavg local-epochs=8 scaffold=1")
         self.assertEqual((kind, settings["local-epochs"], settings["lr"]), ("fedavg", "8", 0.005))
+        self.assertEqual(settings["fix-batch-norm-after"], 0)
+        self.assertEqual(parse("fedavg fix-batch-norm-after=3")[1]["fix-batch-norm-after"], "3")
         with self.assertRaisesRegex(ValueError, "unknown setting 'momentum=0.5'"):
             parse("fedavg momentum=0.5")
         with self.assertRaisesRegex(ValueError, "the kind must be fedavg, pooled or single"):
