@@ -14,8 +14,8 @@ single over the job), `seed` (1: the jobs' shuffling and split), and for fedavg 
 `cosine` decays it over the job), `server-lr` (1), `scaffold` (1: SCAFFOLD's control variates, the jobs' `gradient_offset`),
 `domain-stats` (1: also evaluate the final model with batch-norm statistics recomputed,
 at lr 1e-9 for 10 epochs, on one box per domain, each domain's held-out photos with its
-own, and on all photos pooled), `fix-batch-norm-after` (0: never; N: later rounds' jobs
-train with `batch_norm` "running", as the ServerApp's), `fixed-batch` (those rounds' batch; 0: `batch`),
+own, and on all photos pooled), `fix-batch-norm-after` (3, as the bench: later rounds' jobs
+train with `batch_norm` "running"; 0: never), `fixed-batch` (those rounds' batch; 0: `batch`),
 `refresh-stats` (N: before the first fixed round, every box re-estimates the statistics in
 a job at lr 1e-9 for N epochs, pooled), `carry-momentum` (`none`; `box`, `average`: momentum
 carried across rounds, emulated by `CarriedMomentum`), `local-bn` (1: each box keeps its
@@ -61,7 +61,7 @@ DEFAULTS = {
     "batch-norm": "batch",
     "carry-momentum": "none",
     "local-bn": 0,
-    "fix-batch-norm-after": 0,
+    "fix-batch-norm-after": 3,
     "fixed-batch": 0,
     "refresh-stats": 0,
 }

@@ -244,8 +244,9 @@ class Averaging(unittest.TestCase):
     def test_the_replay_refuses_unknown_settings(self) -> None:
         kind, settings = parse("fedavg local-epochs=8 scaffold=1")
         self.assertEqual((kind, settings["local-epochs"], settings["lr"]), ("fedavg", "8", 0.005))
-        self.assertEqual(settings["fix-batch-norm-after"], 0)
-        self.assertEqual(parse("fedavg fix-batch-norm-after=3")[1]["fix-batch-norm-after"], "3")
+        # As the bench: batch norms fixed after 3 rounds unless told otherwise.
+        self.assertEqual(settings["fix-batch-norm-after"], 3)
+        self.assertEqual(parse("fedavg fix-batch-norm-after=0")[1]["fix-batch-norm-after"], "0")
         with self.assertRaisesRegex(ValueError, "unknown setting 'momentum=0.5'"):
             parse("fedavg momentum=0.5")
         with self.assertRaisesRegex(ValueError, "the kind must be fedavg, pooled or single"):
