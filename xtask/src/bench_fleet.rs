@@ -1,7 +1,8 @@
 //! `cargo xtask bench fleet`: whether federating pays. Five boxes, each a `sprout serve`
 //! with skewed photos of its own domain, fine-tune every layer of a pretrained leafnet on
 //! Flower for ten rounds with FedAvg (batch-norm variances pooled across boxes, the learning
-//! rate decaying from round to round on a cosine); after each round the global model is
+//! rate decaying from round to round on a cosine, batch norms fixed to the global running
+//! statistics after the first rounds); after each round the global model is
 //! evaluated on a held-out set from every domain, beside each box trained alone on its own
 //! photos and one box trained on all of them pooled, both through the same service for the
 //! same total epochs with the same trainable set, optimizer, batch and learning rate, decayed
@@ -40,6 +41,10 @@ const LR: f32 = 0.005;
 /// job (`schedule`).
 const SCHEDULE: &str = "cosine";
 const BATCH: u32 = 8;
+/// FixBN: rounds whose boxes train with batch statistics before they train with the global
+/// model's running statistics (the ServerApp's `fix-batch-norm-after`). The baselines train
+/// with batch statistics throughout: their batches are not one box's.
+const FIX_BATCH_NORM_AFTER: u32 = 3;
 /// The held-out data sets every box has, one per domain.
 const HELD_OUT_SETS: [&str; 2] = ["held-out-source", "held-out-target"];
 /// How long the federation and each baseline job may take.
@@ -104,7 +109,8 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
     let mut fleet = Federation::start(root, &python, &work, boxes, &HELD_OUT_SETS.join(","))?;
     let config = format!(
         "num-server-rounds={ROUNDS} min-nodes={} local-epochs={LOCAL_EPOCHS} lr={LR} \
-         batch-size={BATCH} trainable='{TRAINABLE}' lr-schedule='{SCHEDULE}'",
+         batch-size={BATCH} trainable='{TRAINABLE}' lr-schedule='{SCHEDULE}' \
+         fix-batch-norm-after={FIX_BATCH_NORM_AFTER}",
         DOMAINS.len()
     );
     let federated = Instant::now();

@@ -14,7 +14,13 @@ single over the job), `seed` (1: the jobs' shuffling and split), and for fedavg 
 `cosine` decays it over the job), `server-lr` (1), `scaffold` (1: SCAFFOLD's control variates, the jobs' `gradient_offset`),
 `domain-stats` (1: also evaluate the final model with batch-norm statistics recomputed,
 at lr 1e-9 for 10 epochs, on one box per domain, each domain's held-out photos with its
-own, and on all photos pooled); for pooled and single `epochs` (20).
+own, and on all photos pooled), `fix-batch-norm-after` (3, as the bench: later rounds' jobs
+train with `batch_norm` "running"; 0: never), `fixed-batch` (those rounds' batch; 0: `batch`),
+`refresh-stats` (N: before the first fixed round, every box re-estimates the statistics in
+a job at lr 1e-9 for N epochs, pooled), `carry-momentum` (`none`; `box`, `average`: momentum
+carried across rounds, emulated by `CarriedMomentum`), `local-bn` (1: each box keeps its
+own batch-norm weights, shifts and statistics, FedBN-like; the global model still averages
+them); for pooled and single `epochs` (20). `--base-seed N` pretrains another base.
 Needs numpy and safetensors, not Flower.
 """
 
@@ -28,7 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .averaging import control_offset, control_update, fedavg, round_lr, zero_control
+from .averaging import control_offset, control_update, fedavg, pool_statistics, round_lr, zero_control
 from .service import Service, encode_offset
 
 MODEL = "leafnet"
@@ -52,6 +58,12 @@ DEFAULTS = {
     "scaffold": 0,
     "domain-stats": 0,
     "epochs": 20,
+    "batch-norm": "batch",
+    "carry-momentum": "none",
+    "local-bn": 0,
+    "fix-batch-norm-after": 3,
+    "fixed-batch": 0,
+    "refresh-stats": 0,
 }
 
 
@@ -111,14 +123,15 @@ class Box:
         self.process.wait()
 
 
-def setup(binary: Path, work: Path) -> list[Box]:
-    """The bench's pretrained base, photos and five boxes, in `work` (emptied first)."""
+def setup(binary: Path, work: Path, base_seed: int = 0) -> list[Box]:
+    """The bench's pretrained base, photos and five boxes, in `work` (emptied first);
+    `base_seed` other than 0 pretrains another base (its photos' and weights' seed)."""
     if work.exists():
         subprocess.run(["rm", "-rf", str(work)], check=True)
     work.mkdir(parents=True)
-    leaves(binary, work / "pretrain", "source", ",".join(CLASSES), 30, 100)
+    leaves(binary, work / "pretrain", "source", ",".join(CLASSES), 30, 100 + base_seed)
     base = work / "base.sprout"
-    sprout(binary, "train", "--zoo", MODEL, "--epochs", "8", "--batch-size", "8", "--optimizer", "adamw",
+    sprout(binary, "train", "--zoo", MODEL, "--seed", str(base_seed), "--epochs", "8", "--batch-size", "8", "--optimizer", "adamw",
            "--lr", "0.003", "--data", str(work / "pretrain"), "-o", str(base), "--out-dir", str(work / "pretrain-run"))
     held_out = {}
     for d, domain in enumerate(("source", "target")):
@@ -154,6 +167,7 @@ def job(box: Box, dataset: str, version: int, lr: float, epochs: int, settings: 
         "dataset": dataset, "base": {"model": {"name": MODEL, "version": version}}, "model": MODEL,
         "trainable": "all", "optimizer": str(settings["optimizer"]), "lr": lr, "epochs": epochs,
         "batch_size": int(settings["batch"]), "schedule": schedule, "seed": seed,
+        "batch_norm": str(settings["batch-norm"]),
     }
     if offset is not None:
         request["gradient_offset"] = encode_offset(offset)
@@ -173,6 +187,41 @@ def baseline(boxes: list[Box], kind: str, s: dict) -> list[dict]:
     return results
 
 
+class CarriedMomentum:
+    """SGD momentum (0.9) carried from round to round, emulated around the service's jobs,
+    which start theirs at zero: `carry` "box" keeps each box's buffer, "average" gives every
+    box the boxes' average. First order, under a constant gradient per job: the carried
+    buffer b's part of a job's K updates, lr * sum(beta^t, t = 1..K) * b, moves the start
+    before the job; after it, the job's own buffer g (1 - beta^K) / (1 - beta) is taken from
+    its displacement D = -lr g sum((1 - beta^t) / (1 - beta)) and b decays by beta^K."""
+
+    BETA = 0.9
+
+    def __init__(self, carry: str, weights, boxes: int) -> None:
+        if carry not in ("box", "average"):
+            raise ValueError(f"carry-momentum must be 'none', 'box' or 'average', not '{carry}'")
+        self.carry = carry
+        self.buffers = [zero_control(weights) for _ in range(boxes)]
+
+    def shifted(self, box: int, weights, lr: float, steps: int):
+        """`weights` moved by the carried buffer's part of `steps` updates at `lr`."""
+        share = lr * sum(self.BETA**t for t in range(1, steps + 1))
+        buffer = self.buffers[box]
+        return {n: (v - share * buffer[n]).astype(v.dtype) if n in buffer else v for n, v in weights.items()}
+
+    def update(self, box: int, start, trained, lr: float, steps: int) -> None:
+        """The box's buffer after a job of `steps` updates at `lr` from `start` to `trained`."""
+        beta = self.BETA
+        spread = sum((1 - beta**t) / (1 - beta) for t in range(1, steps + 1))
+        fresh = (1 - beta**steps) / (1 - beta) / (lr * spread)
+        self.buffers[box] = {n: beta**steps * b - fresh * (trained[n] - start[n]) for n, b in self.buffers[box].items()}
+
+    def end_round(self) -> None:
+        if self.carry == "average":
+            mean = {n: sum(b[n] for b in self.buffers) / len(self.buffers) for n in self.buffers[0]}
+            self.buffers = [dict(mean) for _ in self.buffers]
+
+
 def federate(boxes: list[Box], s: dict, report) -> dict:
     """FedAvg as the ServerApp runs it, the ClientApp's calls on every box each round."""
     rounds = int(s["rounds"])
@@ -184,33 +233,71 @@ def federate(boxes: list[Box], s: dict, report) -> dict:
     control = zero_control(weights)
     controls = [zero_control(weights) for _ in boxes]
     epochs, batch = int(s["local-epochs"]), int(s["batch"])
+    momentum = None if s["carry-momentum"] == "none" else CarriedMomentum(str(s["carry-momentum"]), weights, len(boxes))
+    # Each box's batch-norm weights, shifts and statistics when they stay local (`local-bn`).
+    own_bn: list[dict] = [{} for _ in boxes]
+    bn_names = {n for n in weights if n.rsplit(".", 1)[0] + ".running_mean" in weights}
+    # Each box's updates per job (its training images are known after its first job).
+    steps = [0] * len(boxes)
 
     def local(i: int, lr: float, round_: int):
         box = boxes[i]
-        start = box.service.apply(MODEL, 1, weights)
+        begin = {**weights, **own_bn[i]}
+        if momentum:
+            begin = momentum.shifted(i, begin, lr, steps[i])
+        start = box.service.apply(MODEL, 1, begin)
         offset = control_offset(controls[i], control) if scaffold and round_ > 1 else None
-        trained = job(box, "train", start, lr, epochs, s, str(s["local-schedule"]), int(s["seed"]) + round_ - 1, offset)
+        settings = s
+        if 0 < int(s["fix-batch-norm-after"]) < round_:
+            settings = {**s, "batch-norm": "running", "batch": int(s["fixed-batch"]) or batch}
+        trained = job(box, "train", start, lr, epochs, settings, str(s["local-schedule"]), int(s["seed"]) + round_ - 1, offset)
         arrays = box.service.weights(MODEL, trained["version"], "all")
         held = box.service.version_metrics(MODEL, trained["version"])["samples"]
         for version in (trained["version"], start):
             box.service.delete_version(MODEL, version)
         trained_images = images[i] - int(held)
+        steps[i] = epochs * (trained_images // int(settings["batch"]))
+        if momentum:
+            momentum.update(i, begin, arrays, lr, steps[i])
+        if int(s["local-bn"]):
+            own_bn[i] = {n: arrays[n] for n in bn_names}
         if scaffold:
-            controls[i] = control_update(controls[i], control, weights, arrays, epochs * (trained_images // batch), lr)
+            controls[i] = control_update(controls[i], control, weights, arrays, steps[i], lr)
         return arrays, max(1, trained_images)
 
     for r in range(1, rounds + 1):
         lr = round_lr(str(s["schedule"]), float(s["lr"]), r, rounds)
         before = [dict(c) for c in controls]
+        if int(s["refresh-stats"]) and r == int(s["fix-batch-norm-after"]) + 1:
+            weights = refreshed(boxes, weights, int(s["refresh-stats"]), s)
         with ThreadPoolExecutor(len(boxes)) as pool:
             replies = list(pool.map(lambda i: local(i, lr, r), range(len(boxes))))
         weights = fedavg(weights, replies, float(s["server-lr"]))
+        if momentum:
+            momentum.end_round()
         if scaffold:
             control = {n: c + sum(after[n] - old[n] for after, old in zip(controls, before)) / len(boxes) for n, c in control.items()}
         report({"round": r, "lr": lr, **held_out(boxes[0], 1, weights)})
     if int(s["domain-stats"]):
         report({"statistics": recomputed(boxes, weights, s)})
     return held_out(boxes[0], 1, weights)
+
+
+def refreshed(boxes: list[Box], weights, epochs: int, s: dict):
+    """`weights` with batch-norm statistics re-estimated on every box (a job at lr 1e-9 for
+    `epochs`, batch statistics) and pooled."""
+
+    def one(box: Box):
+        start = box.service.apply(MODEL, 1, weights)
+        trained = job(box, "train", start, 1e-9, epochs, {**s, "batch-norm": "batch"}, "constant", 1)
+        arrays = box.service.weights(MODEL, trained["version"], "all")
+        for version in (trained["version"], start):
+            box.service.delete_version(MODEL, version)
+        return arrays, box.service.images("train")
+
+    with ThreadPoolExecutor(len(boxes)) as pool:
+        replies = list(pool.map(one, boxes))
+    return pool_statistics(weights, replies)
 
 
 def recomputed(boxes: list[Box], weights, s: dict) -> dict:
@@ -253,15 +340,17 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sprout", type=Path, required=True)
     parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--base-seed", type=int, default=0,
+                        help="0: the bench's base; otherwise pretrain another (its photos' and weights' seed)")
     parser.add_argument("experiments", nargs="+")
     args = parser.parse_args(argv)
     experiments = [(spec, *parse(spec)) for spec in args.experiments]
     started = time.monotonic()
-    boxes = setup(args.sprout, args.work)
+    boxes = setup(args.sprout, args.work, args.base_seed)
     out = open(args.work / "replay.jsonl", "a")
 
     def report(entry: dict) -> None:
-        entry = {"experiment": spec, "seconds": round(time.monotonic() - started), **entry}
+        entry = {"experiment": spec, "base": args.base_seed, "seconds": round(time.monotonic() - started), **entry}
         print(json.dumps(entry), flush=True)
         out.write(json.dumps(entry) + "\n")
         out.flush()

@@ -3,9 +3,10 @@
 one box's model, runs FedAvg (FedProx when `proximal-mu` > 0, FedAvgM when
 `server-momentum` > 0 or `server-lr` is not 1, FedAdam, FedYogi or FedAdagrad by
 `server-optimizer`) for the configured rounds, at a learning rate that may decay from
-round to round, pooling batch-norm variances across boxes
-(each box fine-tunes through its `sprout serve`, then every box evaluates the average on
-its validation photos), refuses replies whose parameters do not match the global model's
+round to round, pooling batch-norm variances across boxes and, with
+`fix-batch-norm-after`, training the boxes' batch norms with those pooled statistics after
+the first rounds (each box fine-tunes through its `sprout serve`, then every box evaluates
+the average on its validation photos), refuses replies whose parameters do not match the global model's
 names and shapes or are not finite, reports the global accuracy per round and installs
 the final parameters on every box as a new, promoted version.
 
@@ -185,15 +186,36 @@ class ScheduledRate:
         return super().configure_train(server_round, arrays, config, grid)
 
 
-class ScreenedFedAvg(Screened, ScheduledRate, PooledStatistics, FedAvg):
+class FixedBatchNorm:
+    """A strategy mixin for FixBN (Zhong et al. 2023): after `fix_batch_norm_after` rounds
+    whose boxes train with batch statistics (the training config's `batch-norm`), every
+    later round's boxes train with batch norms normalising by the global model's running
+    statistics (`running`), which those rounds pooled over every box's data. A box's
+    batches hold one domain and mostly one class, so normalising by them teaches weights
+    for that box's normalisation rather than the global one evaluation uses. 0: never."""
+
+    def __init__(self, fix_batch_norm_after: int = 0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if fix_batch_norm_after < 0:
+            raise ValueError(f"run config: fix-batch-norm-after must be 0 or more, not {fix_batch_norm_after}")
+        self.fix_after = fix_batch_norm_after
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
+        if 0 < self.fix_after < server_round:
+            config["batch-norm"] = "running"
+            log(INFO, "fleet round %d: batch norms train with the global running statistics", server_round)
+        return super().configure_train(server_round, arrays, config, grid)
+
+
+class ScreenedFedAvg(Screened, ScheduledRate, FixedBatchNorm, PooledStatistics, FedAvg):
     """FedAvg over the replies `Screened` accepts."""
 
 
-class ScreenedFedProx(Screened, ScheduledRate, PooledStatistics, FedProx):
+class ScreenedFedProx(Screened, ScheduledRate, FixedBatchNorm, PooledStatistics, FedProx):
     """FedProx (FedAvg whose boxes train with a proximal term) over accepted replies."""
 
 
-class ScreenedFedAvgM(Screened, ScheduledRate, PooledStatistics, FedAvg):
+class ScreenedFedAvgM(Screened, ScheduledRate, FixedBatchNorm, PooledStatistics, FedAvg):
     """FedAvgM over accepted replies: each round's velocity (the average minus the global
     parameters) adds `server_momentum` times the previous one, and the global parameters move
     by `server_lr` times it (Flower's FedAvgM convention). Kept by tensor name (Flower's
@@ -234,7 +256,7 @@ class ScreenedFedAvgM(Screened, ScheduledRate, PooledStatistics, FedAvg):
 ADAPTIVE = {
     name: type(
         f"Screened{base.__name__}",
-        (Screened, ScheduledRate, PooledStatistics, base),
+        (Screened, ScheduledRate, FixedBatchNorm, PooledStatistics, base),
         {"__doc__": f"{base.__name__} over accepted replies; batch-norm statistics pooled, not stepped."},
     )
     for name, base in (("adam", FedAdam), ("yogi", FedYogi), ("adagrad", FedAdagrad))
@@ -312,6 +334,9 @@ def main(grid: Grid, context: Context) -> None:
     batch_norm = str(config["batch-norm"])
     if batch_norm not in ("batch", "running"):
         raise ValueError(f"run config: batch-norm must be 'batch' or 'running', not '{batch_norm}'")
+    common["fix_batch_norm_after"] = int(config["fix-batch-norm-after"])
+    if batch_norm == "running" and common["fix_batch_norm_after"] > 0:
+        raise ValueError("run config: fix-batch-norm-after > 0 takes batch-norm 'batch' (its first rounds)")
     strategy = choose_strategy(config, common)
     train_config = ConfigRecord(
         {

@@ -12,7 +12,7 @@ import unittest
 from types import SimpleNamespace
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from sprout_fleet.server_app import (
     ADAPTIVE,
@@ -24,7 +24,7 @@ from sprout_fleet.server_app import (
     round_lr,
 )
 from sprout_fleet.averaging import control_offset, control_update, fedavg, zero_control
-from sprout_fleet.replay import parse
+from sprout_fleet.replay import CarriedMomentum, parse
 from sprout_fleet.service import Service, ServiceError, encode_offset
 
 
@@ -143,6 +143,29 @@ class Screening(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "proximal-mu > 0 takes server-momentum 0 and server-lr 1"):
             chosen(**{"proximal-mu": 1.0, "server-lr": 2.0})
 
+    def test_batch_norms_train_fixed_after_the_configured_rounds(self) -> None:
+        class Grid:
+            def get_node_ids(self) -> list[int]:
+                return [7]
+
+        for name, strategy in (
+            ("avg", ScreenedFedAvg(fix_batch_norm_after=2)),
+            ("prox", ScreenedFedProx(fix_batch_norm_after=2, proximal_mu=1.0)),
+            ("adam", ADAPTIVE["adam"](fix_batch_norm_after=2, eta=0.1)),
+        ):
+            strategy.min_available_nodes = strategy.min_train_nodes = 1
+            # The messages themselves need a run; what the boxes would receive is the record.
+            strategy._construct_messages = lambda content, nodes, kind: [content]
+            config = ConfigRecord({"batch-norm": "batch", "lr": 0.1})
+            modes = []
+            for server_round in (1, 2, 3, 4):
+                [sent] = strategy.configure_train(server_round, record(GOOD), config, Grid())
+                modes.append(sent.config_records["config"]["batch-norm"])
+            self.assertEqual(modes, ["batch", "batch", "running", "running"], name)
+        self.assertEqual(ScreenedFedAvg().fix_after, 0)
+        with self.assertRaisesRegex(ValueError, "fix-batch-norm-after must be 0 or more, not -1"):
+            ScreenedFedAvg(fix_batch_norm_after=-1)
+
     def test_batch_norm_variances_pool_the_boxes_data(self) -> None:
         strategy = ScreenedFedAvg()
         strategy.expected = {"bn.running_mean": (2,), "bn.running_var": (2,)}
@@ -196,9 +219,34 @@ class Averaging(unittest.TestCase):
         encoded = encode_offset({"w": np.array([1.5, -2.0], np.float32)})
         np.testing.assert_array_equal(load(base64.b64decode(encoded))["w"], [1.5, -2.0])
 
+    def test_carried_momentum_is_exact_under_a_constant_gradient(self) -> None:
+        gradient, carried, lr, steps = np.array([1.0, -2.0]), np.array([0.5, 0.25]), 0.1, 4
+
+        def sgd(weights: np.ndarray, buffer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            for _ in range(steps):
+                buffer = 0.9 * buffer + gradient
+                weights = weights - lr * buffer
+            return weights, buffer
+
+        # A job that kept its buffer, against the emulation: the shifted start, then a job
+        # whose buffer starts at zero.
+        kept, buffer = sgd(np.zeros(2), carried)
+        momentum = CarriedMomentum("box", {"w": np.zeros(2, np.float32)}, 1)
+        momentum.buffers[0] = {"w": carried}
+        start = momentum.shifted(0, {"w": np.zeros(2)}, lr, steps)
+        trained, _ = sgd(start["w"], np.zeros(2))
+        np.testing.assert_allclose(trained, kept)
+        momentum.update(0, start, {"w": trained}, lr, steps)
+        np.testing.assert_allclose(momentum.buffers[0]["w"], buffer)
+        with self.assertRaisesRegex(ValueError, "carry-momentum must be 'none', 'box' or 'average', not 'all'"):
+            CarriedMomentum("all", {}, 1)
+
     def test_the_replay_refuses_unknown_settings(self) -> None:
         kind, settings = parse("fedavg local-epochs=8 scaffold=1")
         self.assertEqual((kind, settings["local-epochs"], settings["lr"]), ("fedavg", "8", 0.005))
+        # As the bench: batch norms fixed after 3 rounds unless told otherwise.
+        self.assertEqual(settings["fix-batch-norm-after"], 3)
+        self.assertEqual(parse("fedavg fix-batch-norm-after=0")[1]["fix-batch-norm-after"], "0")
         with self.assertRaisesRegex(ValueError, "unknown setting 'momentum=0.5'"):
             parse("fedavg momentum=0.5")
         with self.assertRaisesRegex(ValueError, "the kind must be fedavg, pooled or single"):
