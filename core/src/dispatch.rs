@@ -352,6 +352,9 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         KernelCall::QClampGradInPlace(act, _) => {
             k.clamp_grad_in_place(o.read()?, o.f32_mut()?, act)
         }
+        KernelCall::QClampMask(act, _) => k.clamp_mask(o.read()?, o.write()?, act),
+        KernelCall::QMaskGrad(_) => k.mask_grad(o.read()?, o.f32()?, o.f32_mut()?),
+        KernelCall::QMaskGradInPlace(_) => k.mask_grad_in_place(o.read()?, o.f32_mut()?),
         KernelCall::DequantizeWeights(d) => {
             k.dequantize_weights(o.read()?, o.f32()?, o.f32_mut()?, d)
         }

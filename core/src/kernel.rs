@@ -7,6 +7,7 @@ use crate::geometry::{
     Pool2dGeometry, RowDims, SliceDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
+use crate::quant::backward::mask_bytes;
 use crate::quant::{AddRescale, ConcatRescale, MulRescale, QuantParams};
 use crate::reference::{Activation, Rectifier};
 use crate::tensor::DType;
@@ -300,6 +301,14 @@ kernels! {
             cfg: BatchNormConfig,
             rectifier: Option<Rectifier>,
         },
+        /// `y (i8) → mask (i8)`: one bit per clamp output, set where [`KernelCall::QClampGrad`]
+        /// passes the gradient (`len` outputs, `len.div_ceil(8)` mask bytes).
+        101 => QClampMask(act: (i8, i8), len: usize),
+        /// `mask (i8), dy → dx`: [`KernelCall::QClampGrad`] from the clamp's mask.
+        102 => QMaskGrad(len: usize),
+        /// `mask (i8), [dy]`: [`KernelCall::QMaskGrad`] with the gradient overwriting the
+        /// incoming one.
+        103 => QMaskGradInPlace(len: usize),
     }
 }
 
@@ -524,6 +533,11 @@ impl KernelCall {
             KernelCall::RoundBias(n) => s.read(n).read(n).write_as(DType::I32, n),
             KernelCall::QClampGrad(_, n) => s.read_as(DType::I8, n).read(n).write(n),
             KernelCall::QClampGradInPlace(_, n) => s.read_as(DType::I8, n).update(n),
+            KernelCall::QClampMask(_, n) => {
+                s.read_as(DType::I8, n).write_as(DType::I8, mask_bytes(n))
+            }
+            KernelCall::QMaskGrad(n) => s.read_as(DType::I8, mask_bytes(n)).read(n).write(n),
+            KernelCall::QMaskGradInPlace(n) => s.read_as(DType::I8, mask_bytes(n)).update(n),
             KernelCall::QConv2dGradInput(g) => s
                 .read(g.output_len())
                 .read_as(DType::I8, g.weight_len())
@@ -669,6 +683,9 @@ impl KernelCall {
             | KernelCall::RoundBias(_)
             | KernelCall::QClampGrad(..)
             | KernelCall::QClampGradInPlace(..)
+            | KernelCall::QClampMask(..)
+            | KernelCall::QMaskGrad(_)
+            | KernelCall::QMaskGradInPlace(_)
             | KernelCall::QClamp(..)
             | KernelCall::QLut(_)
             | KernelCall::Activation(..)
@@ -753,6 +770,9 @@ impl KernelCall {
             | KernelCall::RoundBias(n)
             | KernelCall::QClampGrad(_, n)
             | KernelCall::QClampGradInPlace(_, n)
+            | KernelCall::QClampMask(_, n)
+            | KernelCall::QMaskGrad(n)
+            | KernelCall::QMaskGradInPlace(n)
             | KernelCall::QClamp(_, n)
             | KernelCall::QLut(n) => n,
             KernelCall::QMul { dims: d, .. } => d.len(),
@@ -860,6 +880,9 @@ impl KernelCall {
             KernelCall::RoundBias(_) => "round_bias",
             KernelCall::QClampGrad(..) => "qclamp_grad",
             KernelCall::QClampGradInPlace(..) => "qclamp_grad_in_place",
+            KernelCall::QClampMask(..) => "qclamp_mask",
+            KernelCall::QMaskGrad(_) => "qmask_grad",
+            KernelCall::QMaskGradInPlace(_) => "qmask_grad_in_place",
             KernelCall::QConv2dGradInput(_) => "qconv2d_grad_input",
             KernelCall::QLinearGradInput(_) => "qlinear_grad_input",
             KernelCall::QClamp(..) => "qclamp",

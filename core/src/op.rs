@@ -400,6 +400,11 @@ macro_rules! op_table {
             /// `dy [N, ..., M], w (i8 [M, K]), w_scale (f32 [M]) → dx`: the same for a dense
             /// layer.
             89 => QLinearGradInput: int8::layer::QLinearGradInput,
+            /// `y (i8) → mask (i8 [⌈len/8⌉])`: bit `i % 8` of byte `i / 8` set where `y[i]`
+            /// lies strictly inside the clamp's bounds (where its gradient passes).
+            90 => QClampMask((i8, i8)): int8::mask::QClampMask,
+            /// `mask (i8), dy → dx`: `dy` where the clamp's mask bit is set, else 0.
+            91 => QMaskGrad: int8::mask::QMaskGrad,
         }
     };
 }

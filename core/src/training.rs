@@ -6,7 +6,7 @@ use crate::compile::{compile_training, PlacementOptions, Plan};
 use crate::f16_storage::{f32_copies, to_f16_storage, F16Storage};
 use crate::graph::{Graph, GraphError};
 use crate::optim::{add_loss_scale, append_optimizer, check_config, TrainConfig};
-use crate::passes::{checkpoint, reorder};
+use crate::passes::{checkpoint, masks, reorder};
 use crate::tensor::TensorId;
 use alloc::vec::Vec;
 
@@ -16,6 +16,8 @@ pub struct MemoryOptions {
     pub placement: PlacementOptions,
     /// Run each parameter's update as soon as its gradient is final.
     pub update_early: bool,
+    /// Keep a bit mask of each int8 clamp's output for its gradient instead of the output.
+    pub clamp_masks: bool,
     /// Arena bytes the step must fit in; activations are recomputed until it does.
     pub budget: Option<usize>,
     /// Store frozen weights and/or activations as f16 (see [`F16Storage`]); mixed
@@ -29,6 +31,7 @@ impl Default for MemoryOptions {
         Self {
             placement: PlacementOptions::default(),
             update_early: true,
+            clamp_masks: true,
             budget: None,
             f16_storage: None,
         }
@@ -114,6 +117,9 @@ impl StepCompiler<'_> {
         drop.extend(extra);
         if !drop.is_empty() {
             checkpoint::recompute(&mut graph, self.forward_nodes, &drop)?;
+        }
+        if self.memory.clamp_masks {
+            masks::clamp_masks(&mut graph)?;
         }
         if self.update_early {
             reorder::update_early(&mut graph);

@@ -109,7 +109,8 @@ fn pass_variants(trainable: &str) -> Vec<(usize, Parameters)> {
             let fuse_frozen_norms = false;
             let placement =
                 PlacementOptions { in_place, fuse_frozen_norms, ..PlacementOptions::default() };
-            let memory = MemoryOptions { update_early, placement, budget: None, f16_storage: None };
+            let memory =
+                MemoryOptions { update_early, placement, budget: None, ..MemoryOptions::default() };
             let training = compile(&model, trainable, memory).unwrap();
             (training.plan.sizes.arena, train_twice(&model, &training))
         })

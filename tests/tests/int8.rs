@@ -754,12 +754,9 @@ fn trained_bits(training: &sprout_core::Training, steps: usize) -> Vec<(String, 
         .collect()
 }
 
-/// Training LeafNet's stem bias reaches it through every frozen int8 layer, each of which
-/// stops the gradient where its fused clamp saturated: that mask runs in place over the
-/// incoming gradient where it dies, so the arena shrinks and the trained values stay the
-/// same bit for bit.
-#[test]
-fn int8_clamp_gradients_run_in_place_without_changing_results() {
+/// LeafNet in int8 (the stem's weights kept trainable-int8, the head float) and its training
+/// step for the stem's bias and the head, compiled with `in_place` and `clamp_masks`.
+fn stem_bias_steps() -> impl Fn(bool, bool) -> sprout_core::Training {
     let float = sprout_zoo::build(sprout_zoo::Architecture::LeafNet, 1, 3).unwrap().graph;
     let mut rng = SplitMix::new(4);
     let set = TensorSet {
@@ -782,17 +779,34 @@ fn int8_clamp_gradients_run_in_place_without_changing_results() {
             .iter()
             .map(|n| int8.find(n).unwrap_or_else(|| panic!("{n} is not in the int8 graph")))
             .collect();
-    let compile = |in_place| {
+    move |in_place, clamp_masks| {
         let placement =
             sprout_core::PlacementOptions { in_place, ..sprout_core::PlacementOptions::default() };
-        let memory = sprout_core::MemoryOptions { placement, ..Default::default() };
+        let memory = sprout_core::MemoryOptions { placement, clamp_masks, ..Default::default() };
         let config = sprout_core::TrainConfig::sgd(0.0);
         sprout_core::compile_training_step_with(&int8, loss, &trainable, &config, &memory).unwrap()
-    };
-    let (in_place, copied) = (compile(true), compile(false));
-    let kernels = |t: &sprout_core::Training, name: &str| {
-        t.plan.steps.iter().filter(|s| s.kernel.name() == name).count()
-    };
+    }
+}
+
+/// How many steps of `t`'s plan run the kernel `name`.
+fn kernel_count(t: &sprout_core::Training, name: &str) -> usize {
+    t.plan.steps.iter().filter(|s| s.kernel.name() == name).count()
+}
+
+/// The stem's bias bits in `bits` (from [`trained_bits`]).
+fn stem_bias(bits: &[(String, Vec<u32>)]) -> Option<Vec<u32>> {
+    bits.iter().find(|(n, _)| n == "features.0.0.bias").map(|(_, v)| v.clone())
+}
+
+/// Training LeafNet's stem bias reaches it through every frozen int8 layer, each of which
+/// stops the gradient where its fused clamp saturated: that mask runs in place over the
+/// incoming gradient where it dies, so the arena shrinks and the trained values stay the
+/// same bit for bit.
+#[test]
+fn int8_clamp_gradients_run_in_place_without_changing_results() {
+    let compile = stem_bias_steps();
+    let (in_place, copied) = (compile(true, false), compile(false, false));
+    let kernels = kernel_count;
     assert_eq!(kernels(&copied, "qclamp_grad_in_place"), 0);
     let masks = kernels(&copied, "qclamp_grad");
     // A mask whose incoming gradient is read later too (a residual join's) stays a copy.
@@ -810,8 +824,38 @@ fn int8_clamp_gradients_run_in_place_without_changing_results() {
     assert_eq!(got.len(), 3);
     assert_eq!(got, want);
     let start = trained_bits(&in_place, 0);
-    let stem = |bits: &[(String, Vec<u32>)]| {
-        bits.iter().find(|(n, _)| n == "features.0.0.bias").map(|(_, v)| v.clone())
-    };
-    assert_ne!(stem(&got), stem(&start), "two steps must move the stem's bias");
+    assert_ne!(stem_bias(&got), stem_bias(&start), "two steps must move the stem's bias");
+}
+
+/// The backward pass keeps a bit mask of each int8 clamp's output, taken as the output is
+/// made, instead of the output itself: every clamp gradient reads a mask, the saved int8
+/// outputs die in the forward pass, the arena shrinks by far, and training stays bit for
+/// bit what it was.
+#[test]
+fn int8_clamp_masks_shrink_the_arena_without_changing_results() {
+    let compile = stem_bias_steps();
+    let (masked, saved) = (compile(true, true), compile(true, false));
+    let clamps = kernel_count(&saved, "qclamp_grad") + kernel_count(&saved, "qclamp_grad_in_place");
+    assert!(clamps >= 30, "{clamps} clamp gradients");
+    assert_eq!(kernel_count(&masked, "qclamp_mask"), clamps);
+    let through_masks =
+        kernel_count(&masked, "qmask_grad") + kernel_count(&masked, "qmask_grad_in_place");
+    assert_eq!(through_masks, clamps);
+    assert_eq!(
+        kernel_count(&masked, "qclamp_grad") + kernel_count(&masked, "qclamp_grad_in_place"),
+        0
+    );
+    // Each mask is taken right after its clamp output is made, in the forward pass.
+    let position = |name: &str| masked.plan.steps.iter().position(|s| s.kernel.name() == name);
+    let first_mask = position("qclamp_mask").unwrap();
+    assert_eq!(Some(first_mask), position("qconv2d").map(|stem| stem + 1));
+    let last_mask = masked.plan.steps.iter().rposition(|s| s.kernel.name() == "qclamp_mask");
+    assert!(last_mask < position("cross_entropy"), "the last mask runs at {last_mask:?}");
+    let (small, large) = (masked.plan.sizes.arena, saved.plan.sizes.arena);
+    assert!(small * 5 < large * 4, "masks must cut the arena by a fifth: {small} vs {large}");
+    let (got, want) = (trained_bits(&masked, 2), trained_bits(&saved, 2));
+    assert_eq!(got.len(), 3);
+    assert_eq!(got, want);
+    let start = trained_bits(&masked, 0);
+    assert_ne!(stem_bias(&got), stem_bias(&start), "two steps must move the stem's bias");
 }

@@ -200,6 +200,7 @@ fn options(strategy: Strategy, update_early: bool, in_place: bool) -> MemoryOpti
         update_early,
         budget: None,
         f16_storage: None,
+        ..MemoryOptions::default()
     }
 }
 

@@ -68,6 +68,15 @@ impl Int8TrainingKernels for CortexM {
     fn clamp_grad_in_place(&mut self, y: &[i8], dy: &mut [f32], act: (i8, i8)) {
         backward::clamp_grad_in_place(y, dy, act)
     }
+    fn clamp_mask(&mut self, y: &[i8], mask: &mut [i8], act: (i8, i8)) {
+        backward::clamp_mask(y, mask, act)
+    }
+    fn mask_grad(&mut self, mask: &[i8], dy: &[f32], dx: &mut [f32]) {
+        backward::mask_grad(mask, dy, dx)
+    }
+    fn mask_grad_in_place(&mut self, mask: &[i8], dy: &mut [f32]) {
+        backward::mask_grad_in_place(mask, dy)
+    }
     fn dequantize_weights(&mut self, w: &[i8], scale: &[f32], w_real: &mut [f32], d: ChannelDims) {
         backward::dequantize_weights(w, scale, w_real, d)
     }

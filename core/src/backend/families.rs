@@ -536,6 +536,12 @@ pub trait Int8TrainingKernels: Backend {
     );
     /// [`Self::clamp_grad`] with the gradient written over `dy`.
     fn clamp_grad_in_place(&mut self, y: In<'_, Self, i8>, dy: Out<'_, Self, f32>, act: (i8, i8));
+    /// `mask` = one bit per `y`, set where [`Self::clamp_grad`] passes the gradient.
+    fn clamp_mask(&mut self, y: In<'_, Self, i8>, mask: Out<'_, Self, i8>, act: (i8, i8));
+    /// [`Self::clamp_grad`] from the clamp's [`Self::clamp_mask`].
+    fn mask_grad(&mut self, mask: In<'_, Self, i8>, dy: In<'_, Self, f32>, dx: Out<'_, Self, f32>);
+    /// [`Self::mask_grad`] with the gradient written over `dy`.
+    fn mask_grad_in_place(&mut self, mask: In<'_, Self, i8>, dy: Out<'_, Self, f32>);
     fn dequantize_weights(
         &mut self,
         w: In<'_, Self, i8>,

@@ -545,6 +545,15 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Int8Training>> Int8Tra
     fn clamp_grad_in_place(&mut self, y: &[i8], dy: &mut [f32], act: (i8, i8)) {
         q::backward::clamp_grad_in_place(y, dy, act)
     }
+    fn clamp_mask(&mut self, y: &[i8], mask: &mut [i8], act: (i8, i8)) {
+        q::backward::clamp_mask(y, mask, act)
+    }
+    fn mask_grad(&mut self, mask: &[i8], dy: &[f32], dx: &mut [f32]) {
+        q::backward::mask_grad(mask, dy, dx)
+    }
+    fn mask_grad_in_place(&mut self, mask: &[i8], dy: &mut [f32]) {
+        q::backward::mask_grad_in_place(mask, dy)
+    }
     fn dequantize_weights(&mut self, w: &[i8], scale: &[f32], w_real: &mut [f32], d: ChannelDims) {
         q::backward::dequantize_weights(w, scale, w_real, d)
     }

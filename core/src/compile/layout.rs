@@ -250,6 +250,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         KernelCall::ReluGrad(n) => grad(KernelCall::ReluGradInPlace(n)),
         KernelCall::Relu6Grad(n) => grad(KernelCall::Relu6GradInPlace(n)),
         KernelCall::QClampGrad(act, n) => grad(KernelCall::QClampGradInPlace(act, n)),
+        KernelCall::QMaskGrad(n) => grad(KernelCall::QMaskGradInPlace(n)),
         KernelCall::Add(n) => {
             let other_then_input: InPlaceOperands =
                 |o, x| vec![if o[0] == x { o[1] } else { o[0] }, x];
@@ -332,6 +333,8 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::RoundWeights(_)
         | KernelCall::RoundBias(_)
         | KernelCall::QClampGradInPlace(..)
+        | KernelCall::QClampMask(..)
+        | KernelCall::QMaskGradInPlace(_)
         | KernelCall::QClamp(..)
         | KernelCall::QLut(_)
         | KernelCall::QMul { .. }

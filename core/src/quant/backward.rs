@@ -1,6 +1,7 @@
 //! What training through and inside int8 layers needs beyond the forward kernels: rounding
 //! trainable integer-unit weights, dequantizing weights per channel, the straight-through
-//! gradient of a clamp, and the per-channel gradient scaling of quantization-aware scaling.
+//! gradient of a clamp (from the clamp's output or from a bit mask of it), and the
+//! per-channel gradient scaling of quantization-aware scaling.
 
 use super::params::quantize_weight;
 use crate::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
@@ -70,6 +71,42 @@ pub fn linear_grad_input_s8(dy: &[f32], w: &[i8], w_scale: &[f32], dx: &mut [f32
 pub fn clamp_grad_in_place(y: &[i8], dy: &mut [f32], act: (i8, i8)) {
     for (g, &q) in dy.iter_mut().zip(y) {
         if q <= act.0 || q >= act.1 {
+            *g = 0.0;
+        }
+    }
+}
+
+/// Bytes of the bit mask [`clamp_mask`] writes for `len` clamp outputs.
+pub const fn mask_bytes(len: usize) -> usize {
+    len.div_ceil(8)
+}
+
+/// Bit `i % 8` of `mask[i / 8]` = whether a clamp's output `y[i]` lies strictly inside
+/// `act`, where [`clamp_grad`] passes the gradient: what the backward pass needs of `y`, in
+/// an eighth of its bytes. Bits past `y.len()` are 0.
+pub fn clamp_mask(y: &[i8], mask: &mut [i8], act: (i8, i8)) {
+    for (byte, ys) in mask.iter_mut().zip(y.chunks(8)) {
+        let bits = ys.iter().enumerate().filter(|(_, &q)| q > act.0 && q < act.1);
+        *byte = bits.fold(0u8, |b, (i, _)| b | 1 << i) as i8;
+    }
+}
+
+/// Whether bit `i` of a [`clamp_mask`] is set.
+fn passes(mask: &[i8], i: usize) -> bool {
+    (mask[i / 8] as u8) >> (i % 8) & 1 != 0
+}
+
+/// [`clamp_grad`] from the clamp's [`clamp_mask`] instead of its output, bit for bit.
+pub fn mask_grad(mask: &[i8], dy: &[f32], dx: &mut [f32]) {
+    for (i, (out, &g)) in dx.iter_mut().zip(dy).enumerate() {
+        *out = if passes(mask, i) { g } else { 0.0 };
+    }
+}
+
+/// [`mask_grad`] written over `dy`.
+pub fn mask_grad_in_place(mask: &[i8], dy: &mut [f32]) {
+    for (i, g) in dy.iter_mut().enumerate() {
+        if !passes(mask, i) {
             *g = 0.0;
         }
     }
@@ -194,6 +231,24 @@ mod tests {
         let mut in_place = dy;
         clamp_grad_in_place(&y, &mut in_place, (-5, 127));
         assert_eq!(in_place.map(f32::to_bits), copy.map(f32::to_bits));
+    }
+
+    #[test]
+    fn the_mask_gradient_matches_the_clamp_gradient_bit_for_bit() {
+        // 19 outputs: two full mask bytes and a partial one, both bounds and the inside.
+        let y: [i8; 19] = core::array::from_fn(|i| [-5, -4, 100, -5, 127, 126, 0][i % 7]);
+        let dy: [f32; 19] = core::array::from_fn(|i| (i as f32 - 9.5) * 0.75);
+        let mut mask = [0x55i8; mask_bytes(19)];
+        clamp_mask(&y, &mut mask, (-5, 127));
+        assert_eq!(mask.map(|b| b as u8), [0b0110_0110, 0b1011_0011, 0b0000_0001]);
+        let mut want = [9f32; 19];
+        clamp_grad(&y, &dy, &mut want, (-5, 127));
+        let mut got = [9f32; 19];
+        mask_grad(&mask, &dy, &mut got);
+        assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits));
+        let mut in_place = dy;
+        mask_grad_in_place(&mask, &mut in_place);
+        assert_eq!(in_place.map(f32::to_bits), want.map(f32::to_bits));
     }
 
     #[test]

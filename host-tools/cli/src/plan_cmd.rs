@@ -165,6 +165,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         update_early: request.update_early,
         budget: request.budget,
         f16_storage: None,
+        ..MemoryOptions::default()
     };
     if args.dtypes {
         return print(&crate::plan_dtypes::compare(&model, &name, &args.trainable, &memory)?);

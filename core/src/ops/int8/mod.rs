@@ -1,12 +1,13 @@
 //! Int8 ops in TFLite's scheme (see [`crate::quant`]): (de)quantization, the int8 layers,
-//! residual add, products, concatenation, look-up-table activations and pooling, and the
-//! rounding of trainable int8 weights and biases with their quantization-aware gradient
+//! residual add, products, concatenation, look-up-table activations and pooling, the clamp
+//! gradient through a bit mask, and the rounding of trainable int8 weights and biases with their quantization-aware gradient
 //! scaling.
 
 pub(super) mod add;
 pub(super) mod concat;
 pub(super) mod layer;
 pub(super) mod lut;
+pub(super) mod mask;
 pub(super) mod mul;
 pub(super) mod pool;
 pub(super) mod quantize;
