@@ -8,7 +8,7 @@
 //! same total epochs with the same trainable set, optimizer, batch and learning rate, decayed
 //! on a cosine over the whole job.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -57,7 +57,9 @@ const ROUND_TIMEOUT: Duration = Duration::from_secs(300);
 pub fn run(root: &Path, options: &[&str]) -> Result<()> {
     let sprout = match options {
         [] => bench::release_sprout(root)?,
-        ["--sprout", path] => PathBuf::from(path),
+        // Absolute, for the boxes and Flower's processes run in folders of their own.
+        ["--sprout", path] => std::fs::canonicalize(path)
+            .with_context(|| format!("--sprout {path}: no such program"))?,
         _ => bail!("usage: cargo xtask bench fleet [--sprout PATH]"),
     };
     let python = venv(root)?;
