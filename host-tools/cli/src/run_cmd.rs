@@ -28,6 +28,10 @@ pub struct RunArgs {
     passes: PassArgs,
     #[command(flatten)]
     backend: BackendArgs,
+    /// Time every kernel call of the passes and print each kernel's calls, milliseconds
+    /// and share of the total.
+    #[arg(long)]
+    profile: bool,
 }
 
 /// Samples read, run and written at a time (rounded to whole passes): a few MiB of LeafNet
@@ -50,6 +54,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let batch = args.passes.pass_size(samples);
     args.backend.announce();
     let mut inference = Inference::of_network(&network, batch)?;
+    if args.profile {
+        inference.profile_kernels();
+    }
     let dims: Vec<usize> = [samples].into_iter().chain(network.output_dims()).collect();
     let chunk = batch * (CHUNK_SAMPLES / batch).max(1);
     let mut x = Vec::new();
@@ -61,5 +68,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
         inference.run(&x)
     })?;
     println!("{samples} samples -> {} ({dims:?})", args.output.display());
+    if let Some(profile) = inference.kernel_profile() {
+        println!("time per kernel over every pass:\n{profile}");
+    }
     Ok(())
 }

@@ -64,6 +64,14 @@ fn train_eval_predict_run_and_bad_inputs() {
     ok(&["run", s(&trained), "--input", s(&input), "--output", s(&output)]);
     let (shape, y) = sprout_train::read_npy(&output).unwrap();
     assert_eq!(shape, [5, 3]);
+    // Passes of 2, 2 and 1 samples, each through two dense layers, timed and counted.
+    let profiled = dir.join("y-profiled.npy");
+    let args = ["--output", s(&profiled), "--batch-size", "2", "--profile"];
+    let out = ok(&[&["run", s(&trained), "--input", s(&input)][..], &args].concat());
+    let linear = out.lines().find(|l| l.split_whitespace().next() == Some("linear"));
+    assert_eq!(linear.and_then(|l| l.split_whitespace().nth(1)), Some("6"), "{out}");
+    let rebatched = sprout_train::read_npy(&profiled).unwrap().1;
+    assert!(rebatched.iter().zip(&y).all(|(a, b)| (a - b).abs() <= 1e-5), "{rebatched:?} {y:?}");
     assert!(y.iter().all(|v| v.is_finite()));
 
     // Bad inputs.

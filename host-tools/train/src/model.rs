@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::new_head::with_new_head;
 use crate::source::DataSource;
 use crate::TrainError;
-use sprout_cpu::Cpu;
+use sprout_cpu::{Cpu, KernelProfile};
 
 /// What a model file is called in messages.
 const MODEL: &str = "a .sprout model";
@@ -317,6 +317,8 @@ pub struct Inference {
     /// The backend every pass runs on: its worker threads start once and its scratch is
     /// grown once, not once per pass (absent only after a pass failed).
     cpu: Option<Cpu>,
+    /// Every pass's time per kernel, once [`Inference::profile_kernels`] asked for it.
+    profile: Option<KernelProfile>,
 }
 
 impl Inference {
@@ -343,7 +345,8 @@ impl Inference {
         let graph = graph.clone();
         let full = Self::compile(&graph, input, output, batch)?;
         let cpu = Some(Cpu::new());
-        Ok(Self { graph, input, output, full, rest: None, per_sample, per_output, cpu })
+        let (rest, profile) = (None, None);
+        Ok(Self { graph, input, output, full, rest, per_sample, per_output, cpu, profile })
     }
 
     fn compile(
@@ -364,6 +367,16 @@ impl Inference {
         };
         let (input, output) = (operand(input)?, operand(output)?);
         Ok(Pass { samples, plan, memory, input, output })
+    }
+
+    /// Times every kernel call of the passes from now on ([`Inference::kernel_profile`]).
+    pub fn profile_kernels(&mut self) {
+        self.profile.get_or_insert_with(KernelProfile::new);
+    }
+
+    /// The passes' time per kernel since [`Inference::profile_kernels`].
+    pub fn kernel_profile(&self) -> Option<&KernelProfile> {
+        self.profile.as_ref()
     }
 
     /// Takes the parameters and buffers that `plan` holds in `memory` (a training plan's)
@@ -397,7 +410,7 @@ impl Inference {
             let mut exec = Executor::new(pass.plan.view(), cpu)?;
             let mut regions = pass.memory.regions();
             regions.write(&pass.input, chunk)?;
-            exec.run(&mut regions)?;
+            exec.run_observed(&mut regions, &mut self.profile)?;
             out.extend_from_slice(regions.read::<f32>(&pass.output)?);
             self.cpu = Some(exec.into_kernels());
         }
