@@ -126,6 +126,18 @@ pub struct Node {
     pub stage: Stage,
 }
 
+/// For each of `tensors` tensors, the index in `nodes` of the node that writes it (the
+/// last one, should several), if any.
+pub(crate) fn producers(nodes: &[Node], tensors: usize) -> Vec<Option<usize>> {
+    let mut producer = vec![None; tensors];
+    for (i, node) in nodes.iter().enumerate() {
+        for t in &node.outputs {
+            producer[t.index()] = Some(i);
+        }
+    }
+    producer
+}
+
 /// A recorded model. Cloning it is how a training graph is derived from a model graph.
 #[derive(Clone, Default)]
 pub struct Graph {

@@ -8,7 +8,7 @@ mod rectified;
 
 pub use host_plan::{ArenaPeak, Binding, HostMemory, Plan, PlanStats, UnknownTensor};
 
-use crate::graph::{Graph, GraphError, Phase};
+use crate::graph::{producers, Graph, GraphError, Phase};
 use crate::lower::{lower, Mode};
 use crate::ops::Op;
 use crate::tensor::Role;
@@ -87,12 +87,7 @@ pub(crate) fn compile_training(
 
 /// Marks the nodes whose outputs `roots` depend on.
 fn ancestors(graph: &Graph, roots: &[TensorId]) -> Vec<bool> {
-    let mut producer = vec![None; graph.tensors().len()];
-    for (i, node) in graph.nodes().iter().enumerate() {
-        for o in &node.outputs {
-            producer[o.index()] = Some(i);
-        }
-    }
+    let producer = producers(graph.nodes(), graph.tensors().len());
     let mut needed = vec![false; graph.nodes().len()];
     let mut stack: Vec<TensorId> = roots.to_vec();
     while let Some(t) = stack.pop() {

@@ -2,7 +2,7 @@
 //! each is recomputed from kept ones right before its first backward use, with the same
 //! kernels, so the step's results stay bit-identical.
 
-use crate::graph::{Graph, GraphError, Node, Phase, Stage, TensorInfo};
+use crate::graph::{producers, Graph, GraphError, Node, Phase, Stage, TensorInfo};
 use crate::ops::Recompute;
 use crate::tensor::{Role, TensorId};
 use alloc::format;
@@ -28,19 +28,15 @@ pub(crate) fn recompute(
 ) -> Result<(), GraphError> {
     let nodes = graph.nodes().to_vec();
     let tensors = graph.tensors().len();
+    let forward = &nodes[..forward_nodes];
     let mut rewriter = Rewriter {
         graph,
-        forward: &nodes[..forward_nodes],
-        producer: vec![None; tensors],
+        forward,
+        producer: producers(forward, tensors),
         dropped: vec![false; tensors],
         copy: vec![None; tensors],
-        out: nodes[..forward_nodes].to_vec(),
+        out: forward.to_vec(),
     };
-    for (i, node) in rewriter.forward.iter().enumerate() {
-        for t in &node.outputs {
-            rewriter.producer[t.index()] = Some(i);
-        }
-    }
     for &t in drop {
         rewriter.dropped[t.index()] = true;
     }

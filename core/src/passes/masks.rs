@@ -3,7 +3,7 @@
 //! and the gradient through the mask, so the output can die in the forward pass while the
 //! backward pass keeps an eighth of its bytes. Values stay bit for bit the same.
 
-use crate::graph::{Graph, GraphError, Node, Phase, Stage, TensorInfo};
+use crate::graph::{producers, Graph, GraphError, Node, Phase, Stage, TensorInfo};
 use crate::ops::Op;
 use crate::quant::backward::mask_bytes;
 use crate::shape::Shape;
@@ -18,12 +18,7 @@ use alloc::vec::Vec;
 /// Gradients through the same output and bounds share one mask.
 pub(crate) fn clamp_masks(graph: &mut Graph) -> Result<(), GraphError> {
     let nodes = graph.nodes().to_vec();
-    let mut producer = vec![None; graph.tensors().len()];
-    for (i, node) in nodes.iter().enumerate() {
-        for t in &node.outputs {
-            producer[t.index()] = Some(i);
-        }
-    }
+    let producer = producers(&nodes, graph.tensors().len());
     let mut masks: BTreeMap<(TensorId, (i8, i8)), TensorId> = BTreeMap::new();
     // Mask nodes to run first (`None`) or right after node `i` (`Some(i)`).
     let mut after: BTreeMap<Option<usize>, Vec<Node>> = BTreeMap::new();
