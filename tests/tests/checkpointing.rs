@@ -109,8 +109,7 @@ fn pass_variants(trainable: &str) -> Vec<(usize, Parameters)> {
             let fuse_frozen_norms = false;
             let placement =
                 PlacementOptions { in_place, fuse_frozen_norms, ..PlacementOptions::default() };
-            let memory =
-                MemoryOptions { update_early, placement, budget: None, ..MemoryOptions::default() };
+            let memory = MemoryOptions { update_early, placement, ..MemoryOptions::default() };
             let training = compile(&model, trainable, memory).unwrap();
             (training.plan.sizes.arena, train_twice(&model, &training))
         })

@@ -198,8 +198,6 @@ fn options(strategy: Strategy, update_early: bool, in_place: bool) -> MemoryOpti
     MemoryOptions {
         placement: PlacementOptions { strategy, in_place, ..PlacementOptions::default() },
         update_early,
-        budget: None,
-        f16_storage: None,
         ..MemoryOptions::default()
     }
 }

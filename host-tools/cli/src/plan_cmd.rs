@@ -164,7 +164,6 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         },
         update_early: request.update_early,
         budget: request.budget,
-        f16_storage: None,
         ..MemoryOptions::default()
     };
     if args.dtypes {

@@ -1,7 +1,7 @@
 //! Int8 ops in TFLite's scheme (see [`crate::quant`]): (de)quantization, the int8 layers,
 //! residual add, products, concatenation, look-up-table activations and pooling, the clamp
-//! gradient through a bit mask, and the rounding of trainable int8 weights and biases with their quantization-aware gradient
-//! scaling.
+//! gradient through a bit mask, and the rounding of trainable int8 weights and biases with
+//! their quantization-aware gradient scaling.
 
 pub(super) mod add;
 pub(super) mod concat;
