@@ -187,6 +187,19 @@ def baseline(boxes: list[Box], kind: str, s: dict) -> list[dict]:
     return results
 
 
+def train_from(box: Box, weights, lr: float, epochs: int, settings: dict, schedule: str, seed: int,
+               offset=None) -> tuple[dict, int]:
+    """A training job on `box` from `weights`: the trained weights and the photos the job
+    held out; the job's start and result versions are deleted again."""
+    start = box.service.apply(MODEL, 1, weights)
+    trained = job(box, "train", start, lr, epochs, settings, schedule, seed, offset)
+    arrays = box.service.weights(MODEL, trained["version"], "all")
+    held = int(box.service.version_metrics(MODEL, trained["version"])["samples"])
+    for version in (trained["version"], start):
+        box.service.delete_version(MODEL, version)
+    return arrays, held
+
+
 class CarriedMomentum:
     """SGD momentum (0.9) carried from round to round, emulated around the service's jobs,
     which start theirs at zero: `carry` "box" keeps each box's buffer, "average" gives every
@@ -245,17 +258,13 @@ def federate(boxes: list[Box], s: dict, report) -> dict:
         begin = {**weights, **own_bn[i]}
         if momentum:
             begin = momentum.shifted(i, begin, lr, steps[i])
-        start = box.service.apply(MODEL, 1, begin)
         offset = control_offset(controls[i], control) if scaffold and round_ > 1 else None
         settings = s
         if 0 < int(s["fix-batch-norm-after"]) < round_:
             settings = {**s, "batch-norm": "running", "batch": int(s["fixed-batch"]) or batch}
-        trained = job(box, "train", start, lr, epochs, settings, str(s["local-schedule"]), int(s["seed"]) + round_ - 1, offset)
-        arrays = box.service.weights(MODEL, trained["version"], "all")
-        held = box.service.version_metrics(MODEL, trained["version"])["samples"]
-        for version in (trained["version"], start):
-            box.service.delete_version(MODEL, version)
-        trained_images = images[i] - int(held)
+        seed = int(s["seed"]) + round_ - 1
+        arrays, held = train_from(box, begin, lr, epochs, settings, str(s["local-schedule"]), seed, offset)
+        trained_images = images[i] - held
         steps[i] = epochs * (trained_images // int(settings["batch"]))
         if momentum:
             momentum.update(i, begin, arrays, lr, steps[i])
@@ -288,11 +297,7 @@ def refreshed(boxes: list[Box], weights, epochs: int, s: dict):
     `epochs`, batch statistics) and pooled."""
 
     def one(box: Box):
-        start = box.service.apply(MODEL, 1, weights)
-        trained = job(box, "train", start, 1e-9, epochs, {**s, "batch-norm": "batch"}, "constant", 1)
-        arrays = box.service.weights(MODEL, trained["version"], "all")
-        for version in (trained["version"], start):
-            box.service.delete_version(MODEL, version)
+        arrays, _ = train_from(box, weights, 1e-9, epochs, {**s, "batch-norm": "batch"}, "constant", 1)
         return arrays, box.service.images("train")
 
     with ThreadPoolExecutor(len(boxes)) as pool:
