@@ -11,8 +11,8 @@ use crate::on_device::is_current_model;
 
 use anyhow::{Context, Result};
 use sprout_train::{
-    open_data, open_eval_data, quantize, train, DataOptions, DataSource, Inference, Model,
-    OptimizerChoice, Pipeline, QuantizeSettings, RangeMethod, ScheduleChoice, TrainOptions,
+    open_data, open_eval_data, quantize, train, Calibration, DataOptions, DataSource, Inference,
+    Model, OptimizerChoice, Pipeline, QuantizeSettings, RangeMethod, ScheduleChoice, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -106,7 +106,10 @@ pub fn int8() -> Result<()> {
     {
         let started = Instant::now();
         let mut calib = calibration(&mut classifier, &files.target)?;
-        let settings = QuantizeSettings { method, ..QuantizeSettings::default() };
+        let settings = QuantizeSettings {
+            calibration: Calibration::Fixed(method),
+            ..QuantizeSettings::default()
+        };
         let file = quantize(&classifier, &mut calib, &settings)?.file;
         let bytes = sprout_core::save_model(&file)?.len();
         let mut int8 = reload(&file)?;

@@ -21,7 +21,9 @@ use sprout_core::graph::{Graph, Init};
 use sprout_core::op::Op;
 use sprout_core::{compile_inference, Executor};
 use sprout_cpu::Cpu;
-use sprout_train::{quantize, DataSource, Model, QuantizeSettings, TensorSet};
+use sprout_train::{
+    quantize, Calibration, DataSource, Model, QuantizeSettings, RangeMethod, TensorSet,
+};
 use sprout_zoo::Architecture;
 
 /// Seed of the zoo weights and of the images.
@@ -117,7 +119,13 @@ pub fn leafnet() -> Result<Vec<Layer>> {
         path: Path::new("random images").to_path_buf(),
     };
     let mut data = DataSource::tensors(set, 1, SEED, false);
-    let settings = QuantizeSettings { allow_float: true, ..QuantizeSettings::default() };
+    // The ranges the kernels were first compared and counted with: random images need no
+    // choice of calibration.
+    let settings = QuantizeSettings {
+        calibration: Calibration::Fixed(RangeMethod::MinMax),
+        allow_float: true,
+        ..QuantizeSettings::default()
+    };
     let file = quantize(&model, &mut data, &settings)?.file;
     let graph = file.to_graph().map_err(|e| anyhow!("the quantized leafnet: {e}"))?;
     run_layers(&graph, &image())

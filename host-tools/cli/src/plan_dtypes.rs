@@ -8,7 +8,9 @@ use sprout_core::{
     compile_training_step_with, F16Storage, Graph, MemoryOptions, RegionSizes, TensorId,
     TrainConfig,
 };
-use sprout_train::{quantize, DataSource, Model, QuantizeSettings, TensorSet};
+use sprout_train::{
+    quantize, Calibration, DataSource, Model, QuantizeSettings, RangeMethod, TensorSet,
+};
 
 use crate::size::format_size;
 
@@ -41,8 +43,12 @@ fn int8_graph(model: &Model, trainable: &str) -> Result<Graph> {
         path: "random calibration inputs".into(),
     };
     let mut data = DataSource::tensors(set, model.batch(), 0, false);
-    let settings =
-        QuantizeSettings { keep_float: Some(trainable.to_string()), ..QuantizeSettings::default() };
+    // A plan's sizes do not depend on the ranges: one reading of min/max is enough.
+    let settings = QuantizeSettings {
+        calibration: Calibration::Fixed(RangeMethod::MinMax),
+        keep_float: Some(trainable.to_string()),
+        ..QuantizeSettings::default()
+    };
     Ok(quantize(model, &mut data, &settings)?.file.to_graph()?)
 }
 

@@ -7,12 +7,12 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sprout_core::{load_model, save_model, to_f16_storage, F16Storage, Graph, ModelFile, Role};
 use sprout_train::{
-    check_output, open_calibration, quantize_with_progress, read_kind, write_atomic, FileKind,
-    Model, QuantizeSettings, RangeMethod,
+    check_output, open_calibration, quantize_with_progress, read_kind, write_atomic,
+    Calibration as RangeChoice, FileKind, Model, QuantizeSettings, RangeMethod,
 };
 
 use crate::progress::{self, Unit};
-use crate::summary::{print_json, FloatOp, QuantizeSummary};
+use crate::summary::{print_json, CalibrationCandidate, FloatOp, QuantizeSummary};
 
 use crate::image_args::ResizeArgs;
 
@@ -32,7 +32,7 @@ pub struct QuantizeArgs {
     /// [default: 512].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     calib_samples: Option<u64>,
-    /// How int8 activation ranges are taken from the calibration data [default: minmax].
+    /// How int8 activation ranges are taken from the calibration data [default: auto].
     #[arg(long, value_enum)]
     calibration: Option<Calibration>,
     /// With --calibration percentile: a tensor's range runs from its (100 − P)th to its Pth
@@ -66,7 +66,9 @@ pub struct QuantizeArgs {
     output: PathBuf,
     /// Print the summary as one JSON object on standard output: output, dtype, bytes (of
     /// the new file), model_bytes (of the input), frozen_f32_bytes and frozen_f16_bytes
-    /// (f16; else null), calibration_samples and calibration_data (int8; else null).
+    /// (f16; else null), calibration_samples, calibration_data and calibration (the range
+    /// method kept; int8, else null), calibration_candidates (with --calibration auto: each
+    /// method and its output error) and float_ops.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -85,6 +87,9 @@ pub enum StorageType {
 /// How int8 activation ranges are chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Calibration {
+    /// Each of minmax, percentile (99.99) and mse, keeping the one whose int8 model's output
+    /// over the calibration samples is closest to the float model's.
+    Auto,
     /// The smallest and largest value seen.
     Minmax,
     /// The (100 − P)th and Pth percentiles of the values seen (P = --percentile).
@@ -149,6 +154,8 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
         frozen_f16_bytes: None,
         calibration_samples: None,
         calibration_data: None,
+        calibration: None,
+        calibration_candidates: Vec::new(),
         float_ops: Vec::new(),
     };
     let quantized = match args.dtype {
@@ -160,6 +167,18 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
     summary.bytes = encoded.len();
     if args.json {
         return print_json(&summary);
+    }
+    if !summary.calibration_candidates.is_empty() {
+        let each: Vec<String> = summary
+            .calibration_candidates
+            .iter()
+            .map(|c| format!("{} {:.2e}", c.method, c.error))
+            .collect();
+        println!(
+            "calibration: kept {} of {} (output error against float on the calibration samples)",
+            summary.calibration.as_deref().unwrap_or(""),
+            each.join(", ")
+        );
     }
     if !summary.float_ops.is_empty() {
         // One line per kind of op and reason; --json lists every node.
@@ -207,12 +226,13 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
     let samples = args.calib_samples.unwrap_or(DEFAULT_CALIB_SAMPLES) as usize;
     let mut data =
         open_calibration(&model, calib, samples, &args.resize.pipeline(), args.resize.asked())?;
-    let method = match args.calibration.unwrap_or(Calibration::Minmax) {
-        Calibration::Minmax => RangeMethod::MinMax,
-        Calibration::Percentile => {
-            RangeMethod::Percentile(args.percentile.unwrap_or(DEFAULT_PERCENTILE))
-        }
-        Calibration::Mse => RangeMethod::Mse,
+    let calibration = match args.calibration.unwrap_or(Calibration::Auto) {
+        Calibration::Auto => RangeChoice::Closest,
+        Calibration::Minmax => RangeChoice::Fixed(RangeMethod::MinMax),
+        Calibration::Percentile => RangeChoice::Fixed(RangeMethod::Percentile(
+            args.percentile.unwrap_or(DEFAULT_PERCENTILE),
+        )),
+        Calibration::Mse => RangeChoice::Fixed(RangeMethod::Mse),
     };
     let origin = data.origin().display().to_string();
     let note = format!("calibrating on {} samples of {origin}", data.len());
@@ -224,7 +244,7 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
     }
     (summary.calibration_samples, summary.calibration_data) = (Some(data.len()), Some(origin));
     let settings = QuantizeSettings {
-        method,
+        calibration,
         keep_float: args.keep_float.clone(),
         trainable: args.trainable_int8.clone(),
         qas: !args.no_qas,
@@ -237,6 +257,12 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
         bar.set_position(done as u64);
     })?;
     bar.finish_and_clear();
+    summary.calibration = Some(quantized.method.name());
+    summary.calibration_candidates = quantized
+        .candidates
+        .iter()
+        .map(|&(method, error)| CalibrationCandidate { method: method.name(), error })
+        .collect();
     summary.float_ops = quantized
         .float_fallbacks
         .into_iter()

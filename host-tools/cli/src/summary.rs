@@ -149,8 +149,22 @@ pub struct QuantizeSummary {
     /// int8: the calibration samples and where they came from; null for f16.
     pub calibration_samples: Option<usize>,
     pub calibration_data: Option<String>,
+    /// int8: the range method the activation ranges came from (`minmax`, `percentile
+    /// 99.99`, `mse`); null for f16.
+    pub calibration: Option<String>,
+    /// int8 with `--calibration auto`: each method tried and its output's squared error
+    /// against the float model's over the calibration samples, relative to the float
+    /// output's sum of squares; empty otherwise.
+    pub calibration_candidates: Vec<CalibrationCandidate>,
     /// int8: the ops an int8 value reaches that run in float, and why.
     pub float_ops: Vec<FloatOp>,
+}
+
+/// One entry of [`QuantizeSummary::calibration_candidates`].
+#[derive(Serialize, Debug)]
+pub struct CalibrationCandidate {
+    pub method: String,
+    pub error: f64,
 }
 
 /// One entry of [`QuantizeSummary::float_ops`].

@@ -20,6 +20,7 @@
 mod bias_correction;
 mod calibration;
 mod checkpoint;
+mod closest_calibration;
 mod error;
 mod files;
 mod kind;
@@ -58,8 +59,8 @@ pub use npy_stream::{write_npy_chunks, NpySamples};
 pub use plot::{render_png, render_svg, write_curves, CURVE_SIZE};
 pub use preprocess::{fit_of, image_input, ImageInput};
 pub use quantize::{
-    calibrate, calibrate_with_progress, quantize, quantize_with_progress, Int8Model,
-    QuantizeSettings, RangeMethod,
+    calibrate, calibrate_with_progress, quantize, quantize_with_progress, Calibration, Int8Model,
+    QuantizeSettings, RangeMethod, CANDIDATES,
 };
 pub use run_folder::run_folder;
 pub use run_record::{RunRecord, RECORD_FILE};

@@ -4,6 +4,7 @@
 //! model file.
 
 use crate::bias_correction;
+use crate::closest_calibration;
 use crate::error::TrainError;
 use crate::model::Model;
 use crate::mse_range::mse_range;
@@ -29,10 +30,36 @@ pub enum RangeMethod {
     Mse,
 }
 
+/// How the activation ranges are chosen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Calibration {
+    /// One method for every tensor.
+    Fixed(RangeMethod),
+    /// Each of [`CANDIDATES`] in turn, keeping the model whose output over the calibration
+    /// samples is closest to the float model's (least squared error relative to the float
+    /// output's square): what suits a model depends on the model and the calibration set.
+    Closest,
+}
+
+/// The range methods [`Calibration::Closest`] tries.
+pub const CANDIDATES: [RangeMethod; 3] =
+    [RangeMethod::MinMax, RangeMethod::Percentile(99.99), RangeMethod::Mse];
+
+impl RangeMethod {
+    /// The method as `sprout quantize --calibration` names it (`percentile 99.99`).
+    pub fn name(&self) -> String {
+        match self {
+            RangeMethod::MinMax => "minmax".into(),
+            RangeMethod::Percentile(p) => format!("percentile {p}"),
+            RangeMethod::Mse => "mse".into(),
+        }
+    }
+}
+
 /// What `sprout quantize` does besides calibrating.
 #[derive(Clone, Debug)]
 pub struct QuantizeSettings {
-    pub method: RangeMethod,
+    pub calibration: Calibration,
     /// Layers whose weights cannot be int8 (a dilated kernel) run in float instead of
     /// refusing the model.
     pub allow_float: bool,
@@ -49,7 +76,7 @@ pub struct QuantizeSettings {
 impl Default for QuantizeSettings {
     fn default() -> Self {
         Self {
-            method: RangeMethod::MinMax,
+            calibration: Calibration::Closest,
             allow_float: false,
             keep_float: None,
             trainable: None,
@@ -63,7 +90,7 @@ impl Default for QuantizeSettings {
 const BINS: usize = 2048;
 
 /// One observed float tensor: its name and what it has seen.
-struct Observed {
+pub(crate) struct Observed {
     name: String,
     min: f32,
     max: f32,
@@ -123,6 +150,22 @@ pub fn calibrate_with_progress(
     method: RangeMethod,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Ranges, TrainError> {
+    let passes = match method {
+        RangeMethod::MinMax => 1,
+        RangeMethod::Percentile(_) | RangeMethod::Mse => 2,
+    };
+    let observed = observe(model, data, passes, progress)?;
+    Ok(ranges_of(&observed, method))
+}
+
+/// Every observable tensor's extremes over `data` and, with `passes` 2, a histogram of its
+/// values between them (a second reading of the data).
+pub(crate) fn observe(
+    model: &Model,
+    data: &mut DataSource,
+    passes: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<Observed>, TrainError> {
     if data.is_empty() {
         return Err(TrainError::Mismatch(format!(
             "{}: the calibration set is empty; quantization needs samples to observe",
@@ -139,10 +182,6 @@ pub fn calibrate_with_progress(
             histogram: Vec::new(),
         })
         .collect();
-    let passes = match method {
-        RangeMethod::MinMax => 1,
-        RangeMethod::Percentile(_) | RangeMethod::Mse => 2,
-    };
     let (total, mut done) = (passes * data.len(), 0);
     for pass in 0..passes {
         if pass == 1 {
@@ -174,7 +213,12 @@ pub fn calibrate_with_progress(
         let input = model.zoo.input;
         run_over(model, &model.zoo.graph, input, &wanted, data, &mut visit, &mut chunk_done)?;
     }
-    Ok(observed
+    Ok(observed)
+}
+
+/// The range of each observed tensor by `method`.
+pub(crate) fn ranges_of(observed: &[Observed], method: RangeMethod) -> Ranges {
+    observed
         .iter()
         .filter(|o| o.min <= o.max)
         .map(|o| {
@@ -188,7 +232,7 @@ pub fn calibrate_with_progress(
             };
             (o.name.clone(), range)
         })
-        .collect())
+        .collect()
 }
 
 /// Widens the input's calibrated range to every value the model's own normalisation gives
@@ -196,7 +240,7 @@ pub fn calibrate_with_progress(
 /// calibration photos rarely hold the darkest and brightest pixels other photos do, and an
 /// input clipped by the first quantization moves every layer after it. A model without a
 /// recorded normalisation keeps the calibrated range.
-fn widen_input_to_pixels(model: &Model, ranges: &mut Ranges) {
+pub(crate) fn widen_input_to_pixels(model: &Model, ranges: &mut Ranges) {
     let prep = &model.metadata.preprocessing;
     if prep.mean.is_empty() || prep.mean.len() != prep.std.len() {
         return;
@@ -265,6 +309,11 @@ pub(crate) fn run_over(
 pub struct Int8Model {
     pub file: ModelFile,
     pub float_fallbacks: Vec<FloatFallback>,
+    /// The range method its activation ranges came from.
+    pub method: RangeMethod,
+    /// With [`Calibration::Closest`]: each candidate and its output's error against the
+    /// float model's ([`crate::closest_calibration`]), in [`CANDIDATES`]' order; else empty.
+    pub candidates: Vec<(RangeMethod, f64)>,
 }
 
 /// Calibrates `model` on `data` and rewrites it in int8.
@@ -295,10 +344,8 @@ pub fn quantize_with_progress(
         allow_float: settings.allow_float,
         bias_shift: BTreeMap::new(),
     };
-    let mut ranges = calibrate_with_progress(model, data, settings.method, progress)?;
-    widen_input_to_pixels(model, &mut ranges);
-    let quantize = |options: &QuantizeOptions| {
-        quantize_graph(&model.zoo.graph, &ranges, options).map_err(|e| {
+    let quantize = |ranges: &Ranges, options: &QuantizeOptions| {
+        quantize_graph(&model.zoo.graph, ranges, options).map_err(|e| {
             let hint = match (&e, settings.allow_float) {
                 (QuantizeError::NoInt8Kernel { .. }, false) => {
                     " (allowing float keeps it in float)"
@@ -308,7 +355,19 @@ pub fn quantize_with_progress(
             TrainError::Mismatch(format!("cannot quantize the model: {e}{hint}"))
         })
     };
-    let mut quantized = quantize(&options)?;
+    let (method, ranges, mut quantized, candidates) = match settings.calibration {
+        Calibration::Fixed(method) => {
+            let mut ranges = calibrate_with_progress(model, data, method, progress)?;
+            widen_input_to_pixels(model, &mut ranges);
+            let quantized = quantize(&ranges, &options)?;
+            (method, ranges, quantized, Vec::new())
+        }
+        Calibration::Closest => {
+            let quantize = |ranges: &Ranges| quantize(ranges, &options);
+            let chosen = closest_calibration::closest(model, data, &quantize, progress)?;
+            (chosen.method, chosen.ranges, chosen.quantized, chosen.candidates)
+        }
+    };
     if settings.bias_correction && !quantized.layers.is_empty() {
         // The float pass, then one int8 pass per depth of layers.
         let passes = 1 + bias_correction::passes(&model.zoo.graph, &quantized.layers);
@@ -319,12 +378,12 @@ pub fn quantize_with_progress(
         };
         options.bias_shift =
             bias_correction::bias_shifts(model, data, &ranges, &options, &mut read)?;
-        quantized = quantize(&options)?;
+        quantized = quantize(&ranges, &options)?;
     }
     let mut metadata = model.metadata.clone();
     metadata.provenance = format!("{} quantized to int8", metadata.provenance);
     let file = ModelFile::from_graph(&quantized.graph, metadata);
-    Ok(Int8Model { file, float_fallbacks: quantized.float_fallbacks })
+    Ok(Int8Model { file, float_fallbacks: quantized.float_fallbacks, method, candidates })
 }
 
 #[cfg(test)]
