@@ -8,7 +8,9 @@ use crate::backend::{
     SavedMut, TrainStats,
 };
 use crate::error::KernelError;
+use crate::geometry::Conv2dGeometry;
 use crate::kernel::{KernelCall, MAX_OPERANDS};
+use crate::quant::chain::{BlockGrads, DepthwiseChainArgs, PointwiseWeights, ProjectionArgs};
 use crate::quant::{QLayerArgs, Requantization, Requantize};
 
 /// One operand's memory, borrowed for the length of a kernel call.
@@ -117,6 +119,28 @@ impl<'a, M: Memory> Operands<'a, M> {
     /// An int8 layer's `w, bias, requant` operands.
     fn int8_weights(&mut self) -> Result<Int8Layer<'a, M>, Fault> {
         Ok((self.read()?, self.read()?, self.read()?))
+    }
+
+    /// A fused depthwise backward pass's `dy, w, w_scale, mask` operands.
+    fn depthwise_chain(
+        &mut self,
+        shape: Conv2dGeometry,
+    ) -> Result<DepthwiseChainArgs<'a, M>, Fault> {
+        let (dy, w, w_scale, mask) = (self.f32()?, self.read()?, self.f32()?, self.read()?);
+        Ok(DepthwiseChainArgs { dy, w, w_scale, mask, shape })
+    }
+
+    /// A fused block's `dy, w_p, w_p_scale, mask_p, w, w_scale, mask` operands.
+    fn block(
+        &mut self,
+        shape: Conv2dGeometry,
+        outputs: usize,
+    ) -> Result<(DepthwiseChainArgs<'a, M>, ProjectionArgs<'a, M>), Fault> {
+        let dy = self.f32()?;
+        let (w, w_scale, mask) = (self.read()?, self.f32()?, self.read()?);
+        let projection = ProjectionArgs { w, w_scale, mask, outputs };
+        let (w, w_scale, mask) = (self.read()?, self.f32()?, self.read()?);
+        Ok((DepthwiseChainArgs { dy, w, w_scale, mask, shape }, projection))
     }
 
     /// A one-value f32 operand.
@@ -355,6 +379,27 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         KernelCall::QClampMask(act, _) => k.clamp_mask(o.read()?, o.write()?, act),
         KernelCall::QMaskGrad(_) => k.mask_grad(o.read()?, o.f32()?, o.f32_mut()?),
         KernelCall::QMaskGradInPlace(_) => k.mask_grad_in_place(o.read()?, o.f32_mut()?),
+        KernelCall::QDepthwiseChainGrad { depthwise, c_in } => {
+            let a = o.depthwise_chain(depthwise)?;
+            let before = PointwiseWeights { w: o.read()?, w_scale: o.f32()?, inputs: c_in };
+            k.depthwise_chain_grad_s8(&a, &before, o.f32_mut()?, o.f32_mut()?)
+        }
+        KernelCall::QBlockGrad { depthwise, c_in, c_out } => {
+            let (a, projection) = o.block(depthwise, c_out)?;
+            let before = PointwiseWeights { w: o.read()?, w_scale: o.f32()?, inputs: c_in };
+            let (db_depthwise, db) = (o.f32_mut()?, o.f32_mut()?);
+            let out = BlockGrads { db_depthwise, db, dx: o.f32_mut()?, scratch: o.f32_mut()? };
+            k.block_grad_s8(&a, &projection, &before, out)
+        }
+        KernelCall::QBlockBiasGrad { depthwise, c_out } => {
+            let (a, projection) = o.block(depthwise, c_out)?;
+            let (db_depthwise, db, scratch) = (o.f32_mut()?, o.f32_mut()?, o.f32_mut()?);
+            k.block_bias_grad_s8(&a, &projection, db_depthwise, db, scratch)
+        }
+        KernelCall::QDepthwiseChainBiasGrad(depthwise) => {
+            let a = o.depthwise_chain(depthwise)?;
+            k.depthwise_chain_bias_grad_s8(&a, o.f32_mut()?)
+        }
         KernelCall::DequantizeWeights(d) => {
             k.dequantize_weights(o.read()?, o.f32()?, o.f32_mut()?, d)
         }

@@ -18,7 +18,8 @@ fn element_count(dims: &[usize]) -> Option<usize> {
 /// Why kernel settings cannot be run.
 pub type GeometryError = &'static str;
 
-fn counts(all: &[&[usize]]) -> Result<(), GeometryError> {
+/// `Ok` when every tensor of `all` (its dimensions) has an element count [`element_count`] accepts.
+pub(crate) fn counts(all: &[&[usize]]) -> Result<(), GeometryError> {
     match all.iter().all(|dims| element_count(dims).is_some()) {
         true => Ok(()),
         false => Err("tensor sizes overflow"),

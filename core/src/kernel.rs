@@ -12,8 +12,9 @@ use crate::quant::{AddRescale, ConcatRescale, MulRescale, QuantParams};
 use crate::reference::{Activation, Rectifier};
 use crate::tensor::DType;
 
-/// The most operands one kernel takes (training batch-norm: 3 in, 2 in place, 3 out).
-pub const MAX_OPERANDS: usize = 8;
+/// The most operands one kernel takes (an inverted-residual block's fused backward pass,
+/// [`KernelCall::QBlockGrad`]: 9 in, 4 out).
+pub const MAX_OPERANDS: usize = 13;
 
 /// Declares [`KernelCall`] with an explicit wire tag per variant, and its tag, names and serde
 /// impls from that one list. Every variant's fields are named, so the serde impls can write
@@ -309,6 +310,23 @@ kernels! {
         /// `mask (i8), [dy]`: [`KernelCall::QMaskGrad`] with the gradient overwriting the
         /// incoming one.
         103 => QMaskGradInPlace(len: usize),
+        /// `dy, w (i8), w_scale, mask (i8), w_e (i8), w_e_scale → db, dx`: the input gradient
+        /// of the int8 depthwise layer `depthwise` (`groups == c_in == c_out`), stopped by the
+        /// clamp `mask` of the 1x1 layer before it (`c_in` inputs), into that layer's bias
+        /// gradient and input gradient, a channel at a time (`crate::quant::chain`).
+        110 => QDepthwiseChainGrad { depthwise: Conv2dGeometry, c_in: usize },
+        /// `dy, w (i8), w_scale, mask (i8) → db`: [`KernelCall::QDepthwiseChainGrad`]
+        /// without the input gradient of the layer before.
+        111 => QDepthwiseChainBiasGrad(depthwise: Conv2dGeometry),
+        /// `dy, w_p (i8), w_p_scale, mask_p (i8), w (i8), w_scale, mask (i8), w_e (i8),
+        /// w_e_scale → db_depthwise, db, dx, scratch`: an inverted-residual block's backward
+        /// pass from its output gradient `dy` (`c_out` channels): the 1x1 projection's input
+        /// gradient a channel plane at a time (into `scratch`), stopped by the depthwise
+        /// clamp `mask_p`, its bias gradient, then [`KernelCall::QDepthwiseChainGrad`].
+        112 => QBlockGrad { depthwise: Conv2dGeometry, c_in: usize, c_out: usize },
+        /// `dy, w_p (i8), w_p_scale, mask_p (i8), w (i8), w_scale, mask (i8) → db_depthwise,
+        /// db, scratch`: [`KernelCall::QBlockGrad`] without the block's input gradient.
+        113 => QBlockBiasGrad { depthwise: Conv2dGeometry, c_out: usize },
     }
 }
 
@@ -372,6 +390,35 @@ impl Signature {
         self.read_as(DType::I8, weight_len)
             .read_as(DType::I32, channels)
             .read_as(DType::I32, 2 * channels)
+    }
+}
+
+/// A fused depthwise backward pass's first operands: `dy, w (i8), w_scale, mask (i8)`.
+fn depthwise_chain(s: Signature, g: &Conv2dGeometry) -> Signature {
+    s.read(g.output_len())
+        .read_as(DType::I8, g.weight_len())
+        .read(g.c_out)
+        .read_as(DType::I8, mask_bytes(g.input_len()))
+}
+
+/// A fused block's first operands: `dy, w_p (i8), w_p_scale, mask_p (i8)` of a projection
+/// to `c_out` channels, then [`depthwise_chain`]'s but its `dy`.
+fn block(s: Signature, g: &Conv2dGeometry, c_out: usize) -> Signature {
+    s.read(g.n * c_out * g.out_h * g.out_w)
+        .read_as(DType::I8, c_out * g.c_out)
+        .read(c_out)
+        .read_as(DType::I8, mask_bytes(g.output_len()))
+        .read_as(DType::I8, g.weight_len())
+        .read(g.c_out)
+        .read_as(DType::I8, mask_bytes(g.input_len()))
+}
+
+/// A valid depthwise geometry: one input channel per output channel.
+fn check_depthwise(g: &Conv2dGeometry) -> Result<(), GeometryError> {
+    g.check()?;
+    match g.groups == g.c_in && g.c_in == g.c_out {
+        true => Ok(()),
+        false => Err("a depthwise layer has one group per channel"),
     }
 }
 
@@ -546,6 +593,22 @@ impl KernelCall {
             KernelCall::QLinearGradInput(d) => {
                 s.read(d.n * d.m).read_as(DType::I8, d.m * d.k).read(d.m).write(d.n * d.k)
             }
+            KernelCall::QDepthwiseChainGrad { depthwise: g, c_in } => depthwise_chain(s, &g)
+                .read_as(DType::I8, g.c_out * c_in)
+                .read(g.c_out)
+                .write(g.c_out)
+                .write(g.n * c_in * g.h * g.w),
+            KernelCall::QDepthwiseChainBiasGrad(g) => depthwise_chain(s, &g).write(g.c_out),
+            KernelCall::QBlockGrad { depthwise: g, c_in, c_out } => block(s, &g, c_out)
+                .read_as(DType::I8, g.c_out * c_in)
+                .read(g.c_out)
+                .write(g.c_out)
+                .write(g.c_out)
+                .write(g.n * c_in * g.h * g.w)
+                .write(g.out_h * g.out_w),
+            KernelCall::QBlockBiasGrad { depthwise: g, c_out } => {
+                block(s, &g, c_out).write(g.c_out).write(g.c_out).write(g.out_h * g.out_w)
+            }
             KernelCall::DequantizeWeights(d) => {
                 s.read_as(DType::I8, d.len()).read(d.channels).write(d.len())
             }
@@ -607,6 +670,25 @@ impl KernelCall {
             | KernelCall::QConv2dGradInput(geometry)
             | KernelCall::Conv2dGradWeight(geometry)
             | KernelCall::QConv2d { geometry, .. } => geometry.check(),
+            KernelCall::QDepthwiseChainGrad { depthwise, c_in } => {
+                check_depthwise(depthwise)?;
+                let g = depthwise;
+                crate::geometry::counts(&[&[g.n, *c_in, g.h, g.w], &[g.c_out, *c_in]])
+            }
+            KernelCall::QDepthwiseChainBiasGrad(depthwise) => check_depthwise(depthwise),
+            KernelCall::QBlockGrad { depthwise: g, c_in, c_out } => {
+                check_depthwise(g)?;
+                crate::geometry::counts(&[
+                    &[g.n, *c_in, g.h, g.w],
+                    &[g.c_out, *c_in],
+                    &[g.n, *c_out, g.out_h, g.out_w],
+                    &[g.c_out, *c_out],
+                ])
+            }
+            KernelCall::QBlockBiasGrad { depthwise: g, c_out } => {
+                check_depthwise(g)?;
+                crate::geometry::counts(&[&[g.n, *c_out, g.out_h, g.out_w], &[g.c_out, *c_out]])
+            }
             KernelCall::QLinear { dims, .. } => dims.check(),
             KernelCall::MaxPool2d(p)
             | KernelCall::MaxPool2dGrad(p)
@@ -705,6 +787,17 @@ impl KernelCall {
             | KernelCall::Conv2dGradInput(g)
             | KernelCall::QConv2dGradInput(g)
             | KernelCall::Conv2dGradWeight(g) => 2 * g.macs(),
+            // The depthwise input gradient and the 1x1 layer's, a multiply-add each.
+            KernelCall::QDepthwiseChainGrad { depthwise: g, c_in } => {
+                2 * g.macs() + 2 * g.input_len() * c_in
+            }
+            KernelCall::QDepthwiseChainBiasGrad(g) => 2 * g.macs() + g.input_len(),
+            KernelCall::QBlockGrad { depthwise: g, c_in, c_out } => {
+                2 * (g.macs() + g.input_len() * c_in + g.output_len() * c_out)
+            }
+            KernelCall::QBlockBiasGrad { depthwise: g, c_out } => {
+                2 * (g.macs() + g.output_len() * c_out) + g.input_len()
+            }
             // The batch norm's four operations and the rectifier's one per output.
             KernelCall::Conv2dNormAct { geometry: g, .. } => 2 * g.macs() + 5 * g.output_len(),
             KernelCall::MaxPool2d(p)
@@ -884,6 +977,10 @@ impl KernelCall {
             KernelCall::QMaskGrad(_) => "qmask_grad",
             KernelCall::QMaskGradInPlace(_) => "qmask_grad_in_place",
             KernelCall::QConv2dGradInput(_) => "qconv2d_grad_input",
+            KernelCall::QDepthwiseChainGrad { .. } => "qdepthwise_chain_grad",
+            KernelCall::QDepthwiseChainBiasGrad(_) => "qdepthwise_chain_bias_grad",
+            KernelCall::QBlockGrad { .. } => "qblock_grad",
+            KernelCall::QBlockBiasGrad { .. } => "qblock_bias_grad",
             KernelCall::QLinearGradInput(_) => "qlinear_grad_input",
             KernelCall::QClamp(..) => "qclamp",
             KernelCall::DequantizeWeights(_) => "dequantize_weights",

@@ -135,6 +135,15 @@ pub struct ChannelScaleParams {
     pub power: i8,
 }
 
+/// The int8 depthwise layer whose backward pass runs a channel at a time through the clamp
+/// of the layer before it (see `crate::passes::chains`): its geometry settings and its
+/// input's height and width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DepthwiseChainParams {
+    pub conv: ConvParams,
+    pub input_hw: (usize, usize),
+}
+
 /// A decoded op tag this build does not know (a file from a newer sprout).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnknownOpTag {
@@ -405,6 +414,25 @@ macro_rules! op_table {
             90 => QClampMask((i8, i8)): int8::mask::QClampMask,
             /// `mask (i8), dy → dx`: `dy` where the clamp's mask bit is set, else 0.
             91 => QMaskGrad: int8::mask::QMaskGrad,
+            /// `dy, w (i8 [C, 1, kh, kw]), w_scale (f32 [C]), mask (i8), w_e (i8 [C, K, 1, 1]),
+            /// w_e_scale (f32 [C]) → db (f32 [C]), dx (f32 [N, K, H, W])`: an int8 depthwise
+            /// layer's input gradient from its clamped output gradient `dy`, stopped by the
+            /// clamp mask of the 1x1 layer before it, summed into that layer's bias gradient
+            /// (real units) and carried through its weights into its input gradient `dx`, a
+            /// channel at a time: no gradient of the `C` hidden channels is stored.
+            96 => QDepthwiseChainGrad(DepthwiseChainParams): int8::chain::QDepthwiseChainGrad,
+            /// `dy, w (i8), w_scale (f32 [C]), mask (i8) → db (f32 [C])`: the same without the
+            /// input gradient of the layer before (any int8 layer; only its bias trains).
+            97 => QDepthwiseChainBiasGrad(DepthwiseChainParams): int8::chain::QDepthwiseChainBiasGrad,
+            /// `dy, w_p (i8 [P, C, 1, 1]), w_p_scale (f32 [P]), mask_p (i8), w, w_scale, mask,
+            /// w_e, w_e_scale → db_p, db, dx, scratch (f32 [out_h · out_w])`: an inverted-residual
+            /// block's backward pass from its clamped output gradient `dy`: the 1x1 projection's
+            /// input gradient a channel at a time, stopped by the depthwise clamp's mask
+            /// `mask_p`, the depthwise bias gradient `db_p`, then as `qdepthwise_chain_grad`.
+            98 => QBlockGrad(DepthwiseChainParams): int8::chain::QBlockGrad,
+            /// `dy, w_p, w_p_scale, mask_p, w, w_scale, mask → db_p, db, scratch`: the same
+            /// without the block's input gradient (the block's input is not trained through).
+            99 => QBlockBiasGrad(DepthwiseChainParams): int8::chain::QBlockBiasGrad,
         }
     };
 }

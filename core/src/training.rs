@@ -6,7 +6,7 @@ use crate::compile::{compile_training, PlacementOptions, Plan};
 use crate::f16_storage::{f32_copies, to_f16_storage, F16Storage};
 use crate::graph::{Graph, GraphError};
 use crate::optim::{add_loss_scale, append_optimizer, check_config, TrainConfig};
-use crate::passes::{checkpoint, masks, reorder};
+use crate::passes::{chains, checkpoint, masks, reorder};
 use crate::tensor::TensorId;
 use alloc::vec::Vec;
 
@@ -18,6 +18,10 @@ pub struct MemoryOptions {
     pub update_early: bool,
     /// Keep a bit mask of each int8 clamp's output for its gradient instead of the output.
     pub clamp_masks: bool,
+    /// With `clamp_masks`: run each int8 depthwise layer's input gradient, the clamp and bias
+    /// gradients of the layer before it and (a 1x1 layer) that layer's input gradient as
+    /// one kernel, a channel at a time, so the hidden channels' gradient is never stored.
+    pub depthwise_chains: bool,
     /// Arena bytes the step must fit in; activations are recomputed until it does.
     pub budget: Option<usize>,
     /// Store frozen weights and/or activations as f16 (see [`F16Storage`]); mixed
@@ -32,6 +36,7 @@ impl Default for MemoryOptions {
             placement: PlacementOptions::default(),
             update_early: true,
             clamp_masks: true,
+            depthwise_chains: true,
             budget: None,
             f16_storage: None,
         }
@@ -120,6 +125,9 @@ impl StepCompiler<'_> {
         }
         if self.memory.clamp_masks {
             masks::clamp_masks(&mut graph)?;
+            if self.memory.depthwise_chains {
+                chains::depthwise_chains(&mut graph)?;
+            }
         }
         if self.update_early {
             reorder::update_early(&mut graph);

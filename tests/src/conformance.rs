@@ -10,7 +10,8 @@
 //! `|got − want| <= 1e-5 + 1e-4 · |want|` element by element: f32 addition in a different
 //! order errs by about `terms · 2⁻²⁴` relative to the sum of magnitudes, under 1e-5 for
 //! the few hundred terms of these cases, and the absolute part covers sums that cancel to
-//! near zero. Sigmoid's forward pass alone may stray by [`SIGMOID`], the rounding of
+//! near zero; so may the fused int8 block gradients (`quant::chain`), which the reference
+//! computes bit for bit as the unfused kernels. Sigmoid's forward pass alone may stray by [`SIGMOID`], the rounding of
 //! another exponential. [`check_reference`] runs the suite with every tolerance bit-exact.
 
 use half::f16;
@@ -22,6 +23,8 @@ use sprout_core::geometry::{
     window_output, ChannelDims, Conv2dGeometry, LinearDims, Pool2dGeometry, RowDims,
 };
 use sprout_core::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, SgdConfig};
+use sprout_core::quant::backward::mask_bytes;
+use sprout_core::quant::chain::{BlockGrads, DepthwiseChainArgs, PointwiseWeights, ProjectionArgs};
 use sprout_core::quant::{OutputQuant, QConv2dArgs, QLinearArgs, Requantize};
 use sprout_core::reference::pointwise::GradientReads;
 pub use sprout_core::reference::tolerance::{Tolerance, EXACT, REDUCTION};
@@ -144,6 +147,82 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         for (n, k, m) in [(1, 1, 1), (3, 5, 7), (8, 33, 10), (4, 192, 3)] {
             self.int8_linear(LinearDims { n, k, m });
         }
+        // (batch, block inputs, hidden channels, projection outputs, height, width, stride)
+        for case in
+            [(2, 3, 6, 4, 7, 5, (2, 2)), (1, 8, 48, 16, 8, 8, (2, 2)), (2, 4, 5, 3, 6, 9, (1, 1))]
+        {
+            self.depthwise_chains(case);
+        }
+    }
+
+    /// An inverted-residual block's fused backward kernels (1x1 expansion to `c` channels,
+    /// 3x3 depthwise with `stride`, 1x1 projection to `p`) on random weights, scales, clamp
+    /// masks and gradients: the bias gradients and the block's input gradient (the scratch
+    /// plane is the backend's own).
+    fn depthwise_chains(
+        &mut self,
+        case: (usize, usize, usize, usize, usize, usize, (usize, usize)),
+    ) {
+        let (n, c_in, c, p, h, w, stride) = case;
+        let out = |size, s| window_output(size, 3, s, 1).expect("a valid window");
+        let (out_h, out_w) = (out(h, stride.0), out(w, stride.1));
+        let shape = Conv2dGeometry {
+            n,
+            c_in: c,
+            h,
+            w,
+            c_out: c,
+            kh: 3,
+            kw: 3,
+            stride,
+            padding: (1, 1),
+            groups: c,
+            out_h,
+            out_w,
+        };
+        let case = format!("{shape:?}, {c_in} block inputs, {p} block outputs");
+        let tol = self.reduction;
+        let dy = self.random(n * p * out_h * out_w, -1.0, 1.0);
+        let (w_p, s_p) = (self.codes(p * c), self.random(p, 0.001, 0.02));
+        let (w_d, s_d) = (self.codes(c * 9), self.random(c, 0.001, 0.02));
+        let (w_e, s_e) = (self.codes(c * c_in), self.random(c, 0.001, 0.02));
+        let (m_p, m) =
+            (self.codes(mask_bytes(shape.output_len())), self.codes(mask_bytes(shape.input_len())));
+        let g = self.random(shape.output_len(), -1.0, 1.0);
+        let projection = ProjectionArgs::<Host> { w: &w_p, w_scale: &s_p, mask: &m_p, outputs: p };
+        let a = DepthwiseChainArgs::<Host> { dy: &dy, w: &w_d, w_scale: &s_d, mask: &m, shape };
+        let chain = DepthwiseChainArgs::<Host> { dy: &g, ..a };
+        let before = PointwiseWeights::<Host> { w: &w_e, w_scale: &s_e, inputs: c_in };
+        let outputs = vec![Self::nans(c), Self::nans(c), Self::nans(n * c_in * h * w)];
+        let scratch = || Self::nans(out_h * out_w);
+        self.compare("block_grad_s8", &case, tol, outputs.clone(), &|k, o| {
+            let [db_depthwise, db, dx] = o else { unreachable!("three outputs") };
+            let mut plane = scratch();
+            let (db_depthwise, db, dx) = (&mut db_depthwise[..], &mut db[..], &mut dx[..]);
+            let out = BlockGrads { db_depthwise, db, dx, scratch: &mut plane[..] };
+            k.block_grad_s8(&a, &projection, &before, out)
+        });
+        self.compare("block_bias_grad_s8", &case, tol, outputs[..2].to_vec(), &|k, o| {
+            let [db_depthwise, db] = o else { unreachable!("two outputs") };
+            k.block_bias_grad_s8(
+                &a,
+                &projection,
+                &mut db_depthwise[..],
+                &mut db[..],
+                &mut scratch(),
+            )
+        });
+        self.compare("depthwise_chain_grad_s8", &case, tol, outputs[1..].to_vec(), &|k, o| {
+            let [db, dx] = o else { unreachable!("two outputs") };
+            k.depthwise_chain_grad_s8(&chain, &before, &mut db[..], &mut dx[..])
+        });
+        self.compare(
+            "depthwise_chain_bias_grad_s8",
+            &case,
+            tol,
+            outputs[1..2].to_vec(),
+            &|k, o| k.depthwise_chain_bias_grad_s8(&chain, &mut o[0][..]),
+        );
     }
 
     fn codes(&mut self, len: usize) -> Vec<i8> {

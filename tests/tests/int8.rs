@@ -754,9 +754,9 @@ fn trained_bits(training: &sprout_core::Training, steps: usize) -> Vec<(String, 
         .collect()
 }
 
-/// LeafNet in int8 (the stem's weights kept trainable-int8, the head float) and its training
-/// step for the stem's bias and the head, compiled with `in_place` and `clamp_masks`.
-fn stem_bias_steps() -> impl Fn(bool, bool) -> sprout_core::Training {
+/// LeafNet at batch 1 in int8, calibrated on random pictures, the head float and the
+/// layers with the weights `trainable` kept trainable-int8.
+fn int8_leafnet(trainable: &[&str]) -> Graph {
     let float = sprout_zoo::build(sprout_zoo::Architecture::LeafNet, 1, 3).unwrap().graph;
     let mut rng = SplitMix::new(4);
     let set = TensorSet {
@@ -769,10 +769,17 @@ fn stem_bias_steps() -> impl Fn(bool, bool) -> sprout_core::Training {
     let ranges = calibrate(&as_model(&float), &mut data, RangeMethod::MinMax).unwrap();
     let options = QuantizeOptions {
         keep_float: ["classifier.1.weight".to_string()].into(),
-        trainable: ["features.0.0.weight".to_string()].into(),
+        trainable: trainable.iter().map(|s| s.to_string()).collect(),
         ..QuantizeOptions::default()
     };
-    let int8 = quantize_graph(&float, &ranges, &options).unwrap().graph;
+    quantize_graph(&float, &ranges, &options).unwrap().graph
+}
+
+/// LeafNet in int8 (the stem's weights kept trainable-int8, the head float) and its training
+/// step for the stem's bias and the head, compiled with `in_place` and `clamp_masks` (and
+/// no depthwise chains, which would take over some of the masks' gradients).
+fn stem_bias_steps() -> impl Fn(bool, bool) -> sprout_core::Training {
+    let int8 = int8_leafnet(&["features.0.0.weight"]);
     let loss = int8.find("loss").unwrap();
     let trainable: Vec<TensorId> =
         ["features.0.0.bias", "classifier.1.weight", "classifier.1.bias"]
@@ -782,7 +789,12 @@ fn stem_bias_steps() -> impl Fn(bool, bool) -> sprout_core::Training {
     move |in_place, clamp_masks| {
         let placement =
             sprout_core::PlacementOptions { in_place, ..sprout_core::PlacementOptions::default() };
-        let memory = sprout_core::MemoryOptions { placement, clamp_masks, ..Default::default() };
+        let memory = sprout_core::MemoryOptions {
+            placement,
+            clamp_masks,
+            depthwise_chains: false,
+            ..Default::default()
+        };
         let config = sprout_core::TrainConfig::sgd(0.0);
         sprout_core::compile_training_step_with(&int8, loss, &trainable, &config, &memory).unwrap()
     }
@@ -858,4 +870,56 @@ fn int8_clamp_masks_shrink_the_arena_without_changing_results() {
     assert_eq!(got, want);
     let start = trained_bits(&masked, 0);
     assert_ne!(stem_bias(&got), stem_bias(&start), "two steps must move the stem's bias");
+}
+
+/// The stem update's layers (`features.0` to `features.2`): their weights, kept
+/// trainable-int8 as `sprout quantize --trainable-int8` keeps them, and their biases.
+const STEM_LAYERS: [&str; 6] = [
+    "features.0.0",
+    "features.1.conv.0.0",
+    "features.1.conv.1",
+    "features.2.conv.0.0",
+    "features.2.conv.1.0",
+    "features.2.conv.2",
+];
+
+/// With depthwise chains, the backward pass of every inverted-residual block runs a hidden
+/// channel at a time (one `qblock_grad` each, from `features.2` to `features.9`; the stem
+/// block `features.1` has no 1x1 layer before its depthwise one, which takes the clamp and
+/// bias gradients of `features.0` instead, and no input gradient: `qblock_bias_grad`): no
+/// gradient of the expanded channels is ever stored, the arena shrinks by far, and training
+/// the stem's biases stays bit for bit what it was.
+#[test]
+fn depthwise_chains_shrink_the_stem_update_without_changing_results() {
+    let weights: Vec<String> = STEM_LAYERS.iter().map(|l| format!("{l}.weight")).collect();
+    let int8 = int8_leafnet(&weights.iter().map(String::as_str).collect::<Vec<_>>());
+    let loss = int8.find("loss").unwrap();
+    let biases = STEM_LAYERS.iter().map(|l| format!("{l}.bias"));
+    let names: Vec<String> =
+        biases.chain(["classifier.1.weight".into(), "classifier.1.bias".into()]).collect();
+    let trainable: Vec<TensorId> = names.iter().map(|n| int8.find(n).unwrap()).collect();
+    let compile = |depthwise_chains| {
+        let memory = sprout_core::MemoryOptions { depthwise_chains, ..Default::default() };
+        let config = sprout_core::TrainConfig::sgd(0.0);
+        sprout_core::compile_training_step_with(&int8, loss, &trainable, &config, &memory).unwrap()
+    };
+    let (fused, unfused) = (compile(true), compile(false));
+    let chains =
+        ["qblock_grad", "qblock_bias_grad", "qdepthwise_chain_grad", "qdepthwise_chain_bias_grad"];
+    assert_eq!(chains.map(|k| kernel_count(&fused, k)), [8, 1, 0, 0]);
+    assert_eq!(chains.map(|k| kernel_count(&unfused, k)), [0, 0, 0, 0]);
+    let fused_steps = fused.plan.steps.len();
+    // Each block's seven backward steps (the projection's and depthwise input gradients,
+    // two masks, two bias gradients, the expansion's input gradient) become one.
+    assert!(fused_steps + 8 * 4 <= unfused.plan.steps.len(), "{fused_steps} steps");
+    let (small, large) = (fused.plan.sizes.arena, unfused.plan.sizes.arena);
+    assert!(small * 2 < large, "chains must halve the arena: {small} vs {large}");
+    let (got, want) = (trained_bits(&fused, 2), trained_bits(&unfused, 2));
+    assert_eq!(got.len(), names.len());
+    assert_eq!(got, want);
+    let start = trained_bits(&fused, 0);
+    for (name, bits) in &got {
+        let before = &start.iter().find(|(n, _)| n == name).unwrap().1;
+        assert_ne!(bits, before, "two steps must move {name}");
+    }
 }

@@ -17,6 +17,9 @@ use sprout_core::backend::{
     Backend, ConvKernels, DenseKernels, Int8LayerKernels, Int8TrainingKernels, NormAct,
 };
 use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
+use sprout_core::quant::chain::{
+    self, BlockGrads, DepthwiseChainArgs, PointwiseWeights, ProjectionArgs,
+};
 use sprout_core::quant::{backward, QConv2dArgs, QLinearArgs};
 use sprout_core::{inherit_reference, Host};
 
@@ -34,7 +37,8 @@ impl Backend for CortexM {
 inherit_reference!(CortexM: Vector, Activation, Pool, Norm, LayerNorm, Dropout, Loss, Optimizer, Half, LossScale, Int8);
 
 /// The reference kernels but for the input gradients through int8 weights, which run
-/// [`float`]'s row loops reading each weight as its scale times its code.
+/// [`float`]'s row loops reading each weight as its scale times its code (the fused
+/// depthwise chain is the reference's: it gathers, so its sums are short and bit-exact).
 impl Int8TrainingKernels for CortexM {
     fn round_weights(&mut self, w_bar: &[f32], w: &mut [i8]) {
         backward::round_weights(w_bar, w)
@@ -76,6 +80,37 @@ impl Int8TrainingKernels for CortexM {
     }
     fn mask_grad_in_place(&mut self, mask: &[i8], dy: &mut [f32]) {
         backward::mask_grad_in_place(mask, dy)
+    }
+    fn depthwise_chain_grad_s8(
+        &mut self,
+        a: &DepthwiseChainArgs<'_, Host>,
+        before: &PointwiseWeights<'_, Host>,
+        db: &mut [f32],
+        dx: &mut [f32],
+    ) {
+        chain::depthwise_chain_grad(a, db, Some((before, dx)))
+    }
+    fn depthwise_chain_bias_grad_s8(&mut self, a: &DepthwiseChainArgs<'_, Host>, db: &mut [f32]) {
+        chain::depthwise_chain_grad(a, db, None)
+    }
+    fn block_grad_s8(
+        &mut self,
+        a: &DepthwiseChainArgs<'_, Host>,
+        projection: &ProjectionArgs<'_, Host>,
+        before: &PointwiseWeights<'_, Host>,
+        out: BlockGrads<'_, Host>,
+    ) {
+        chain::block_grad(a, projection, before, out)
+    }
+    fn block_bias_grad_s8(
+        &mut self,
+        a: &DepthwiseChainArgs<'_, Host>,
+        projection: &ProjectionArgs<'_, Host>,
+        db_depthwise: &mut [f32],
+        db: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        chain::block_bias_grad(a, projection, db_depthwise, db, scratch)
     }
     fn dequantize_weights(&mut self, w: &[i8], scale: &[f32], w_real: &mut [f32], d: ChannelDims) {
         backward::dequantize_weights(w, scale, w_real, d)

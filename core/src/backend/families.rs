@@ -11,6 +11,7 @@ use crate::geometry::{
     Pool2dGeometry, RowDims, SliceDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
+use crate::quant::chain::{BlockGrads, DepthwiseChainArgs, PointwiseWeights, ProjectionArgs};
 use crate::quant::{AddRescale, ConcatRescale, MulRescale, QLayerArgs, QuantParams};
 use crate::reference::{Activation, Rectifier};
 use half::f16;
@@ -542,6 +543,41 @@ pub trait Int8TrainingKernels: Backend {
     fn mask_grad(&mut self, mask: In<'_, Self, i8>, dy: In<'_, Self, f32>, dx: Out<'_, Self, f32>);
     /// [`Self::mask_grad`] with the gradient written over `dy`.
     fn mask_grad_in_place(&mut self, mask: In<'_, Self, i8>, dy: Out<'_, Self, f32>);
+    /// A depthwise layer's input gradient through the clamp mask of the 1x1 layer `before`
+    /// it, a channel at a time: that layer's bias gradient `db` (real units) and input
+    /// gradient `dx` (see [`crate::quant::chain`]).
+    fn depthwise_chain_grad_s8(
+        &mut self,
+        a: &DepthwiseChainArgs<'_, Self::Memory>,
+        before: &PointwiseWeights<'_, Self::Memory>,
+        db: Out<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+    );
+    /// An inverted-residual block's backward pass from its output gradient `a.dy`, a
+    /// hidden channel at a time: the `projection`'s input gradient, then
+    /// [`Self::depthwise_chain_grad_s8`]'s work (see [`crate::quant::chain::block_grad`]).
+    fn block_grad_s8(
+        &mut self,
+        a: &DepthwiseChainArgs<'_, Self::Memory>,
+        projection: &ProjectionArgs<'_, Self::Memory>,
+        before: &PointwiseWeights<'_, Self::Memory>,
+        out: BlockGrads<'_, Self::Memory>,
+    );
+    /// [`Self::block_grad_s8`] without the block's input gradient.
+    fn block_bias_grad_s8(
+        &mut self,
+        a: &DepthwiseChainArgs<'_, Self::Memory>,
+        projection: &ProjectionArgs<'_, Self::Memory>,
+        db_depthwise: Out<'_, Self, f32>,
+        db: Out<'_, Self, f32>,
+        scratch: Out<'_, Self, f32>,
+    );
+    /// [`Self::depthwise_chain_grad_s8`] without the earlier layer's input gradient.
+    fn depthwise_chain_bias_grad_s8(
+        &mut self,
+        a: &DepthwiseChainArgs<'_, Self::Memory>,
+        db: Out<'_, Self, f32>,
+    );
     fn dequantize_weights(
         &mut self,
         w: In<'_, Self, i8>,

@@ -12,6 +12,7 @@ use crate::geometry::{
     Pool2dGeometry, RowDims, SliceDims,
 };
 use crate::hyperparams::{AdamWConfig, BatchNormConfig, DropoutConfig, LossScaleConfig, SgdConfig};
+use crate::quant::chain::{BlockGrads, DepthwiseChainArgs, PointwiseWeights, ProjectionArgs};
 use crate::quant::{
     self as q, AddRescale, ConcatRescale, MulRescale, QConv2dArgs, QLinearArgs, QuantParams,
 };
@@ -553,6 +554,37 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Int8Training>> Int8Tra
     }
     fn mask_grad_in_place(&mut self, mask: &[i8], dy: &mut [f32]) {
         q::backward::mask_grad_in_place(mask, dy)
+    }
+    fn depthwise_chain_grad_s8(
+        &mut self,
+        a: &DepthwiseChainArgs<'_, Host>,
+        before: &PointwiseWeights<'_, Host>,
+        db: &mut [f32],
+        dx: &mut [f32],
+    ) {
+        q::chain::depthwise_chain_grad(a, db, Some((before, dx)))
+    }
+    fn depthwise_chain_bias_grad_s8(&mut self, a: &DepthwiseChainArgs<'_, Host>, db: &mut [f32]) {
+        q::chain::depthwise_chain_grad(a, db, None)
+    }
+    fn block_grad_s8(
+        &mut self,
+        a: &DepthwiseChainArgs<'_, Host>,
+        projection: &ProjectionArgs<'_, Host>,
+        before: &PointwiseWeights<'_, Host>,
+        out: BlockGrads<'_, Host>,
+    ) {
+        q::chain::block_grad(a, projection, before, out)
+    }
+    fn block_bias_grad_s8(
+        &mut self,
+        a: &DepthwiseChainArgs<'_, Host>,
+        projection: &ProjectionArgs<'_, Host>,
+        db_depthwise: &mut [f32],
+        db: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        q::chain::block_bias_grad(a, projection, db_depthwise, db, scratch)
     }
     fn dequantize_weights(&mut self, w: &[i8], scale: &[f32], w_real: &mut [f32], d: ChannelDims) {
         q::backward::dequantize_weights(w, scale, w_real, d)

@@ -277,6 +277,10 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::Conv2dNormAct { .. }
         | KernelCall::Conv2dGradInput(_)
         | KernelCall::QConv2dGradInput(_)
+        | KernelCall::QDepthwiseChainGrad { .. }
+        | KernelCall::QDepthwiseChainBiasGrad(_)
+        | KernelCall::QBlockGrad { .. }
+        | KernelCall::QBlockBiasGrad { .. }
         | KernelCall::QLinearGradInput(_)
         | KernelCall::Conv2dGradWeight(_)
         | KernelCall::ReluInPlace(_)

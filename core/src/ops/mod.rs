@@ -43,9 +43,9 @@ mod transpose;
 mod vjp;
 
 pub use crate::op::{
-    ChannelScaleParams, ConcatGradParams, ConcatParams, ConvParams, Op, PoolParams, QAddParams,
-    QAvgPoolParams, QConcatParams, QConvParams, QLinearParams, QLutParams, QMulParams,
-    RoundBiasParams, RoundWeightsParams, SliceParams, TransposeParams, UnknownOpTag,
+    ChannelScaleParams, ConcatGradParams, ConcatParams, ConvParams, DepthwiseChainParams, Op,
+    PoolParams, QAddParams, QAvgPoolParams, QConcatParams, QConvParams, QLinearParams, QLutParams,
+    QMulParams, RoundBiasParams, RoundWeightsParams, SliceParams, TransposeParams, UnknownOpTag,
 };
 pub use int8::Int8Weights;
 pub use lowering::Mode;

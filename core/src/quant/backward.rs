@@ -92,7 +92,7 @@ pub fn clamp_mask(y: &[i8], mask: &mut [i8], act: (i8, i8)) {
 }
 
 /// Whether bit `i` of a [`clamp_mask`] is set.
-fn passes(mask: &[i8], i: usize) -> bool {
+pub(crate) fn passes(mask: &[i8], i: usize) -> bool {
     (mask[i / 8] as u8) >> (i % 8) & 1 != 0
 }
 

@@ -6,6 +6,7 @@
 //! `MultiplyByQuantizedMultiplier`, so results are bit-exact with TFLite's reference kernels.
 
 pub mod backward;
+pub mod chain;
 pub mod kernels;
 pub mod params;
 #[cfg(test)]

@@ -1,9 +1,11 @@
 //! Int8 ops in TFLite's scheme (see [`crate::quant`]): (de)quantization, the int8 layers,
 //! residual add, products, concatenation, look-up-table activations and pooling, the clamp
-//! gradient through a bit mask, and the rounding of trainable int8 weights and biases with
+//! gradient through a bit mask, a depthwise layer's backward pass fused with the layer's
+//! before it, and the rounding of trainable int8 weights and biases with
 //! their quantization-aware gradient scaling.
 
 pub(super) mod add;
+pub(super) mod chain;
 pub(super) mod concat;
 pub(super) mod layer;
 pub(super) mod lut;
