@@ -25,6 +25,7 @@
 #[macro_use]
 mod simd;
 
+mod cast;
 mod conv;
 mod dense;
 mod depthwise;
@@ -44,7 +45,6 @@ use std::sync::Arc;
 
 use depthwise::runs_direct;
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use parallel::for_each_span;
 use pool::Pool;
 use sprout_core::backend::{
@@ -435,15 +435,14 @@ impl ConvKernels for Cpu {
     }
 }
 
-/// f16 casts through the `half` crate's slice conversions, which use F16C where the CPU has
-/// it (the same rounding as the reference's scalar casts), split over the pool like any
-/// element-wise pass.
+/// f16 casts as F16C vector loops where the CPU has them (`cast`; the same rounding as the
+/// reference's scalar casts), split over the pool like any element-wise pass.
 impl HalfKernels for Cpu {
     fn cast_f32_to_f16(&mut self, x: &[f32], y: &mut [f16]) {
-        for_each_span(&self.pool, y, |at, y| y.convert_from_f32_slice(&x[at..][..y.len()]))
+        for_each_span(&self.pool, y, |at, y| cast::f32_to_f16(&x[at..][..y.len()], y))
     }
     fn cast_f16_to_f32(&mut self, x: &[f16], y: &mut [f32]) {
-        for_each_span(&self.pool, y, |at, y| x[at..][..y.len()].convert_to_f32_slice(y))
+        for_each_span(&self.pool, y, |at, y| cast::f16_to_f32(&x[at..][..y.len()], y))
     }
 }
 
