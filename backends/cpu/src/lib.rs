@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 use depthwise::runs_direct;
 use half::f16;
-use parallel::for_each_span;
+use parallel::{for_each_span, for_each_span_pair};
 use pool::Pool;
 use sprout_core::backend::{
     ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, GradSums, GradsMut, HalfKernels,
@@ -443,6 +443,19 @@ impl HalfKernels for Cpu {
     }
     fn cast_f16_to_f32(&mut self, x: &[f16], y: &mut [f32]) {
         for_each_span(&self.pool, y, |at, y| cast::f16_to_f32(&x[at..][..y.len()], y))
+    }
+    /// Both casts of a span while it is in cache.
+    fn round_through_f16(&mut self, x: &[f32], h: &mut [f16], y: &mut [f32]) {
+        for_each_span_pair(&self.pool, y, h, |at, y, h| {
+            cast::f32_to_f16(&x[at..][..y.len()], h);
+            cast::f16_to_f32(h, y)
+        })
+    }
+    fn round_through_f16_in_place(&mut self, x: &mut [f32], h: &mut [f16]) {
+        for_each_span_pair(&self.pool, x, h, |_, x, h| {
+            cast::f32_to_f16(x, h);
+            cast::f16_to_f32(h, x)
+        })
     }
 }
 

@@ -5,6 +5,7 @@ mod host_plan;
 mod layout;
 mod norm_act;
 mod rectified;
+mod round_trip;
 
 pub use host_plan::{ArenaPeak, Binding, HostMemory, Plan, PlanStats, UnknownTensor};
 
@@ -31,6 +32,10 @@ pub struct PlacementOptions {
     /// nothing else reads what the first two output: the same results, fewer passes over
     /// memory.
     pub fuse_frozen_norms: bool,
+    /// Run a cast to f16 and the cast of its result back to f32 right after it as one
+    /// kernel ([`KernelCall::RoundThroughF16`](crate::kernel::KernelCall)): the same values,
+    /// one pass over memory instead of two.
+    pub fuse_casts: bool,
 }
 
 impl Default for PlacementOptions {
@@ -40,6 +45,7 @@ impl Default for PlacementOptions {
             in_place: true,
             reuse_input_memory: false,
             fuse_frozen_norms: true,
+            fuse_casts: true,
         }
     }
 }
@@ -150,6 +156,9 @@ fn compile(
     }
     if options.fuse_frozen_norms {
         lowered = norm_act::fuse(lowered, graph.tensors().len(), keep);
+    }
+    if options.fuse_casts {
+        lowered = round_trip::fuse(lowered);
     }
     layout::place(graph, lowered, accumulation, keep, options)
 }
