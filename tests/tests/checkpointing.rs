@@ -197,7 +197,13 @@ fn fused_f16_round_trips_keep_mixed_precision_training_exact() {
     let round_trips = steps_running(&fused, "round_through_f16") + in_place;
     // Every activation and activation gradient makes a round trip.
     assert!(round_trips > 100 && in_place > 50, "{round_trips} round trips, {in_place} in place");
-    assert_eq!(casts(&fused) + 2 * round_trips, casts(&separate));
+    // But for a rectifier's output and its input gradient (values on f16's grid): of each
+    // output's two casts only the cast to f16 the backward pass reads is left, of each
+    // gradient's none.
+    let rectifiers = steps_running(&separate, "relu6_grad_in_place");
+    assert!(rectifiers > 10, "{rectifiers} rectifiers");
+    let skipped = casts(&separate) - casts(&fused) - 2 * round_trips;
+    assert!(skipped >= 3 * rectifiers, "{skipped} casts skipped");
     assert!(fused.plan.sizes.arena <= separate.plan.sizes.arena);
     let trained = train_twice(&model, &fused);
     let mut initial = fused.plan.initial_memory(&fused.graph);

@@ -1,6 +1,7 @@
 //! Compiling a graph into a [`Plan`]: pick the nodes that matter, lower them to kernels,
 //! and place every tensor (the `layout` module). Entry points for inference and training.
 
+mod f16_grid;
 mod host_plan;
 mod layout;
 mod norm_act;
@@ -33,8 +34,9 @@ pub struct PlacementOptions {
     /// memory.
     pub fuse_frozen_norms: bool,
     /// Run a cast to f16 and the cast of its result back to f32 right after it as one
-    /// kernel ([`KernelCall::RoundThroughF16`](crate::kernel::KernelCall)): the same values,
-    /// one pass over memory instead of two.
+    /// kernel ([`KernelCall::RoundThroughF16`](crate::kernel::KernelCall)), and only the
+    /// cast to f16, if anything reads its result, where the values are on f16's grid
+    /// already: the same values, one pass over memory instead of two, or none.
     pub fuse_casts: bool,
 }
 
@@ -158,7 +160,7 @@ fn compile(
         lowered = norm_act::fuse(lowered, graph.tensors().len(), keep);
     }
     if options.fuse_casts {
-        lowered = round_trip::fuse(lowered);
+        lowered = f16_grid::skip_exact(round_trip::fuse(lowered), graph.tensors().len(), keep);
     }
     layout::place(graph, lowered, accumulation, keep, options)
 }
