@@ -424,6 +424,10 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         KernelCall::BroadcastGrad(d) => k.broadcast_grad(o.f32()?, o.f32_mut()?, d),
         KernelCall::CastF32ToF16(_) => k.cast_f32_to_f16(o.f32()?, o.write()?),
         KernelCall::CastF16ToF32(_) => k.cast_f16_to_f32(o.read()?, o.f32_mut()?),
+        KernelCall::RoundThroughF16(_) => k.round_through_f16(o.f32()?, o.write()?, o.f32_mut()?),
+        KernelCall::RoundThroughF16InPlace(_) => {
+            k.round_through_f16_in_place(o.f32_mut()?, o.write()?)
+        }
         KernelCall::UnscaleGradient(_) => {
             let (g, scale) = (o.f32()?, o.scalar()?);
             let found_inf = o.f32_mut()?;

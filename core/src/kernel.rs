@@ -310,6 +310,12 @@ kernels! {
         /// `mask (i8), [dy]`: [`KernelCall::QMaskGrad`] with the gradient overwriting the
         /// incoming one.
         103 => QMaskGradInPlace(len: usize),
+        /// `x → h (f16), y`: [`KernelCall::CastF32ToF16`] of `x` and [`KernelCall::CastF16ToF32`]
+        /// of its result as one pass, `y` holding the values of `h` as f32 (a narrowing cast
+        /// and the widening right after it, fused when the plan is compiled).
+        104 => RoundThroughF16(len: usize),
+        /// `[x] → h (f16)`: [`KernelCall::RoundThroughF16`] with `y` written over `x`.
+        105 => RoundThroughF16InPlace(len: usize),
         /// `dy, w (i8), w_scale, mask (i8), w_e (i8), w_e_scale → db, dx`: the input gradient
         /// of the int8 depthwise layer `depthwise` (`groups == c_in == c_out`), stopped by the
         /// clamp `mask` of the 1x1 layer before it (`c_in` inputs), into that layer's bias
@@ -617,6 +623,8 @@ impl KernelCall {
             }
             KernelCall::CastF32ToF16(n) => s.read(n).slot(Access::Write, DType::F16, n),
             KernelCall::CastF16ToF32(n) => s.slot(Access::Read, DType::F16, n).write(n),
+            KernelCall::RoundThroughF16(n) => s.read(n).slot(Access::Write, DType::F16, n).write(n),
+            KernelCall::RoundThroughF16InPlace(n) => s.update(n).slot(Access::Write, DType::F16, n),
             KernelCall::UnscaleGradient(n) => s.read(n).read(1).update(1).write(n),
             KernelCall::UpdateLossScale(_) => s.read(1).update(1).update(1),
             KernelCall::Activation(_, n) => s.read(n).write(n),
@@ -756,6 +764,8 @@ impl KernelCall {
             | KernelCall::Zero(_)
             | KernelCall::CastF32ToF16(_)
             | KernelCall::CastF16ToF32(_)
+            | KernelCall::RoundThroughF16(_)
+            | KernelCall::RoundThroughF16InPlace(_)
             | KernelCall::UnscaleGradient(_)
             | KernelCall::UpdateLossScale(_)
             | KernelCall::Quantize(..)
@@ -877,6 +887,7 @@ impl KernelCall {
             KernelCall::CastF32ToF16(n)
             | KernelCall::CastF16ToF32(n)
             | KernelCall::UnscaleGradient(n) => n,
+            KernelCall::RoundThroughF16(n) | KernelCall::RoundThroughF16InPlace(n) => 2 * n,
             KernelCall::UpdateLossScale(_) => 0,
             KernelCall::Activation(f, n) => f.flops_per_element() * n,
             // The slope (a few operations) times the upstream gradient.
@@ -987,6 +998,8 @@ impl KernelCall {
             KernelCall::ChannelScale { .. } => "channel_scale",
             KernelCall::CastF32ToF16(_) => "cast_f32_to_f16",
             KernelCall::CastF16ToF32(_) => "cast_f16_to_f32",
+            KernelCall::RoundThroughF16(_) => "round_through_f16",
+            KernelCall::RoundThroughF16InPlace(_) => "round_through_f16_in_place",
             KernelCall::UnscaleGradient(_) => "unscale_gradient",
             KernelCall::UpdateLossScale(_) => "update_loss_scale",
             KernelCall::Activation(..) => "activation",

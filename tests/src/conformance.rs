@@ -290,9 +290,10 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         self.compare_i8("linear_s8", &case, d.n * d.m, &|k, y| k.linear_s8(&a, y));
     }
 
-    /// f16 casts there and back, bit for bit (any NaN for NaN): values across f16's range and
-    /// beyond it, its subnormals, ties, signed zeros and infinities, at both ends of a run
-    /// long enough (2^18 values) for a threaded backend to split it.
+    /// f16 casts there and back, apart and as one kernel (and that in place), bit for bit
+    /// (any NaN for NaN): values across f16's range and beyond it, its subnormals, ties,
+    /// signed zeros and infinities, at both ends of a run long enough (2^18 values and 5)
+    /// for a threaded backend to split it and for a vector loop to leave a tail.
     fn half_casts(&mut self) {
         let mut edges = self.random(257, -70000.0, 70000.0);
         edges.extend(self.random(64, -1e-4, 1e-4));
@@ -306,17 +307,30 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
             f32::NAN,
         ]);
         let mut x = edges.clone();
-        x.extend(self.random((1 << 18) - 2 * edges.len(), -1e5, 1e5));
+        x.extend(self.random((1 << 18) + 5 - 2 * edges.len(), -1e5, 1e5));
         x.extend(edges);
+        let widened = |half: &[f16]| half.iter().map(|h| f32::from(*h)).collect::<Vec<f32>>();
         let casts = |k: &mut dyn Kernels<Memory = Host>| {
             let mut half = vec![f16::ZERO; x.len()];
             k.cast_f32_to_f16(&x, &mut half);
             let mut back = vec![0.0; x.len()];
             k.cast_f16_to_f32(&half, &mut back);
-            (half.iter().map(|h| f32::from(*h)).collect::<Vec<f32>>(), back)
+            let (mut fused_half, mut fused) = (vec![f16::NAN; x.len()], vec![f32::NAN; x.len()]);
+            k.round_through_f16(&x, &mut fused_half, &mut fused);
+            let (mut in_place_half, mut in_place) = (vec![f16::NAN; x.len()], x.clone());
+            k.round_through_f16_in_place(&mut in_place, &mut in_place_half);
+            [widened(&half), back, widened(&fused_half), fused, widened(&in_place_half), in_place]
         };
         let (got, want) = (casts(&mut self.backend), casts(&mut Reference));
-        for (kernel, got, want) in [("f32 -> f16", got.0, want.0), ("f16 -> f32", got.1, want.1)] {
+        let kernels = [
+            "f32 -> f16",
+            "f16 -> f32",
+            "round_through_f16 (f16)",
+            "round_through_f16 (f32)",
+            "round_through_f16_in_place (f16)",
+            "round_through_f16_in_place (f32)",
+        ];
+        for ((kernel, got), want) in kernels.into_iter().zip(got).zip(want) {
             for ((g, w), x) in got.iter().zip(&want).zip(&x) {
                 let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
                 assert!(same, "{}: cast {kernel} of {x}: got {g}, reference {w}", self.name);

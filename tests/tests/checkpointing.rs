@@ -1,9 +1,10 @@
 //! Memory passes keep training exact: gradient checkpointing under a byte budget, early
-//! updates, in-place element-wise ops and fused frozen batch norms all give bit-identical
-//! parameters after a step, while the arena shrinks.
+//! updates, in-place element-wise ops, fused frozen batch norms and fused f16 round trips
+//! all give bit-identical parameters after a step, while the arena shrinks.
 
+use sprout_core::hyperparams::LossScaleConfig;
 use sprout_core::{
-    compile_training_step_with, Executor, GraphError, Host, Kernels, MemoryOptions,
+    compile_training_step_with, Executor, GraphError, Host, HostMemory, Kernels, MemoryOptions,
     PlacementOptions, Reference, Role, TrainConfig, Training,
 };
 use sprout_cpu::Cpu;
@@ -32,6 +33,20 @@ fn train_twice(model: &ZooModel, training: &Training) -> Parameters {
     train_twice_on(model, training, Reference)
 }
 
+/// The trainable parameters of `training` in `memory`.
+fn parameters(training: &Training, memory: &mut HostMemory) -> Parameters {
+    let plan = &training.plan;
+    let regions = memory.regions();
+    plan.bindings
+        .iter()
+        .filter(|b| b.role == Role::TrainableParam)
+        .map(|b| {
+            let values = regions.read::<f32>(&b.operand).unwrap();
+            (b.name.clone(), values.iter().map(|v| v.to_bits()).collect())
+        })
+        .collect()
+}
+
 /// [`train_twice`] on `backend`.
 fn train_twice_on<K: Kernels<Memory = Host>>(
     model: &ZooModel,
@@ -52,15 +67,7 @@ fn train_twice_on<K: Kernels<Memory = Host>>(
         regions.write(&labels, &y).unwrap();
         exec.train_step(&mut regions, 0.05).unwrap();
     }
-    let regions = memory.regions();
-    plan.bindings
-        .iter()
-        .filter(|b| b.role == Role::TrainableParam)
-        .map(|b| {
-            let values = regions.read::<f32>(&b.operand).unwrap();
-            (b.name.clone(), values.iter().map(|v| v.to_bits()).collect())
-        })
-        .collect()
+    parameters(training, &mut memory)
 }
 
 #[test]
@@ -162,6 +169,46 @@ fn fused_frozen_batch_norms_keep_head_fine_tuning_exact() {
     }
     assert!(fused.plan.sizes.arena <= separate.plan.sizes.arena);
     assert_eq!(train_twice(&model, &fused), train_twice(&model, &separate));
+    let on_cpu = |training| train_twice_on(&model, training, Cpu::with_threads(2));
+    assert_eq!(on_cpu(&fused), on_cpu(&separate));
+}
+
+/// LeafNet compiled for mixed-precision training of every layer, each cast to f16 and the
+/// cast of its result back right after it fused into one kernel or not.
+fn casts_fused_and_separate(model: &ZooModel) -> [Training; 2] {
+    let trainable = select_trainable(model, "all").expect("known choice");
+    // A scale the first steps' f16 gradients hold without overflowing: both steps update.
+    let scaling = LossScaleConfig { init_scale: 256.0, ..LossScaleConfig::default() };
+    let cfg = TrainConfig { mixed_precision: Some(scaling), ..TrainConfig::sgd(0.9) };
+    [true, false].map(|fuse_casts| {
+        let placement = PlacementOptions { fuse_casts, ..PlacementOptions::default() };
+        let memory = MemoryOptions { placement, ..MemoryOptions::default() };
+        compile_training_step_with(&model.graph, model.loss, &trainable, &cfg, &memory).unwrap()
+    })
+}
+
+#[test]
+fn fused_f16_round_trips_keep_mixed_precision_training_exact() {
+    let model = build(Architecture::LeafNet, 2, 3).unwrap();
+    let [fused, separate] = casts_fused_and_separate(&model);
+    let casts =
+        |t: &Training| steps_running(t, "cast_f32_to_f16") + steps_running(t, "cast_f16_to_f32");
+    let in_place = steps_running(&fused, "round_through_f16_in_place");
+    let round_trips = steps_running(&fused, "round_through_f16") + in_place;
+    // Every activation and activation gradient makes a round trip.
+    assert!(round_trips > 100 && in_place > 50, "{round_trips} round trips, {in_place} in place");
+    // But for a rectifier's output and its input gradient (values on f16's grid): of each
+    // output's two casts only the cast to f16 the backward pass reads is left, of each
+    // gradient's none.
+    let rectifiers = steps_running(&separate, "relu6_grad_in_place");
+    assert!(rectifiers > 10, "{rectifiers} rectifiers");
+    let skipped = casts(&separate) - casts(&fused) - 2 * round_trips;
+    assert!(skipped >= 3 * rectifiers, "{skipped} casts skipped");
+    assert!(fused.plan.sizes.arena <= separate.plan.sizes.arena);
+    let trained = train_twice(&model, &fused);
+    let mut initial = fused.plan.initial_memory(&fused.graph);
+    assert_ne!(trained, parameters(&fused, &mut initial), "the steps must update");
+    assert_eq!(trained, train_twice(&model, &separate));
     let on_cpu = |training| train_twice_on(&model, training, Cpu::with_threads(2));
     assert_eq!(on_cpu(&fused), on_cpu(&separate));
 }

@@ -246,6 +246,7 @@ const MIRI_TESTS: &[(&str, &str, &[&str])] = &[
             "same_depthwise::",
             "norm::tests::rectified",
             "parallel::tests::sums_over_the_batch",
+            "parallel::tests::span_pairs",
         ],
     ),
 ];

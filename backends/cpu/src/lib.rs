@@ -25,6 +25,7 @@
 #[macro_use]
 mod simd;
 
+mod cast;
 mod conv;
 mod dense;
 mod depthwise;
@@ -44,8 +45,7 @@ use std::sync::Arc;
 
 use depthwise::runs_direct;
 use half::f16;
-use half::slice::HalfFloatSliceExt;
-use parallel::for_each_span;
+use parallel::{for_each_span, for_each_span_pair};
 use pool::Pool;
 use sprout_core::backend::{
     ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, GradSums, GradsMut, HalfKernels,
@@ -435,15 +435,27 @@ impl ConvKernels for Cpu {
     }
 }
 
-/// f16 casts through the `half` crate's slice conversions, which use F16C where the CPU has
-/// it (the same rounding as the reference's scalar casts), split over the pool like any
-/// element-wise pass.
+/// f16 casts as F16C vector loops where the CPU has them (`cast`; the same rounding as the
+/// reference's scalar casts), split over the pool like any element-wise pass.
 impl HalfKernels for Cpu {
     fn cast_f32_to_f16(&mut self, x: &[f32], y: &mut [f16]) {
-        for_each_span(&self.pool, y, |at, y| y.convert_from_f32_slice(&x[at..][..y.len()]))
+        for_each_span(&self.pool, y, |at, y| cast::f32_to_f16(&x[at..][..y.len()], y))
     }
     fn cast_f16_to_f32(&mut self, x: &[f16], y: &mut [f32]) {
-        for_each_span(&self.pool, y, |at, y| x[at..][..y.len()].convert_to_f32_slice(y))
+        for_each_span(&self.pool, y, |at, y| cast::f16_to_f32(&x[at..][..y.len()], y))
+    }
+    /// Both casts of a span while it is in cache.
+    fn round_through_f16(&mut self, x: &[f32], h: &mut [f16], y: &mut [f32]) {
+        for_each_span_pair(&self.pool, y, h, |at, y, h| {
+            cast::f32_to_f16(&x[at..][..y.len()], h);
+            cast::f16_to_f32(h, y)
+        })
+    }
+    fn round_through_f16_in_place(&mut self, x: &mut [f32], h: &mut [f16]) {
+        for_each_span_pair(&self.pool, x, h, |_, x, h| {
+            cast::f32_to_f16(x, h);
+            cast::f16_to_f32(h, x)
+        })
     }
 }
 

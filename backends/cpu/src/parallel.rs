@@ -162,6 +162,46 @@ where
     for_each_chunk(pool, workers, out, SPAN, &mut [], 0, |first, span, _| f(first * SPAN, span));
 }
 
+/// [`for_each_span`] over two outputs of one length at once: `f(offset, span, other)`, with
+/// `other` the same values of `second`.
+pub fn for_each_span_pair<T: Send, U: Send, F>(pool: &Pool, out: &mut [T], second: &mut [U], f: F)
+where
+    F: Fn(usize, &mut [T], &mut [U]) + Sync,
+{
+    assert_eq!(out.len(), second.len(), "both outputs have one length");
+    let second = Shared { data: second.as_mut_ptr(), len: second.len() };
+    for_each_span(pool, out, |at, span| {
+        // SAFETY: `for_each_span` hands each range of values to one call only.
+        let other = unsafe { second.span(at, span.len()) };
+        f(at, span, other)
+    });
+}
+
+/// The second output of [`for_each_span_pair`], shared by the threads of its split; it
+/// stays mutably borrowed for the whole split.
+struct Shared<U> {
+    data: *mut U,
+    len: usize,
+}
+
+// SAFETY: threads of one split reach the values only through disjoint spans (see
+// `for_each_span_pair`), and `U: Send` lets each span's values move to its thread.
+unsafe impl<U: Send> Sync for Shared<U> {}
+
+impl<U> Shared<U> {
+    /// The `len` values from `at`.
+    ///
+    /// # Safety
+    /// No other reference to those values lives while the result does.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn span(&self, at: usize, len: usize) -> &mut [U] {
+        assert!(at + len <= self.len, "a span lies inside the output");
+        // SAFETY: inside the output (checked above), and the caller's promise makes the
+        // borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.data.add(at), len) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,5 +315,21 @@ mod tests {
             span.iter_mut().enumerate().for_each(|(i, v)| *v += (at + i) as f32)
         });
         assert!(out.iter().enumerate().all(|(i, &v)| v == i as f32));
+    }
+
+    #[test]
+    fn span_pairs_are_the_same_values_of_both_outputs() {
+        let pool = Pool::eager(2);
+        let mut out = vec![0; 3 * SPAN + 5];
+        let mut second = vec![0u16; out.len()];
+        for_each_span_pair(&pool, &mut out, &mut second, |at, span, other| {
+            assert_eq!(span.len(), other.len());
+            for (i, (a, b)) in span.iter_mut().zip(other).enumerate() {
+                *a += at + i;
+                *b += (at + i) as u16 % 1000 + 1;
+            }
+        });
+        assert!(out.iter().enumerate().all(|(i, &v)| v == i), "each value written once");
+        assert!(second.iter().enumerate().all(|(i, &v)| v == i as u16 % 1000 + 1));
     }
 }

@@ -427,6 +427,15 @@ pub trait OptimizerKernels: Backend {
 pub trait HalfKernels: Backend {
     fn cast_f32_to_f16(&mut self, x: In<'_, Self, f32>, y: Out<'_, Self, f16>);
     fn cast_f16_to_f32(&mut self, x: In<'_, Self, f16>, y: Out<'_, Self, f32>);
+    /// `h = f16(x)` and `y = f32(h)`: both casts in one pass.
+    fn round_through_f16(
+        &mut self,
+        x: In<'_, Self, f32>,
+        h: Out<'_, Self, f16>,
+        y: Out<'_, Self, f32>,
+    );
+    /// [`HalfKernels::round_through_f16`] with `y` written over `x`.
+    fn round_through_f16_in_place(&mut self, x: Out<'_, Self, f32>, h: Out<'_, Self, f16>);
 }
 
 /// Dynamic loss scaling of mixed-precision training.

@@ -433,6 +433,12 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Half>> HalfKernels for
     fn cast_f16_to_f32(&mut self, x: &[f16], y: &mut [f32]) {
         r::cast_f16_to_f32(x, y)
     }
+    fn round_through_f16(&mut self, x: &[f32], h: &mut [f16], y: &mut [f32]) {
+        r::round_through_f16(x, h, y)
+    }
+    fn round_through_f16_in_place(&mut self, x: &mut [f32], h: &mut [f16]) {
+        r::round_through_f16_in_place(x, h)
+    }
 }
 
 impl<B: Backend<Memory = Host> + InheritReference<family::LossScale>> LossScaleKernels for B {

@@ -263,6 +263,11 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
             let form = Some((KernelCall::BatchNormTrainInPlace(d, cfg), ops));
             Some(InPlace { output: 5, inputs: &[0], form })
         }
+        KernelCall::RoundThroughF16(n) => {
+            let input_then_half: InPlaceOperands = |o, x| vec![x, o[1]];
+            let form = Some((KernelCall::RoundThroughF16InPlace(n), input_then_half));
+            Some(InPlace { output: 2, inputs: &[0], form })
+        }
         KernelCall::BatchNormEval(d, cfg) => {
             let ops: InPlaceOperands = |o, x| vec![o[1], o[2], o[3], o[4], x];
             let form = Some((KernelCall::BatchNormEvalInPlace(d, cfg), ops));
@@ -323,6 +328,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::Zero(_)
         | KernelCall::CastF32ToF16(_)
         | KernelCall::CastF16ToF32(_)
+        | KernelCall::RoundThroughF16InPlace(_)
         | KernelCall::UnscaleGradient(_)
         | KernelCall::UpdateLossScale(_)
         | KernelCall::Quantize(..)

@@ -1,10 +1,12 @@
 //! Compiling a graph into a [`Plan`]: pick the nodes that matter, lower them to kernels,
 //! and place every tensor (the `layout` module). Entry points for inference and training.
 
+mod f16_grid;
 mod host_plan;
 mod layout;
 mod norm_act;
 mod rectified;
+mod round_trip;
 
 pub use host_plan::{ArenaPeak, Binding, HostMemory, Plan, PlanStats, UnknownTensor};
 
@@ -31,6 +33,11 @@ pub struct PlacementOptions {
     /// nothing else reads what the first two output: the same results, fewer passes over
     /// memory.
     pub fuse_frozen_norms: bool,
+    /// Run a cast to f16 and the cast of its result back to f32 right after it as one
+    /// kernel ([`KernelCall::RoundThroughF16`](crate::kernel::KernelCall)), and only the
+    /// cast to f16, if anything reads its result, where the values are on f16's grid
+    /// already: the same values, one pass over memory instead of two, or none.
+    pub fuse_casts: bool,
 }
 
 impl Default for PlacementOptions {
@@ -40,6 +47,7 @@ impl Default for PlacementOptions {
             in_place: true,
             reuse_input_memory: false,
             fuse_frozen_norms: true,
+            fuse_casts: true,
         }
     }
 }
@@ -150,6 +158,9 @@ fn compile(
     }
     if options.fuse_frozen_norms {
         lowered = norm_act::fuse(lowered, graph.tensors().len(), keep);
+    }
+    if options.fuse_casts {
+        lowered = f16_grid::skip_exact(round_trip::fuse(lowered), graph.tensors().len(), keep);
     }
     layout::place(graph, lowered, accumulation, keep, options)
 }

@@ -21,6 +21,18 @@ pub fn cast_f16_to_f32(x: &[f16], y: &mut [f32]) {
     }
 }
 
+/// [`cast_f32_to_f16`] of `x` into `h`, then [`cast_f16_to_f32`] of `h` into `y`.
+pub fn round_through_f16(x: &[f32], h: &mut [f16], y: &mut [f32]) {
+    cast_f32_to_f16(x, h);
+    cast_f16_to_f32(h, y);
+}
+
+/// [`round_through_f16`] with `y` written over `x`.
+pub fn round_through_f16_in_place(x: &mut [f32], h: &mut [f16]) {
+    cast_f32_to_f16(x, h);
+    cast_f16_to_f32(h, x);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -120,7 +120,10 @@ fn mixed_precision_training_then_f16_and_int8_quantization_and_bad_inputs() {
     let calls = |kernel| row(kernel).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok());
     // 2 epochs of 6 batches of 4 (24 training photos), two dense layers' forwards each.
     assert_eq!(calls("linear"), Some(24), "{out}");
-    assert!(calls("cast_f32_to_f16").is_some_and(|n| n >= 12), "{out}");
+    // Each cast to f16 that is widened at once runs as one kernel with the widening.
+    let narrowed = ["cast_f32_to_f16", "round_through_f16", "round_through_f16_in_place"];
+    let narrowed: u64 = narrowed.into_iter().filter_map(calls).sum();
+    assert!(narrowed >= 12, "{out}");
 
     let half = dir.join("half.sprout");
     let out = ok(&["quantize", s(&trained), "--dtype", "f16", "-o", s(&half)]);
