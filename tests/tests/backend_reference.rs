@@ -17,7 +17,7 @@ fn a_backend_with_a_wrong_kernel_fails() {
     }
     sprout_core::inherit_reference!(OffByATenthOfAPercent: Dense, Vector, Activation, Pointwise, Pool,
         Norm, LayerNorm,
-        Dropout, Loss, Optimizer, Half, LossScale, Int8, Int8Layer, Int8Training);
+        Dropout, Loss, Optimizer, Half, LossScale, Int8, Int8Layer, Int8GradInput, Int8Training);
     impl sprout_core::backend::ConvKernels for OffByATenthOfAPercent {
         fn conv2d(
             &mut self,

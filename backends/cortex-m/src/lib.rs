@@ -14,12 +14,9 @@ pub mod int8;
 mod pointwise;
 
 use sprout_core::backend::{
-    Backend, ConvKernels, DenseKernels, Int8LayerKernels, Int8TrainingKernels, NormAct,
+    Backend, ConvKernels, DenseKernels, Int8GradInputKernels, Int8LayerKernels, NormAct,
 };
-use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
-use sprout_core::quant::chain::{
-    self, BlockGrads, DepthwiseChainArgs, PointwiseWeights, ProjectionArgs,
-};
+use sprout_core::geometry::{Conv2dGeometry, LinearDims};
 use sprout_core::quant::{backward, QConv2dArgs, QLinearArgs};
 use sprout_core::{inherit_reference, Host};
 
@@ -34,21 +31,13 @@ impl Backend for CortexM {
     type Memory = Host;
 }
 
-inherit_reference!(CortexM: Vector, Activation, Pool, Norm, LayerNorm, Dropout, Loss, Optimizer, Half, LossScale, Int8);
+inherit_reference!(CortexM: Vector, Activation, Pool, Norm, LayerNorm, Dropout, Loss, Optimizer, Half, LossScale, Int8, Int8Training);
 
-/// The reference kernels but for the input gradients through int8 weights, which run
-/// [`float`]'s row loops reading each weight as its scale times its code (the fused
-/// depthwise chain is the reference's: it gathers, so its sums are short and bit-exact).
-impl Int8TrainingKernels for CortexM {
-    fn round_weights(&mut self, w_bar: &[f32], w: &mut [i8]) {
-        backward::round_weights(w_bar, w)
-    }
-    fn round_bias(&mut self, b_bar: &[f32], b: &mut [i32]) {
-        backward::round_bias(b_bar, b)
-    }
-    fn clamp_grad(&mut self, y: &[i8], dy: &[f32], dx: &mut [f32], act: (i8, i8)) {
-        backward::clamp_grad(y, dy, dx, act)
-    }
+/// The input gradients through int8 weights run [`float`]'s row loops, reading each weight
+/// as its scale times its code; the rest of quantization-aware training (rounding, clamp
+/// masks, the fused depthwise chains, which gather, so their sums are short and bit-exact)
+/// is the reference's.
+impl Int8GradInputKernels for CortexM {
     fn conv2d_grad_input_s8(
         &mut self,
         dy: &[f32],
@@ -68,63 +57,6 @@ impl Int8TrainingKernels for CortexM {
         d: LinearDims,
     ) {
         float::linear_grad_input_by(dy, backward::dequantized(w, w_scale), dx, d)
-    }
-    fn clamp_grad_in_place(&mut self, y: &[i8], dy: &mut [f32], act: (i8, i8)) {
-        backward::clamp_grad_in_place(y, dy, act)
-    }
-    fn clamp_mask(&mut self, y: &[i8], mask: &mut [i8], act: (i8, i8)) {
-        backward::clamp_mask(y, mask, act)
-    }
-    fn mask_grad(&mut self, mask: &[i8], dy: &[f32], dx: &mut [f32]) {
-        backward::mask_grad(mask, dy, dx)
-    }
-    fn mask_grad_in_place(&mut self, mask: &[i8], dy: &mut [f32]) {
-        backward::mask_grad_in_place(mask, dy)
-    }
-    fn depthwise_chain_grad_s8(
-        &mut self,
-        a: &DepthwiseChainArgs<'_, Host>,
-        before: &PointwiseWeights<'_, Host>,
-        db: &mut [f32],
-        dx: &mut [f32],
-    ) {
-        chain::depthwise_chain_grad(a, db, Some((before, dx)))
-    }
-    fn depthwise_chain_bias_grad_s8(&mut self, a: &DepthwiseChainArgs<'_, Host>, db: &mut [f32]) {
-        chain::depthwise_chain_grad(a, db, None)
-    }
-    fn block_grad_s8(
-        &mut self,
-        a: &DepthwiseChainArgs<'_, Host>,
-        projection: &ProjectionArgs<'_, Host>,
-        before: &PointwiseWeights<'_, Host>,
-        out: BlockGrads<'_, Host>,
-    ) {
-        chain::block_grad(a, projection, before, out)
-    }
-    fn block_bias_grad_s8(
-        &mut self,
-        a: &DepthwiseChainArgs<'_, Host>,
-        projection: &ProjectionArgs<'_, Host>,
-        db_depthwise: &mut [f32],
-        db: &mut [f32],
-        scratch: &mut [f32],
-    ) {
-        chain::block_bias_grad(a, projection, db_depthwise, db, scratch)
-    }
-    fn dequantize_weights(&mut self, w: &[i8], scale: &[f32], w_real: &mut [f32], d: ChannelDims) {
-        backward::dequantize_weights(w, scale, w_real, d)
-    }
-    fn channel_scale(
-        &mut self,
-        g: &[f32],
-        scale: &[f32],
-        out: &mut [f32],
-        unit: f32,
-        power: i8,
-        d: ChannelDims,
-    ) {
-        backward::channel_scale(g, scale, out, unit, power, d)
     }
 }
 
@@ -184,6 +116,7 @@ impl ConvKernels for CortexM {
 mod tests {
     use super::*;
     use sprout_core::backend::{ConvKernels, DenseKernels};
+    use sprout_core::geometry::ChannelDims;
 
     extern crate std;
     use std::vec::Vec;

@@ -179,7 +179,7 @@ impl Backend for Cpu {
 }
 
 inherit_reference!(Cpu: Vector, Pool, LayerNorm, Dropout, Loss, Optimizer, LossScale, Int8,
-    Int8Training);
+    Int8GradInput, Int8Training);
 
 /// Batch norm as per-channel vector sums split over channels, both sums of a pass in one
 /// read, then one element-wise pass from input to output split over samples (`norm`).

@@ -514,18 +514,9 @@ pub trait Int8LayerKernels: Backend {
     fn linear_s8(&mut self, a: &QLayerArgs<'_, LinearDims, Self::Memory>, y: Out<'_, Self, i8>);
 }
 
-/// Quantization-aware training of int8 layers: rounding trained weights and biases to
-/// codes, and the gradients through the quantized forward pass.
-pub trait Int8TrainingKernels: Backend {
-    fn round_weights(&mut self, w_bar: In<'_, Self, f32>, w: Out<'_, Self, i8>);
-    fn round_bias(&mut self, b_bar: In<'_, Self, f32>, b: Out<'_, Self, i32>);
-    fn clamp_grad(
-        &mut self,
-        y: In<'_, Self, i8>,
-        dy: In<'_, Self, f32>,
-        dx: Out<'_, Self, f32>,
-        act: (i8, i8),
-    );
+/// The input gradients of int8 layers, through their int8 weights: the hot loops of a
+/// backward pass through a frozen int8 backbone, which a backend may shape for its core.
+pub trait Int8GradInputKernels: Backend {
     /// `dx` = input gradient of a convolution whose weights are `w_scale[o] · w`.
     fn conv2d_grad_input_s8(
         &mut self,
@@ -543,6 +534,21 @@ pub trait Int8TrainingKernels: Backend {
         w_scale: In<'_, Self, f32>,
         dx: Out<'_, Self, f32>,
         d: LinearDims,
+    );
+}
+
+/// Quantization-aware training of int8 layers: rounding trained weights and biases to
+/// codes, and the gradients through the quantized forward pass but for the layers' input
+/// gradients ([`Int8GradInputKernels`]).
+pub trait Int8TrainingKernels: Backend {
+    fn round_weights(&mut self, w_bar: In<'_, Self, f32>, w: Out<'_, Self, i8>);
+    fn round_bias(&mut self, b_bar: In<'_, Self, f32>, b: Out<'_, Self, i32>);
+    fn clamp_grad(
+        &mut self,
+        y: In<'_, Self, i8>,
+        dy: In<'_, Self, f32>,
+        dx: Out<'_, Self, f32>,
+        act: (i8, i8),
     );
     /// [`Self::clamp_grad`] with the gradient written over `dy`.
     fn clamp_grad_in_place(&mut self, y: In<'_, Self, i8>, dy: Out<'_, Self, f32>, act: (i8, i8));

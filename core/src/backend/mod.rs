@@ -17,9 +17,10 @@ pub use args::{
     Affine, GradSums, GradsMut, NormAct, ParamUpdate, Running, Saved, SavedMut, TrainStats,
 };
 pub use families::{
-    ActivationKernels, ConvKernels, DenseKernels, DropoutKernels, HalfKernels, Int8Kernels,
-    Int8LayerKernels, Int8TrainingKernels, LayerNormKernels, LossKernels, LossScaleKernels,
-    NormKernels, OptimizerKernels, PointwiseKernels, PoolKernels, VectorKernels,
+    ActivationKernels, ConvKernels, DenseKernels, DropoutKernels, HalfKernels,
+    Int8GradInputKernels, Int8Kernels, Int8LayerKernels, Int8TrainingKernels, LayerNormKernels,
+    LossKernels, LossScaleKernels, NormKernels, OptimizerKernels, PointwiseKernels, PoolKernels,
+    VectorKernels,
 };
 
 /// A backend: where its tensors live. Its kernels are the family traits.
@@ -62,6 +63,7 @@ every_family! {
     LossScaleKernels,
     Int8Kernels,
     Int8LayerKernels,
+    Int8GradInputKernels,
     Int8TrainingKernels,
 }
 
@@ -97,6 +99,8 @@ pub mod family {
     pub struct Int8;
     /// [`Int8LayerKernels`](super::Int8LayerKernels).
     pub struct Int8Layer;
+    /// [`Int8GradInputKernels`](super::Int8GradInputKernels).
+    pub struct Int8GradInput;
     /// [`Int8TrainingKernels`](super::Int8TrainingKernels).
     pub struct Int8Training;
 }
@@ -125,4 +129,4 @@ impl Backend for Reference {
 }
 
 inherit_reference!(Reference: Dense, Conv, Vector, Activation, Pointwise, Pool, Norm, LayerNorm, Dropout, Loss,
-    Optimizer, Half, LossScale, Int8, Int8Layer, Int8Training);
+    Optimizer, Half, LossScale, Int8, Int8Layer, Int8GradInput, Int8Training);

@@ -519,16 +519,9 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Int8Layer>> Int8LayerK
     }
 }
 
-impl<B: Backend<Memory = Host> + InheritReference<family::Int8Training>> Int8TrainingKernels for B {
-    fn round_weights(&mut self, w_bar: &[f32], w: &mut [i8]) {
-        q::backward::round_weights(w_bar, w)
-    }
-    fn round_bias(&mut self, b_bar: &[f32], b: &mut [i32]) {
-        q::backward::round_bias(b_bar, b)
-    }
-    fn clamp_grad(&mut self, y: &[i8], dy: &[f32], dx: &mut [f32], act: (i8, i8)) {
-        q::backward::clamp_grad(y, dy, dx, act)
-    }
+impl<B: Backend<Memory = Host> + InheritReference<family::Int8GradInput>> Int8GradInputKernels
+    for B
+{
     fn conv2d_grad_input_s8(
         &mut self,
         dy: &[f32],
@@ -548,6 +541,18 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Int8Training>> Int8Tra
         d: LinearDims,
     ) {
         q::backward::linear_grad_input_s8(dy, w, w_scale, dx, d)
+    }
+}
+
+impl<B: Backend<Memory = Host> + InheritReference<family::Int8Training>> Int8TrainingKernels for B {
+    fn round_weights(&mut self, w_bar: &[f32], w: &mut [i8]) {
+        q::backward::round_weights(w_bar, w)
+    }
+    fn round_bias(&mut self, b_bar: &[f32], b: &mut [i32]) {
+        q::backward::round_bias(b_bar, b)
+    }
+    fn clamp_grad(&mut self, y: &[i8], dy: &[f32], dx: &mut [f32], act: (i8, i8)) {
+        q::backward::clamp_grad(y, dy, dx, act)
     }
     fn clamp_grad_in_place(&mut self, y: &[i8], dy: &mut [f32], act: (i8, i8)) {
         q::backward::clamp_grad_in_place(y, dy, act)
