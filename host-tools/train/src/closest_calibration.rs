@@ -12,6 +12,7 @@ use sprout_core::format::ModelFile;
 use sprout_core::int8_conversion::{Quantized, Ranges};
 
 use crate::error::TrainError;
+use crate::metrics::log_sum_exp;
 use crate::model::{Inference, Model, Network};
 use crate::quantize::{observe, ranges_of, widen_input_to_pixels, RangeMethod, CANDIDATES};
 use crate::source::DataSource;
@@ -136,13 +137,10 @@ pub fn output_errors(
 /// KL(softmax(p) || softmax(q)) of two score vectors, computed from log-probabilities so
 /// that no probability underflows to a logarithm of zero.
 fn kl_of_softmax(p: &[f32], q: &[f32]) -> f64 {
-    let log_softmax = |x: &[f32]| -> Vec<f64> {
-        let max = x.iter().map(|&v| f64::from(v)).fold(f64::NEG_INFINITY, f64::max);
-        let sum: f64 = x.iter().map(|&v| (f64::from(v) - max).exp()).sum();
-        x.iter().map(|&v| f64::from(v) - max - sum.ln()).collect()
-    };
-    let (lp, lq) = (log_softmax(p), log_softmax(q));
-    lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum::<f64>().max(0.0)
+    let (lse_p, lse_q) = (log_sum_exp(p), log_sum_exp(q));
+    let log_probabilities =
+        p.iter().zip(q).map(|(&a, &b)| (f64::from(a) - lse_p, f64::from(b) - lse_q));
+    log_probabilities.map(|(a, b)| a.exp() * (a - b)).sum::<f64>().max(0.0)
 }
 
 #[cfg(test)]

@@ -16,9 +16,7 @@ impl Metrics {
 
     /// Adds one sample's logits and true class.
     pub fn add(&mut self, logits: &[f32], label: usize) {
-        let max = logits.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
-        let sum: f64 = logits.iter().map(|&v| (f64::from(v) - max).exp()).sum();
-        self.loss_sum += max + sum.ln() - f64::from(logits[label]);
+        self.loss_sum += log_sum_exp(logits) - f64::from(logits[label]);
         self.confusion[label][argmax(logits)] += 1;
     }
 
@@ -48,6 +46,15 @@ impl Metrics {
             })
             .collect()
     }
+}
+
+/// `ln(sum(exp(logits)))` in f64, shifted by the largest logit so that nothing overflows:
+/// a sample's cross-entropy is this minus its true class's logit, and `logit - this` is a
+/// log-probability.
+pub(crate) fn log_sum_exp(logits: &[f32]) -> f64 {
+    let max = logits.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+    let sum: f64 = logits.iter().map(|&v| (f64::from(v) - max).exp()).sum();
+    max + sum.ln()
 }
 
 /// The index of the largest value (the first of equals).
