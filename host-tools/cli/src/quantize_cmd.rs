@@ -7,12 +7,15 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sprout_core::{load_model, save_model, to_f16_storage, F16Storage, Graph, ModelFile, Role};
 use sprout_train::{
-    check_output, open_calibration, quantize_with_progress, read_kind, write_atomic,
-    Calibration as RangeChoice, FileKind, Model, QuantizeSettings, RangeMethod,
+    check_output, measurable, open_calibration, quantize_with_reports, read_kind, write_atomic,
+    Calibration as RangeChoice, FallbackTarget, FileKind, Model, QuantizeSettings, RangeMethod,
+    NOT_CLASS_SCORES,
 };
 
 use crate::progress::{self, Unit};
-use crate::summary::{print_json, CalibrationCandidate, FloatOp, QuantizeSummary};
+use crate::summary::{
+    print_json, AgreementSummary, CalibrationCandidate, FloatOp, KeptFloatLayer, QuantizeSummary,
+};
 
 use crate::image_args::ResizeArgs;
 
@@ -61,6 +64,17 @@ pub struct QuantizeArgs {
     /// some models and hurts others: compare with and without on your own photos.
     #[arg(long)]
     bias_correction: bool,
+    /// int8 of a model of class scores: when the int8 model gives the float model's answer
+    /// on fewer than this percentage of the calibration samples, layers stay float, the most
+    /// sensitive first, until it does (or --max-float-layers are). 0 only measures it
+    /// [default: 97; 0 with --keep-float or --trainable-int8, whose float layers are trained
+    /// again before they answer].
+    #[arg(long, value_name = "PERCENT", value_parser = parse_agreement)]
+    min_agreement: Option<f64>,
+    /// int8: the most layers kept float for --min-agreement [default: a tenth of the int8
+    /// layers, at least one].
+    #[arg(long, value_name = "N")]
+    max_float_layers: Option<usize>,
     /// The quantized model (written atomically).
     #[arg(short = 'o', long = "output", value_name = "OUT.sprout")]
     output: PathBuf,
@@ -68,7 +82,9 @@ pub struct QuantizeArgs {
     /// the new file), model_bytes (of the input), frozen_f32_bytes and frozen_f16_bytes
     /// (f16; else null), calibration_samples, calibration_data and calibration (the range
     /// method kept; int8, else null), calibration_candidates (with --calibration auto: each
-    /// method and its output error) and float_ops.
+    /// method and its output divergence), float_ops and agreement (before, after, target,
+    /// kept_float: the layers kept float for --min-agreement; null where the output is not
+    /// class scores).
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -108,6 +124,29 @@ fn parse_percentile(text: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_agreement(text: &str) -> Result<f64, String> {
+    let p: f64 = text.parse().map_err(|e| format!("'{text}' is not a number: {e}"))?;
+    if (0.0..=100.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("the agreement is a percentage in [0, 100], got {p}"))
+    }
+}
+
+/// --min-agreement's default, in percent, for a model quantized to answer as it is.
+const DEFAULT_MIN_AGREEMENT: f64 = 97.0;
+
+/// --min-agreement without it: [`DEFAULT_MIN_AGREEMENT`], or only a measurement for a model
+/// quantized to be trained on (a float head kept to fine-tune: its answers before then,
+/// often a fresh head's near ties, say nothing of the int8 layers).
+fn default_min_agreement(args: &QuantizeArgs) -> f64 {
+    if args.keep_float.is_some() || args.trainable_int8.is_some() {
+        0.0
+    } else {
+        DEFAULT_MIN_AGREEMENT
+    }
+}
+
 /// The percentile of --calibration percentile without --percentile.
 const DEFAULT_PERCENTILE: f64 = 99.99;
 
@@ -127,6 +166,8 @@ fn check(args: &QuantizeArgs) -> Result<()> {
             ("--no-qas", args.no_qas),
             ("--allow-float", args.allow_float),
             ("--bias-correction", args.bias_correction),
+            ("--min-agreement", args.min_agreement.is_some()),
+            ("--max-float-layers", args.max_float_layers.is_some()),
         ];
         if let Some((flag, _)) = int8_only.iter().find(|(_, given)| *given) {
             bail!("{flag} applies to --dtype int8, not f16");
@@ -157,6 +198,7 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
         calibration: None,
         calibration_candidates: Vec::new(),
         float_ops: Vec::new(),
+        agreement: None,
     };
     let quantized = match args.dtype {
         StorageType::F16 => to_f16(&file, &args.model, &mut summary)?,
@@ -179,6 +221,9 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
             summary.calibration.as_deref().unwrap_or(""),
             each.join(", ")
         );
+    }
+    if let Some(agreement) = &summary.agreement {
+        print_agreement(agreement, summary.calibration_samples.unwrap_or(0));
     }
     if !summary.float_ops.is_empty() {
         // One line per kind of op and reason; --json lists every node.
@@ -223,6 +268,9 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
         bail!("int8 quantization needs calibration data: give --calib DIR|FILE");
     };
     let model = Model::open(&args.model)?;
+    if args.min_agreement.is_some() && !measurable(&model) {
+        bail!("--min-agreement: {}: {NOT_CLASS_SCORES}", args.model.display());
+    }
     let samples = args.calib_samples.unwrap_or(DEFAULT_CALIB_SAMPLES) as usize;
     let mut data =
         open_calibration(&model, calib, samples, &args.resize.pipeline(), args.resize.asked())?;
@@ -250,12 +298,18 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
         qas: !args.no_qas,
         allow_float: args.allow_float,
         bias_correction: args.bias_correction,
+        fallback: Some(FallbackTarget {
+            min_agreement: args.min_agreement.unwrap_or(default_min_agreement(args)) / 100.0,
+            max_layers: args.max_float_layers,
+        }),
     };
     let bar = progress::bar("calibrate", data.len() as u64, Unit::Images);
-    let quantized = quantize_with_progress(&model, &mut data, &settings, &mut |done, total| {
+    let mut progress = |done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
-    })?;
+    };
+    let mut phase = |what: &str| bar.set_message(what.to_string());
+    let quantized = quantize_with_reports(&model, &mut data, &settings, &mut progress, &mut phase)?;
     bar.finish_and_clear();
     summary.calibration = Some(quantized.method.name());
     summary.calibration_candidates = quantized
@@ -268,7 +322,49 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
         .into_iter()
         .map(|f| FloatOp { op: f.op.into(), node: f.node, reason: f.reason.into() })
         .collect();
+    summary.agreement = quantized.agreement.map(|a| AgreementSummary {
+        before: a.before,
+        after: a.after,
+        target: a.target,
+        kept_float: a
+            .kept_float
+            .into_iter()
+            .map(|(weight, agreement)| KeptFloatLayer { weight, agreement })
+            .collect(),
+    });
     Ok(quantized.file)
+}
+
+/// The int8 model's agreement with the float model, and the layers kept float for it.
+fn print_agreement(a: &AgreementSummary, samples: usize) {
+    let percent = |f: f64| 100.0 * f;
+    println!(
+        "agreement: int8 gives the float model's answer on {:.1}% of the {samples} calibration samples",
+        percent(a.before)
+    );
+    if !a.kept_float.is_empty() {
+        let each: Vec<String> = a
+            .kept_float
+            .iter()
+            .map(|k| format!("{} ({:.1}%)", k.weight, percent(k.agreement)))
+            .collect();
+        let layers = if each.len() == 1 { "layer" } else { "layers" };
+        println!(
+            "  below {:.1}%: kept {} {layers} float, the most sensitive first: {}",
+            percent(a.target),
+            each.len(),
+            each.join(", ")
+        );
+    }
+    if a.after < a.target {
+        println!(
+            "warning: the int8 model agrees on {:.1}%, below --min-agreement {:.1}%; more layers may stay float with --max-float-layers, or calibrate on more samples",
+            percent(a.after),
+            percent(a.target)
+        );
+    } else if !a.kept_float.is_empty() {
+        println!("  the int8 model written agrees on {:.1}%", percent(a.after));
+    }
 }
 
 /// Bytes of the frozen parameters' values.

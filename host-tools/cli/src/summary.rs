@@ -152,12 +152,38 @@ pub struct QuantizeSummary {
     /// int8: the range method the activation ranges came from (`minmax`, `percentile
     /// 99.99`, `mse`); null for f16.
     pub calibration: Option<String>,
-    /// int8 with `--calibration auto`: each method tried and its output's squared error
-    /// against the float model's over the calibration samples, relative to the float
-    /// output's sum of squares; empty otherwise.
+    /// int8 with `--calibration auto`: each method tried and its output's divergence from
+    /// the float model's over the calibration samples (for class scores the mean KL
+    /// divergence of the probabilities, else the squared error relative to the float
+    /// output's sum of squares); empty otherwise.
     pub calibration_candidates: Vec<CalibrationCandidate>,
     /// int8: the ops an int8 value reaches that run in float, and why.
     pub float_ops: Vec<FloatOp>,
+    /// int8 of a model of class scores: how often the int8 model gives the float model's
+    /// answer over the calibration samples, and the layers kept float to raise it; null
+    /// otherwise.
+    pub agreement: Option<AgreementSummary>,
+}
+
+/// [`QuantizeSummary::agreement`]: top-1 agreements as fractions (0 to 1).
+#[derive(Serialize, Debug)]
+pub struct AgreementSummary {
+    /// Before any layer was kept float for it.
+    pub before: f64,
+    /// Of the model written.
+    pub after: f64,
+    /// `--min-agreement`.
+    pub target: f64,
+    /// The layers kept float for it, in order, each with the agreement once it was.
+    pub kept_float: Vec<KeptFloatLayer>,
+}
+
+/// One entry of [`AgreementSummary::kept_float`].
+#[derive(Serialize, Debug)]
+pub struct KeptFloatLayer {
+    /// The layer's weight (as `--keep-float` names it).
+    pub weight: String,
+    pub agreement: f64,
 }
 
 /// One entry of [`QuantizeSummary::calibration_candidates`].

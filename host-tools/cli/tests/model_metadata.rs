@@ -243,6 +243,52 @@ fn calibration_reads_a_nested_folder_without_class_names() {
 }
 
 #[test]
+fn layers_stay_float_until_int8_gives_the_float_answers() {
+    let scratch = Scratch::new("meta-agreement");
+    let converted = convert(&scratch, "m", onnx(&[]), &PREPROCESSING);
+    // Enough photos that int8 rounding flips some of the random model's near ties.
+    let data = scratch.path("photos");
+    let photos = ["data", "leaves", "-o", s(&data), "--classes", CLASSES, "--size", "16"];
+    ok(&[&photos[..], &["--per-class", "40"]].concat());
+    let out = scratch.path("q.sprout");
+    let args = ["quantize", s(&converted), "--calib", s(&data), "-o", s(&out), "--json"];
+    let fraction = |v: &serde_json::Value| v.as_f64().unwrap();
+    // Measured only: no layer stays float.
+    let measured = json(&[&args[..], &["--min-agreement", "0"]].concat());
+    let agreement = &measured["agreement"];
+    assert_eq!(agreement["before"], agreement["after"], "{agreement}");
+    assert!(fraction(&agreement["before"]) < 1.0, "int8 flips no answer here: {agreement}");
+    assert_eq!(agreement["kept_float"].as_array().unwrap().len(), 0);
+    assert_eq!(fraction(&agreement["target"]), 0.0);
+    // Asked for every answer, with both layers float if need be: the model written gives
+    // the float answers (its output is the float model's when no layer is int8).
+    let all = json(&[&args[..], &["--min-agreement", "100", "--max-float-layers", "2"]].concat());
+    let agreement = &all["agreement"];
+    assert_eq!(fraction(&agreement["before"]), fraction(&measured["agreement"]["before"]));
+    assert_eq!(fraction(&agreement["after"]), 1.0, "{agreement}");
+    let kept: Vec<&str> = agreement["kept_float"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["weight"].as_str().unwrap())
+        .collect();
+    assert!(kept.iter().all(|w| ["features.weight", "fc.weight"].contains(w)), "{kept:?}");
+    // Each layer kept float keeps its float weights in the file written.
+    let written = model(&out);
+    for name in ["features.weight", "fc.weight"] {
+        let float = matches!(written.weight(name), Some(WeightValues::F32(_)));
+        assert_eq!(float, kept.contains(&name), "{name}: {kept:?}");
+    }
+    // By default 97 %; only measured for a model whose float head trains again.
+    let default = json(&args);
+    assert_eq!(fraction(&default["agreement"]["target"]), 0.97);
+    let to_train = json(&[&args[..], &["--keep-float", "head"]].concat());
+    assert_eq!(fraction(&to_train["agreement"]["target"]), 0.0);
+    assert_eq!(to_train["agreement"]["kept_float"].as_array().unwrap().len(), 0);
+    fails(&[&args[..], &["--min-agreement", "101"]].concat(), "a percentage in [0, 100]");
+}
+
+#[test]
 fn a_new_head_trains_on_a_frozen_converted_backbone() {
     let scratch = Scratch::new("meta-head");
     let backbone = convert(

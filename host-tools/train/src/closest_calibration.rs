@@ -88,17 +88,8 @@ pub fn output_errors(
     read: &mut dyn FnMut(usize),
 ) -> Result<Vec<f64>, TrainError> {
     let mut float = Inference::new(model)?;
-    let mut int8 = candidates
-        .iter()
-        .map(|q| {
-            let file = ModelFile::from_graph(&q.graph, model.metadata.clone());
-            let bytes = sprout_core::save_model(&file).map_err(|e| {
-                TrainError::Mismatch(format!("cannot encode an int8 candidate: {e}"))
-            })?;
-            let network = Network::from_bytes(&bytes, Path::new("an int8 candidate"))?;
-            Inference::of_network(&network, model.batch())
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut int8 =
+        candidates.iter().map(|q| int8_inference(model, q)).collect::<Result<Vec<_>, _>>()?;
     let dims = model.zoo.graph.shape(model.zoo.logits).dims()[1..].to_vec();
     let divergence = Divergence::of_output(&dims);
     let per_sample = dims.iter().product::<usize>().max(1);
@@ -134,9 +125,22 @@ pub fn output_errors(
     Ok(errors)
 }
 
+/// Runs an int8 rewrite of `model` as `sprout predict` runs the file it would write (the
+/// graph encoded and loaded again), at the model's batch.
+pub(crate) fn int8_inference(
+    model: &Model,
+    quantized: &Quantized,
+) -> Result<Inference, TrainError> {
+    let file = ModelFile::from_graph(&quantized.graph, model.metadata.clone());
+    let bytes = sprout_core::save_model(&file)
+        .map_err(|e| TrainError::Mismatch(format!("cannot encode an int8 candidate: {e}")))?;
+    let network = Network::from_bytes(&bytes, Path::new("an int8 candidate"))?;
+    Inference::of_network(&network, model.batch())
+}
+
 /// KL(softmax(p) || softmax(q)) of two score vectors, computed from log-probabilities so
 /// that no probability underflows to a logarithm of zero.
-fn kl_of_softmax(p: &[f32], q: &[f32]) -> f64 {
+pub(crate) fn kl_of_softmax(p: &[f32], q: &[f32]) -> f64 {
     let (lse_p, lse_q) = (log_sum_exp(p), log_sum_exp(q));
     let log_probabilities =
         p.iter().zip(q).map(|(&a, &b)| (f64::from(a) - lse_p, f64::from(b) - lse_q));

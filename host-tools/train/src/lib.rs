@@ -17,6 +17,7 @@
 //! # }
 //! ```
 
+mod agreement;
 mod bias_correction;
 mod calibration;
 mod checkpoint;
@@ -42,6 +43,7 @@ mod tensor_file;
 mod trainer;
 mod version;
 
+pub use agreement::{default_max_layers, measurable, FallbackTarget, NOT_CLASS_SCORES};
 pub use calibration::{even_pick, open_calibration};
 pub use checkpoint::{
     checkpoint_name, read_checkpoint, write_checkpoint, Checkpoint, EpochRecord, KEEP, MAGIC,
@@ -59,8 +61,8 @@ pub use npy_stream::{write_npy_chunks, NpySamples};
 pub use plot::{render_png, render_svg, write_curves, CURVE_SIZE};
 pub use preprocess::{fit_of, image_input, ImageInput};
 pub use quantize::{
-    calibrate, calibrate_with_progress, quantize, quantize_with_progress, Calibration, Int8Model,
-    QuantizeSettings, RangeMethod, CANDIDATES,
+    calibrate, calibrate_with_progress, quantize, quantize_with_progress, quantize_with_reports,
+    Agreement, Calibration, Int8Model, QuantizeSettings, RangeMethod, CANDIDATES,
 };
 pub use run_folder::run_folder;
 pub use run_record::{RunRecord, RECORD_FILE};

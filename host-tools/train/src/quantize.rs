@@ -3,6 +3,7 @@
 //! quantization error), then core's graph rewrite (`sprout_core::int8_conversion`) into a
 //! model file.
 
+use crate::agreement::{self, Fallback, FallbackTarget};
 use crate::bias_correction;
 use crate::closest_calibration;
 use crate::error::TrainError;
@@ -71,6 +72,10 @@ pub struct QuantizeSettings {
     pub qas: bool,
     /// Empirical bias correction of the int8 layers (see [`crate::bias_correction`]).
     pub bias_correction: bool,
+    /// Layers kept float until the int8 model agrees this often with the float model over
+    /// the calibration samples ([`crate::agreement`]); `None`: every layer that can be int8
+    /// is.
+    pub fallback: Option<FallbackTarget>,
 }
 
 impl Default for QuantizeSettings {
@@ -82,6 +87,7 @@ impl Default for QuantizeSettings {
             trainable: None,
             qas: true,
             bias_correction: false,
+            fallback: None,
         }
     }
 }
@@ -314,6 +320,22 @@ pub struct Int8Model {
     /// With [`Calibration::Closest`]: each candidate and its output's error against the
     /// float model's ([`crate::closest_calibration`]), in [`CANDIDATES`]' order; else empty.
     pub candidates: Vec<(RangeMethod, f64)>,
+    /// With [`QuantizeSettings::fallback`] on a model of class scores: the agreement with
+    /// the float model before and after, and the layers kept float to raise it.
+    pub agreement: Option<Agreement>,
+}
+
+/// The top-1 agreement of the int8 model with the float model over the calibration samples.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Agreement {
+    /// Before any layer was kept float for it.
+    pub before: f64,
+    /// Of the model written.
+    pub after: f64,
+    /// The target.
+    pub target: f64,
+    /// The weights of the layers kept float for it, each with the agreement once it was.
+    pub kept_float: Vec<(String, f64)>,
 }
 
 /// Calibrates `model` on `data` and rewrites it in int8.
@@ -331,6 +353,17 @@ pub fn quantize_with_progress(
     data: &mut DataSource,
     settings: &QuantizeSettings,
     progress: &mut dyn FnMut(usize, usize),
+) -> Result<Int8Model, TrainError> {
+    quantize_with_reports(model, data, settings, progress, &mut |_| {})
+}
+
+/// [`quantize_with_progress`], also naming each step of the float fallback in `phase`.
+pub fn quantize_with_reports(
+    model: &Model,
+    data: &mut DataSource,
+    settings: &QuantizeSettings,
+    progress: &mut dyn FnMut(usize, usize),
+    phase: &mut dyn FnMut(&str),
 ) -> Result<Int8Model, TrainError> {
     let names = |choice: &Option<String>| -> Result<BTreeSet<String>, TrainError> {
         let Some(choice) = choice else { return Ok(BTreeSet::new()) };
@@ -380,10 +413,27 @@ pub fn quantize_with_progress(
             bias_correction::bias_shifts(model, data, &ranges, &options, &mut read)?;
         quantized = quantize(&ranges, &options)?;
     }
+    let mut agreement = None;
+    if let Some(target) = settings.fallback.filter(|_| agreement::measurable(model)) {
+        let trial = |extra: &BTreeSet<String>| {
+            let mut options = options.clone();
+            options.keep_float.extend(extra.iter().cloned());
+            quantize(&ranges, &options)
+        };
+        let fixed = options.trainable.clone();
+        let fallback =
+            agreement::fall_back_to_float(model, data, quantized, &fixed, target, &trial, phase)?;
+        let Fallback { agreement_before, agreement: after, kept_float, quantized: kept } = fallback;
+        let kept_float = kept_float.into_iter().map(|k| (k.weight, k.agreement)).collect();
+        let target = target.min_agreement;
+        agreement = Some(Agreement { before: agreement_before, after, target, kept_float });
+        quantized = kept;
+    }
     let mut metadata = model.metadata.clone();
     metadata.provenance = format!("{} quantized to int8", metadata.provenance);
     let file = ModelFile::from_graph(&quantized.graph, metadata);
-    Ok(Int8Model { file, float_fallbacks: quantized.float_fallbacks, method, candidates })
+    let float_fallbacks = quantized.float_fallbacks;
+    Ok(Int8Model { file, float_fallbacks, method, candidates, agreement })
 }
 
 #[cfg(test)]
