@@ -267,7 +267,7 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
     let Some(calib) = &args.calib else {
         bail!("int8 quantization needs calibration data: give --calib DIR|FILE");
     };
-    let model = Model::open(&args.model)?;
+    let model = Model::open_any_output(&args.model)?;
     if args.min_agreement.is_some() && !measurable(&model) {
         bail!("--min-agreement: {}: {NOT_CLASS_SCORES}", args.model.display());
     }

@@ -126,6 +126,41 @@ fn a_single_conv_layer_runs_for_any_number_of_samples() {
     assert_close(&y, &conv_reference(&x, &weight, &bias, 3), "exported and converted back");
 }
 
+/// A backbone quantizes too: calibrated on unlabelled samples (a safetensors file with only
+/// `x`), its int8 feature map keeps the float one's shape and stays within int8 rounding of
+/// it, and a conv -> ReLU -> pool -> flatten feature extractor likewise.
+#[test]
+fn a_feature_map_model_quantizes_to_int8() {
+    use safetensors::tensor::{Dtype, TensorView};
+    let dir = Scratch::new("run-quantize-backbone");
+    let (weight, bias) = (values(1, OUT * C * K * K), values(2, OUT));
+    let x = values(3, 40 * C * H * W);
+    let calib = dir.path("calib.safetensors");
+    let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let view = TensorView::new(Dtype::F32, vec![40, C, H, W], &bytes).unwrap();
+    std::fs::write(&calib, safetensors::serialize([("x", view)], None).unwrap()).unwrap();
+    for pooled in [false, true] {
+        let model = convert(&dir, &conv_onnx(&weight, &bias, pooled), "m.sprout", None);
+        let int8 = dir.path("m.int8.sprout");
+        let printed = ok(&["quantize", s(&model), "--calib", s(&calib), "-o", s(&int8)]);
+        assert!(printed.contains("calibrating on 40 samples"), "{printed}");
+        // A feature map has no answers to agree on ([N, F] features look like class scores).
+        assert_eq!(printed.contains("agreement"), pooled, "{printed}");
+        let (float_shape, float) = run(&dir, &model, &x, 7, &[]);
+        let (int8_shape, quantized) = run(&dir, &int8, &x, 7, &[]);
+        assert_eq!(int8_shape, float_shape);
+        let largest = float.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = float.iter().zip(&quantized).fold(0f32, |m, (f, q)| m.max((f - q).abs()));
+        // Input, weights and output each round to 1/255 of their range or finer.
+        assert!(worst > 0.0 && worst < 0.05 * largest, "pooled {pooled}: {worst} of {largest}");
+        if !pooled {
+            let agree = ["--min-agreement", "90", "-o", "never.sprout"];
+            let quantize = ["quantize", s(&model), "--calib", s(&calib)];
+            fails(&[&quantize[..], &agree].concat(), "is not class scores");
+        }
+    }
+}
+
 /// Input and output stream through in chunks: 700 samples (112 KB in, 168 KB out) run
 /// under a 64 KiB memory limit, in passes of 3 and a remainder of 1 per chunk's end.
 #[test]

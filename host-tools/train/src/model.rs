@@ -68,8 +68,8 @@ impl Network {
                 path.display()
             )));
         }
-        let ce = graph.nodes().iter().rev().find(|n| n.op == Op::CrossEntropy);
-        let output = ce
+        let loss = graph.nodes().iter().rev().find(|n| matches!(n.op, Op::CrossEntropy | Op::Mse));
+        let output = loss
             .map(|n| n.inputs[0])
             .or_else(|| graph.find("logits"))
             .or_else(|| graph.nodes().last().and_then(|n| n.outputs.first().copied()))
@@ -180,6 +180,29 @@ impl Model {
     pub fn open(path: &Path) -> Result<Self, TrainError> {
         let bytes = read_kind(path, FileKind::Model, MODEL)?;
         Self::from_bytes(&bytes, path)
+    }
+
+    /// Reads a `.sprout` file whose output may be anything: a classifier as [`Model::open`]
+    /// reads it; any other output (a backbone's feature map) is the prediction of a
+    /// mean-squared-error loss against a float target of its shape (its own, or one added),
+    /// which stands for `labels` and `loss`: what an int8 rewrite needs of a model is its
+    /// output and a float reader that keeps it float.
+    pub fn open_any_output(path: &Path) -> Result<Self, TrainError> {
+        let bytes = read_kind(path, FileKind::Model, MODEL)?;
+        let Network { mut graph, input, output, metadata } = Network::from_bytes(&bytes, path)?;
+        if graph.shape(output).rank() == 2 {
+            return Self::from_bytes(&bytes, path);
+        }
+        let mse = graph.nodes().iter().rev().find(|n| n.op == Op::Mse && n.inputs[0] == output);
+        let (target, loss) = match mse.cloned() {
+            Some(n) => (n.inputs[1], n.outputs[0]),
+            None => {
+                let target = graph.target("target", graph.shape(output))?;
+                (target, graph.mse("loss", output, target)?)
+            }
+        };
+        let zoo = ZooModel { graph, input, labels: target, logits: output, loss, head: Vec::new() };
+        Ok(Self { zoo, metadata, names_fixed: true })
     }
 
     /// The same model re-recorded for batches of `batch` samples (before differentiation:
