@@ -189,9 +189,13 @@ pub fn compare(
     for update in &done {
         println!("{update}");
     }
+    // On a tie the first (the cheaper) update wins.
     let best = done
         .iter()
-        .max_by(|a, b| a.outcome.unseen_accuracy.total_cmp(&b.outcome.unseen_accuracy))
+        .reduce(|best, u| match u.outcome.unseen_accuracy > best.outcome.unseen_accuracy {
+            true => u,
+            false => best,
+        })
         .context("no update to compare with")?;
     println!("best update: {}", best.name);
     println!("{}", Comparison { head_only: &head_only_outcome, best, inference_arena });
