@@ -12,6 +12,13 @@
 //! other held-out samples, is forgotten), then decays the learning rate along a half cosine over its epochs, from the host's rate
 //! (or the bundle's) towards zero, so the last epochs settle instead of jumping between
 //! minima.
+//!
+//! A bundle that trains from its input ([`sprout_core::format::bundle::Bundle::streams`])
+//! stores no sample: the host drives a streamed run ([`DeviceApp::start_stream`]), sending
+//! the held-out samples (the start's accuracy, pass 0), then every epoch the training
+//! samples, each trained on as its last chunk arrives, and the held-out ones again, each
+//! pass closed by [`DeviceApp::end_epoch`], which keeps and saves the best checkpoint as a
+//! stored run's epochs do.
 
 use embedded_storage::nor_flash::NorFlash;
 use sprout_core::link::{
@@ -22,7 +29,7 @@ use sprout_core::schedule::{CosineWithWarmup, Schedule};
 use sprout_core::{Host, Kernels};
 
 use crate::storage::CheckpointStore;
-use crate::trainer::{EpochReport, Log, Trainer, TrainerError};
+use crate::trainer::{EpochReport, Log, StreamedPass, Trainer, TrainerError};
 use sprout_core::format::bundle::PixelNormalization;
 
 /// Why a [`DeviceTrainer`] could not be set up.
@@ -52,6 +59,8 @@ impl core::error::Error for SetupError {}
 #[derive(Clone, Copy, Debug)]
 struct Run {
     state: TrainingState,
+    /// The host streams the samples ([`DeviceApp::start_stream`]).
+    streamed: bool,
     epochs: u16,
     /// The trainer's epoch count and update count when the run started.
     first_epoch: u32,
@@ -113,6 +122,7 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceTrainer<'
         let saved_epoch = trainer.best().map(|(info, _)| info.epoch);
         let run = Run {
             state: TrainingState::Idle,
+            streamed: false,
             epochs: 0,
             first_epoch: trainer.epoch(),
             first_step: 0,
@@ -144,6 +154,16 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceTrainer<'
         self.run.initial_accuracy
     }
 
+    /// Whether the current (or last) run is streamed.
+    pub fn is_streamed(&self) -> bool {
+        self.run.streamed
+    }
+
+    /// The report of the current (or last) run's last epoch.
+    pub fn last_epoch(&self) -> Option<EpochReport> {
+        self.run.last
+    }
+
     /// The trainer, e.g. to evaluate.
     pub fn trainer(&mut self) -> &mut Trainer<'b, 's, 'm, K> {
         &mut self.trainer
@@ -153,35 +173,56 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceTrainer<'
     /// when a run is going on; returns the epoch's report when it ended with them, after
     /// saving a new best checkpoint to flash. A failed epoch or save ends the run as failed.
     /// The main loop calls it between link polls, so a few batches keep the link answering.
+    /// A streamed run trains as its samples arrive, not here.
     pub fn train_batches(
         &mut self,
         batches: usize,
         log: &mut impl Log,
     ) -> Option<Result<Option<EpochReport>, TrainerError>> {
-        if !self.is_training() {
+        if !self.is_training() || self.run.streamed {
             return None;
         }
-        let done = self.trainer.epoch().saturating_sub(self.run.first_epoch);
-        self.trainer.set_learning_rate(self.run.learning_rate(done));
-        let report = match self.trainer.train_batches(batches, log) {
-            Ok(None) => return Some(Ok(None)),
-            Ok(Some(report)) if report.loss.is_finite() => report,
+        self.set_epoch_rate();
+        match self.trainer.train_batches(batches, log) {
+            Ok(None) => Some(Ok(None)),
             Ok(Some(report)) => {
-                self.run.state = TrainingState::Failed;
-                return Some(Ok(Some(report)));
+                self.epoch_ended(report);
+                Some(Ok(Some(report)))
             }
             Err(e) => {
                 self.run.state = TrainingState::Failed;
-                return Some(Err(e));
+                Some(Err(e))
             }
-        };
+        }
+    }
+
+    /// Sets the learning rate of the epoch in progress.
+    fn set_epoch_rate(&mut self) {
+        let done = self.trainer.epoch().saturating_sub(self.run.first_epoch);
+        self.trainer.set_learning_rate(self.run.learning_rate(done));
+    }
+
+    /// Ends the run as failed on a non-finite loss, else saves a new best checkpoint (a
+    /// failed save fails the run) and finishes the run after its last epoch.
+    fn epoch_ended(&mut self, report: EpochReport) {
+        if !report.loss.is_finite() {
+            self.run.state = TrainingState::Failed;
+            return;
+        }
         self.run.last = Some(report);
         if self.save_best().is_err() {
             self.run.state = TrainingState::Failed;
         } else if self.trainer.epoch() - self.run.first_epoch >= u32::from(self.run.epochs) {
             self.run.state = TrainingState::Finished;
         }
-        Some(Ok(Some(report)))
+    }
+
+    /// Passes of the streamed run ended so far: the start's evaluation, then its epochs.
+    fn passes_ended(&self) -> u32 {
+        match self.run.initial_accuracy {
+            None => 0,
+            Some(_) => 1 + self.trainer.epoch().saturating_sub(self.run.first_epoch),
+        }
     }
 
     /// Encodes the trainer's best checkpoint and saves it, unless it is saved already.
@@ -222,6 +263,7 @@ impl<K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceApp for DeviceTrainer
             sample: self.shape,
             samples: (train + held_out) as u32,
             checkpoint: self.current,
+            streams: bundle.streams(),
         }
     }
 
@@ -240,6 +282,9 @@ impl<K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceApp for DeviceTrainer
     fn receive_sample(&mut self, chunk: SampleChunk<'_>) -> Result<(), DeviceError> {
         if self.is_training() {
             return Err(DeviceError::Busy);
+        }
+        if self.trainer.bundle().streams() {
+            return Err(DeviceError::StreamsSamples);
         }
         let held_out = chunk.split == Split::Validation;
         let (train, validation) = self.trainer.samples();
@@ -268,6 +313,9 @@ impl<K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceApp for DeviceTrainer
         if self.is_training() {
             return Err(DeviceError::Busy);
         }
+        if self.trainer.bundle().streams() {
+            return Err(DeviceError::StreamsSamples);
+        }
         let (train, held_out) = self.trainer.samples();
         if train < self.trainer.bundle().head_batch() || held_out == 0 {
             return Err(DeviceError::NoSamples);
@@ -283,6 +331,7 @@ impl<K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceApp for DeviceTrainer
         self.saved_epoch = None;
         self.run = Run {
             state: TrainingState::Running,
+            streamed: false,
             epochs: config.epochs,
             first_epoch: self.trainer.epoch(),
             first_step: self.trainer.updates(),
@@ -361,6 +410,90 @@ impl<K: Kernels<Memory = Host> + Clone, F: NorFlash> DeviceApp for DeviceTrainer
             .ok_or(DeviceError::OutOfRange { offset, len: bytes.len() as u32, total })?;
         target.copy_from_slice(bytes);
         Ok(())
+    }
+
+    fn start_stream(&mut self, config: TrainingConfig) -> Result<(), DeviceError> {
+        if self.is_training() {
+            return Err(DeviceError::Busy);
+        }
+        if !self.trainer.bundle().streams() {
+            return Err(DeviceError::NotStreamed);
+        }
+        let learning_rate =
+            config.learning_rate.unwrap_or(self.trainer.bundle().header.learning_rate);
+        // Until pass 0 scores it, the starting state is the run's best (at no accuracy): a
+        // previous run's best was scored on other held-out samples.
+        self.trainer.reset_best(0.0);
+        self.trainer.abandon_epoch();
+        self.saved_epoch = None;
+        self.run = Run {
+            state: TrainingState::Running,
+            streamed: true,
+            epochs: config.epochs,
+            first_epoch: self.trainer.epoch(),
+            first_step: self.trainer.updates(),
+            base_rate: learning_rate,
+            initial_accuracy: None,
+            last: None,
+        };
+        if config.epochs == 0 {
+            self.run.state = TrainingState::Finished;
+        }
+        Ok(())
+    }
+
+    fn stream_sample(&mut self, chunk: SampleChunk<'_>) -> Result<(), DeviceError> {
+        if !self.run.streamed || !self.is_training() {
+            return Err(DeviceError::NoStream);
+        }
+        let pass = self.passes_ended();
+        if chunk.split == Split::Train && pass == 0 {
+            // Training before the start was scored: the host skipped pass 0.
+            return Err(DeviceError::WrongEpoch { device: 0, host: 1 });
+        }
+        self.place_pixels(chunk.offset, chunk.bytes)?;
+        if chunk.offset as usize + chunk.bytes.len() < chunk.total as usize {
+            return Ok(());
+        }
+        let label = i32::from(chunk.label);
+        let done = match chunk.split {
+            Split::Train => {
+                self.set_epoch_rate();
+                self.trainer.train_streamed(label).map(|_| ())
+            }
+            Split::Validation => self.trainer.evaluate_streamed(label).map(|_| ()),
+        };
+        done.map_err(|_| {
+            self.run.state = TrainingState::Failed;
+            DeviceError::Failed
+        })
+    }
+
+    fn end_epoch(&mut self, epoch: u16) -> Result<TrainingProgress, DeviceError> {
+        if !self.run.streamed || self.run.state == TrainingState::Idle {
+            return Err(DeviceError::NoStream);
+        }
+        let next = self.passes_ended();
+        if u32::from(epoch) < next {
+            return Ok(self.progress());
+        }
+        if !self.is_training() {
+            return Err(DeviceError::NoStream);
+        }
+        if u32::from(epoch) > next {
+            let device = u16::try_from(next).unwrap_or(u16::MAX);
+            return Err(DeviceError::WrongEpoch { device, host: epoch });
+        }
+        match self.trainer.end_streamed_pass(&mut ()) {
+            Ok(StreamedPass::Evaluated(accuracy)) if next == 0 => {
+                self.trainer.reset_best(accuracy);
+                self.run.initial_accuracy = Some(accuracy);
+            }
+            Ok(StreamedPass::Evaluated(_)) => return Err(DeviceError::NoSamples),
+            Ok(StreamedPass::Epoch(report)) => self.epoch_ended(report),
+            Err(_) => return Err(DeviceError::NoSamples),
+        }
+        Ok(self.progress())
     }
 
     fn commit_checkpoint(&mut self) -> Result<(), DeviceError> {

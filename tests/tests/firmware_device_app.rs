@@ -2,7 +2,9 @@
 //! chunks land normalized in the backbone's input, training runs epoch by epoch to a
 //! tested held-out accuracy, the best checkpoint is what a pull reads and what the flash
 //! holds, a pushed checkpoint restores on another device, bad requests are refused, and a
-//! later run on other samples keeps its own best checkpoint.
+//! later run on other samples keeps its own best checkpoint. A bundle that trains from its
+//! input takes its samples streamed every epoch, stores none, and keeps its best checkpoint
+//! the same way.
 
 use embedded_storage::nor_flash::{
     check_erase, check_read, check_write, ErrorType, NorFlash, NorFlashErrorKind, ReadNorFlash,
@@ -14,11 +16,11 @@ use sprout_core::link::{
     MAX_CHUNK,
 };
 use sprout_core::rng::SplitMix;
-use sprout_core::{Reference, Step};
+use sprout_core::{save_model, Reference, Step, TrainConfig};
 use sprout_firmware::device::DeviceTrainer;
 use sprout_firmware::storage::CheckpointStore;
 use sprout_firmware::trainer::{SampleCache, Trainer, TrainerMemory};
-use sprout_train::Model;
+use sprout_train::{quantize, DataSource, Model, QuantizeSettings, TensorSet};
 use sprout_zoo::Architecture;
 
 /// NOR flash in memory: erase to 0xFF, writes clear bits.
@@ -122,19 +124,176 @@ fn picture(class: usize, rng: &mut SplitMix, pixels: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Sends `bytes` as the link would: chunks of at most `MAX_CHUNK`, in order.
-fn push(
-    app: &mut impl DeviceApp,
-    label: u16,
-    split: Split,
+/// Hands `bytes` to `take` (the app's `receive_sample` or `stream_sample`) as the link
+/// would: chunks of at most `MAX_CHUNK`, in order.
+fn chunked<A: DeviceApp>(
+    app: &mut A,
+    (label, split): (u16, Split),
     bytes: &[u8],
+    take: fn(&mut A, SampleChunk<'_>) -> Result<(), DeviceError>,
 ) -> Result<(), DeviceError> {
     for (i, chunk) in bytes.chunks(MAX_CHUNK).enumerate() {
         let offset = (i * MAX_CHUNK) as u32;
         let total = bytes.len() as u32;
-        app.receive_sample(SampleChunk { label, split, offset, total, bytes: chunk })?;
+        take(app, SampleChunk { label, split, offset, total, bytes: chunk })?;
     }
     Ok(())
+}
+
+/// Pushes a sample for the app to store.
+fn push<A: DeviceApp>(
+    app: &mut A,
+    label: u16,
+    split: Split,
+    bytes: &[u8],
+) -> Result<(), DeviceError> {
+    chunked(app, (label, split), bytes, A::receive_sample)
+}
+
+/// Streams a sample for the app to train on or score.
+fn stream<A: DeviceApp>(
+    app: &mut A,
+    label: u16,
+    split: Split,
+    bytes: &[u8],
+) -> Result<(), DeviceError> {
+    chunked(app, (label, split), bytes, A::stream_sample)
+}
+
+/// A bundle file in 16-byte aligned memory, as the firmware embeds it.
+fn aligned(bytes: &[u8]) -> Vec<u128> {
+    let mut words = vec![0u128; bytes.len().div_ceil(16)];
+    bytemuck::cast_slice_mut::<u128, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+    words
+}
+
+/// The zoo ResNet in int8 with a float head and every layer kept trainable in integer units,
+/// calibrated on pictures of the three classes.
+fn int8_resnet() -> Model {
+    let model = Model::from_zoo_for(Architecture::ResNet, 8, 3, 1).unwrap();
+    let (pixels, mut rng) = (32 * 32, SplitMix::new(2));
+    let mut x = Vec::new();
+    for i in 0..24 {
+        // Channel planes, scaled to about the unit range as the pixel normalization does.
+        let rgb = picture(i % 3, &mut rng, pixels);
+        x.extend((0..3 * pixels).map(|at| f32::from(rgb[(at % pixels) * 3 + at / pixels]) / 255.0));
+    }
+    let y = (0..24).map(|i| i % 3).collect();
+    let set = TensorSet { x, y, sample_dims: vec![3, 32, 32], path: "calibration".into() };
+    let settings = QuantizeSettings {
+        keep_float: Some("head".into()),
+        trainable: Some("all".into()),
+        ..QuantizeSettings::default()
+    };
+    let int8 = quantize(&model, &mut DataSource::tensors(set, 8, 1, false), &settings).unwrap();
+    Model::from_bytes(&save_model(&int8.file).unwrap(), "resnet-int8.sprout".as_ref()).unwrap()
+}
+
+#[test]
+fn a_bundle_that_trains_from_its_input_takes_streamed_samples_and_stores_none() {
+    let model = int8_resnet();
+    let options = BundleOptions {
+        trainable: "head,conv1.bias".into(),
+        batch: 1,
+        config: TrainConfig::sgd(0.9),
+        learning_rate: 0.05,
+    };
+    let host = build(&model, &options).unwrap();
+    let words = aligned(&host.bytes);
+    let file = &bytemuck::cast_slice::<u128, u8>(&words)[..host.bytes.len()];
+    let mut steps = Box::new(heapless::Vec::<Step, 256>::new());
+    let bundle = decode(file, &mut steps).unwrap();
+    assert!(bundle.streams(), "features of {} values", bundle.feature_len());
+
+    let mut flash = RamFlash(vec![0xFF; 2 * SLOT as usize]);
+    let mut buffers = Buffers::for_bundle(&bundle);
+    let mut app = device(&bundle, &mut buffers, &mut flash);
+    assert!(app.info().streams);
+    let (pixels, mut rng) = (32 * 32, SplitMix::new(11));
+    let pictures: Vec<(u16, Vec<u8>)> =
+        (0..TRAIN + HELD_OUT).map(|i| ((i % 3) as u16, picture(i % 3, &mut rng, pixels))).collect();
+    let (train, held_out) = pictures.split_at(TRAIN);
+    let config = TrainingConfig { epochs: 4, learning_rate: None };
+
+    // Stored samples and stored-sample runs are refused, and so is streaming outside a run.
+    let (label, first) = (&train[0].0, &train[0].1);
+    assert_eq!(push(&mut app, *label, Split::Train, first), Err(DeviceError::StreamsSamples));
+    assert_eq!(app.start_training(config), Err(DeviceError::StreamsSamples));
+    assert_eq!(stream(&mut app, *label, Split::Train, first), Err(DeviceError::NoStream));
+    assert_eq!(app.end_epoch(0), Err(DeviceError::NoStream));
+
+    app.start_stream(config).unwrap();
+    assert_eq!(app.start_stream(config), Err(DeviceError::Busy));
+    // Training before the start was scored, a pass that scored nothing, a pass ahead.
+    assert_eq!(
+        stream(&mut app, *label, Split::Train, first),
+        Err(DeviceError::WrongEpoch { device: 0, host: 1 })
+    );
+    assert_eq!(app.end_epoch(0), Err(DeviceError::NoSamples));
+    assert_eq!(app.end_epoch(2), Err(DeviceError::WrongEpoch { device: 0, host: 2 }));
+
+    for (label, bytes) in held_out {
+        stream(&mut app, *label, Split::Validation, bytes).unwrap();
+    }
+    let start = app.end_epoch(0).unwrap();
+    let initial = start.accuracy.unwrap();
+    assert_eq!((start.state, start.epoch, start.step), (TrainingState::Running, 0, 0));
+    assert_eq!(app.end_epoch(0), Ok(start), "a pass that ended is reported again");
+    assert_eq!(app.initial_accuracy(), Some(initial));
+
+    let mut order: Vec<usize> = (0..TRAIN).collect();
+    for epoch in 1..=4u16 {
+        order.rotate_left(5);
+        for &i in &order {
+            stream(&mut app, train[i].0, Split::Train, &train[i].1).unwrap();
+        }
+        assert_eq!(app.progress().step, u32::from(epoch) * TRAIN as u32);
+        for (label, bytes) in held_out {
+            stream(&mut app, *label, Split::Validation, bytes).unwrap();
+        }
+        let progress = app.end_epoch(epoch).unwrap();
+        assert_eq!(progress.epoch, epoch);
+        assert!(progress.loss.is_finite() && progress.loss > 0.0, "epoch {epoch}");
+        let report = app.last_epoch().unwrap();
+        assert_eq!((report.samples, report.accuracy), (TRAIN as u32, progress.accuracy.unwrap()));
+    }
+    let end = app.progress();
+    assert_eq!((end.state, end.epoch, end.epochs), (TrainingState::Finished, 4, 4));
+    assert_eq!(app.info().samples, 0, "nothing was stored");
+    let (best, _) = app.trainer().best().unwrap();
+    assert!(best.accuracy >= 0.9, "held-out accuracy {} (from {initial})", best.accuracy);
+    assert!(initial < 0.7, "the untrained model already scores {initial}");
+    assert_eq!(stream(&mut app, 0, Split::Validation, first), Err(DeviceError::NoStream));
+    assert_eq!(app.end_epoch(4), Ok(end), "the last pass is reported again");
+    assert_eq!(app.end_epoch(5), Err(DeviceError::NoStream));
+
+    // The best checkpoint is what a pull reads and what the flash holds.
+    let announced = app.info().checkpoint.unwrap();
+    let mut pulled = vec![0; announced.len as usize];
+    app.read_checkpoint(0, &mut pulled).unwrap();
+    let mut stored = vec![0; pulled.len()];
+    CheckpointStore::new(&mut flash, 0, SLOT).unwrap().load(&mut stored).unwrap().unwrap();
+    assert_eq!(stored, pulled);
+}
+
+#[test]
+fn a_device_that_stores_its_samples_refuses_to_stream() {
+    let model = Model::from_zoo_for(Architecture::ResNet, 4, 3, 1).unwrap();
+    let host = build(&model, &BundleOptions { batch: 4, ..BundleOptions::default() }).unwrap();
+    let words = aligned(&host.bytes);
+    let file = &bytemuck::cast_slice::<u128, u8>(&words)[..host.bytes.len()];
+    let mut steps = Box::new(heapless::Vec::<Step, 256>::new());
+    let bundle = decode(file, &mut steps).unwrap();
+    assert!(!bundle.streams());
+    let mut flash = RamFlash(vec![0xFF; 2 * SLOT as usize]);
+    let mut buffers = Buffers::for_bundle(&bundle);
+    let mut app = device(&bundle, &mut buffers, &mut flash);
+    assert!(!app.info().streams);
+    let config = TrainingConfig { epochs: 1, learning_rate: None };
+    assert_eq!(app.start_stream(config), Err(DeviceError::NotStreamed));
+    let bytes = picture(0, &mut SplitMix::new(1), 32 * 32);
+    assert_eq!(stream(&mut app, 0, Split::Validation, &bytes), Err(DeviceError::NoStream));
+    assert_eq!(app.end_epoch(0), Err(DeviceError::NoStream));
 }
 
 #[test]
@@ -142,9 +301,7 @@ fn the_device_app_trains_from_pushed_pictures_and_keeps_its_best_checkpoint() {
     let model = Model::from_zoo_for(Architecture::ResNet, 4, 3, 1).unwrap();
     let options = BundleOptions { batch: 4, learning_rate: 0.1, ..BundleOptions::default() };
     let host = build(&model, &options).unwrap();
-    let mut words = vec![0u128; host.bytes.len().div_ceil(16)];
-    bytemuck::cast_slice_mut::<u128, u8>(&mut words)[..host.bytes.len()]
-        .copy_from_slice(&host.bytes);
+    let words = aligned(&host.bytes);
     let file = &bytemuck::cast_slice::<u128, u8>(&words)[..host.bytes.len()];
     let mut steps = Box::new(heapless::Vec::<Step, 256>::new());
     let bundle = decode(file, &mut steps).unwrap();

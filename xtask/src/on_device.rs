@@ -10,9 +10,9 @@
 //!
 //! `cargo xtask test` runs it on a small set made from scratch ([`prepare_ci`]): a short
 //! pretraining on the source domain's photos of the three target classes, so the whole
-//! stage stays within a few minutes. The same firmware then runs a short sparse update, its
-//! bundle written into the image in place of the head-only one
-//! ([`crate::sparse_update`]). It then boots the board again and has `sprout serve` drive
+//! stage stays within a few minutes. The same firmware then runs a short sparse update and
+//! a short stem update (its samples streamed every epoch), each bundle written into the
+//! image in place of the head-only one ([`crate::sparse_update`]). It then boots the board again and has `sprout serve` drive
 //! it ([`through_service`]): registered by its port, trained on a data set, its checkpoint
 //! pulled into the registry as a new version and pushed back.
 //! `cargo xtask demo` runs it with the demo's own backbone.
@@ -63,6 +63,8 @@ const SPARSE_TARGET: LeafSet = LeafSet {
 
 /// Epochs of CI's sparse update.
 const SPARSE_EPOCHS: u32 = 3;
+/// Epochs of CI's stem update (each streams its 24 photos again, about half a minute).
+const STEM_EPOCHS: u32 = 2;
 
 /// Target photos the device never sees (another seed): the host evaluates the pulled
 /// checkpoint on their validation split, an accuracy that no choice of the device's
@@ -97,9 +99,10 @@ const PRETRAIN: &[&str] = &[
 /// photos).
 const CI_PRETRAIN_EPOCHS: u32 = 12;
 
-/// The int8 layers a sparse update may train (`sprout quantize --trainable-int8`): LeafNet's
-/// last three blocks, which the leaf-trainer firmware has room for.
-pub const TRAINABLE_INT8: &str = "features.8.*,features.9.*,features.10.*";
+/// The int8 layers an update may train (`sprout quantize --trainable-int8`): LeafNet's last
+/// three blocks (the sparse update's) and its first three (the stem update's).
+pub const TRAINABLE_INT8: &str =
+    "features.0.*,features.1.*,features.2.*,features.8.*,features.9.*,features.10.*";
 
 /// Epochs the device trains for.
 const DEVICE_EPOCHS: u32 = 30;
@@ -148,6 +151,7 @@ pub fn prepare_ci(root: &Path) -> Result<Leaf> {
     let backbone = pretrain(root, &sprout, &work, &CI_SOURCE, CI_PRETRAIN_EPOCHS)?;
     let leaf = bundle_for_device(root, &sprout, &backbone, &work)?;
     crate::sparse_update::sparse_bundle(root, &sprout, &leaf)?;
+    crate::sparse_update::stem_bundle(root, &sprout, &leaf)?;
     Ok(leaf)
 }
 
@@ -240,8 +244,9 @@ pub fn bundle_for_device(root: &Path, sprout: &str, backbone: &Path, work: &Path
 }
 
 /// `cargo xtask test`'s stage: CI's head-only fine-tune on the firmware the boards stage
-/// built, then a short sparse update on the same firmware with the sparse bundle written in
-/// ([`crate::sparse_update::compare`]), then the head-only firmware driven by the service.
+/// built, then a short sparse and stem update on the same firmware with their bundles
+/// written in ([`crate::sparse_update::compare`]), then the head-only firmware driven by
+/// the service.
 pub fn test(root: &Path) -> Result<()> {
     let work = root.join(CI_DIR);
     let leaf = leaf_files(&work);
@@ -259,7 +264,15 @@ pub fn test(root: &Path) -> Result<()> {
          cortex-m` compares both on the same photos)",
         SPARSE_TARGET.per_class
     );
-    crate::sparse_update::compare(root, &sprout, &elf, (&leaf, outcome), &sparse)?;
+    let stem = Leaf {
+        data: sparse.data.clone(),
+        epochs: STEM_EPOCHS,
+        ..crate::sparse_update::stem_files(&leaf)
+    };
+    println!("a short stem update: the same photos streamed every epoch, {STEM_EPOCHS} epochs");
+    let updates =
+        [(crate::sparse_update::SPARSE_NAME, &sparse), (crate::sparse_update::STEM_NAME, &stem)];
+    crate::sparse_update::compare(root, &sprout, &elf, (&leaf, outcome), &updates)?;
     let emulation = Emulation::start(&elf)?;
     let result = through_service(root, &sprout, &emulation.port_spec(), &leaf);
     let log = emulation.stop()?;

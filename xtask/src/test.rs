@@ -101,7 +101,7 @@ const STAGES: &[Stage] = &[
     ),
     stage(
         "on-device",
-        "leafnet fine-tuned on the device under QEMU, head-only and sparse, pulled, evaluated",
+        "leafnet fine-tuned on the device under QEMU, head-only, sparse and stem, pulled, evaluated",
         crate::on_device::test,
     ),
     stage(

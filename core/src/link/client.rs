@@ -363,6 +363,35 @@ where
         self.send_chunks(pixels, |chunk| Request::PushSample { id, label, split, chunk }, |_| {})
     }
 
+    /// Starts a streamed run ([`Request::StartStream`]).
+    pub fn start_stream(&mut self, config: TrainingConfig) -> Result<(), IO::Error> {
+        self.command(&Request::StartStream(config))
+    }
+
+    /// Streams sample `id` (RGB8 pixels of the device's sample shape), which the device
+    /// trains one step on or scores with its last chunk. Ids must be new for every sample
+    /// streamed; the same id again after a reconnect resumes it, never carried out twice.
+    pub fn stream_sample(
+        &mut self,
+        id: u32,
+        label: u16,
+        split: Split,
+        pixels: &[u8],
+    ) -> Result<(), IO::Error> {
+        let total = u32::try_from(pixels.len())
+            .map_err(|_| ClientError::TooLarge { bytes: pixels.len() })?;
+        let wrap = |chunk| Request::StreamSample { id, label, split, total, chunk };
+        self.send_chunks(pixels, wrap, |_| {})
+    }
+
+    /// Ends pass `epoch` of the streamed run; returns the run's progress after it.
+    pub fn end_epoch(&mut self, epoch: u16) -> Result<TrainingProgress, IO::Error> {
+        self.call(&Request::EndEpoch { epoch }, |answer| match answer {
+            Response::Progress(progress) => Ok(progress),
+            other => Err(unexpected(RequestKind::EndEpoch, other)),
+        })
+    }
+
     /// Sends a checkpoint for the device to store; `sent` hears the bytes acknowledged so
     /// far. After a reconnect, pushing the same bytes again resumes where the device is.
     pub fn push_checkpoint(
@@ -518,6 +547,7 @@ where
                     kind,
                     RequestKind::QueryProgress
                         | RequestKind::PushSample
+                        | RequestKind::StreamSample
                         | RequestKind::PushCheckpoint
                 );
                 if accepted.is_ok() && !judged_later {

@@ -69,6 +69,29 @@ pub trait DeviceApp {
     /// Makes the fully received, CRC-checked checkpoint the current one (atomically: a
     /// failure keeps the previous one), or refuses it as unusable for this model.
     fn commit_checkpoint(&mut self) -> Result<(), DeviceError>;
+
+    /// Starts a streamed run ([`Request::StartStream`]). A device that trains from stored
+    /// samples refuses it with [`DeviceError::NotStreamed`], as this default does.
+    fn start_stream(&mut self, config: TrainingConfig) -> Result<(), DeviceError> {
+        let _ = config;
+        Err(DeviceError::NotStreamed)
+    }
+
+    /// Takes one chunk of a streamed sample, as [`DeviceApp::receive_sample`] takes a
+    /// stored one (the session checked its range and that `total` is the device's sample
+    /// size); with the last chunk the device trains on the sample or scores it, storing
+    /// nothing.
+    fn stream_sample(&mut self, chunk: SampleChunk<'_>) -> Result<(), DeviceError> {
+        let _ = chunk;
+        Err(DeviceError::NotStreamed)
+    }
+
+    /// Ends pass `epoch` of the streamed run ([`Request::EndEpoch`]) and reports where the
+    /// run stands; a pass that already ended is reported again, unchanged.
+    fn end_epoch(&mut self, epoch: u16) -> Result<TrainingProgress, DeviceError> {
+        let _ = epoch;
+        Err(DeviceError::NotStreamed)
+    }
 }
 
 /// One chunk of a sample: RGB8 pixels, row-major, interleaved, of [`DeviceInfo::sample`].
@@ -233,24 +256,10 @@ impl Conversation {
                 Response::Ack
             }
             Request::PushSample { id, label, split, chunk } => {
-                let info = app.info();
-                if label >= info.classes {
-                    return Err(DeviceError::UnknownLabel { label, classes: info.classes });
-                }
-                let total = info.sample.bytes();
-                let len = check_range(chunk, total)?;
-                if let Placement::Resume { next } = self.samples.place(id, chunk.offset) {
-                    return Ok(Response::Received { next });
-                }
-                let offset = chunk.offset;
-                app.receive_sample(SampleChunk {
-                    label,
-                    split,
-                    offset,
-                    total,
-                    bytes: chunk.bytes,
-                })?;
-                Response::Received { next: self.samples.advance(id, len) }
+                let total = app.info().sample.bytes();
+                let sample =
+                    SampleChunk { label, split, offset: chunk.offset, total, bytes: chunk.bytes };
+                Response::Received { next: self.sample_chunk(id, sample, false, app)? }
             }
             Request::StartTraining(config) => {
                 app.start_training(config)?;
@@ -275,7 +284,45 @@ impl Conversation {
             Request::PushCheckpoint { checkpoint, chunk } => {
                 Response::Received { next: self.store_checkpoint_chunk(checkpoint, chunk, app)? }
             }
+            Request::StartStream(config) => {
+                app.start_stream(config)?;
+                Response::Ack
+            }
+            Request::StreamSample { id, label, split, total, chunk } => {
+                let sample =
+                    SampleChunk { label, split, offset: chunk.offset, total, bytes: chunk.bytes };
+                Response::Received { next: self.sample_chunk(id, sample, true, app)? }
+            }
+            Request::EndEpoch { epoch } => Response::Progress(app.end_epoch(epoch)?),
         })
+    }
+
+    /// Places one chunk of sample `id` and hands it to the app, to store or, when
+    /// `streamed`, to train on or score; returns where the sample's transfer continues.
+    fn sample_chunk<A: DeviceApp + ?Sized>(
+        &mut self,
+        id: u32,
+        sample: SampleChunk<'_>,
+        streamed: bool,
+        app: &mut A,
+    ) -> Result<u32, DeviceError> {
+        let info = app.info();
+        if sample.label >= info.classes {
+            return Err(DeviceError::UnknownLabel { label: sample.label, classes: info.classes });
+        }
+        let expected = info.sample.bytes();
+        if sample.total != expected {
+            return Err(DeviceError::SampleSize { expected, actual: sample.total });
+        }
+        let len = check_range(Chunk { offset: sample.offset, bytes: sample.bytes }, expected)?;
+        if let Placement::Resume { next } = self.samples.place(id, sample.offset) {
+            return Ok(next);
+        }
+        match streamed {
+            true => app.stream_sample(sample)?,
+            false => app.receive_sample(sample)?,
+        }
+        Ok(self.samples.advance(id, len))
     }
 
     /// Places one pushed checkpoint chunk; commits the checkpoint with its last byte.
@@ -322,4 +369,183 @@ fn check_range(chunk: Chunk<'_>, total: u32) -> Result<u32, DeviceError> {
         return Err(DeviceError::OutOfRange { offset: chunk.offset, len, total });
     }
     Ok(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::message::{SampleShape, TrainingState};
+    use super::*;
+
+    /// A device that streams 4x4 samples of two classes: counts the bytes and the whole
+    /// samples it was handed, and the passes ended.
+    #[derive(Default)]
+    struct Streaming {
+        bytes: u32,
+        samples: u32,
+        passes: u16,
+    }
+
+    impl DeviceApp for Streaming {
+        fn info(&self) -> DeviceInfo {
+            let sample = SampleShape { width: 4, height: 4 };
+            DeviceInfo {
+                model_hash: 1,
+                classes: 2,
+                sample,
+                samples: 0,
+                checkpoint: None,
+                streams: true,
+            }
+        }
+        fn class_name(&self, _: u16) -> Option<&str> {
+            None
+        }
+        fn clear_samples(&mut self) -> Result<(), DeviceError> {
+            Ok(())
+        }
+        fn receive_sample(&mut self, _: SampleChunk<'_>) -> Result<(), DeviceError> {
+            Err(DeviceError::StreamsSamples)
+        }
+        fn start_training(&mut self, _: TrainingConfig) -> Result<(), DeviceError> {
+            Err(DeviceError::StreamsSamples)
+        }
+        fn stop_training(&mut self) {}
+        fn progress(&self) -> TrainingProgress {
+            TrainingProgress {
+                state: TrainingState::Running,
+                epoch: self.passes,
+                epochs: 9,
+                step: self.samples,
+                loss: 0.0,
+                accuracy: None,
+            }
+        }
+        fn read_checkpoint(&mut self, _: u32, _: &mut [u8]) -> Result<(), DeviceError> {
+            Err(DeviceError::NoCheckpoint)
+        }
+        fn begin_checkpoint(&mut self, _: CheckpointInfo) -> Result<(), DeviceError> {
+            Err(DeviceError::CheckpointRejected)
+        }
+        fn write_checkpoint(&mut self, _: u32, _: &[u8]) -> Result<(), DeviceError> {
+            Err(DeviceError::CheckpointRejected)
+        }
+        fn commit_checkpoint(&mut self) -> Result<(), DeviceError> {
+            Err(DeviceError::CheckpointRejected)
+        }
+        fn start_stream(&mut self, _: TrainingConfig) -> Result<(), DeviceError> {
+            Ok(())
+        }
+        fn stream_sample(&mut self, chunk: SampleChunk<'_>) -> Result<(), DeviceError> {
+            self.bytes += chunk.bytes.len() as u32;
+            if chunk.offset + chunk.bytes.len() as u32 == chunk.total {
+                self.samples += 1;
+            }
+            Ok(())
+        }
+        fn end_epoch(&mut self, epoch: u16) -> Result<TrainingProgress, DeviceError> {
+            self.passes = epoch + 1;
+            Ok(self.progress())
+        }
+    }
+
+    /// A session's conversation and the buffers it keeps between requests.
+    struct Session {
+        conversation: Conversation,
+        app: Streaming,
+        reply: [u8; MAX_FRAME],
+    }
+
+    impl Session {
+        fn new() -> Self {
+            let conversation = Conversation::default();
+            Self { conversation, app: Streaming::default(), reply: [0; MAX_FRAME] }
+        }
+
+        /// The answer to `request` as request `seq`, decoded into `buf`.
+        fn ask<'b>(
+            &mut self,
+            seq: u16,
+            request: Request<'_>,
+            buf: &'b mut [u8; MAX_FRAME],
+        ) -> Response<'b> {
+            let mut chunk = [0; MAX_CHUNK];
+            let Self { conversation, app, reply } = self;
+            let frame = conversation.answer(seq, request, app, &mut chunk, reply);
+            let body = frame.len() - 1;
+            buf[..body].copy_from_slice(&frame[..body]);
+            let (answered, response) = decode::<Response<'_>>(&mut buf[..body]).unwrap();
+            assert_eq!(answered, seq);
+            response
+        }
+    }
+
+    fn sample(id: u32, label: u16, total: u32, offset: u32, bytes: &[u8]) -> Request<'_> {
+        let chunk = Chunk { offset, bytes };
+        Request::StreamSample { id, label, split: Split::Train, total, chunk }
+    }
+
+    #[test]
+    fn streamed_samples_of_hostile_sizes_are_refused_with_typed_errors() {
+        let (mut session, mut buf) = (Session::new(), [0; MAX_FRAME]);
+        let pixels = [7u8; 64];
+        let refusals = [
+            (
+                sample(1, 0, 47, 0, &pixels[..16]),
+                DeviceError::SampleSize { expected: 48, actual: 47 },
+            ),
+            (
+                sample(1, 0, u32::MAX, 0, &pixels[..16]),
+                DeviceError::SampleSize { expected: 48, actual: u32::MAX },
+            ),
+            (
+                sample(1, 0, 48, 40, &pixels[..16]),
+                DeviceError::OutOfRange { offset: 40, len: 16, total: 48 },
+            ),
+            (
+                sample(1, 0, 48, u32::MAX, &pixels[..1]),
+                DeviceError::OutOfRange { offset: u32::MAX, len: 1, total: 48 },
+            ),
+            (
+                sample(1, 0, 48, 0, &pixels[..0]),
+                DeviceError::OutOfRange { offset: 0, len: 0, total: 48 },
+            ),
+            (
+                sample(1, 0, 48, 0, &pixels),
+                DeviceError::OutOfRange { offset: 0, len: 64, total: 48 },
+            ),
+            (
+                sample(1, 2, 48, 0, &pixels[..16]),
+                DeviceError::UnknownLabel { label: 2, classes: 2 },
+            ),
+        ];
+        for (seq, (request, error)) in refusals.into_iter().enumerate() {
+            let answer = session.ask(seq as u16 + 1, request, &mut buf);
+            assert_eq!(answer, Response::Error(error), "{request:?}");
+        }
+        let app = &session.app;
+        assert_eq!((app.bytes, app.samples), (0, 0), "a refused chunk reaches no app");
+    }
+
+    #[test]
+    fn a_streamed_sample_is_carried_out_once_however_often_its_chunks_come() {
+        let (mut session, mut buf) = (Session::new(), [0; MAX_FRAME]);
+        let pixels = [3u8; 48];
+        let start = Request::StartStream(TrainingConfig { epochs: 9, learning_rate: None });
+        assert_eq!(session.ask(1, start, &mut buf), Response::Ack);
+        let first = sample(5, 1, 48, 0, &pixels[..32]);
+        let last = sample(5, 1, 48, 32, &pixels[32..]);
+        let answers = [(2, first, 32), (3, first, 32), (4, last, 48), (4, last, 48), (5, last, 48)];
+        // Request 3 repeats the first chunk under a new sequence number (after a
+        // reconnect), request 4 comes twice (a lost answer), request 5 repeats it again.
+        for (seq, request, next) in answers {
+            let answer = session.ask(seq, request, &mut buf);
+            assert_eq!(answer, Response::Received { next }, "request {seq}");
+        }
+        assert_eq!((session.app.bytes, session.app.samples), (48, 1));
+        // A gap in a new sample is answered with where it stands: nothing yet.
+        let gap = sample(6, 0, 48, 16, &pixels[..16]);
+        assert_eq!(session.ask(6, gap, &mut buf), Response::Received { next: 0 });
+        let end = session.ask(7, Request::EndEpoch { epoch: 0 }, &mut buf);
+        assert!(matches!(end, Response::Progress(p) if p.epoch == 1 && p.step == 1), "{end:?}");
+    }
 }

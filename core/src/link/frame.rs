@@ -208,6 +208,13 @@ mod tests {
                 checkpoint: worst,
                 chunk: Chunk { offset: u32::MAX, bytes: &chunk },
             },
+            Request::StreamSample {
+                id: u32::MAX,
+                label: u16::MAX,
+                split: Split::Validation,
+                total: u32::MAX,
+                chunk: Chunk { offset: u32::MAX, bytes: &chunk },
+            },
         ];
         for request in &requests {
             encode(u16::MAX, request, &mut buf).unwrap();

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 /// The protocol version this build speaks. `Request::Hello` and `Response::Hello` keep their
 /// first fields (`protocol`) in every version, so a mismatch is reported, never misparsed.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Version 2: streamed training (`StartStream`, `StreamSample`, `EndEpoch`,
+/// [`DeviceInfo::streams`]).
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// The most payload bytes one frame carries; samples and checkpoints move in chunks of this.
 pub const MAX_CHUNK: usize = 512;
@@ -49,6 +51,29 @@ pub enum Request<'a> {
         checkpoint: CheckpointInfo,
         #[serde(borrow)]
         chunk: Chunk<'a>,
+    },
+    /// Starts a streamed run of `epochs` epochs (a device whose [`DeviceInfo::streams`]):
+    /// the device stores no sample; the host sends the held-out samples with
+    /// [`Request::StreamSample`] and ends that pass with `EndEpoch { epoch: 0 }` (the start's
+    /// accuracy), then for each epoch `n` the training samples (one step each), the held-out
+    /// ones again and `EndEpoch { epoch: n }`.
+    StartStream(TrainingConfig),
+    /// One chunk of streamed sample `id` of `total` bytes (RGB8 pixels of the device's
+    /// [`SampleShape`]): with its last chunk the device trains one step on it
+    /// ([`Split::Train`]) or scores it ([`Split::Validation`]). Ids are the host's and new
+    /// for every sample sent, so a repeated chunk is never carried out twice.
+    StreamSample {
+        id: u32,
+        label: u16,
+        split: Split,
+        total: u32,
+        #[serde(borrow)]
+        chunk: Chunk<'a>,
+    },
+    /// Ends pass `epoch` of a streamed run (0: the start's evaluation); answered with the
+    /// run's [`Response::Progress`]. Ending a pass that already ended answers the same.
+    EndEpoch {
+        epoch: u16,
     },
 }
 
@@ -99,6 +124,9 @@ pub struct DeviceInfo {
     pub samples: u32,
     /// The checkpoint the device would send, if it has one.
     pub checkpoint: Option<CheckpointInfo>,
+    /// The device trains from its input (it cannot store the samples): the host streams
+    /// them every epoch ([`Request::StartStream`]) instead of pushing them once.
+    pub streams: bool,
 }
 
 /// The picture size a device trains on; samples travel as RGB8, `3 * width * height` bytes.
@@ -198,6 +226,16 @@ pub enum DeviceError {
     ReplyTooLarge,
     /// The device's trainer failed to carry out the request (its log says why).
     Failed,
+    /// A streamed sample announced another size than the device's samples.
+    SampleSize { expected: u32, actual: u32 },
+    /// The device trains from cached features: push the samples and start training.
+    NotStreamed,
+    /// The device trains from its input: stream the samples every epoch.
+    StreamsSamples,
+    /// No streamed run is going on.
+    NoStream,
+    /// The host ended pass `host` of a streamed run, the device is at pass `device`.
+    WrongEpoch { device: u16, host: u16 },
 }
 
 impl fmt::Display for DeviceError {
@@ -230,6 +268,21 @@ impl fmt::Display for DeviceError {
             ),
             DeviceError::ReplyTooLarge => write!(f, "the device's reply did not fit in a frame"),
             DeviceError::Failed => write!(f, "the device failed to carry out the request"),
+            DeviceError::SampleSize { expected, actual } => write!(
+                f,
+                "a streamed sample of {actual} bytes, the device takes samples of {expected}"
+            ),
+            DeviceError::NotStreamed => {
+                write!(f, "the device trains from stored samples; it streams none")
+            }
+            DeviceError::StreamsSamples => {
+                write!(f, "the device trains from its input: samples must be streamed")
+            }
+            DeviceError::NoStream => write!(f, "the device is not on a streamed run"),
+            DeviceError::WrongEpoch { device, host } => write!(
+                f,
+                "the host ended pass {host} of the streamed run, the device is at pass {device}"
+            ),
         }
     }
 }
@@ -248,6 +301,9 @@ pub enum RequestKind {
     QueryProgress,
     PullCheckpoint,
     PushCheckpoint,
+    StartStream,
+    StreamSample,
+    EndEpoch,
 }
 
 impl Request<'_> {
@@ -262,6 +318,9 @@ impl Request<'_> {
             Request::QueryProgress => RequestKind::QueryProgress,
             Request::PullCheckpoint { .. } => RequestKind::PullCheckpoint,
             Request::PushCheckpoint { .. } => RequestKind::PushCheckpoint,
+            Request::StartStream(_) => RequestKind::StartStream,
+            Request::StreamSample { .. } => RequestKind::StreamSample,
+            Request::EndEpoch { .. } => RequestKind::EndEpoch,
         }
     }
 }
@@ -278,6 +337,9 @@ impl fmt::Display for RequestKind {
             RequestKind::QueryProgress => "query progress",
             RequestKind::PullCheckpoint => "pull checkpoint",
             RequestKind::PushCheckpoint => "push checkpoint",
+            RequestKind::StartStream => "start stream",
+            RequestKind::StreamSample => "stream sample",
+            RequestKind::EndEpoch => "end epoch",
         })
     }
 }

@@ -2,8 +2,11 @@
 //! features, trains the head for epochs over the cache with the bundle's training plan,
 //! evaluates held-out samples with the evaluation plan (dropout off) and keeps the best
 //! state. An epoch can run a few batches at a time ([`Trainer::train_batches`]), so a
-//! caller serving a link between them stays responsive. Generic over the kernels and a
-//! progress log; all memory is the caller's.
+//! caller serving a link between them stays responsive. A bundle that trains from its
+//! input ([`Bundle::streams`]) caches nothing: each sample arrives every epoch and is
+//! trained on or scored at once ([`Trainer::train_streamed`],
+//! [`Trainer::evaluate_streamed`], [`Trainer::end_streamed_pass`]). Generic over the
+//! kernels and a progress log; all memory is the caller's.
 
 mod samples;
 
@@ -28,6 +31,17 @@ pub struct EpochReport {
     pub accuracy: f32,
     /// The best held-out accuracy so far (the kept checkpoint's).
     pub best_accuracy: f32,
+    /// Training samples the epoch trained on.
+    pub samples: u32,
+}
+
+/// How a pass of a streamed run ended ([`Trainer::end_streamed_pass`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StreamedPass {
+    /// Held-out samples only: their accuracy, in `[0, 1]`; no epoch counted.
+    Evaluated(f32),
+    /// Training samples, then held-out ones: an epoch.
+    Epoch(EpochReport),
 }
 
 /// Where progress goes: `defmt` on a board, semihosting under QEMU, nothing in a test.
@@ -116,7 +130,7 @@ pub struct Trainer<'b, 's, 'm, K> {
     learning_rate: f32,
     best: Option<CheckpointInfo>,
     rng: SplitMix,
-    /// The epoch in progress.
+    /// The epoch (or streamed pass) in progress.
     pass: Option<Pass>,
 }
 
@@ -211,10 +225,7 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
     /// Runs the backbone on the sample in [`Self::sample_input`] and caches its features
     /// with `label`, for training or, when `held_out`, for evaluation.
     pub fn add_staged_sample(&mut self, label: i32, held_out: bool) -> Result<(), TrainerError> {
-        let classes = self.bundle.classes();
-        if !(0..classes as i64).contains(&i64::from(label)) {
-            return Err(TrainerError::Label { label, classes });
-        }
+        self.check_label(label)?;
         let cache = if held_out { &self.memory.held_out } else { &self.memory.train };
         if cache.len() >= cache.capacity() {
             return Err(TrainerError::Full { capacity: cache.capacity() });
@@ -231,6 +242,92 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
         let features = &self.memory.arena[op.offset..op.end()];
         let cache = if held_out { &mut self.memory.held_out } else { &mut self.memory.train };
         cache.push(features, label);
+        Ok(())
+    }
+
+    /// Refuses a label that is not a class index of the model.
+    fn check_label(&self, label: i32) -> Result<(), TrainerError> {
+        let classes = self.bundle.classes();
+        match (0..classes as i64).contains(&i64::from(label)) {
+            true => Ok(()),
+            false => Err(TrainerError::Label { label, classes }),
+        }
+    }
+
+    /// Trains one step on the sample in [`Self::sample_input`] with `label`, caching nothing
+    /// (a bundle that [`Bundle::streams`]), at the current learning rate; counts towards the
+    /// pass in progress. Returns its loss.
+    pub fn train_streamed(&mut self, label: i32) -> Result<f32, TrainerError> {
+        self.check_label(label)?;
+        let io = self.bundle.header.train_io;
+        self.stage_features(&io.features)?;
+        let mut regions = Regions {
+            frozen: self.bundle.frozen,
+            state: &mut self.memory.state[..self.state_len],
+            arena: &mut *self.memory.arena,
+        };
+        write_row(&mut regions, &io.labels, 0, bytemuck::bytes_of(&label))?;
+        self.train.train_step(&mut regions, self.learning_rate)?;
+        let loss = regions.read::<f32>(&io.loss)?[0];
+        let pass = self.pass.get_or_insert_with(Pass::default);
+        pass.trained += 1;
+        pass.loss_sum += loss;
+        Ok(loss)
+    }
+
+    /// Scores the sample in [`Self::sample_input`] against `label` with the evaluation plan,
+    /// caching nothing; counts towards the pass in progress. Returns whether it was right.
+    pub fn evaluate_streamed(&mut self, label: i32) -> Result<bool, TrainerError> {
+        self.check_label(label)?;
+        let io = self.bundle.header.eval_io;
+        self.stage_features(&io.features)?;
+        let mut regions = Regions {
+            frozen: self.bundle.frozen,
+            state: &mut self.memory.state[..self.state_len],
+            arena: &mut *self.memory.arena,
+        };
+        self.eval.run(&mut regions)?;
+        let logits = regions.read::<f32>(&io.logits)?;
+        let classes = self.bundle.classes().min(logits.len());
+        let right = argmax(&logits[..classes]) as i32 == label;
+        let pass = self.pass.get_or_insert_with(Pass::default);
+        pass.evaluated += 1;
+        pass.correct += usize::from(right);
+        Ok(right)
+    }
+
+    /// Ends the streamed pass in progress: an epoch when it trained (the state is kept if
+    /// it is the best, as [`Self::train_batches`] keeps it), else the accuracy of the
+    /// held-out samples it scored. A pass that scored no held-out sample is refused.
+    pub fn end_streamed_pass(&mut self, log: &mut impl Log) -> Result<StreamedPass, TrainerError> {
+        let pass = self.pass.take().unwrap_or_default();
+        if pass.evaluated == 0 {
+            return Err(TrainerError::NotEnoughSamples { have: 0, need: 1 });
+        }
+        Ok(match pass.trained {
+            0 => StreamedPass::Evaluated(pass.correct as f32 / pass.evaluated as f32),
+            _ => StreamedPass::Epoch(self.finish_epoch(&pass, pass.trained, log)),
+        })
+    }
+
+    /// Runs the backbone on the sample in [`Self::sample_input`] and moves its features to
+    /// the first row of `target` (a plan's batch input) inside the arena.
+    fn stage_features(&mut self, target: &Operand) -> Result<(), TrainerError> {
+        let mut regions = Regions {
+            frozen: self.bundle.frozen,
+            state: &mut self.memory.state[..self.state_len],
+            arena: &mut *self.memory.arena,
+        };
+        self.backbone.run(&mut regions)?;
+        let from = self.bundle.header.backbone_io.features;
+        let bytes = from.len * from.dtype.size();
+        let arena = self.memory.arena.len();
+        let room = target.len * target.dtype.size();
+        if from.end() > arena || room < bytes || target.offset.saturating_add(bytes) > arena {
+            let error = ExecError::ValueLength { expected: room, actual: bytes };
+            return Err(TrainerError::Exec(error));
+        }
+        self.memory.arena.copy_within(from.offset..from.offset + bytes, target.offset);
         Ok(())
     }
 
@@ -281,8 +378,14 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
             self.pass = Some(pass);
             return Ok(None);
         }
+        Ok(Some(self.finish_epoch(&pass, pass.trained * batch, log)))
+    }
+
+    /// Counts the epoch `pass` ended (`samples` trained on), keeps the state if its
+    /// held-out accuracy is the best, and logs and returns its report.
+    fn finish_epoch(&mut self, pass: &Pass, samples: usize, log: &mut impl Log) -> EpochReport {
         self.epoch += 1;
-        let accuracy = pass.correct as f32 / held_out as f32;
+        let accuracy = pass.correct as f32 / pass.evaluated.max(1) as f32;
         if self.best.is_none_or(|b| accuracy > b.accuracy) {
             self.memory.best_state[..self.state_len]
                 .copy_from_slice(&self.memory.state[..self.state_len]);
@@ -294,9 +397,10 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
             loss: pass.loss_sum / pass.trained.max(1) as f32,
             accuracy,
             best_accuracy: self.best.map_or(accuracy, |b| b.accuracy),
+            samples: samples as u32,
         };
         log.epoch(&report);
-        Ok(Some(report))
+        report
     }
 
     /// The mean training loss of the batches of the epoch in progress, if one is.

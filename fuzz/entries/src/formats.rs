@@ -57,6 +57,7 @@ pub fn device_checkpoint(bytes: &[u8]) -> bool {
                 sample: SampleShape { width: 8, height: 8 },
                 samples: 0,
                 checkpoint: None,
+                streams: false,
             };
             let Ok(read) = sprout_device::checkpoint_for(path, &info) else { return false };
             assert_eq!(read, bytes, "a checkpoint file must read back as written");

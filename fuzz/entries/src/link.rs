@@ -267,6 +267,7 @@ impl DeviceApp for App {
             sample: SAMPLE,
             samples: self.samples,
             checkpoint: CheckpointInfo::of(&self.checkpoint),
+            streams: false,
         }
     }
 

@@ -1,5 +1,6 @@
 //! `sprout device`: talks to a device running sprout's firmware over a serial port or
-//! `tcp:HOST:PORT`: `train` sends a data folder and trains on the device with progress bars,
+//! `tcp:HOST:PORT`: `train` sends a data folder and trains on the device with progress bars
+//! (once, or every epoch to a device that trains from its input: `--stream`),
 //! `pull` saves its checkpoint (CRC-checked, size-limited, written atomically), `push` sends
 //! one back; each within a deadline and a stall timeout.
 
@@ -9,8 +10,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use sprout_core::format::{bundle, device_checkpoint};
-use sprout_core::link::{Limits, LinkStats, RetryPolicy, Split, TrainingConfig};
-use sprout_device::{checkpoint_for, ConnectOptions, Device, PortSpec, SampleSet};
+use sprout_core::link::{Limits, LinkStats, RetryPolicy, Split, TrainingConfig, TrainingProgress};
+use sprout_device::{checkpoint_for, ConnectOptions, Device, PortSpec, SampleSet, StreamEvent};
 use sprout_train::{read_kind, FileKind};
 
 use crate::duration::{parse_limit, TimeLimit};
@@ -86,8 +87,16 @@ struct TrainArgs {
     #[arg(long, value_name = "LR", alias = "learning-rate")]
     lr: Option<f32>,
     /// Add to the samples already on the device instead of replacing them.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "stream")]
     keep_samples: bool,
+    /// Stream the samples every epoch (the device trains on each as it arrives and stores
+    /// none) instead of sending them once; what a device whose bundle trains from its input
+    /// (e.g. the stem's biases) takes, and chosen for it without this flag.
+    #[arg(long)]
+    stream: bool,
+    /// Seed of the training order of a streamed run's epochs.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
     /// Also print progress as JSON lines on standard error (as `sprout train
     /// --progress-json`): {"event":"start",first,epochs,batches,batch_size}, then whenever
     /// a poll sees a later epoch finished {"event":"batch",epoch,batch,loss} and
@@ -179,6 +188,9 @@ fn train(args: &TrainArgs) -> Result<()> {
             run.epoch, run.epochs
         );
     }
+    if args.stream || device.info().streams {
+        return train_streamed(args, &mut device, &samples);
+    }
     if !args.keep_samples {
         device.clear_samples()?;
     }
@@ -216,6 +228,48 @@ fn train(args: &TrainArgs) -> Result<()> {
         });
     })?;
     bar.finish_and_clear();
+    report_run(&last, &device);
+    Ok(())
+}
+
+/// `device train` streaming the samples every epoch (see [`Device::train_streamed`]), with
+/// a bar over every sample sent and the same JSON lines as a stored run.
+fn train_streamed(args: &TrainArgs, device: &mut Device, samples: &SampleSet) -> Result<()> {
+    let (train, held_out) = (samples.count(Split::Train), samples.count(Split::Validation));
+    eprintln!(
+        "streaming the samples every epoch: the device trains from its input and stores none"
+    );
+    let progress_line = |line: serde_json::Value| {
+        if args.progress_json {
+            eprintln!("{line}");
+        }
+    };
+    progress_line(serde_json::json!({"event": "start", "first": 0, "epochs": args.epochs,
+        "batches": 1, "batch_size": train}));
+    let sends = held_out + usize::from(args.epochs) * (train + held_out);
+    let bar = progress::bar("stream", sends as u64, Unit::Images);
+    let config = TrainingConfig { epochs: args.epochs, learning_rate: args.lr };
+    let last = device.train_streamed(samples, config, args.seed, |event| match event {
+        StreamEvent::Sample => bar.inc(1),
+        StreamEvent::Pass(progress) => {
+            if progress.epoch > 0 {
+                progress_line(serde_json::json!({"event": "batch", "epoch": progress.epoch,
+                    "batch": 0, "loss": progress.loss}));
+                progress_line(serde_json::json!({"event": "epoch", "epoch": progress.epoch,
+                    "train_loss": progress.loss, "val_accuracy": progress.accuracy}));
+            }
+            if let Some(a) = progress.accuracy {
+                bar.set_message(format!("epoch {} acc {:.1}%", progress.epoch, 100.0 * a));
+            }
+        }
+    })?;
+    bar.finish_and_clear();
+    report_run(&last, device);
+    Ok(())
+}
+
+/// Prints where a run ended and what crossed the link.
+fn report_run(last: &TrainingProgress, device: &Device) {
     println!(
         "trained {} of {} epochs ({} steps, {:?}): loss {:.4}{}",
         last.epoch,
@@ -226,7 +280,6 @@ fn train(args: &TrainArgs) -> Result<()> {
         accuracy(last.accuracy)
     );
     report_link(device.stats());
-    Ok(())
 }
 
 /// The checkpoint size a pull takes: a checkpoint of the bundle's state when one is given

@@ -144,7 +144,17 @@ impl Device {
         poll: Duration,
         progress: impl FnMut(&TrainingProgress),
     ) -> Result<TrainingProgress, LinkError> {
-        let result = self.poll_training(config, poll, progress);
+        self.stop_if_given_up(|device| device.poll_training(config, poll, progress))
+    }
+
+    /// Runs `run`; when the host gave up on it (the deadline passed, or the device stalled)
+    /// asks the device to stop, for at most two seconds more, so it does not train for no
+    /// one.
+    pub(crate) fn stop_if_given_up<R>(
+        &mut self,
+        run: impl FnOnce(&mut Self) -> Result<R, LinkError>,
+    ) -> Result<R, LinkError> {
+        let result = run(self);
         let gave_up = matches!(
             &result,
             Err(LinkError::Link {
@@ -227,7 +237,7 @@ impl Device {
 
     /// Runs `operation`, reconnecting (at most `options.reconnects` times) when the link
     /// fails, then running it again: operations keep their progress outside the client.
-    fn retrying<R>(
+    pub(crate) fn retrying<R>(
         &mut self,
         mut operation: impl FnMut(&mut LinkClient) -> LinkResult<R>,
     ) -> Result<R, LinkError> {

@@ -1,7 +1,8 @@
 //! `sprout-device`: the host end of the link to a device running sprout's firmware
 //! (`sprout_core::link`): serial and `tcp:HOST:PORT` ports ([`PortSpec`]), a connected
-//! [`Device`] that retries, reconnects and resumes, and the data folder as the device
-//! takes it ([`SampleSet`]).
+//! [`Device`] that retries, reconnects and resumes, streams the samples every epoch to a
+//! device that trains from its input ([`Device::train_streamed`]), and the data folder as
+//! the device takes it ([`SampleSet`]).
 //!
 //! ```no_run
 //! use sprout_device::{ConnectOptions, Device, PortSpec};
@@ -21,6 +22,7 @@ mod error;
 mod port;
 mod samples;
 mod stream;
+mod streamed;
 
 pub use checkpoint::{checkpoint_for, read_checkpoint_file, write_checkpoint_file, FILE_FRAMING};
 pub use clock::StdClock;
@@ -29,3 +31,4 @@ pub use error::LinkError;
 pub use port::{Port, PortSpec, Stream};
 pub use samples::SampleSet;
 pub use stream::StdStream;
+pub use streamed::StreamEvent;

@@ -16,6 +16,7 @@ use sprout_core::link::frame::{decode, encode};
 use sprout_core::link::{
     CheckpointInfo, ClientError, DeviceInfo, Limit, Limits, Request, RequestKind, Response,
     RetryPolicy, SampleShape, TrainingConfig, TrainingProgress, TrainingState, MAX_FRAME,
+    PROTOCOL_VERSION,
 };
 use sprout_device::{ConnectOptions, Device, LinkError, PortSpec};
 
@@ -25,6 +26,7 @@ const INFO: DeviceInfo = DeviceInfo {
     sample: SampleShape { width: 4, height: 4 },
     samples: 1,
     checkpoint: Some(CheckpointInfo { len: u32::MAX, crc: 0 }),
+    streams: false,
 };
 
 static CHUNK: [u8; 512] = [7; 512];
@@ -54,7 +56,9 @@ fn scripted(mut script: impl FnMut(&Request<'_>) -> Act + Send + 'static) -> u16
             }
             let Ok((seq, request)) = decode::<Request<'_>>(&mut frame) else { return };
             let act = match request {
-                Request::Hello { .. } => Act::Answer(Response::Hello { protocol: 1, device: INFO }),
+                Request::Hello { .. } => {
+                    Act::Answer(Response::Hello { protocol: PROTOCOL_VERSION, device: INFO })
+                }
                 other => script(&other),
             };
             match act {

@@ -66,28 +66,34 @@ fn a_silent_peer_is_reported_with_the_request_and_the_attempts() {
 
 #[test]
 fn another_protocol_version_is_named_whether_or_not_its_hello_parses() {
-    let device =
-        DeviceInfo { model_hash: 1, classes: 2, sample: SHAPE, samples: 0, checkpoint: None };
+    let device = DeviceInfo {
+        model_hash: 1,
+        classes: 2,
+        sample: SHAPE,
+        samples: 0,
+        checkpoint: None,
+        streams: false,
+    };
     let port = answer_once(move |seq| {
         let mut buf = [0; MAX_FRAME];
         encode(seq, &Response::Hello { protocol: 99, device }, &mut buf).unwrap().to_vec()
     });
     let error = Device::connect(tcp(port), QUICK).err().unwrap();
     assert!(
-        error.to_string().contains("protocol version mismatch: this host speaks 1, the device 99"),
+        error.to_string().contains("protocol version mismatch: this host speaks 2, the device 99"),
         "{error}"
     );
 
     // A future version whose device record no longer parses as this version's.
     let port = answer_once(|seq| {
         let mut buf = [0; MAX_FRAME];
-        encode(seq, &(0u32, 2u16, [0xffu8; 3]), &mut buf).unwrap().to_vec()
+        encode(seq, &(0u32, 3u16, [0xffu8; 3]), &mut buf).unwrap().to_vec()
     });
     let error = Device::connect(tcp(port), QUICK).err().unwrap();
     assert!(
         matches!(
             &error,
-            LinkError::Link { source: ClientError::ProtocolMismatch { host: 1, device: 2 }, .. }
+            LinkError::Link { source: ClientError::ProtocolMismatch { host: 2, device: 3 }, .. }
         ),
         "{error}"
     );

@@ -3,7 +3,9 @@
 //! labeled pictures over the board's serial stream, starts training, watches progress and
 //! pulls the best checkpoint, which is also kept in the board's flash. The device bundle
 //! (int8 LeafNet backbone, float head; or a sparse update that also trains int8 biases of
-//! the last blocks) is embedded at build time from `SPROUT_LEAF_BUNDLE` (this crate's
+//! the last blocks; or one that trains from the input, such as the stem's biases, whose
+//! samples the host streams every epoch and whose training runs as each arrives) is
+//! embedded at build time from `SPROUT_LEAF_BUNDLE` (this crate's
 //! `build.rs`), in a partition where another bundle may replace it in the built image;
 //! everything else is static memory ([`Memory`]), logged with `defmt` through whatever
 //! transport the board gives it. [`stack`] guards the stack against overflow and measures
@@ -47,8 +49,9 @@ static BUNDLE: Aligned<[u8; PARTITION.len()]> =
 /// Plan steps of the three plans together: LeafNet's head takes 45, a sparse update of the
 /// biases of its last three int8 blocks (`features.8` to `features.10`) 110 (each int8
 /// clamp's gradient reads a bit mask taken in the forward pass, and each block's backward
-/// pass past its projection is one fused step), and 10 to spare.
-const STEPS: usize = 120;
+/// pass past its projection is one fused step), the stem update (the biases of
+/// `features.0` to `features.2`, trained from the input) 172, and 4 to spare.
+const STEPS: usize = 176;
 /// The largest arena, state and checkpoint the firmware takes. LeafNet at 64x64 with an
 /// int8 backbone needs 110,592 bytes of arena (the backbone's) and a 4,636-byte state
 /// (4,672-byte checkpoints) training the head; that sparse update at a head batch of one
@@ -58,9 +61,12 @@ const STATE: usize = 7_424;
 const CHECKPOINT: usize = 7_552;
 /// Cached samples and the bytes of one sample's features (int8 LeafNet's head: 192). The
 /// buffers hold as many rows as fit: a sparse update caches deeper, larger features (512
-/// bytes before `features.8`), so fewer of them (90 and 30).
-const TRAIN_SAMPLES: usize = 240;
-const HELD_OUT_SAMPLES: usize = 80;
+/// bytes before `features.8`), so fewer of them (66 and 22). The stem update caches none
+/// (its samples are streamed): the rows it leaves unused paid for its plan steps and for
+/// the stack its training needs inside a link request (the statics end below a 4 KiB
+/// boundary, so the stack, above the guard, keeps 24 KiB).
+const TRAIN_SAMPLES: usize = 176;
+const HELD_OUT_SAMPLES: usize = 60;
 const FEATURE_BYTES: usize = 192;
 
 /// Batches (training or held-out) trained between two link polls: a sparse update's batch
@@ -264,14 +270,27 @@ where
     let mut button = StartButton::new(board.start_button, board.button_pressed, DEBOUNCE_READS);
     let mut session = DeviceSession::default();
     let mut training = false;
+    // The last epoch of a streamed run logged (the trainer logs a stored run's).
+    let mut logged_epoch = 0;
     let mut logged_stack = 0;
-    // Clock ticks inside this run's training calls, and the epochs they ended.
+    // Clock ticks inside this run's training calls (a streamed run's: the link requests that
+    // carried its samples), and the epochs they ended.
     let (mut ticks, mut epochs) = (0u64, 0u32);
     loop {
+        let streaming = app.is_training() && app.is_streamed();
+        let start = board.clock.filter(|_| streaming).map(|now| now());
         match session.poll(&mut board.serial, &mut app) {
             Ok(Polled::Answered) => log_stack(&mut logged_stack, false),
             Ok(_) => {}
             Err(e) => defmt::warn!("serial: {}", defmt::Debug2Format(&e)),
+        }
+        if let (Some(now), Some(start)) = (board.clock, start) {
+            ticks += u64::from(now().wrapping_sub(start) % CLOCK_WRAP);
+        }
+        if let Some(report) = app.last_epoch().filter(|r| streaming && r.epoch > logged_epoch) {
+            Defmt.epoch(&report);
+            logged_epoch = report.epoch;
+            epochs += 1;
         }
         // A pin that cannot be read or written leaves the button unpressed, the LED as is.
         if !training && button.pressed().unwrap_or(false) {
@@ -284,14 +303,17 @@ where
         if !training && app.is_training() {
             training = true;
             (ticks, epochs) = (0, 0);
+            logged_epoch = app.trainer().epoch();
             let (train, held_out) = app.trainer().samples();
-            let before = app.initial_accuracy().unwrap_or(0.0);
-            defmt::info!(
-                "training on {=usize} samples, {=usize} held out; held-out accuracy before training {=f32}%",
-                train,
-                held_out,
-                100.0 * before
-            );
+            match app.initial_accuracy() {
+                Some(before) => defmt::info!(
+                    "training on {=usize} samples, {=usize} held out; held-out accuracy before training {=f32}%",
+                    train,
+                    held_out,
+                    100.0 * before
+                ),
+                None => defmt::info!("training on samples the host streams every epoch"),
+            }
         }
         let _ = light.show(app.is_training());
         let start = board.clock.filter(|_| app.is_training()).map(|now| now());
@@ -308,7 +330,9 @@ where
             let best = app.trainer().best().map_or(0.0, |(info, _)| info.accuracy);
             defmt::info!("training ended; best held-out accuracy {=f32}%", 100.0 * best);
             if board.clock.is_some() {
-                let (train, _) = app.trainer().samples();
+                let (cached, _) = app.trainer().samples();
+                let streamed = app.last_epoch().filter(|_| app.is_streamed());
+                let train = streamed.map_or(cached, |r| r.samples as usize);
                 defmt::info!(
                     "training took {=u64} clock ticks for {=u32} epochs of {=usize} samples",
                     ticks,

@@ -48,6 +48,14 @@ impl Bundle<'_, '_> {
         self.header.head_batch as usize
     }
 
+    /// Whether the bundle trains from its input, one sample a step: its first trained layer
+    /// is the model's first, so the backbone plan hands on the (quantized) sample itself.
+    /// A device cannot cache such features for every sample: the host streams the samples
+    /// every epoch instead.
+    pub fn streams(&self) -> bool {
+        self.feature_len() == self.header.sample_shape.numel() && self.head_batch() == 1
+    }
+
     /// Arena bytes the largest of the three plans needs.
     pub fn arena_bytes(&self) -> usize {
         [self.backbone, self.train, self.eval].iter().map(|p| p.sizes.arena).max().unwrap_or(0)

@@ -84,6 +84,7 @@ impl DeviceApp for FakeApp {
             sample: SHAPE,
             samples: self.samples.len() as u32,
             checkpoint: self.checkpoint_info,
+            streams: false,
         }
     }
 
