@@ -31,6 +31,7 @@ mod dense;
 mod depthwise;
 mod epilogue;
 mod gemm;
+mod huge_pages;
 mod im2col;
 mod int8;
 mod norm;
@@ -45,6 +46,7 @@ use std::sync::Arc;
 
 use depthwise::runs_direct;
 use half::f16;
+use huge_pages::grow;
 use parallel::{for_each_span, for_each_span_pair};
 use pool::Pool;
 use sprout_core::backend::{
@@ -57,13 +59,14 @@ use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::reference::{self as r, Activation, Rectifier};
 use sprout_core::{inherit_reference, Host};
 
+pub use huge_pages::advise_memory as advise_huge_pages;
 pub use profile::{KernelProfile, KernelTime};
 
 /// The CPU backend: its thread pool, and the im2col scratch buffer.
 ///
 /// Allocation: the first convolution of each new, larger size grows the scratch buffer
 /// (to `threads` column matrices of the largest convolution, or the batch's for its weight
-/// gradient); after one training step
+/// gradient), asking Linux for huge pages under it; after one training step
 /// every later step reuses it and allocates nothing. The pool's `threads - 1` worker
 /// threads start with the backend, park between kernels and are woken only for kernels
 /// big enough to repay them; clones share the pool, dropping the last one stops it.
@@ -158,14 +161,6 @@ impl Cpu {
         let channels = norm::Channels { gamma: p.gamma, beta: p.beta, mean: running.mean, invstd };
         norm::normalize(&self.pool, src, y, d, channels)
     }
-}
-
-/// The first `len` values of `scratch`, grown to hold them.
-fn grow(scratch: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    if scratch.len() < len {
-        scratch.resize(len, 0.0);
-    }
-    &mut scratch[..len]
 }
 
 impl Default for Cpu {

@@ -620,6 +620,7 @@ pub fn train(
         let training_seconds = started.elapsed().as_secs_f64();
         // Validation and checkpoints run without the step's activations and gradients.
         memory.release_arena();
+        sprout_cpu::advise_huge_pages(&mut memory);
         inference.load_weights(plan, &memory);
         let m = inference.evaluate(val)?;
         let accuracy = m.accuracy() as f32;
