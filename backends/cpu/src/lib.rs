@@ -35,6 +35,7 @@ mod huge_pages;
 mod im2col;
 mod int8;
 mod norm;
+mod optim;
 mod parallel;
 mod pointwise;
 mod pool;
@@ -51,10 +52,11 @@ use parallel::{for_each_span, for_each_span_pair};
 use pool::Pool;
 use sprout_core::backend::{
     ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, GradSums, GradsMut, HalfKernels,
-    Int8LayerKernels, NormAct, NormKernels, PointwiseKernels, Running, Saved, SavedMut, TrainStats,
+    Int8LayerKernels, NormAct, NormKernels, OptimizerKernels, ParamUpdate, PointwiseKernels,
+    Running, Saved, SavedMut, TrainStats,
 };
 use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
-use sprout_core::hyperparams::BatchNormConfig;
+use sprout_core::hyperparams::{AdamWConfig, BatchNormConfig, SgdConfig};
 use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::reference::{self as r, Activation, Rectifier};
 use sprout_core::{inherit_reference, Host};
@@ -173,8 +175,37 @@ impl Backend for Cpu {
     type Memory = Host;
 }
 
-inherit_reference!(Cpu: Vector, Pool, LayerNorm, Dropout, Loss, Optimizer, LossScale, Int8,
-    Int8GradInput, Int8Training);
+inherit_reference!(Cpu: Vector, Pool, LayerNorm, Dropout, Loss, LossScale, Int8, Int8GradInput,
+    Int8Training);
+
+/// SGD and the clipping coefficient are the reference's; AdamW is its update in one vector
+/// loop (`optim`), bit for bit the same.
+impl OptimizerKernels for Cpu {
+    fn sgd_update(
+        &mut self,
+        u: ParamUpdate<'_, Host>,
+        momentum: Option<&mut [f32]>,
+        cfg: SgdConfig,
+    ) {
+        let scale = u.clip_scale.map_or(1.0, |s| s[0]);
+        r::sgd_update(u.param, u.grad, momentum, u.learning_rate, scale, cfg)
+    }
+    fn adamw_update(
+        &mut self,
+        u: ParamUpdate<'_, Host>,
+        m: &mut [f32],
+        v: &mut [f32],
+        step: u32,
+        cfg: AdamWConfig,
+    ) {
+        let scale = u.clip_scale.map_or(1.0, |s| s[0]);
+        let update = r::AdamWStep::new(u.learning_rate, scale, step, cfg);
+        optim::adamw(u.param, u.grad, m, v, update)
+    }
+    fn clip_coefficient(&mut self, sum: &[f32], y: &mut [f32], max_norm: f32) {
+        r::fill(y, r::clip_coefficient(sum[0], max_norm))
+    }
+}
 
 /// Batch norm as per-channel vector sums split over channels, both sums of a pass in one
 /// read, then one element-wise pass from input to output split over samples (`norm`).
