@@ -187,7 +187,7 @@ impl OptimizerKernels for Cpu {
         momentum: Option<&mut [f32]>,
         cfg: SgdConfig,
     ) {
-        let scale = u.clip_scale.map_or(1.0, |s| s[0]);
+        let scale = u.grad_scale();
         r::sgd_update(u.param, u.grad, momentum, u.learning_rate, scale, cfg)
     }
     fn adamw_update(
@@ -198,7 +198,7 @@ impl OptimizerKernels for Cpu {
         step: u32,
         cfg: AdamWConfig,
     ) {
-        let scale = u.clip_scale.map_or(1.0, |s| s[0]);
+        let scale = u.grad_scale();
         let update = r::AdamWStep::new(u.learning_rate, scale, step, cfg);
         optim::adamw(u.param, u.grad, m, v, update)
     }
