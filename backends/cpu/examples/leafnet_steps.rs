@@ -33,6 +33,7 @@ fn main() {
         .expect("the training step compiles");
     let plan = &training.plan;
     let mut memory = plan.initial_memory(&training.graph);
+    sprout_cpu::advise_huge_pages(&mut memory);
     let mut exec = Executor::new(plan.view(), Cpu::with_threads(threads)).expect("a valid plan");
     let operand = |name| plan.operand(name).expect("a zoo tensor");
     let (input, labels, loss) = (operand("input"), operand("labels"), operand("loss"));

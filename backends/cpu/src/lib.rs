@@ -31,9 +31,11 @@ mod dense;
 mod depthwise;
 mod epilogue;
 mod gemm;
+mod huge_pages;
 mod im2col;
 mod int8;
 mod norm;
+mod optim;
 mod parallel;
 mod pointwise;
 mod pool;
@@ -45,25 +47,28 @@ use std::sync::Arc;
 
 use depthwise::runs_direct;
 use half::f16;
+use huge_pages::grow;
 use parallel::{for_each_span, for_each_span_pair};
 use pool::Pool;
 use sprout_core::backend::{
     ActivationKernels, Affine, Backend, ConvKernels, DenseKernels, GradSums, GradsMut, HalfKernels,
-    Int8LayerKernels, NormAct, NormKernels, PointwiseKernels, Running, Saved, SavedMut, TrainStats,
+    Int8LayerKernels, NormAct, NormKernels, OptimizerKernels, ParamUpdate, PointwiseKernels,
+    Running, Saved, SavedMut, TrainStats,
 };
 use sprout_core::geometry::{ChannelDims, Conv2dGeometry, LinearDims};
-use sprout_core::hyperparams::BatchNormConfig;
+use sprout_core::hyperparams::{AdamWConfig, BatchNormConfig, SgdConfig};
 use sprout_core::quant::{QConv2dArgs, QLinearArgs};
 use sprout_core::reference::{self as r, Activation, Rectifier};
 use sprout_core::{inherit_reference, Host};
 
+pub use huge_pages::advise_memory as advise_huge_pages;
 pub use profile::{KernelProfile, KernelTime};
 
 /// The CPU backend: its thread pool, and the im2col scratch buffer.
 ///
 /// Allocation: the first convolution of each new, larger size grows the scratch buffer
 /// (to `threads` column matrices of the largest convolution, or the batch's for its weight
-/// gradient); after one training step
+/// gradient), asking Linux for huge pages under it; after one training step
 /// every later step reuses it and allocates nothing. The pool's `threads - 1` worker
 /// threads start with the backend, park between kernels and are woken only for kernels
 /// big enough to repay them; clones share the pool, dropping the last one stops it.
@@ -160,14 +165,6 @@ impl Cpu {
     }
 }
 
-/// The first `len` values of `scratch`, grown to hold them.
-fn grow(scratch: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    if scratch.len() < len {
-        scratch.resize(len, 0.0);
-    }
-    &mut scratch[..len]
-}
-
 impl Default for Cpu {
     fn default() -> Self {
         Self::new()
@@ -178,8 +175,37 @@ impl Backend for Cpu {
     type Memory = Host;
 }
 
-inherit_reference!(Cpu: Vector, Pool, LayerNorm, Dropout, Loss, Optimizer, LossScale, Int8,
-    Int8GradInput, Int8Training);
+inherit_reference!(Cpu: Vector, Pool, LayerNorm, Dropout, Loss, LossScale, Int8, Int8GradInput,
+    Int8Training);
+
+/// SGD and the clipping coefficient are the reference's; AdamW is its update in one vector
+/// loop (`optim`), bit for bit the same.
+impl OptimizerKernels for Cpu {
+    fn sgd_update(
+        &mut self,
+        u: ParamUpdate<'_, Host>,
+        momentum: Option<&mut [f32]>,
+        cfg: SgdConfig,
+    ) {
+        let scale = u.grad_scale();
+        r::sgd_update(u.param, u.grad, momentum, u.learning_rate, scale, cfg)
+    }
+    fn adamw_update(
+        &mut self,
+        u: ParamUpdate<'_, Host>,
+        m: &mut [f32],
+        v: &mut [f32],
+        step: u32,
+        cfg: AdamWConfig,
+    ) {
+        let scale = u.grad_scale();
+        let update = r::AdamWStep::new(u.learning_rate, scale, step, cfg);
+        optim::adamw(u.param, u.grad, m, v, update)
+    }
+    fn clip_coefficient(&mut self, sum: &[f32], y: &mut [f32], max_norm: f32) {
+        r::fill(y, r::clip_coefficient(sum[0], max_norm))
+    }
+}
 
 /// Batch norm as per-channel vector sums split over channels, both sums of a pass in one
 /// read, then one element-wise pass from input to output split over samples (`norm`).

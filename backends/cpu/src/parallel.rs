@@ -36,18 +36,43 @@ pub fn for_each_chunk<T: Send, F>(
 ) where
     F: Fn(usize, &mut [T], &mut [f32]) + Sync,
 {
+    let (len, item_len) = (out.len(), item_len.max(1));
+    let items = len.div_ceil(item_len);
+    let bound = |item: usize| (item * item_len).min(len);
+    for_each_run(pool, workers, out, items, bound, Pieces { scratch, len: scratch_len }, f)
+}
+
+/// Each thread's piece of a split's scratch: `len` values of `scratch` apiece.
+struct Pieces<'a> {
+    scratch: &'a mut [f32],
+    len: usize,
+}
+
+/// [`for_each_chunk`] over `items` items of any lengths: item `i` is the values
+/// `bound(i)..bound(i + 1)` of `out`, with `bound(0) == 0` and `bound(items) == out.len()`.
+fn for_each_run<T: Send, F>(
+    pool: &Pool,
+    workers: usize,
+    out: &mut [T],
+    items: usize,
+    bound: impl Fn(usize) -> usize + Sync,
+    pieces: Pieces<'_>,
+    f: F,
+) where
+    F: Fn(usize, &mut [T], &mut [f32]) + Sync,
+{
+    let Pieces { scratch, len: scratch_len } = pieces;
     assert!(scratch.len() >= workers * scratch_len, "scratch holds one piece per worker");
-    let items = out.len().div_ceil(item_len.max(1));
     if workers <= 1 || items <= 1 {
         f(0, out, &mut scratch[..scratch_len]);
         return;
     }
     let per_run = items.div_ceil(workers * RUNS_PER_WORKER);
-    // What is left to hand out: the rest of the output and its first item, and of the
-    // scratch. The calling thread takes runs from the front, helpers from the back: with
-    // two threads each keeps to its own end of every kernel's output, so the samples one
+    // What is left to hand out: the rest of the output and its items, and of the scratch.
+    // The calling thread takes runs from the front, helpers from the back: with two
+    // threads each keeps to its own end of every kernel's output, so the samples one
     // kernel leaves in a core's cache are mostly the ones the next kernel reads there.
-    let rest = Mutex::new((out, 0));
+    let rest = Mutex::new((out, 0..items));
     let pieces = Mutex::new(scratch);
     let caller = std::thread::current().id();
     pool.run(workers - 1, &|| {
@@ -56,21 +81,20 @@ pub fn for_each_chunk<T: Send, F>(
         loop {
             let (chunk, first) = {
                 let mut rest = rest.lock().unwrap_or_else(PoisonError::into_inner);
-                let (out, first) = std::mem::take(&mut *rest);
-                if out.is_empty() {
+                let (out, left) = std::mem::take(&mut *rest);
+                if left.is_empty() {
                     return;
                 }
-                let left = out.len().div_ceil(item_len.max(1));
-                let run = per_run.min(left);
+                let run = per_run.min(left.len());
+                let (start, end) = (left.start, left.end);
                 if from_back {
-                    // The last `run` items; the last of all may be shorter.
-                    let (out, chunk) = out.split_at_mut((left - run) * item_len);
-                    *rest = (out, first);
-                    (chunk, first + left - run)
+                    let (out, chunk) = out.split_at_mut(bound(end - run) - bound(start));
+                    *rest = (out, start..end - run);
+                    (chunk, end - run)
                 } else {
-                    let (chunk, out) = out.split_at_mut((run * item_len).min(out.len()));
-                    *rest = (out, first + run);
-                    (chunk, first)
+                    let (chunk, out) = out.split_at_mut(bound(start + run) - bound(start));
+                    *rest = (out, start + run..end);
+                    (chunk, start)
                 }
             };
             let piece = piece.get_or_insert_with(|| {
@@ -107,10 +131,12 @@ pub struct Scratch<'a> {
 ///
 /// The batch is cut into one contiguous part of whole samples per thread, each summed into
 /// its own partial sum of all of `out`, and the parts are added up in order: the result
-/// depends on the number of threads but never on which thread ran what. Each thread then
+/// depends on the number of threads but never on which thread ran what. Each thread first
 /// reads the samples that the sample-split kernels before it wrote there (the caller the
 /// front part, a helper a back one, as in [`for_each_chunk`]), where a split over the
-/// items would read half of every sample from the other core's cache. Where splitting the
+/// items would read half of every sample from the other core's cache; the items of each
+/// part are handed out in runs like [`for_each_chunk`]'s, so a thread that finishes its
+/// own part takes over the rest of a slower one's. Where splitting the
 /// items gives more threads work (a batch of one), the items are split, each summed over
 /// the whole batch.
 pub fn sum_over_batch<F>(
@@ -134,11 +160,21 @@ pub fn sum_over_batch<F>(
         });
         return;
     }
+    // Runs of items of every part of the batch, the parts' partial sums one after the
+    // other: each thread starts on its own part (the caller the first, a helper the last)
+    // and then helps with the others' items, so a thread that runs slow holds back
+    // little; every item's sum is the same whoever computes it.
     let partials = &mut partials[..parts * len];
-    for_each_chunk(pool, parts, partials, len, pieces, piece_len, |first, chunk, piece| {
-        for (i, partial) in chunk.chunks_exact_mut(len).enumerate() {
-            let part = first + i;
-            f(0, part * samples / parts..(part + 1) * samples / parts, partial, piece);
+    let bound = |k: usize| (k / items) * len + ((k % items) * item_len).min(len);
+    let pieces = Pieces { scratch: pieces, len: piece_len };
+    for_each_run(pool, parts, partials, parts * items, bound, pieces, |first, chunk, piece| {
+        let (mut chunk, mut k) = (chunk, first);
+        while !chunk.is_empty() {
+            let (part, item) = (k / items, k % items);
+            let take = chunk.len().min(len - item * item_len);
+            let (this, rest) = std::mem::take(&mut chunk).split_at_mut(take);
+            f(item, part * samples / parts..(part + 1) * samples / parts, this, piece);
+            (chunk, k) = (rest, (part + 1) * items);
         }
     });
     let (first, rest) = partials.split_at(len);
@@ -305,6 +341,36 @@ mod tests {
                 assert_eq!(sum, [samples as f32, want], "{samples} x {items}");
             }
         }
+    }
+
+    /// A slow helper holds back little: the caller, done with its own part of the batch,
+    /// sums items of the helper's part too, and the result is the same.
+    #[test]
+    fn the_caller_takes_over_items_of_a_slow_helpers_part() {
+        let pool = Pool::eager(2);
+        let caller = std::thread::current().id();
+        let (samples, items) = (4, 32);
+        let mut out = vec![f32::NAN; items];
+        let mut partials = vec![f32::NAN; partials_len(2, items)];
+        let scratch = Scratch { partials: &mut partials, pieces: &mut [], piece_len: 0 };
+        let helped = std::sync::atomic::AtomicUsize::new(0);
+        sum_over_batch(&pool, samples, 1000, &mut out, 1, scratch, |first, at, sums, _| {
+            // Slow enough that the helper joins, and the helper far slower.
+            let by_caller = std::thread::current().id() == caller;
+            let pause = if by_caller { 300 } else { 5000 };
+            std::thread::sleep(std::time::Duration::from_micros(pause));
+            if by_caller && at.start > 0 {
+                helped.fetch_add(sums.len(), std::sync::atomic::Ordering::Relaxed);
+            }
+            for (i, sum) in sums.iter_mut().enumerate() {
+                *sum = at.clone().map(|n| (n * items + first + i) as f32).sum();
+            }
+        });
+        for (i, sum) in out.iter().enumerate() {
+            let want: f32 = (0..samples).map(|n| (n * items + i) as f32).sum();
+            assert_eq!(*sum, want, "item {i}");
+        }
+        assert!(helped.into_inner() > 0, "the caller took no item of the second part");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! parameters, statistics and gradient sums, and an optimizer update's parameter, gradient and step size.
 //! Generic over [`Memory`], so a device backend receives device views.
 
-use crate::memory::Memory;
+use crate::memory::{Host, Memory};
 
 /// Batch norm's learned scale and shift, one per channel.
 #[derive(Clone, Copy, Debug)]
@@ -87,4 +87,11 @@ pub struct ParamUpdate<'a, M: Memory> {
     pub grad: M::Slice<'a, f32>,
     pub clip_scale: Option<M::Slice<'a, f32>>,
     pub learning_rate: f32,
+}
+
+impl ParamUpdate<'_, Host> {
+    /// The factor the gradient is scaled by: the clipping factor, or 1 when not clipped.
+    pub fn grad_scale(&self) -> f32 {
+        self.clip_scale.map_or(1.0, |s| s[0])
+    }
 }

@@ -19,11 +19,6 @@ use crate::quant::{
 use crate::reference::{self as r, Activation, Rectifier};
 use half::f16;
 
-/// The factor an optimizer scales gradients by: the clipping coefficient, or 1.
-fn clip_scale(u: &ParamUpdate<'_, Host>) -> f32 {
-    u.clip_scale.map_or(1.0, |s| s[0])
-}
-
 impl<B: Backend<Memory = Host> + InheritReference<family::Dense>> DenseKernels for B {
     fn linear(&mut self, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32], d: LinearDims) {
         r::linear(x, w, b, y, d)
@@ -407,7 +402,7 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Optimizer>> OptimizerK
         momentum: Option<&mut [f32]>,
         cfg: SgdConfig,
     ) {
-        let scale = clip_scale(&u);
+        let scale = u.grad_scale();
         r::sgd_update(u.param, u.grad, momentum, u.learning_rate, scale, cfg)
     }
     fn adamw_update(
@@ -418,7 +413,7 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Optimizer>> OptimizerK
         step: u32,
         cfg: AdamWConfig,
     ) {
-        let scale = clip_scale(&u);
+        let scale = u.grad_scale();
         r::adamw_update(u.param, u.grad, m, v, u.learning_rate, scale, step, cfg)
     }
     fn clip_coefficient(&mut self, sum: &[f32], y: &mut [f32], max_norm: f32) {

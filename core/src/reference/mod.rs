@@ -41,7 +41,7 @@ pub use norm::{
     batch_norm_grad_params_rectified, batch_norm_train, batch_norm_train_in_place,
     save_running_statistics,
 };
-pub use optim::{accumulate, adamw_update, clip_coefficient, sgd_update, sum_squares};
+pub use optim::{accumulate, adamw_update, clip_coefficient, sgd_update, sum_squares, AdamWStep};
 pub use pointwise::{
     activation, activation_grad, mul, mul_grad_factor, Activation, EluParams, GeluParams,
     HardSigmoidParams, LeakyReluParams,

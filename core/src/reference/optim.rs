@@ -53,16 +53,49 @@ pub fn adamw_update(
     debug_assert_eq!(param.len(), grad.len());
     debug_assert_eq!(m.len(), param.len());
     debug_assert_eq!(v.len(), param.len());
-    let bias_correction1 = 1.0 - libm::powf(cfg.beta1, step as f32);
-    let bias_correction2 = 1.0 - libm::powf(cfg.beta2, step as f32);
-    let decay = 1.0 - lr * cfg.weight_decay;
+    let update = AdamWStep::new(lr, grad_scale, step, cfg);
     for (((p, &g), m), v) in param.iter_mut().zip(grad).zip(m).zip(v) {
-        let g = g * grad_scale;
+        update.apply(p, g, m, v, libm::sqrtf);
+    }
+}
+
+/// What every parameter of one [`adamw_update`] shares, and the update of one parameter:
+/// an optimised backend runs [`AdamWStep::apply`] in its own loop, so its results are the
+/// reference's bit for bit.
+#[derive(Clone, Copy, Debug)]
+pub struct AdamWStep {
+    lr: f32,
+    grad_scale: f32,
+    cfg: AdamWConfig,
+    bias_correction1: f32,
+    bias_correction2: f32,
+    decay: f32,
+}
+
+impl AdamWStep {
+    /// Update number `step` (1-based) at learning rate `lr`, gradients scaled by `grad_scale`.
+    pub fn new(lr: f32, grad_scale: f32, step: u32, cfg: AdamWConfig) -> Self {
+        Self {
+            lr,
+            grad_scale,
+            cfg,
+            bias_correction1: 1.0 - libm::powf(cfg.beta1, step as f32),
+            bias_correction2: 1.0 - libm::powf(cfg.beta2, step as f32),
+            decay: 1.0 - lr * cfg.weight_decay,
+        }
+    }
+
+    /// Parameter `p` with gradient `g` and moments `m` and `v`; `sqrt` is a correctly
+    /// rounded square root (`libm::sqrtf` here, a vector instruction in a vector loop).
+    #[inline(always)]
+    pub fn apply(&self, p: &mut f32, g: f32, m: &mut f32, v: &mut f32, sqrt: impl Fn(f32) -> f32) {
+        let cfg = self.cfg;
+        let g = g * self.grad_scale;
         *m = cfg.beta1 * *m + (1.0 - cfg.beta1) * g;
         *v = cfg.beta2 * *v + (1.0 - cfg.beta2) * g * g;
-        let m_hat = *m / bias_correction1;
-        let v_hat = *v / bias_correction2;
-        *p = *p * decay - lr * m_hat / (libm::sqrtf(v_hat) + cfg.eps);
+        let m_hat = *m / self.bias_correction1;
+        let v_hat = *v / self.bias_correction2;
+        *p = *p * self.decay - self.lr * m_hat / (sqrt(v_hat) + cfg.eps);
     }
 }
 

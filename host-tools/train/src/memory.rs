@@ -19,10 +19,13 @@ pub fn check_graph(graph: &Graph, what: &str) -> Result<(), TrainError> {
 }
 
 /// The initial memory of `plan` (compiled from `graph`), refused before it is allocated when
-/// its regions add up to more than the memory limit.
+/// its regions add up to more than the memory limit; backed by huge pages where the system
+/// grants them (see [`sprout_cpu::advise_huge_pages`]).
 pub fn initial_memory(plan: &Plan, graph: &Graph, what: &str) -> Result<HostMemory, TrainError> {
     let s = plan.sizes;
     let bytes = [s.frozen, s.state, s.arena].iter().fold(0u64, |a, &b| a.saturating_add(b as u64));
     Limits::current().check_memory(&format!("the plan of {what}"), bytes)?;
-    Ok(plan.initial_memory(graph))
+    let mut memory = plan.initial_memory(graph);
+    sprout_cpu::advise_huge_pages(&mut memory);
+    Ok(memory)
 }

@@ -101,14 +101,20 @@ impl TensorFile {
         file.read_exact(bytes).map_err(io)
     }
 
-    /// The samples at `indices`, in that order.
+    /// The samples at `indices`, in that order, each read straight into its place in the
+    /// batch (the file's little-endian values swapped in place on a big-endian host).
     pub fn batch(&self, indices: &[usize]) -> Result<Batch, TrainError> {
+        let io = |e| TrainError::Io { path: self.path.clone(), source: e };
         let per = self.sample_bytes();
-        let mut bytes = Vec::with_capacity(per);
-        let mut x = Vec::with_capacity(indices.len() * per / 4);
-        for &i in indices {
-            self.read_x(i * per, &mut bytes, per)?;
-            x.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        let mut x = vec![0f32; indices.len() * per / 4];
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut x);
+        let mut file = &*self.file;
+        for (&i, sample) in indices.iter().zip(bytes.chunks_exact_mut(per.max(1))) {
+            file.seek(SeekFrom::Start(self.x_start + (i * per) as u64)).map_err(io)?;
+            file.read_exact(sample).map_err(io)?;
+        }
+        if cfg!(target_endian = "big") {
+            x.iter_mut().for_each(|v| *v = f32::from_bits(u32::from_le(v.to_bits())));
         }
         Ok(Batch { x, y: indices.iter().map(|&i| self.y[i]).collect() })
     }

@@ -620,6 +620,7 @@ pub fn train(
         let training_seconds = started.elapsed().as_secs_f64();
         // Validation and checkpoints run without the step's activations and gradients.
         memory.release_arena();
+        sprout_cpu::advise_huge_pages(&mut memory);
         inference.load_weights(plan, &memory);
         let m = inference.evaluate(val)?;
         let accuracy = m.accuracy() as f32;
@@ -829,8 +830,12 @@ fn non_finite(loss: f32, plan: &Plan, memory: &HostMemory) -> Option<String> {
         |b| {
             let bytes = &memory.region(b.operand.region)[b.operand.offset..b.operand.end()];
             let values =
-                bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
-            let (i, v) = values.enumerate().find(|(_, v)| !v.is_finite())?;
+                || bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
+            // A pass without early exit (which vectorizes) first; the search only on failure.
+            if values().fold(true, |finite, v| finite & v.is_finite()) {
+                return None;
+            }
+            let (i, v) = values().enumerate().find(|(_, v)| !v.is_finite())?;
             Some(format!("'{}' holds {v} at element {i} after the update", b.name))
         },
     )
