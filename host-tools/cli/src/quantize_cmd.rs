@@ -8,14 +8,12 @@ use clap::{Args, ValueEnum};
 use sprout_core::{load_model, save_model, to_f16_storage, F16Storage, Graph, ModelFile, Role};
 use sprout_train::{
     check_output, measurable, open_calibration, quantize_with_reports, read_kind, write_atomic,
-    Calibration as RangeChoice, FallbackTarget, FileKind, Model, QuantizeSettings, RangeMethod,
-    NOT_CLASS_SCORES,
+    Agreement, Calibration as RangeChoice, FallbackTarget, FileKind, Model, QuantizeSettings,
+    RangeMethod, NOT_CLASS_SCORES,
 };
 
 use crate::progress::{self, Unit};
-use crate::summary::{
-    print_json, AgreementSummary, CalibrationCandidate, FloatOp, KeptFloatLayer, QuantizeSummary,
-};
+use crate::summary::{print_json, CalibrationCandidate, FloatOp, QuantizeSummary};
 
 use crate::image_args::ResizeArgs;
 
@@ -322,21 +320,12 @@ fn to_int8(args: &QuantizeArgs, summary: &mut QuantizeSummary) -> Result<ModelFi
         .into_iter()
         .map(|f| FloatOp { op: f.op.into(), node: f.node, reason: f.reason.into() })
         .collect();
-    summary.agreement = quantized.agreement.map(|a| AgreementSummary {
-        before: a.before,
-        after: a.after,
-        target: a.target,
-        kept_float: a
-            .kept_float
-            .into_iter()
-            .map(|(weight, agreement)| KeptFloatLayer { weight, agreement })
-            .collect(),
-    });
+    summary.agreement = quantized.agreement;
     Ok(quantized.file)
 }
 
 /// The int8 model's agreement with the float model, and the layers kept float for it.
-fn print_agreement(a: &AgreementSummary, samples: usize) {
+fn print_agreement(a: &Agreement, samples: usize) {
     let percent = |f: f64| 100.0 * f;
     println!(
         "agreement: int8 gives the float model's answer on {:.1}% of the {samples} calibration samples",

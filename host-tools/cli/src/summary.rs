@@ -6,6 +6,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
+use sprout_train::Agreement;
 
 /// Writes `summary` to standard output as one JSON object on one line.
 pub fn print_json(summary: &impl Serialize) -> Result<()> {
@@ -162,28 +163,7 @@ pub struct QuantizeSummary {
     /// int8 of a model of class scores: how often the int8 model gives the float model's
     /// answer over the calibration samples, and the layers kept float to raise it; null
     /// otherwise.
-    pub agreement: Option<AgreementSummary>,
-}
-
-/// [`QuantizeSummary::agreement`]: top-1 agreements as fractions (0 to 1).
-#[derive(Serialize, Debug)]
-pub struct AgreementSummary {
-    /// Before any layer was kept float for it.
-    pub before: f64,
-    /// Of the model written.
-    pub after: f64,
-    /// `--min-agreement`.
-    pub target: f64,
-    /// The layers kept float for it, in order, each with the agreement once it was.
-    pub kept_float: Vec<KeptFloatLayer>,
-}
-
-/// One entry of [`AgreementSummary::kept_float`].
-#[derive(Serialize, Debug)]
-pub struct KeptFloatLayer {
-    /// The layer's weight (as `--keep-float` names it).
-    pub weight: String,
-    pub agreement: f64,
+    pub agreement: Option<Agreement>,
 }
 
 /// One entry of [`QuantizeSummary::calibration_candidates`].

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use sprout_core::int8_conversion::Quantized;
 
-use crate::closest_calibration::{int8_inference, kl_of_softmax, Divergence};
+use crate::closest_calibration::{int8_inference, summed_kl, Divergence};
 use crate::error::TrainError;
 use crate::metrics::argmax;
 use crate::model::{Inference, Model};
@@ -36,7 +36,7 @@ pub struct FallbackTarget {
 }
 
 /// A layer the fallback kept float.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct KeptFloat {
     /// Its weight's name (as `--keep-float` names layers).
     pub weight: String,
@@ -74,8 +74,9 @@ pub fn fall_back_to_float(
     let classes =
         class_count(model).ok_or_else(|| TrainError::Mismatch(NOT_CLASS_SCORES.into()))?;
     step("answers");
-    let answers = float_answers(model, data, classes, &mut |_| {})?;
-    let before = agreement_with(&answers.classes, model, &first, data, classes)?;
+    let answers = float_answers(model, data, classes)?;
+    let first_answers = int8_answers(model, &first, data, classes)?;
+    let before = agreement_of(&answers.classes, &first_answers);
     let mut best = Fallback {
         agreement_before: before,
         agreement: before,
@@ -86,11 +87,11 @@ pub fn fall_back_to_float(
     if before >= target.min_agreement || max_layers == 0 {
         return Ok(best);
     }
-    let hard = nearest_ties(model, &best.quantized, data, &answers, classes)?;
+    let hard = nearest_ties(model, data, &answers, &first_answers)?;
     let reference = Inference::new(model)?.run(&hard.x)?;
     let divergence = |float: &BTreeSet<String>| -> Result<f64, TrainError> {
         let output = int8_inference(model, &quantize(float)?)?.run(&hard.x)?;
-        Ok(divergence_from(&reference, &output, classes))
+        Ok(summed_kl(&reference, &output, classes))
     };
     // Greedy: each step keeps float the shortlisted layer that, added to those kept, leaves
     // the least divergence on the hard samples (the first step's is the ranking's first).
@@ -113,7 +114,8 @@ pub fn fall_back_to_float(
         let weight = shortlist.remove(least.0);
         float.insert(weight.clone());
         let trial = quantize(&float)?;
-        let agreement = agreement_with(&answers.classes, model, &trial, data, classes)?;
+        let agreement =
+            agreement_of(&answers.classes, &int8_answers(model, &trial, data, classes)?);
         kept.push(KeptFloat { weight, agreement });
         if agreement > best.agreement {
             best.agreement = agreement;
@@ -157,7 +159,6 @@ fn float_answers(
     model: &Model,
     data: &mut DataSource,
     classes: usize,
-    read: &mut dyn FnMut(usize),
 ) -> Result<Answers, TrainError> {
     let mut float = Inference::new(model)?;
     let mut answers = Answers { classes: Vec::new(), margins: Vec::new() };
@@ -174,46 +175,44 @@ fn float_answers(
             answers.classes.push(best);
             answers.margins.push(scores[best] - second);
         }
-        read(answers.classes.len());
     }
     Ok(answers)
 }
 
-/// The share of samples whose int8 answer is the float one (`reference`, in data order).
-fn agreement_with(
-    reference: &[usize],
+/// The int8 model's answer per sample, in data order.
+fn int8_answers(
     model: &Model,
     quantized: &Quantized,
     data: &mut DataSource,
     classes: usize,
-) -> Result<f64, TrainError> {
+) -> Result<Vec<usize>, TrainError> {
     let mut int8 = int8_inference(model, quantized)?;
-    let (mut seen, mut same) = (0usize, 0usize);
+    let mut answers = Vec::with_capacity(data.len());
     for samples in data.epoch(0) {
-        let samples = samples?;
-        for scores in int8.run(&samples.x)?.chunks(classes) {
-            same += usize::from(reference.get(seen) == Some(&argmax(scores)));
-            seen += 1;
-        }
+        answers.extend(int8.run(&samples?.x)?.chunks(classes).map(argmax));
     }
-    Ok(if seen == 0 { 1.0 } else { same as f64 / seen as f64 })
+    Ok(answers)
 }
 
-/// Up to [`RANKING_SAMPLES`] samples nearest a tie: those `quantized` answers differently
-/// from the float model first, then those of the smallest float margin.
+/// The share of samples whose int8 answer is the float one.
+fn agreement_of(float: &[usize], int8: &[usize]) -> f64 {
+    let same = float.iter().zip(int8).filter(|(f, q)| f == q).count();
+    if float.is_empty() {
+        1.0
+    } else {
+        same as f64 / float.len() as f64
+    }
+}
+
+/// Up to [`RANKING_SAMPLES`] samples nearest a tie: those the int8 model answers
+/// differently (`int8_classes`) from the float model first, then those of the smallest float
+/// margin.
 fn nearest_ties(
     model: &Model,
-    quantized: &Quantized,
     data: &mut DataSource,
     answers: &Answers,
-    classes: usize,
+    int8_classes: &[usize],
 ) -> Result<TensorSet, TrainError> {
-    let mut int8 = int8_inference(model, quantized)?;
-    let mut int8_classes = Vec::with_capacity(answers.classes.len());
-    for samples in data.epoch(0) {
-        let samples = samples?;
-        int8_classes.extend(int8.run(&samples.x)?.chunks(classes).map(argmax));
-    }
     let mut order: Vec<usize> = (0..answers.classes.len()).collect();
     let differs = |i: usize| int8_classes.get(i) != Some(&answers.classes[i]);
     order.sort_by(|&a, &b| {
@@ -267,11 +266,6 @@ fn rank_layers(
     }
     scored.sort_by(|a, b| a.0.total_cmp(&b.0));
     Ok(scored.into_iter().map(|(_, w)| w).collect())
-}
-
-/// The summed KL divergence of `output`'s class probabilities from `reference`'s.
-fn divergence_from(reference: &[f32], output: &[f32], classes: usize) -> f64 {
-    reference.chunks(classes).zip(output.chunks(classes)).map(|(p, q)| kl_of_softmax(p, q)).sum()
 }
 
 #[cfg(test)]
@@ -339,11 +333,11 @@ mod tests {
         }
 
         /// The agreement of `quantized`, measured afresh.
-        fn agreement_of(&mut self, quantized: &Quantized) -> f64 {
+        fn measured_agreement(&mut self, quantized: &Quantized) -> f64 {
             let classes = class_count(&self.model).unwrap();
-            let answers = float_answers(&self.model, &mut self.data, classes, &mut |_| {}).unwrap();
-            agreement_with(&answers.classes, &self.model, quantized, &mut self.data, classes)
-                .unwrap()
+            let answers = float_answers(&self.model, &mut self.data, classes).unwrap();
+            let int8 = int8_answers(&self.model, quantized, &mut self.data, classes).unwrap();
+            agreement_of(&answers.classes, &int8)
         }
 
         fn weights(&self) -> Vec<String> {
@@ -360,7 +354,7 @@ mod tests {
             case.run(FallbackTarget { min_agreement: 0.0, max_layers: None }, &BTreeSet::new());
         assert!(fallback.kept_float.is_empty());
         assert_eq!(fallback.agreement, fallback.agreement_before);
-        let measured = case.agreement_of(&fallback.quantized);
+        let measured = case.measured_agreement(&fallback.quantized);
         assert_eq!(measured, fallback.agreement);
         assert_eq!(fallback.quantized.layers.len(), case.weights().len());
     }
@@ -384,14 +378,14 @@ mod tests {
         assert!(kept.iter().all(|w| weights.contains(w)), "{kept:?}");
         assert_eq!(fallback.quantized.layers.len(), weights.len() - kept.len());
         assert_eq!(fallback.kept_float.last().unwrap().agreement, 1.0);
-        assert_eq!(case.agreement_of(&fallback.quantized), 1.0);
+        assert_eq!(case.measured_agreement(&fallback.quantized), 1.0);
 
         // A cap of one layer: one layer at most, and the best agreement of the trials.
         let one = FallbackTarget { min_agreement: 1.0, max_layers: Some(1) };
         let capped = case.run(one, &BTreeSet::new());
         assert!(capped.kept_float.len() <= 1);
         assert!(capped.agreement >= capped.agreement_before);
-        assert_eq!(case.agreement_of(&capped.quantized), capped.agreement);
+        assert_eq!(case.measured_agreement(&capped.quantized), capped.agreement);
 
         // Layers the caller fixes (trainable int8 ones) stay int8.
         let fixed = BTreeSet::from([kept[0].clone()]);
@@ -404,8 +398,9 @@ mod tests {
         let mut case = Case::new();
         let first = case.trial(&BTreeSet::new()).unwrap();
         let classes = class_count(&case.model).unwrap();
-        let answers = float_answers(&case.model, &mut case.data, classes, &mut |_| {}).unwrap();
-        let hard = nearest_ties(&case.model, &first, &mut case.data, &answers, classes).unwrap();
+        let answers = float_answers(&case.model, &mut case.data, classes).unwrap();
+        let int8 = int8_answers(&case.model, &first, &mut case.data, classes).unwrap();
+        let hard = nearest_ties(&case.model, &mut case.data, &answers, &int8).unwrap();
         assert_eq!(hard.len(), RANKING_SAMPLES.min(SAMPLES));
         assert_eq!(hard.x.len(), hard.len() * case.model.sample_dims().iter().product::<usize>());
         assert_eq!(default_max_layers(0), 1);

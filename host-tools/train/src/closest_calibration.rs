@@ -102,11 +102,7 @@ pub fn output_errors(
         for (inference, error) in int8.iter_mut().zip(&mut errors) {
             let output = inference.run(&samples.x)?;
             *error += match divergence {
-                Divergence::ClassScores => reference
-                    .chunks(per_sample)
-                    .zip(output.chunks(per_sample))
-                    .map(|(p, q)| kl_of_softmax(p, q))
-                    .sum::<f64>(),
+                Divergence::ClassScores => summed_kl(&reference, &output, per_sample),
                 Divergence::RelativeSquares => {
                     output.iter().zip(&reference).map(|(&o, &r)| f64::from(o - r).powi(2)).sum()
                 }
@@ -138,9 +134,15 @@ pub(crate) fn int8_inference(
     Inference::of_network(&network, model.batch())
 }
 
+/// The KL divergence of `output`'s class probabilities from `reference`'s, summed over the
+/// samples (`classes` scores each).
+pub(crate) fn summed_kl(reference: &[f32], output: &[f32], classes: usize) -> f64 {
+    reference.chunks(classes).zip(output.chunks(classes)).map(|(p, q)| kl_of_softmax(p, q)).sum()
+}
+
 /// KL(softmax(p) || softmax(q)) of two score vectors, computed from log-probabilities so
 /// that no probability underflows to a logarithm of zero.
-pub(crate) fn kl_of_softmax(p: &[f32], q: &[f32]) -> f64 {
+fn kl_of_softmax(p: &[f32], q: &[f32]) -> f64 {
     let (lse_p, lse_q) = (log_sum_exp(p), log_sum_exp(q));
     let log_probabilities =
         p.iter().zip(q).map(|(&a, &b)| (f64::from(a) - lse_p, f64::from(b) - lse_q));

@@ -43,7 +43,7 @@ mod tensor_file;
 mod trainer;
 mod version;
 
-pub use agreement::{default_max_layers, measurable, FallbackTarget, NOT_CLASS_SCORES};
+pub use agreement::{default_max_layers, measurable, FallbackTarget, KeptFloat, NOT_CLASS_SCORES};
 pub use calibration::{even_pick, open_calibration};
 pub use checkpoint::{
     checkpoint_name, read_checkpoint, write_checkpoint, Checkpoint, EpochRecord, KEEP, MAGIC,

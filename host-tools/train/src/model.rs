@@ -140,8 +140,12 @@ impl Model {
     /// logits; the loss and labels come from its cross-entropy node, or, without one, a
     /// cross-entropy with new labels is added. The head is the last linear layer.
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self, TrainError> {
-        let Network { mut graph, input, output: logits, mut metadata } =
-            Network::from_bytes(bytes, path)?;
+        Self::from_network(Network::from_bytes(bytes, path)?, path)
+    }
+
+    /// [`Model::from_bytes`] of a network already read from `path`.
+    fn from_network(network: Network, path: &Path) -> Result<Self, TrainError> {
+        let Network { mut graph, input, output: logits, mut metadata } = network;
         let shape = graph.shape(logits);
         if shape.rank() != 2 {
             return Err(TrainError::NotClassifier {
@@ -188,11 +192,11 @@ impl Model {
     /// which stands for `labels` and `loss`: what an int8 rewrite needs of a model is its
     /// output and a float reader that keeps it float.
     pub fn open_any_output(path: &Path) -> Result<Self, TrainError> {
-        let bytes = read_kind(path, FileKind::Model, MODEL)?;
-        let Network { mut graph, input, output, metadata } = Network::from_bytes(&bytes, path)?;
-        if graph.shape(output).rank() == 2 {
-            return Self::from_bytes(&bytes, path);
+        let network = Network::open(path)?;
+        if network.graph.shape(network.output).rank() == 2 {
+            return Self::from_network(network, path);
         }
+        let Network { mut graph, input, output, metadata } = network;
         let mse = graph.nodes().iter().rev().find(|n| n.op == Op::Mse && n.inputs[0] == output);
         let (target, loss) = match mse.cloned() {
             Some(n) => (n.inputs[1], n.outputs[0]),

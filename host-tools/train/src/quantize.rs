@@ -3,7 +3,7 @@
 //! quantization error), then core's graph rewrite (`sprout_core::int8_conversion`) into a
 //! model file.
 
-use crate::agreement::{self, Fallback, FallbackTarget};
+use crate::agreement::{self, Fallback, FallbackTarget, KeptFloat};
 use crate::bias_correction;
 use crate::closest_calibration;
 use crate::error::TrainError;
@@ -325,17 +325,18 @@ pub struct Int8Model {
     pub agreement: Option<Agreement>,
 }
 
-/// The top-1 agreement of the int8 model with the float model over the calibration samples.
-#[derive(Clone, Debug, PartialEq)]
+/// The top-1 agreement of the int8 model with the float model over the calibration samples
+/// (fractions, 0 to 1; `sprout quantize --json` writes it as it is).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Agreement {
     /// Before any layer was kept float for it.
     pub before: f64,
     /// Of the model written.
     pub after: f64,
-    /// The target.
+    /// The target (`--min-agreement`).
     pub target: f64,
-    /// The weights of the layers kept float for it, each with the agreement once it was.
-    pub kept_float: Vec<(String, f64)>,
+    /// The layers kept float for it, in order.
+    pub kept_float: Vec<KeptFloat>,
 }
 
 /// Calibrates `model` on `data` and rewrites it in int8.
@@ -420,11 +421,10 @@ pub fn quantize_with_reports(
             options.keep_float.extend(extra.iter().cloned());
             quantize(&ranges, &options)
         };
-        let fixed = options.trainable.clone();
+        let fixed = &options.trainable;
         let fallback =
-            agreement::fall_back_to_float(model, data, quantized, &fixed, target, &trial, phase)?;
+            agreement::fall_back_to_float(model, data, quantized, fixed, target, &trial, phase)?;
         let Fallback { agreement_before, agreement: after, kept_float, quantized: kept } = fallback;
-        let kept_float = kept_float.into_iter().map(|k| (k.weight, k.agreement)).collect();
         let target = target.min_agreement;
         agreement = Some(Agreement { before: agreement_before, after, target, kept_float });
         quantized = kept;
