@@ -2,12 +2,16 @@
 //! input gradient split the batch over threads, the weight gradient is one batch-summed
 //! product per group (see [`sum_of_products_nt`]).
 
-use crate::epilogue::Epilogue;
-use crate::gemm::{gemm, sum_of_products_nt, sum_of_products_scratch, Batch, Mat};
+use crate::epilogue::{Epilogue, NO_RECTIFIER, RELU, RELU6};
+use crate::gemm::{
+    gemm, gemm_mapped, sum_of_products_nt, sum_of_products_scratch, Batch, Mat, RowMap, RowsFrom,
+    Unmapped,
+};
 use crate::im2col::{col2im, col_cols, col_rows, im2col, is_pointwise};
 use crate::parallel::{for_each_chunk, workers};
 use crate::pool::Pool;
 use sprout_core::geometry::Conv2dGeometry;
+use sprout_core::reference::Rectifier;
 
 /// Scratch values one worker needs: a column matrix (none for pointwise convolutions).
 pub fn scratch_per_worker(g: &Conv2dGeometry) -> usize {
@@ -46,8 +50,8 @@ fn weight_group<'a>(w: &'a [f32], group: usize, g: &Conv2dGeometry) -> Mat<'a> {
     Mat::new(&w[group * len..][..len], g.c_out_per_group(), col_rows(g))
 }
 
-/// `y = conv(x, w) + b`, each sample's output then put through `then`, if any; `scratch`
-/// holds `batch_workers · scratch_per_worker` values.
+/// `y = conv(x, w) + b`, each value then put through `then`, if any, as the product stores
+/// it; `scratch` holds `batch_workers · scratch_per_worker` values.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d(
     pool: &Pool,
@@ -56,6 +60,27 @@ pub fn conv2d(
     w: &[f32],
     b: Option<&[f32]>,
     then: Option<&Epilogue<'_>>,
+    y: &mut [f32],
+    g: &Conv2dGeometry,
+) {
+    let args = (pool, scratch, x, w, b);
+    match then.map(|then| (then, then.rectifier)) {
+        None => conv2d_mapped(args, &Unmapped, y, g),
+        Some((then, None)) => conv2d_mapped(args, &then.rows::<NO_RECTIFIER>(), y, g),
+        Some((then, Some(Rectifier { relu6: false }))) => {
+            conv2d_mapped(args, &then.rows::<RELU>(), y, g)
+        }
+        Some((then, Some(Rectifier { relu6: true }))) => {
+            conv2d_mapped(args, &then.rows::<RELU6>(), y, g)
+        }
+    }
+}
+
+/// [`conv2d`] with output channel `o`'s values put through `rows.row(o)`.
+#[allow(clippy::type_complexity)]
+fn conv2d_mapped(
+    (pool, scratch, x, w, b): (&Pool, &mut [f32], &[f32], &[f32], Option<&[f32]>),
+    rows: &impl RowMap,
     y: &mut [f32],
     g: &Conv2dGeometry,
 ) {
@@ -82,10 +107,8 @@ pub fn conv2d(
                     };
                     let x_cols = columns(input_group(x, first + i, group, g), col, g);
                     let x_cols = Mat::new(x_cols, col_rows(g), cols);
-                    gemm(pool, weight_group(w, group, g), x_cols, beta, y_g);
-                    if let Some(then) = then {
-                        then.apply_rows(group * g.c_out_per_group(), y_g, cols);
-                    }
+                    let rows = RowsFrom { map: rows, first: group * g.c_out_per_group() };
+                    gemm_mapped(pool, weight_group(w, group, g), x_cols, beta, y_g, &rows);
                 }
             }
         },

@@ -5,6 +5,7 @@
 //!
 //! [`ConvKernels::conv2d_norm_act`]: sprout_core::backend::ConvKernels::conv2d_norm_act
 
+use crate::gemm::RowMap;
 use crate::norm::{inv_std, normalized};
 use crate::pointwise::{map_in_place, relu6_value, relu_value};
 use sprout_core::reference::{FrozenNorm, Rectifier};
@@ -20,10 +21,7 @@ impl Epilogue<'_> {
     /// Normalises and rectifies `plane`, values of output channel `c`, in one vector pass
     /// while it is in cache.
     pub fn apply(&self, c: usize, plane: &mut [f32]) {
-        let n = &self.norm;
-        let (gamma, beta, mean) = (n.gamma[c], n.beta[c], n.mean[c]);
-        let invstd = inv_std(n.var[c], n.cfg.eps);
-        let norm = move |x| normalized(x, gamma, beta, mean, invstd);
+        let norm = self.norm_of(c);
         match self.rectifier {
             None => map_in_place(plane, norm),
             Some(Rectifier { relu6: true }) => map_in_place(plane, move |x| relu6_value(norm(x))),
@@ -31,10 +29,47 @@ impl Epilogue<'_> {
         }
     }
 
-    /// [`Epilogue::apply`] over `rows` of `row_len` values, the first of channel `first`.
-    pub fn apply_rows(&self, first: usize, rows: &mut [f32], row_len: usize) {
-        for (i, row) in rows.chunks_mut(row_len.max(1)).enumerate() {
-            self.apply(first + i, row)
+    /// Channel `c`'s normalisation of one value.
+    #[inline(always)]
+    fn norm_of(&self, c: usize) -> impl Fn(f32) -> f32 {
+        let n = &self.norm;
+        let (gamma, beta, mean) = (n.gamma[c], n.beta[c], n.mean[c]);
+        let invstd = inv_std(n.var[c], n.cfg.eps);
+        move |x| normalized(x, gamma, beta, mean, invstd)
+    }
+
+    /// This epilogue as the map of a product's rows, row `i` being channel `i`: `RECTIFIER`
+    /// is [`NO_RECTIFIER`], [`RELU`] or [`RELU6`], the rectifier it has.
+    pub fn rows<const RECTIFIER: u8>(&self) -> EpilogueRows<'_, RECTIFIER> {
+        debug_assert_eq!(
+            RECTIFIER,
+            match self.rectifier {
+                None => NO_RECTIFIER,
+                Some(Rectifier { relu6: false }) => RELU,
+                Some(Rectifier { relu6: true }) => RELU6,
+            }
+        );
+        EpilogueRows(self)
+    }
+}
+
+/// [`Epilogue::rows`]' rectifiers, fixed when the product is compiled.
+pub const NO_RECTIFIER: u8 = 0;
+pub const RELU: u8 = 1;
+pub const RELU6: u8 = 2;
+
+/// An [`Epilogue`] applied by a matrix product to each value it stores ([`Epilogue::rows`]),
+/// with the arithmetic of [`Epilogue::apply`].
+pub struct EpilogueRows<'a, const RECTIFIER: u8>(&'a Epilogue<'a>);
+
+impl<const RECTIFIER: u8> RowMap for EpilogueRows<'_, RECTIFIER> {
+    #[inline(always)]
+    fn row(&self, c: usize) -> impl Fn(f32) -> f32 {
+        let norm = self.0.norm_of(c);
+        move |x| match RECTIFIER {
+            RELU6 => relu6_value(norm(x)),
+            RELU => relu_value(norm(x)),
+            _ => norm(x),
         }
     }
 }

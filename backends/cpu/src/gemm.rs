@@ -3,7 +3,8 @@
 //! its input's column matrix), blocks of [`MR`]` x `[`NR`] outputs are accumulated in registers straight
 //! from `A` and `B` ([`broadcast_rows`]): the small, skinny products of a MobileNet spend
 //! more on the packing of a general GEMM than on its arithmetic. Other products go to
-//! `matrixmultiply`'s `sgemm`.
+//! `matrixmultiply`'s `sgemm`. A [`RowMap`] (a frozen batch norm and its rectifier) maps
+//! each output row's values as they are stored, while they are still in registers.
 
 use crate::parallel::{for_each_chunk, partials_len, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
@@ -54,9 +55,53 @@ impl<'a> Mat<'a> {
     }
 }
 
+/// What happens to each value of row `i` of a product as it is stored: `row(i)`'s map.
+pub trait RowMap: Sync {
+    /// Whether every row's map returns its value as it is.
+    const IDENTITY: bool = false;
+    fn row(&self, i: usize) -> impl Fn(f32) -> f32;
+}
+
+/// The product's values as they are.
+pub struct Unmapped;
+
+impl RowMap for Unmapped {
+    const IDENTITY: bool = true;
+    #[inline(always)]
+    fn row(&self, _: usize) -> impl Fn(f32) -> f32 {
+        |v| v
+    }
+}
+
+/// `map`'s rows from row `first` on: the rows of a product of part of `map`'s rows.
+pub struct RowsFrom<'a, M> {
+    pub map: &'a M,
+    pub first: usize,
+}
+
+impl<M: RowMap> RowMap for RowsFrom<'_, M> {
+    const IDENTITY: bool = M::IDENTITY;
+    #[inline(always)]
+    fn row(&self, i: usize) -> impl Fn(f32) -> f32 {
+        self.map.row(self.first + i)
+    }
+}
+
 /// `c = a·b + beta·c` for a row-major `c[a.rows, b.cols]`, with `c`'s rows split over up
 /// to `pool`'s threads. With `beta == 0` the old contents of `c` are ignored (NaN too).
 pub fn gemm(pool: &Pool, a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
+    gemm_mapped(pool, a, b, beta, c, &Unmapped)
+}
+
+/// [`gemm`] with every value of row `i` of `c` put through `rows.row(i)` as it is stored.
+pub fn gemm_mapped(
+    pool: &Pool,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    c: &mut [f32],
+    rows: &impl RowMap,
+) {
     assert_eq!(a.cols, b.rows, "inner dimensions");
     assert_eq!(c.len(), a.rows * b.cols, "output length");
     // Whole register blocks of rows per run; `matrixmultiply` packs `b` again for every
@@ -66,9 +111,11 @@ pub fn gemm(pool: &Pool, a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
         true => MR,
         false => a.rows.div_ceil(workers),
     };
+    let rows_map = rows;
     for_each_chunk(pool, workers, c, rows_per_item * b.cols, &mut [], 0, |first, c_rows, _| {
         let rows = c_rows.len().checked_div(b.cols).unwrap_or(0);
-        sgemm(a.rows(first * rows_per_item, rows), b, beta, c_rows);
+        let first = first * rows_per_item;
+        sgemm(a.rows(first, rows), b, beta, c_rows, &RowsFrom { map: rows_map, first });
     });
 }
 
@@ -82,21 +129,43 @@ const NR: usize = 16;
 /// of `b`; columns past the last whole block are plain dot products. The caller has
 /// checked the shapes and that `a` and `b` lie inside their slices.
 #[inline(always)]
-fn broadcast_rows_generic<const FUSED: bool>(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
+fn broadcast_rows_generic<const FUSED: bool>(
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    c: &mut [f32],
+    rows: &impl RowMap,
+) {
     let (m, n) = (a.rows, b.cols);
     let body = n - n % NR;
     for j in (0..body).step_by(NR) {
         let mut i = 0;
         while i + MR <= m {
-            broadcast_block::<MR, FUSED>(a, b, i, j, beta, c);
+            broadcast_block::<MR, FUSED>(a, b, i, j, beta, c, rows);
             i += MR;
         }
         for i in i..m {
-            broadcast_block::<1, FUSED>(a, b, i, j, beta, c);
+            broadcast_block::<1, FUSED>(a, b, i, j, beta, c, rows);
         }
     }
+    scalar_columns::<FUSED>(a, b, beta, c, rows, body);
+}
+
+/// Columns `first..` of [`broadcast_rows_generic`]'s product, each value a plain dot
+/// product stored through its row's map.
+#[inline(always)]
+fn scalar_columns<const FUSED: bool>(
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    c: &mut [f32],
+    rows: &impl RowMap,
+    first: usize,
+) {
+    let (m, n) = (a.rows, b.cols);
     for i in 0..m {
-        for j in body..n {
+        let map = rows.row(i);
+        for j in first..n {
             let mut sum = 0.0f32;
             for k in 0..a.cols {
                 // SAFETY: `i < m`, `k < a.cols == b.rows`, `j < n`; both views were checked.
@@ -104,12 +173,108 @@ fn broadcast_rows_generic<const FUSED: bool>(a: Mat<'_>, b: Mat<'_>, beta: f32, 
                 sum = fma::<FUSED>(x, y, sum);
             }
             let out = &mut c[i * n + j];
-            *out = if beta == 0.0 { sum } else { sum + beta * *out };
+            *out = map(if beta == 0.0 { sum } else { sum + beta * *out });
         }
     }
 }
 
-multiversion!(broadcast_rows = fused broadcast_rows_generic(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]));
+/// [`broadcast_rows_generic`] in AVX-512 registers: blocks of up to 8 rows by 32 columns
+/// (16 accumulators) where they fit, 16 columns and fewer rows at the edges, each output
+/// the same chain of fused multiply-adds over the inner dimension as the generic blocks'.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn broadcast_rows_avx512(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32], rows: &impl RowMap) {
+    let (m, n) = (a.rows, b.cols);
+    let mut j = 0;
+    while j + LANES_512 <= n {
+        let wide = j + 2 * LANES_512 <= n;
+        let mut i = 0;
+        while i < m {
+            let r = match m - i {
+                8.. => 8,
+                4..=7 => 4,
+                _ => 1,
+            };
+            // SAFETY: `i + r <= m` and `j + 16·V <= n` (see `wide`); the caller checked the
+            // views and the output's length.
+            let width = unsafe {
+                match (r, wide) {
+                    (8, true) => zmm_block::<8, 2>(a, b, i, j, beta, c),
+                    (8, false) => zmm_block::<8, 1>(a, b, i, j, beta, c),
+                    (4, true) => zmm_block::<4, 2>(a, b, i, j, beta, c),
+                    (4, false) => zmm_block::<4, 1>(a, b, i, j, beta, c),
+                    (_, true) => zmm_block::<1, 2>(a, b, i, j, beta, c),
+                    (_, false) => zmm_block::<1, 1>(a, b, i, j, beta, c),
+                }
+            };
+            map_rows(rows, i, &mut c[i * n + j..], n, width, r);
+            i += r;
+        }
+        j += if wide { 2 * LANES_512 } else { LANES_512 };
+    }
+    scalar_columns::<true>(a, b, beta, c, rows, j);
+}
+
+/// Lanes of an AVX-512 register of `f32`.
+#[cfg(target_arch = "x86_64")]
+const LANES_512: usize = 16;
+
+/// Rows `i..i + R`, columns `j..j + 16·V` of `c = a·b + beta·c` in `R·V` AVX-512
+/// accumulators; returns the columns written.
+///
+/// # Safety
+/// The CPU has AVX-512F; `i + R <= a.rows`, `j + 16·V <= b.cols`, `a` and `b` have
+/// contiguous rows and passed `assert_in_bounds`, and `c` holds `a.rows · b.cols` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+#[inline]
+unsafe fn zmm_block<const R: usize, const V: usize>(
+    a: Mat<'_>,
+    b: Mat<'_>,
+    i: usize,
+    j: usize,
+    beta: f32,
+    c: &mut [f32],
+) -> usize {
+    use std::arch::x86_64::{
+        _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_set1_ps,
+        _mm512_setzero_ps, _mm512_storeu_ps,
+    };
+    let mut acc = [[_mm512_setzero_ps(); V]; R];
+    for k in 0..a.cols {
+        // SAFETY: row `k < b.rows` of `b` holds columns `j..j + 16·V` (caller's promise).
+        let row = unsafe { b.data.as_ptr().add(k * b.row_stride + j) };
+        let y: [_; V] =
+            core::array::from_fn(|v| unsafe { _mm512_loadu_ps(row.add(v * LANES_512)) });
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `i + r < a.rows`, `k < a.cols`.
+            let x = _mm512_set1_ps(unsafe { a.at(i + r, k) });
+            for (acc, &y) in acc.iter_mut().zip(&y) {
+                *acc = _mm512_fmadd_ps(x, y, *acc);
+            }
+        }
+    }
+    let n = b.cols;
+    for (r, acc) in acc.iter().enumerate() {
+        let out = &mut c[(i + r) * n + j..][..V * LANES_512];
+        for (v, &sum) in acc.iter().enumerate() {
+            // SAFETY: `out` holds `16·V` values.
+            unsafe {
+                let at = out.as_mut_ptr().add(v * LANES_512);
+                let value = if beta == 0.0 {
+                    sum
+                } else {
+                    _mm512_add_ps(sum, _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_loadu_ps(at)))
+                };
+                _mm512_storeu_ps(at, value);
+            }
+        }
+    }
+    V * LANES_512
+}
+
+// [`broadcast_rows_generic`], in AVX-512 registers on CPUs that have them.
+multiversion!(broadcast_rows = avx512 broadcast_rows_avx512, fused broadcast_rows_generic(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32], rows: &impl RowMap));
 
 /// `x·y + acc`, fused (one rounding) where the code has the instruction.
 #[inline(always)]
@@ -121,7 +286,8 @@ pub(crate) fn fma<const FUSED: bool>(x: f32, y: f32, acc: f32) -> f32 {
     }
 }
 
-/// Rows `i..i + R`, columns `j..j + NR` of `c = a·b + beta·c`, accumulated in registers.
+/// Rows `i..i + R`, columns `j..j + NR` of `c = a·b + beta·c`, accumulated in registers
+/// and stored through `rows`' maps.
 #[inline(always)]
 fn broadcast_block<const R: usize, const FUSED: bool>(
     a: Mat<'_>,
@@ -130,6 +296,7 @@ fn broadcast_block<const R: usize, const FUSED: bool>(
     j: usize,
     beta: f32,
     c: &mut [f32],
+    rows: &impl RowMap,
 ) {
     let mut acc = [[0.0f32; NR]; R];
     for k in 0..a.cols {
@@ -150,6 +317,28 @@ fn broadcast_block<const R: usize, const FUSED: bool>(
         for (out, &v) in out.iter_mut().zip(acc) {
             *out = if beta == 0.0 { v } else { v + beta * *out };
         }
+    }
+    map_rows(rows, i, &mut c[i * n + j..], n, NR, R);
+}
+
+/// Puts the `len` values from the start of each of `count` rows of `c`, `stride` apart,
+/// through the maps of rows `first..first + count` of `rows`: in place, while they are in
+/// the cache the product stored them to.
+#[inline(always)]
+fn map_rows<M: RowMap>(
+    rows: &M,
+    first: usize,
+    c: &mut [f32],
+    stride: usize,
+    len: usize,
+    count: usize,
+) {
+    if M::IDENTITY {
+        return;
+    }
+    for r in 0..count {
+        let map = rows.row(first + r);
+        c[r * stride..][..len].iter_mut().for_each(|v| *v = map(*v));
     }
 }
 
@@ -501,7 +690,7 @@ fn add_tail_products<const R: usize, const C: usize, const FUSED: bool>(
 }
 
 /// One single-threaded `c = a·b + beta·c`, `c` row-major `[a.rows, b.cols]`.
-fn sgemm(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
+fn sgemm<M: RowMap>(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32], rows: &M) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert_eq!(b.rows, k, "inner dimensions");
     assert_eq!(c.len(), m * n, "output length");
@@ -509,13 +698,16 @@ fn sgemm(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
         return;
     }
     if k == 0 {
-        c.iter_mut().for_each(|v| *v = if beta == 0.0 { 0.0 } else { beta * *v });
+        for (i, row) in c.chunks_exact_mut(n).enumerate() {
+            let map = rows.row(i);
+            row.iter_mut().for_each(|v| *v = map(if beta == 0.0 { 0.0 } else { beta * *v }));
+        }
         return;
     }
     a.assert_in_bounds();
     b.assert_in_bounds();
     if a.col_stride == 1 && b.col_stride == 1 {
-        return broadcast_rows(a, b, beta, c);
+        return broadcast_rows(a, b, beta, c, rows);
     }
     // SAFETY: the asserts above show that every index `sgemm` reads, `i·rs + j·cs` for
     // `i < rows`, `j < cols`, lies inside `a.data` and `b.data`, and that `c` holds exactly
@@ -539,6 +731,12 @@ fn sgemm(a: Mat<'_>, b: Mat<'_>, beta: f32, c: &mut [f32]) {
             n as isize,
             1,
         );
+    }
+    if !M::IDENTITY {
+        for (i, row) in c.chunks_exact_mut(n).enumerate() {
+            let map = rows.row(i);
+            row.iter_mut().for_each(|v| *v = map(*v));
+        }
     }
 }
 
@@ -620,6 +818,35 @@ mod tests {
                         .map(|(&x, &y)| x as f64 * y as f64)
                         .sum();
                     assert!((got - want as f32).abs() <= 1e-5 * (len * count) as f32, "{m}x{k}");
+                }
+            }
+        }
+    }
+
+    /// A row map applied as the product stores its values gives, bit for bit, the product
+    /// mapped afterwards: on every block size and column tail, one and two threads.
+    #[test]
+    fn row_maps_apply_to_every_stored_value() {
+        struct Scaled;
+        impl RowMap for Scaled {
+            fn row(&self, i: usize) -> impl Fn(f32) -> f32 {
+                move |v| (v * (i + 1) as f32 + 0.5).min(3.0)
+            }
+        }
+        let mut rng = sprout_core::rng::SplitMix::new(3);
+        for (m, k, n) in [(13, 8, 64), (9, 3, 37), (4, 16, 16), (3, 5, 7), (20, 1, 48), (6, 0, 5)] {
+            let mut random =
+                |len: usize| -> Vec<f32> { (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect() };
+            let (a, b, c0) = (random(m * k), random(k * n), random(m * n));
+            let (a, b) = (Mat::new(&a, m, k), Mat::new(&b, k, n));
+            for (beta, threads) in [(0.0, 1), (1.0, 2)] {
+                let pool = Pool::eager(threads);
+                let (mut mapped, mut plain) = (c0.clone(), c0.clone());
+                gemm_mapped(&pool, a, b, beta, &mut mapped, &Scaled);
+                gemm(&pool, a, b, beta, &mut plain);
+                for (at, (got, v)) in mapped.iter().zip(&plain).enumerate() {
+                    let want = Scaled.row(at / n)(*v);
+                    assert_eq!(got.to_bits(), want.to_bits(), "{m}x{k}x{n} at {at}");
                 }
             }
         }
