@@ -626,6 +626,7 @@ pub(crate) mod tests {
             (1, (0, 0), 4, 4, (1, 1)),
             (1, (1, 0), 8, 2, (3, 1)),
             (1, (3, 3), 32, 2, (7, 7)),
+            (1, (1, 1), 16, 5, (3, 3)),
         ];
         let mut in_place = 0;
         for (stride, padding, w, h, (kh, kw)) in cases {
@@ -669,7 +670,7 @@ pub(crate) mod tests {
                 assert_close(&dw, &want_dw, &format!("dw, {what}"));
             }
         }
-        assert_eq!(in_place, 8, "the stride-1 same planes of whole blocks run in place");
+        assert_eq!(in_place, 9, "the stride-1 same planes of whole blocks run in place");
     }
 
     /// A 9x9 filter has more taps than the direct loops take: it runs as a grouped im2col

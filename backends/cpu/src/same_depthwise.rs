@@ -15,9 +15,11 @@
 //! its mask is the original's); the weight gradient correlates the output gradient, masked
 //! the same way, with each tap's shifted input, summed over the batch in vector lanes.
 //!
-//! A value a border masks out still meets a zero weight: a non-finite input next to a
-//! plane's border can make its neighbour's border outputs NaN where the padded reference
-//! would not (finite inputs give the reference's sums).
+//! On AVX-512 the masks are bits of masked loads and multiply-adds: a lane off the plane
+//! is neither read nor added. Elsewhere a value a border masks out still meets a zero
+//! weight: a non-finite input next to a plane's border can make its neighbour's border
+//! outputs NaN where the padded reference would not (finite inputs give the reference's
+//! sums).
 
 use crate::depthwise::BLOCK;
 use crate::epilogue::Epilogue;
@@ -40,10 +42,10 @@ pub fn runs_in_place(g: &Conv2dGeometry) -> bool {
         && (g.h * g.w).is_multiple_of(BLOCK)
 }
 
-/// Scratch values a call needs: one mask per (output of a plane, tap), in two orders, and
-/// the flipped filters of the input gradient.
+/// Scratch values a call needs: one mask per (output of a plane, tap), in two orders, one
+/// mask of bits per (block of a plane, tap), and the flipped filters of the input gradient.
 pub fn scratch_len(g: &Conv2dGeometry) -> usize {
-    (2 * g.h * g.w + g.c_in) * g.kh * g.kw
+    (2 * g.h * g.w + (g.h * g.w).div_ceil(BLOCK) + g.c_in) * g.kh * g.kw
 }
 
 /// A call's shape: the taps' offsets and every tap's masks over a plane.
@@ -55,6 +57,9 @@ struct Shape<'a> {
     masks: &'a [f32],
     /// The same masks block by block: block `m`'s, tap after tap, at `m·taps·BLOCK`.
     block_masks: &'a [f32],
+    /// The same masks as bits (lane `j` in bit `j`), block `m`'s tap `t` at `m·taps + t`,
+    /// each kept in an `f32`'s bits (`f32::from_bits`).
+    lane_bits: &'a [f32],
     /// Reads of a block starting at `p` span `p - reach .. p + BLOCK + reach`.
     reach: usize,
 }
@@ -68,7 +73,9 @@ impl<'a> Shape<'a> {
             let (ky, kx) = (t / g.kw, t % g.kw);
             *o = (ky as isize - py as isize) * g.w as isize + kx as isize - px as isize;
         }
-        let (masks, block_masks) = scratch[..2 * plane * taps].split_at_mut(plane * taps);
+        let blocks = plane / BLOCK;
+        let (masks, rest) = scratch[..(2 * plane + blocks) * taps].split_at_mut(plane * taps);
+        let (block_masks, lane_bits) = rest.split_at_mut(plane * taps);
         for (t, mask) in masks.chunks_exact_mut(plane).enumerate() {
             let (ky, kx) = (t / g.kw, t % g.kw);
             for (oy, row) in mask.chunks_exact_mut(g.w).enumerate() {
@@ -84,8 +91,12 @@ impl<'a> Shape<'a> {
                 dest.copy_from_slice(&masks[t * plane + m * BLOCK..][..BLOCK]);
             }
         }
-        let (masks, block_masks) = (&*masks, &*block_masks);
-        Self { taps, plane, offsets, masks, block_masks, reach: py * g.w + px }
+        for (bits, masks) in lane_bits.iter_mut().zip(block_masks.chunks_exact(BLOCK)) {
+            let lanes = masks.iter().enumerate().map(|(j, &m)| u32::from(m != 0.0) << j);
+            *bits = f32::from_bits(lanes.fold(0, |bits, lane| bits | lane));
+        }
+        let (masks, block_masks, lane_bits) = (&*masks, &*block_masks, &*lane_bits);
+        Self { taps, plane, offsets, masks, block_masks, lane_bits, reach: py * g.w + px }
     }
 
     /// The blocks `lo..hi` of the plane at flat index `p0` whose reads all lie in `len`
@@ -200,7 +211,43 @@ fn correlate_generic<const FUSED: bool>(
     }
 }
 
-multiversion!(plane = fused plane_generic(s: &Shape, start: f32, w: &[f32], x: &[f32], p0: usize, y: &mut [f32]));
+/// [`plane_generic`] in AVX-512 registers, four blocks at a time: each tap's read of a
+/// block is a masked load (lanes off the plane are neither read nor added), so no block
+/// needs the scalar loop, and each output is the same chain of fused multiply-adds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn plane_avx512(s: &Shape, start: f32, w: &[f32], x: &[f32], p0: usize, y: &mut [f32]) {
+    use std::arch::x86_64::{
+        _mm512_mask3_fmadd_ps, _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps,
+    };
+    const GROUP: usize = 4;
+    assert!(p0 + y.len() <= x.len() && y.len() == s.plane, "a whole plane of x");
+    let taps = s.offsets().iter().zip(w);
+    let mut m = 0;
+    while m < s.plane / BLOCK {
+        let group = GROUP.min(s.plane / BLOCK - m);
+        let mut acc = [_mm512_set1_ps(start); GROUP];
+        for (t, (&offset, &wt)) in taps.clone().enumerate() {
+            let wt = _mm512_set1_ps(wt);
+            for (b, acc) in acc[..group].iter_mut().enumerate() {
+                let bits = s.lane_bits[(m + b) * s.taps + t].to_bits() as u16;
+                let at = x.as_ptr().wrapping_add(p0 + (m + b) * BLOCK).wrapping_offset(offset);
+                // SAFETY: the lanes in `bits` read inside the plane at `p0`, which lies in
+                // `x` (asserted above); the load reads no other lane.
+                let v = unsafe { _mm512_maskz_loadu_ps(bits, at) };
+                *acc = _mm512_mask3_fmadd_ps(wt, v, *acc, bits);
+            }
+        }
+        for (b, acc) in acc[..group].iter().enumerate() {
+            let out = &mut y[(m + b) * BLOCK..][..BLOCK];
+            // SAFETY: `out` holds one block.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), *acc) };
+        }
+        m += group;
+    }
+}
+
+multiversion!(plane = avx512 plane_avx512, fused plane_generic(s: &Shape, start: f32, w: &[f32], x: &[f32], p0: usize, y: &mut [f32]));
 multiversion!(correlate = fused correlate_generic(s: &Shape, dy: &[f32], x: &[f32], p0: usize, sums: &mut [[f32; BLOCK]]));
 
 /// Every output plane of `src` through its channel's filter in `w` (`taps` weights per
