@@ -25,7 +25,8 @@ pub struct MetricsRow {
     pub record: EpochRecord,
     /// Training images per second (training steps only).
     pub images_per_second: Option<f64>,
-    /// Wall time of the epoch, validation included.
+    /// Wall time of the epoch, validation included (written to the microsecond: a small
+    /// model's epoch can take under a millisecond).
     pub seconds: Option<f64>,
 }
 
@@ -44,7 +45,7 @@ pub fn render_metrics(rows: &[MetricsRow]) -> String {
             r.val_accuracy,
             r.learning_rate,
             optional(row.images_per_second, 1),
-            optional(row.seconds, 3)
+            optional(row.seconds, 6)
         );
     }
     text
@@ -127,7 +128,7 @@ mod tests {
         let path = dir.join(METRICS_FILE);
         write_metrics(&path, &rows).unwrap();
         let text = fs::read_to_string(&path).unwrap();
-        assert_eq!(text.lines().nth(2), Some("2,1.25,0.5,0.75,0.05,120.5,2.500"));
+        assert_eq!(text.lines().nth(2), Some("2,1.25,0.5,0.75,0.05,120.5,2.500000"));
         assert_eq!(read_metrics(&path).unwrap(), rows);
         fs::write(&path, format!("{HEADER}\n1,2,3\n")).unwrap();
         let err = read_metrics(&path).unwrap_err().to_string();
