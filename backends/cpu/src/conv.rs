@@ -2,16 +2,14 @@
 //! input gradient split the batch over threads, the weight gradient is one batch-summed
 //! product per group (see [`sum_of_products_nt`]).
 
-use crate::epilogue::{Epilogue, NO_RECTIFIER, RELU, RELU6};
+use crate::epilogue::{with_row_map, Epilogue};
 use crate::gemm::{
     gemm, gemm_mapped, sum_of_products_nt, sum_of_products_scratch, Batch, Mat, RowMap, RowsFrom,
-    Unmapped,
 };
 use crate::im2col::{col2im, col_cols, col_rows, im2col, is_pointwise};
 use crate::parallel::{for_each_chunk, workers};
 use crate::pool::Pool;
 use sprout_core::geometry::Conv2dGeometry;
-use sprout_core::reference::Rectifier;
 
 /// Scratch values one worker needs: a column matrix (none for pointwise convolutions).
 pub fn scratch_per_worker(g: &Conv2dGeometry) -> usize {
@@ -64,16 +62,7 @@ pub fn conv2d(
     g: &Conv2dGeometry,
 ) {
     let args = (pool, scratch, x, w, b);
-    match then.map(|then| (then, then.rectifier)) {
-        None => conv2d_mapped(args, &Unmapped, y, g),
-        Some((then, None)) => conv2d_mapped(args, &then.rows::<NO_RECTIFIER>(), y, g),
-        Some((then, Some(Rectifier { relu6: false }))) => {
-            conv2d_mapped(args, &then.rows::<RELU>(), y, g)
-        }
-        Some((then, Some(Rectifier { relu6: true }))) => {
-            conv2d_mapped(args, &then.rows::<RELU6>(), y, g)
-        }
-    }
+    with_row_map!(then, |rows| conv2d_mapped(args, rows, y, g))
 }
 
 /// [`conv2d`] with output channel `o`'s values put through `rows.row(o)`.

@@ -53,6 +53,35 @@ impl Epilogue<'_> {
     }
 }
 
+/// Evaluates `$body` with `$rows` bound to the row map of `$then` (an
+/// `Option<&Epilogue>`; [`crate::gemm::Unmapped`] without one): one monomorphic `$body`
+/// per rectifier, so the map inlines into the loops that store each value.
+macro_rules! with_row_map {
+    ($then:expr, |$rows:ident| $body:expr) => {{
+        use sprout_core::reference::Rectifier;
+        use $crate::epilogue::{NO_RECTIFIER, RELU, RELU6};
+        match $then.map(|then| (then, then.rectifier)) {
+            None => {
+                let $rows = &$crate::gemm::Unmapped;
+                $body
+            }
+            Some((then, None)) => {
+                let $rows = &then.rows::<NO_RECTIFIER>();
+                $body
+            }
+            Some((then, Some(Rectifier { relu6: false }))) => {
+                let $rows = &then.rows::<RELU>();
+                $body
+            }
+            Some((then, Some(Rectifier { relu6: true }))) => {
+                let $rows = &then.rows::<RELU6>();
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use with_row_map;
+
 /// [`Epilogue::rows`]' rectifiers, fixed when the product is compiled.
 pub const NO_RECTIFIER: u8 = 0;
 pub const RELU: u8 = 1;

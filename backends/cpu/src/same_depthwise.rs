@@ -22,8 +22,8 @@
 //! sums).
 
 use crate::depthwise::BLOCK;
-use crate::epilogue::Epilogue;
-use crate::gemm::fma;
+use crate::epilogue::{with_row_map, Epilogue};
+use crate::gemm::{fma, RowMap};
 use crate::parallel::{for_each_chunk, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
 use sprout_core::geometry::Conv2dGeometry;
@@ -247,7 +247,102 @@ fn plane_avx512(s: &Shape, start: f32, w: &[f32], x: &[f32], p0: usize, y: &mut 
     }
 }
 
-multiversion!(plane = avx512 plane_avx512, fused plane_generic(s: &Shape, start: f32, w: &[f32], x: &[f32], p0: usize, y: &mut [f32]));
+/// The planes of `y` from plane `first` on, each [`plane_generic`]'s and then through its
+/// channel's map in `rows`; `bias` holds each channel's start, `w` its filter.
+#[inline(always)]
+fn planes_generic<const FUSED: bool>(
+    s: &Shape,
+    bias: Option<&[f32]>,
+    w: &[f32],
+    x: &[f32],
+    first: usize,
+    y: &mut [f32],
+    rows: &impl RowMap,
+) {
+    let channels = w.len() / s.taps;
+    for (i, y) in y.chunks_exact_mut(s.plane).enumerate() {
+        let c = (first + i) % channels;
+        let start = bias.map_or(0.0, |b| b[c]);
+        plane_generic::<FUSED>(s, start, &w[c * s.taps..][..s.taps], x, (first + i) * s.plane, y);
+        map_values(rows, c, y);
+    }
+}
+
+/// `y` through channel `c`'s map in `rows`, in place.
+#[inline(always)]
+fn map_values<M: RowMap>(rows: &M, c: usize, y: &mut [f32]) {
+    if !M::IDENTITY {
+        let map = rows.row(c);
+        y.iter_mut().for_each(|v| *v = map(*v));
+    }
+}
+
+/// [`planes_generic`] in AVX-512 registers: planes of four blocks or more one at a time
+/// ([`plane_avx512`]), smaller planes four blocks at a time across planes, so that four
+/// independent chains of multiply-adds run there too, each block through its channel's map
+/// as soon as it is stored.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn planes_avx512(
+    s: &Shape,
+    bias: Option<&[f32]>,
+    w: &[f32],
+    x: &[f32],
+    first: usize,
+    y: &mut [f32],
+    rows: &impl RowMap,
+) {
+    use std::arch::x86_64::{
+        _mm512_mask3_fmadd_ps, _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps,
+    };
+    const GROUP: usize = 4;
+    let (per_plane, channels) = (s.plane / BLOCK, w.len() / s.taps);
+    let start = |c: usize| bias.map_or(0.0, |b| b[c]);
+    if per_plane >= GROUP {
+        for (i, y) in y.chunks_exact_mut(s.plane).enumerate() {
+            let c = (first + i) % channels;
+            let filter = &w[c * s.taps..][..s.taps];
+            plane_avx512(s, start(c), filter, x, (first + i) * s.plane, y);
+            map_values(rows, c, y);
+        }
+        return;
+    }
+    assert!(first * s.plane + y.len() <= x.len(), "whole planes of x");
+    let blocks = y.len() / BLOCK;
+    let mut m = 0;
+    while m < blocks {
+        let group = GROUP.min(blocks - m);
+        // Each block's channel, filter and masks.
+        let (mut channel, mut masks) = ([0; GROUP], [0; GROUP]);
+        let mut acc = [_mm512_set1_ps(0.0); GROUP];
+        for b in 0..group {
+            channel[b] = (first + (m + b) / per_plane) % channels;
+            masks[b] = (m + b) % per_plane * s.taps;
+            acc[b] = _mm512_set1_ps(start(channel[b]));
+        }
+        let x_at = x.as_ptr().wrapping_add(first * s.plane + m * BLOCK);
+        for (t, &offset) in s.offsets().iter().enumerate() {
+            for (b, acc) in acc[..group].iter_mut().enumerate() {
+                let wt = _mm512_set1_ps(w[channel[b] * s.taps + t]);
+                let bits = s.lane_bits[masks[b] + t].to_bits() as u16;
+                let at = x_at.wrapping_add(b * BLOCK).wrapping_offset(offset);
+                // SAFETY: the lanes in `bits` read inside their plane, which lies in `x`
+                // (asserted above); the load reads no other lane.
+                let v = unsafe { _mm512_maskz_loadu_ps(bits, at) };
+                *acc = _mm512_mask3_fmadd_ps(wt, v, *acc, bits);
+            }
+        }
+        for (b, acc) in acc[..group].iter().enumerate() {
+            let out = &mut y[(m + b) * BLOCK..][..BLOCK];
+            // SAFETY: `out` holds one block.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), *acc) };
+            map_values(rows, channel[b], out);
+        }
+        m += group;
+    }
+}
+
+multiversion!(planes = avx512 planes_avx512, fused planes_generic(s: &Shape, bias: Option<&[f32]>, w: &[f32], x: &[f32], first: usize, y: &mut [f32], rows: &impl RowMap));
 multiversion!(correlate = fused correlate_generic(s: &Shape, dy: &[f32], x: &[f32], p0: usize, sums: &mut [[f32; BLOCK]]));
 
 /// Every output plane of `src` through its channel's filter in `w` (`taps` weights per
@@ -264,16 +359,11 @@ fn convolve(
     g: &Conv2dGeometry,
 ) {
     let workers = workers(pool, g.n * g.c_out, g.macs());
-    for_each_chunk(pool, workers, out, s.plane, &mut [], 0, |first, planes, _| {
-        for (i, y) in planes.chunks_exact_mut(s.plane).enumerate() {
-            let c = (first + i) % g.c_out;
-            let start = bias.map_or(0.0, |b| b[c]);
-            plane(s, start, &w[c * s.taps..][..s.taps], src, (first + i) * s.plane, y);
-            if let Some(then) = then {
-                then.apply(c, y);
-            }
-        }
-    });
+    with_row_map!(then, |rows| {
+        for_each_chunk(pool, workers, out, s.plane, &mut [], 0, |first, y, _| {
+            planes(s, bias, w, src, first, y, rows)
+        })
+    })
 }
 
 /// Forward pass, each output plane then put through `then`, if any; `scratch` holds
