@@ -19,12 +19,14 @@
 //! per worker, not per plane.
 //!
 //! Stride-1 layers that keep the plane's size, on planes of whole blocks, skip the phases
-//! and run in place (`same_depthwise`).
+//! and run in place (`same_depthwise`); on AVX-512 CPUs the forward pass of stride-2 layers
+//! on planes of 8, 16 or 32 columns reads its input directly (`strided_depthwise`).
 
 use crate::epilogue::Epilogue;
 use crate::parallel::{for_each_chunk, partials_len, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
 use crate::same_depthwise as same;
+use crate::strided_depthwise as strided;
 use sprout_core::geometry::Conv2dGeometry;
 
 /// Outputs per accumulator block: one AVX-512 register, two AVX2 ones.
@@ -478,6 +480,9 @@ pub fn conv2d(
     if same::runs_in_place(g) {
         return same::conv2d(pool, scratch, x, w, b, then, y, g);
     }
+    if strided::runs_here(g) {
+        return strided::conv2d(pool, x, w, b, then, y, g);
+    }
     let l = Layout::new(g);
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::forward(&l);
@@ -627,8 +632,13 @@ pub(crate) mod tests {
             (1, (1, 0), 8, 2, (3, 1)),
             (1, (3, 3), 32, 2, (7, 7)),
             (1, (1, 1), 16, 5, (3, 3)),
+            (2, (1, 1), 32, 4, (3, 3)),
+            (2, (1, 1), 16, 8, (3, 3)),
+            (2, (1, 1), 8, 8, (3, 3)),
+            (2, (2, 2), 16, 8, (5, 5)),
+            (2, (0, 0), 8, 8, (1, 1)),
         ];
-        let mut in_place = 0;
+        let (mut in_place, mut strided) = (0, 0);
         for (stride, padding, w, h, (kh, kw)) in cases {
             let c = 3;
             let out = |size: usize, pad: usize, k: usize| (size + 2 * pad - k) / stride + 1;
@@ -647,6 +657,7 @@ pub(crate) mod tests {
                 out_w: out(w, padding.1, kw),
             };
             in_place += usize::from(same::runs_in_place(&g));
+            strided += usize::from(strided::runs_here(&g));
             let (x, wt) = (random(g.n * c * h * w, &mut rng), random(c * kh * kw, &mut rng));
             let (b, dy) = (random(c, &mut rng), random(g.n * c * g.out_h * g.out_w, &mut rng));
             let mut want_y = vec![0.0; dy.len()];
@@ -671,6 +682,10 @@ pub(crate) mod tests {
             }
         }
         assert_eq!(in_place, 9, "the stride-1 same planes of whole blocks run in place");
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            assert_eq!(strided, 5, "the stride-2 planes of 8, 16 and 32 columns run direct");
+        }
     }
 
     /// A 9x9 filter has more taps than the direct loops take: it runs as a grouped im2col

@@ -60,6 +60,15 @@ pub trait RowMap: Sync {
     /// Whether every row's map returns its value as it is.
     const IDENTITY: bool = false;
     fn row(&self, i: usize) -> impl Fn(f32) -> f32;
+
+    /// `values` through row `i`'s map, in place.
+    #[inline(always)]
+    fn map_row(&self, i: usize, values: &mut [f32]) {
+        if !Self::IDENTITY {
+            let map = self.row(i);
+            values.iter_mut().for_each(|v| *v = map(*v));
+        }
+    }
 }
 
 /// The product's values as they are.
@@ -333,12 +342,8 @@ fn map_rows<M: RowMap>(
     len: usize,
     count: usize,
 ) {
-    if M::IDENTITY {
-        return;
-    }
     for r in 0..count {
-        let map = rows.row(first + r);
-        c[r * stride..][..len].iter_mut().for_each(|v| *v = map(*v));
+        rows.map_row(first + r, &mut c[r * stride..][..len]);
     }
 }
 

@@ -41,6 +41,7 @@ mod pointwise;
 mod pool;
 mod profile;
 mod same_depthwise;
+mod strided_depthwise;
 mod window;
 
 use std::sync::Arc;

@@ -264,16 +264,7 @@ fn planes_generic<const FUSED: bool>(
         let c = (first + i) % channels;
         let start = bias.map_or(0.0, |b| b[c]);
         plane_generic::<FUSED>(s, start, &w[c * s.taps..][..s.taps], x, (first + i) * s.plane, y);
-        map_values(rows, c, y);
-    }
-}
-
-/// `y` through channel `c`'s map in `rows`, in place.
-#[inline(always)]
-fn map_values<M: RowMap>(rows: &M, c: usize, y: &mut [f32]) {
-    if !M::IDENTITY {
-        let map = rows.row(c);
-        y.iter_mut().for_each(|v| *v = map(*v));
+        rows.map_row(c, y);
     }
 }
 
@@ -303,7 +294,7 @@ fn planes_avx512(
             let c = (first + i) % channels;
             let filter = &w[c * s.taps..][..s.taps];
             plane_avx512(s, start(c), filter, x, (first + i) * s.plane, y);
-            map_values(rows, c, y);
+            rows.map_row(c, y);
         }
         return;
     }
@@ -336,7 +327,7 @@ fn planes_avx512(
             let out = &mut y[(m + b) * BLOCK..][..BLOCK];
             // SAFETY: `out` holds one block.
             unsafe { _mm512_storeu_ps(out.as_mut_ptr(), *acc) };
-            map_values(rows, channel[b], out);
+            rows.map_row(channel[b], out);
         }
         m += group;
     }
