@@ -98,6 +98,18 @@ impl Server {
             .collect()
     }
 
+    /// Waits until job `id`'s event stream tells an epoch.
+    fn wait_for_epoch(&self, id: i64, token: &str) {
+        let url = format!("{}/api/v1/jobs/{id}/events", self.base);
+        let stream =
+            self.agent.get(&url).header("Authorization", format!("Bearer {token}")).call().unwrap();
+        let first_epoch = BufReader::new(stream.into_body().into_reader())
+            .lines()
+            .map(Result::unwrap)
+            .find(|line| line.contains(r#""kind":"epoch""#));
+        assert!(first_epoch.is_some(), "job {id} reported no epoch");
+    }
+
     /// Waits (at most a minute) until job `id` has a status in `wanted`.
     fn wait_for(&self, id: i64, token: &str, wanted: &[&str]) -> Value {
         let start = Instant::now();
@@ -814,6 +826,19 @@ fn a_zip_archive_of_class_folders_uploads_and_refuses_escaping_names() {
     );
 }
 
+/// A service for the board test `test`: its scratch folder, an admin's and a trainer's
+/// token, model `base` (the tiny model, `tiny.sprout` in the scratch folder) and data set
+/// `leaves` (5 photos per class).
+fn board_service(test: &str) -> (Scratch, String, String, Server) {
+    let scratch = Scratch::new(test);
+    let data = scratch.path("data");
+    let (admin, trainer) = (token(&data, "admin"), token(&data, "train"));
+    let server = Server::start(&data, &[]);
+    upload_base(&server, &trainer, &scratch);
+    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 5));
+    (scratch, admin, trainer, server)
+}
+
 /// A fake board (the device tests' app behind the real link, on a local TCP port) running a
 /// bundle of model `model_hash`, holding `checkpoint`.
 fn fake_board(model_hash: u64, checkpoint: Vec<u8>) -> (Arc<Mutex<FakeApp>>, String) {
@@ -855,12 +880,7 @@ fn device_checkpoint_of(bundle: &[u8]) -> Vec<u8> {
 
 #[test]
 fn boards_train_and_pull_into_the_registry_and_take_pushed_versions() {
-    let scratch = Scratch::new("serve-boards");
-    let data = scratch.path("data");
-    let (admin, trainer) = (token(&data, "admin"), token(&data, "train"));
-    let server = Server::start(&data, &[]);
-    upload_base(&server, &trainer, &scratch);
-    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 5));
+    let (_scratch, admin, trainer, server) = board_service("serve-boards");
     let (status, bundle) = server.call(
         "GET",
         "/api/v1/models/base/versions/1/file?format=bundle",
@@ -927,18 +947,7 @@ fn boards_train_and_pull_into_the_registry_and_take_pushed_versions() {
     }
 
     // Pulling: version 2 of base is version 1 with the board's trained tensors.
-    let (status, job) =
-        server.json("POST", "/api/v1/boards/bench/pull", Some(&trainer), Some(json!({})));
-    assert_eq!(status, 201, "{job}");
-    let job = server.wait_for(job["id"].as_i64().unwrap(), &trainer, &["succeeded", "failed"]);
-    assert_eq!((job["status"].as_str(), job["version"].as_u64()), (Some("succeeded"), Some(2)));
-    let (_, model) = server.json("GET", "/api/v1/models/base", Some(&trainer), None);
-    let metrics = &model["versions"][1]["metrics"];
-    assert_eq!(
-        (metrics["board"].as_str(), metrics["device_epoch"].as_u64()),
-        (Some("bench"), Some(3)),
-        "{model}"
-    );
+    pull_bench_into_version_2(&server, &trainer);
     let file = |version: u32| {
         let path = format!("/api/v1/models/base/versions/{version}/file");
         server.call("GET", &path, Some(&trainer), None).1
@@ -1016,12 +1025,7 @@ fn boards_train_and_pull_into_the_registry_and_take_pushed_versions() {
 
 #[test]
 fn a_board_that_trains_from_its_input_is_streamed_the_images_every_epoch() {
-    let scratch = Scratch::new("serve-board-stream");
-    let data = scratch.path("data");
-    let (admin, trainer) = (token(&data, "admin"), token(&data, "train"));
-    let server = Server::start(&data, &[]);
-    upload_base(&server, &trainer, &scratch);
-    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 5));
+    let (scratch, admin, trainer, server) = board_service("serve-board-stream");
     // The board's firmware bundle trains every layer, the first included, a sample a step.
     let path = scratch.path("streams.bundle");
     let model = scratch.path("tiny.sprout");
@@ -1085,14 +1089,7 @@ fn a_board_that_trains_from_its_input_is_streamed_the_images_every_epoch() {
     // stops that run and trains.
     bench.lock().unwrap().compute = Duration::from_millis(30);
     let id = train(json!({"dataset": "leaves", "epochs": 50}));
-    let url = format!("{}/api/v1/jobs/{id}/events", server.base);
-    let stream =
-        server.agent.get(&url).header("Authorization", format!("Bearer {trainer}")).call().unwrap();
-    let first_epoch = BufReader::new(stream.into_body().into_reader())
-        .lines()
-        .map(Result::unwrap)
-        .find(|line| line.contains(r#""kind":"epoch""#));
-    assert!(first_epoch.is_some(), "the job reported no epoch");
+    server.wait_for_epoch(id, &trainer);
     let (status, _) =
         server.json("POST", &format!("/api/v1/jobs/{id}/cancel"), Some(&trainer), None);
     assert_eq!(status, 202);
@@ -1114,27 +1111,30 @@ fn a_board_that_trains_from_its_input_is_streamed_the_images_every_epoch() {
     assert_eq!(bench.lock().unwrap().progress().state, TrainingState::Finished);
 
     // The pull takes the checkpoint of the streamed update's bundle into the registry.
+    pull_bench_into_version_2(&server, &trainer);
+}
+
+/// Pulls board `bench`'s checkpoint: version 2 of `base` must record the board and the
+/// checkpoint's epoch (3, as [`device_checkpoint_of`] writes it).
+fn pull_bench_into_version_2(server: &Server, trainer: &str) {
     let (status, job) =
-        server.json("POST", "/api/v1/boards/bench/pull", Some(&trainer), Some(json!({})));
+        server.json("POST", "/api/v1/boards/bench/pull", Some(trainer), Some(json!({})));
     assert_eq!(status, 201, "{job}");
-    let job = server.wait_for(job["id"].as_i64().unwrap(), &trainer, &["succeeded", "failed"]);
+    let job = server.wait_for(job["id"].as_i64().unwrap(), trainer, &["succeeded", "failed"]);
     assert_eq!((job["status"].as_str(), job["version"].as_u64()), (Some("succeeded"), Some(2)));
-    let (_, model) = server.json("GET", "/api/v1/models/base", Some(&trainer), None);
+    let (_, model) = server.json("GET", "/api/v1/models/base", Some(trainer), None);
     let metrics = &model["versions"][1]["metrics"];
     assert_eq!(
         (metrics["board"].as_str(), metrics["device_epoch"].as_u64()),
-        (Some("bench"), Some(3))
+        (Some("bench"), Some(3)),
+        "{model}"
     );
 }
 
 #[test]
 fn a_board_job_killed_with_its_service_runs_again_and_takes_the_board_over() {
-    let scratch = Scratch::new("serve-board-restart");
+    let (scratch, admin, trainer, server) = board_service("serve-board-restart");
     let data = scratch.path("data");
-    let (admin, trainer) = (token(&data, "admin"), token(&data, "train"));
-    let server = Server::start(&data, &[]);
-    upload_base(&server, &trainer, &scratch);
-    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 5));
     let (_, bundle) = server.call(
         "GET",
         "/api/v1/models/base/versions/1/file?format=bundle",
@@ -1154,14 +1154,7 @@ fn a_board_job_killed_with_its_service_runs_again_and_takes_the_board_over() {
 
     // Killed (SIGKILL, with its `sprout device train` child) once the board reported an
     // epoch: the board trains on, for no one.
-    let url = format!("{}/api/v1/jobs/{id}/events", server.base);
-    let stream =
-        server.agent.get(&url).header("Authorization", format!("Bearer {trainer}")).call().unwrap();
-    let first_epoch = BufReader::new(stream.into_body().into_reader())
-        .lines()
-        .map(Result::unwrap)
-        .find(|line| line.contains(r#""kind":"epoch""#));
-    assert!(first_epoch.is_some(), "the job reported no epoch");
+    server.wait_for_epoch(id, &trainer);
     drop(server);
     let snapshot = data.join("jobs").join(id.to_string()).join("data");
     let start = Instant::now();
