@@ -210,9 +210,49 @@ fn snapshot(root: &Path) -> Result<String> {
     Ok(text)
 }
 
+/// The stack every leaf trainer must keep above its guard: the deepest a stem update took
+/// it under QEMU (`boards/README.md`) with the on-device stage's headroom, rounded up to the
+/// guard's 4 KiB grid.
+const LEAF_TRAINER_STACK: u64 = 24 * 1024;
+/// Where `common/cortex-stack` puts the guard: `GUARD_BYTES` at the first multiple of them
+/// at least `LANDING_BYTES` past the statics.
+const GUARD_BYTES: u64 = 4096;
+const LANDING_BYTES: u64 = 128;
+
+/// Bytes of stack above the MPU guard of an ELF image (`common/cortex-stack`).
+pub fn stack_above_guard(image: &[u8]) -> Result<u64> {
+    let file = object::File::parse(image).context("parsing the ELF")?;
+    let symbol = |name: &str| {
+        let found = file.symbols().find(|s| s.name() == Ok(name));
+        found.map(|s| s.address()).with_context(|| format!("no symbol {name}"))
+    };
+    let (statics_end, top) = (symbol("_stack_end")?, symbol("_stack_start")?);
+    let guard = (statics_end + LANDING_BYTES).next_multiple_of(GUARD_BYTES);
+    top.checked_sub(guard + GUARD_BYTES).context("the stack guard lies above the top of RAM")
+}
+
+/// Checks that every leaf trainer keeps [`LEAF_TRAINER_STACK`] above its guard.
+fn check_stacks(root: &Path) -> Result<()> {
+    for (_, binary) in BINARIES.iter().filter(|(_, b)| b.starts_with("leaf-trainer")) {
+        let path = elf(root, binary);
+        let image = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let stack = stack_above_guard(&image).with_context(|| format!("{}", path.display()))?;
+        println!("{binary}: stack {stack} B above its guard");
+        if stack < LEAF_TRAINER_STACK {
+            bail!(
+                "{binary} keeps {stack} B of stack above its guard, under the \
+                 {LEAF_TRAINER_STACK} B a stem update needs: its statics grew past a 4 KiB \
+                 boundary (shrink the leaf trainer's sample caches)"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Compares the binaries' sizes with `boards/sizes.expected`, or rewrites it when
-/// `SPROUT_BLESS=1`.
+/// `SPROUT_BLESS=1`; checks every leaf trainer's stack either way.
 pub fn check_sizes(root: &Path) -> Result<()> {
+    check_stacks(root)?;
     let path = boards_dir(root).join(SNAPSHOT);
     let actual = snapshot(root)?;
     if std::env::var(BLESS_VAR).is_ok_and(|v| v == "1") {

@@ -14,7 +14,8 @@
 //! a short stem update (its samples streamed every epoch), each bundle written into the
 //! image in place of the head-only one ([`crate::sparse_update`]). It then boots the board again and has `sprout serve` drive
 //! it ([`through_service`]): registered by its port, trained on a data set, its checkpoint
-//! pulled into the registry as a new version and pushed back.
+//! pulled into the registry as a new version and pushed back; then the stem update's image,
+//! which the service streams the data set to every epoch.
 //! `cargo xtask demo` runs it with the demo's own backbone.
 
 use std::path::{Path, PathBuf};
@@ -273,8 +274,15 @@ pub fn test(root: &Path) -> Result<()> {
     let updates =
         [(crate::sparse_update::SPARSE_NAME, &sparse), (crate::sparse_update::STEM_NAME, &stem)];
     crate::sparse_update::compare(root, &sprout, &elf, (&leaf, outcome), &updates)?;
-    let emulation = Emulation::start(&elf)?;
-    let result = through_service(root, &sprout, &emulation.port_spec(), &leaf);
+    let stem_elf = stem.bundle.with_extension("elf");
+    through_service(root, &sprout, (&elf, &stem_elf), &leaf)
+}
+
+/// Runs `talk` with the board `elf` under QEMU on the port it gets, showing the board's log
+/// when it fails.
+fn with_board<T>(elf: &Path, talk: impl FnOnce(&str) -> Result<T>) -> Result<T> {
+    let emulation = Emulation::start(elf)?;
+    let result = talk(&emulation.port_spec());
     let log = emulation.stop()?;
     if result.is_err() {
         println!("--- device log ---");
@@ -288,12 +296,23 @@ pub fn test(root: &Path) -> Result<()> {
 /// Epochs the board trains for when the service drives it.
 const SERVICE_EPOCHS: u32 = 3;
 
-/// `sprout serve` around the board on `port`: the int8 model becomes version 1 of `leaf`,
-/// the board is registered on its port (the service checks it runs that version's bundle),
-/// trains for [`SERVICE_EPOCHS`] on the device photos' validation split (21 photos, every
-/// fifth of a class held out again), and a pull must register version 2 with the device's
-/// record, whose checkpoint a push then sends back.
-fn through_service(root: &Path, sprout: &str, port: &str, leaf: &Leaf) -> Result<()> {
+/// Epochs the stem update's board trains for when the service drives it (each streams the
+/// data set's 21 photos).
+const SERVICE_STEM_EPOCHS: u32 = 1;
+
+/// `sprout serve` around the boards `elfs` (head-only, stem update) in turn: the int8 model
+/// becomes version 1 of `leaf`, the head-only board is registered on its port (the service
+/// checks it runs that version's bundle), trains for [`SERVICE_EPOCHS`] on the device
+/// photos' validation split (21 photos, every fifth of a class held out again), and a pull
+/// must register version 2 with the device's record, whose checkpoint a push then sends
+/// back; then the stem update's board, registered with its bundle's options, is streamed
+/// the photos for [`SERVICE_STEM_EPOCHS`] and pulled into version 3.
+fn through_service(
+    root: &Path,
+    sprout: &str,
+    (elf, stem_elf): (&Path, &Path),
+    leaf: &Leaf,
+) -> Result<()> {
     use crate::bench_serve::{finished_job, multipart, read_photos, Client, Service};
     let started = Instant::now();
     let work = root.join(CI_DIR).join("serve");
@@ -319,57 +338,98 @@ fn through_service(root: &Path, sprout: &str, port: &str, leaf: &Leaf) -> Result
         std::fs::read(&leaf.model).with_context(|| format!("reading {}", leaf.model.display()))?;
     let body = Some(("application/octet-stream", model));
     client.expect(&agent, "POST", "/api/v1/models/leaf/versions", body, 201)?;
-    let board = serde_json::json!({"name": "qemu", "port": port, "model": "leaf"});
-    let board = post("/api/v1/boards", board, 201)?;
-    println!("the service registered the board: {board}");
     let classes: Vec<&str> = TARGET_CLASSES.split(',').collect();
     post("/api/v1/datasets", serde_json::json!({"name": "device", "classes": classes}), 201)?;
     let (kind, body) = multipart(&read_photos(&leaf.data, &["val"])?);
     client.expect(&agent, "POST", "/api/v1/datasets/device/images", Some((&kind, body)), 200)?;
     let minutes = std::time::Duration::from_secs(300);
-    let request = serde_json::json!({"dataset": "device", "epochs": SERVICE_EPOCHS});
-    let trained = post("/api/v1/boards/qemu/train", request, 201)?;
-    finished_job(&client, &agent, &trained, minutes)?;
-    let events = format!("/api/v1/jobs/{}/events", trained["id"]);
-    let accuracies = epoch_accuracies(&client.expect(&agent, "GET", &events, None, 200)?)?;
-    let pulled = post("/api/v1/boards/qemu/pull", serde_json::json!({}), 201)?;
-    let pulled = finished_job(&client, &agent, &pulled, minutes)?;
-    if pulled["version"] != 2 {
-        bail!("the pull registered no version 2: {pulled}");
-    }
-    let leaf_model: serde_json::Value =
-        serde_json::from_str(&client.expect(&agent, "GET", "/api/v1/models/leaf", None, 200)?)?;
-    let metrics = &leaf_model["versions"][1]["metrics"];
-    // The board keeps the checkpoint of the first epoch that reached its best held-out
-    // accuracy (later epochs that only tie it do not replace it), so "epoch 1" after three
-    // is what a board whose first epoch is already its best should say.
-    let epoch = metrics["device_epoch"].as_u64().unwrap_or(0);
-    if metrics["board"] != "qemu" || !(1..=u64::from(SERVICE_EPOCHS)).contains(&epoch) {
-        bail!("version 2 does not record the board's training: {leaf_model}");
-    }
-    let best = accuracies.iter().map(|a| a.1).fold(f64::NEG_INFINITY, f64::max);
-    let first_best = accuracies.iter().find(|a| a.1 == best).map(|a| a.0);
-    let every_epoch = accuracies.len() == SERVICE_EPOCHS as usize;
-    if every_epoch && first_best != Some(epoch) {
-        bail!(
-            "the board's held-out accuracies per epoch were {accuracies:?}, so its checkpoint \
-             should be epoch {first_best:?}'s, but version 2 records epoch {epoch}"
+    with_board(elf, |port| {
+        let board = serde_json::json!({"name": "qemu", "port": port, "model": "leaf"});
+        let board = post("/api/v1/boards", board, 201)?;
+        println!("the service registered the board: {board}");
+        let request = serde_json::json!({"dataset": "device", "epochs": SERVICE_EPOCHS});
+        let trained = post("/api/v1/boards/qemu/train", request, 201)?;
+        finished_job(&client, &agent, &trained, minutes)?;
+        let events = format!("/api/v1/jobs/{}/events", trained["id"]);
+        let accuracies = epoch_accuracies(&client.expect(&agent, "GET", &events, None, 200)?)?;
+        let pulled = post("/api/v1/boards/qemu/pull", serde_json::json!({}), 201)?;
+        let pulled = finished_job(&client, &agent, &pulled, minutes)?;
+        if pulled["version"] != 2 {
+            bail!("the pull registered no version 2: {pulled}");
+        }
+        let leaf_model: serde_json::Value = serde_json::from_str(&client.expect(
+            &agent,
+            "GET",
+            "/api/v1/models/leaf",
+            None,
+            200,
+        )?)?;
+        let metrics = &leaf_model["versions"][1]["metrics"];
+        // The board keeps the checkpoint of the first epoch that reached its best held-out
+        // accuracy (later epochs that only tie it do not replace it), so "epoch 1" after three
+        // is what a board whose first epoch is already its best should say.
+        let epoch = metrics["device_epoch"].as_u64().unwrap_or(0);
+        if metrics["board"] != "qemu" || !(1..=u64::from(SERVICE_EPOCHS)).contains(&epoch) {
+            bail!("version 2 does not record the board's training: {leaf_model}");
+        }
+        let best = accuracies.iter().map(|a| a.1).fold(f64::NEG_INFINITY, f64::max);
+        let first_best = accuracies.iter().find(|a| a.1 == best).map(|a| a.0);
+        let every_epoch = accuracies.len() == SERVICE_EPOCHS as usize;
+        if every_epoch && first_best != Some(epoch) {
+            bail!(
+                "the board's held-out accuracies per epoch were {accuracies:?}, so its checkpoint \
+                 should be epoch {first_best:?}'s, but version 2 records epoch {epoch}"
+            );
+        }
+        let pushed = post(
+            "/api/v1/boards/qemu/push",
+            serde_json::json!({"model": "leaf", "version": 2}),
+            201,
+        )?;
+        finished_job(&client, &agent, &pushed, minutes)?;
+        let per_epoch: Vec<String> =
+            accuracies.iter().map(|(e, a)| format!("{e}: {:.1}%", 100.0 * a)).collect();
+        println!(
+            "the service trained the board {SERVICE_EPOCHS} epochs (held-out accuracy per epoch \
+             {}), pulled version 2 (the checkpoint of epoch {epoch}, the first at the best \
+             accuracy {}) and pushed it back in {}",
+            per_epoch.join(", "),
+            metrics["device_accuracy"],
+            format_duration(started.elapsed())
         );
-    }
-    let pushed =
-        post("/api/v1/boards/qemu/push", serde_json::json!({"model": "leaf", "version": 2}), 201)?;
-    finished_job(&client, &agent, &pushed, minutes)?;
-    let per_epoch: Vec<String> =
-        accuracies.iter().map(|(e, a)| format!("{e}: {:.1}%", 100.0 * a)).collect();
-    println!(
-        "the service trained the board {SERVICE_EPOCHS} epochs (held-out accuracy per epoch \
-         {}), pulled version 2 (the checkpoint of epoch {epoch}, the first at the best \
-         accuracy {}) and pushed it back in {}",
-        per_epoch.join(", "),
-        metrics["device_accuracy"],
-        format_duration(started.elapsed())
-    );
-    Ok(())
+        Ok(())
+    })?;
+    with_board(stem_elf, |port| {
+        let options = serde_json::json!({"trainable": crate::sparse_update::STEM,
+            "batch_size": 1, "momentum": 0.0});
+        let board = serde_json::json!({"name": "stem", "port": port, "model": "leaf",
+            "version": 1, "bundle_options": options});
+        let board = post("/api/v1/boards", board, 201)?;
+        if board["streams"] != true {
+            bail!("the stem update's board does not train from its input: {board}");
+        }
+        let started = Instant::now();
+        let request = serde_json::json!({"dataset": "device", "epochs": SERVICE_STEM_EPOCHS});
+        let trained = post("/api/v1/boards/stem/train", request, 201)?;
+        finished_job(&client, &agent, &trained, minutes)?;
+        let events = format!("/api/v1/jobs/{}/events", trained["id"]);
+        let accuracies = epoch_accuracies(&client.expect(&agent, "GET", &events, None, 200)?)?;
+        if accuracies.len() != SERVICE_STEM_EPOCHS as usize {
+            bail!("the streamed job reported epochs {accuracies:?}");
+        }
+        let pulled = post("/api/v1/boards/stem/pull", serde_json::json!({}), 201)?;
+        let pulled = finished_job(&client, &agent, &pulled, minutes)?;
+        if pulled["version"] != 3 {
+            bail!("the stem board's pull registered no version 3: {pulled}");
+        }
+        println!(
+            "the service streamed the photos to the stem update's board for \
+             {SERVICE_STEM_EPOCHS} epoch (held-out accuracy {:.1}%) and pulled version 3 in {}",
+            100.0 * accuracies[0].1,
+            format_duration(started.elapsed())
+        );
+        Ok(())
+    })
 }
 
 /// `(epoch, held-out accuracy)` of each `epoch` event in a job's finished SSE stream.

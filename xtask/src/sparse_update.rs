@@ -33,7 +33,7 @@ const CACHE_SAMPLES: &str = "120";
 const SPARSE_SGD: &[&str] = &["--batch-size", "1", "--momentum", "0"];
 /// The stem update's trainable tensors (`sprout bundle --trainable`): what the host
 /// measurements say the domain shift needs.
-const STEM: &str = "head,features.0.*.bias,features.1.*.bias,features.2.*.bias";
+pub const STEM: &str = "head,features.0.*.bias,features.1.*.bias,features.2.*.bias";
 /// The RAM of the emulated board (mps2-an386 with sprout's 256 KiB budget).
 const BOARD_RAM: u64 = 262_144;
 /// The most the sparse update's training arena may take against the int8 backbone's

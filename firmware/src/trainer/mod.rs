@@ -118,6 +118,21 @@ pub struct TrainerMemory<'m> {
     pub held_out: SampleCache<'m>,
 }
 
+impl<'m> TrainerMemory<'m> {
+    /// The regions a plan runs over (the bundle's `frozen` weights, the first `state_len`
+    /// bytes of the state, the arena) and, beside them, the training and held-out caches,
+    /// which stay readable while a plan runs.
+    fn regions<'a>(
+        &'a mut self,
+        frozen: &'a [u8],
+        state_len: usize,
+    ) -> (Regions<'a>, &'a SampleCache<'m>, &'a SampleCache<'m>) {
+        let regions =
+            Regions { frozen, state: &mut self.state[..state_len], arena: &mut *self.arena };
+        (regions, &self.train, &self.held_out)
+    }
+}
+
 /// Trains a bundle's head on the device.
 pub struct Trainer<'b, 's, 'm, K> {
     bundle: &'b Bundle<'b, 's>,
@@ -232,11 +247,7 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
         }
         // An epoch in progress drew its order for the samples cached before.
         self.pass = None;
-        let mut regions = Regions {
-            frozen: self.bundle.frozen,
-            state: &mut self.memory.state[..self.state_len],
-            arena: &mut *self.memory.arena,
-        };
+        let (mut regions, ..) = self.memory.regions(self.bundle.frozen, self.state_len);
         self.backbone.run(&mut regions)?;
         let op = self.bundle.header.backbone_io.features;
         let features = &self.memory.arena[op.offset..op.end()];
@@ -261,11 +272,7 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
         self.check_label(label)?;
         let io = self.bundle.header.train_io;
         self.stage_features(&io.features)?;
-        let mut regions = Regions {
-            frozen: self.bundle.frozen,
-            state: &mut self.memory.state[..self.state_len],
-            arena: &mut *self.memory.arena,
-        };
+        let (mut regions, ..) = self.memory.regions(self.bundle.frozen, self.state_len);
         write_row(&mut regions, &io.labels, 0, bytemuck::bytes_of(&label))?;
         self.train.train_step(&mut regions, self.learning_rate)?;
         let loss = regions.read::<f32>(&io.loss)?[0];
@@ -281,11 +288,7 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
         self.check_label(label)?;
         let io = self.bundle.header.eval_io;
         self.stage_features(&io.features)?;
-        let mut regions = Regions {
-            frozen: self.bundle.frozen,
-            state: &mut self.memory.state[..self.state_len],
-            arena: &mut *self.memory.arena,
-        };
+        let (mut regions, ..) = self.memory.regions(self.bundle.frozen, self.state_len);
         self.eval.run(&mut regions)?;
         let logits = regions.read::<f32>(&io.logits)?;
         let classes = self.bundle.classes().min(logits.len());
@@ -313,11 +316,7 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
     /// Runs the backbone on the sample in [`Self::sample_input`] and moves its features to
     /// the first row of `target` (a plan's batch input) inside the arena.
     fn stage_features(&mut self, target: &Operand) -> Result<(), TrainerError> {
-        let mut regions = Regions {
-            frozen: self.bundle.frozen,
-            state: &mut self.memory.state[..self.state_len],
-            arena: &mut *self.memory.arena,
-        };
+        let (mut regions, ..) = self.memory.regions(self.bundle.frozen, self.state_len);
         self.backbone.run(&mut regions)?;
         let from = self.bundle.header.backbone_io.features;
         let bytes = from.len * from.dtype.size();
@@ -417,16 +416,11 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
     /// `order_seed` draws; returns its loss.
     fn train_batch(&mut self, first: usize, order_seed: u64) -> Result<f32, TrainerError> {
         let io = self.bundle.header.train_io;
-        let have = self.memory.train.len();
-        let mut regions = Regions {
-            frozen: self.bundle.frozen,
-            state: &mut self.memory.state[..self.state_len],
-            arena: &mut *self.memory.arena,
-        };
+        let (mut regions, train, _) = self.memory.regions(self.bundle.frozen, self.state_len);
         for slot in 0..self.bundle.head_batch() {
-            let sample = shuffled(first + slot, have, order_seed);
-            let label = self.memory.train.label(sample);
-            write_row(&mut regions, &io.features, slot, self.memory.train.row(sample))?;
+            let sample = shuffled(first + slot, train.len(), order_seed);
+            write_row(&mut regions, &io.features, slot, train.row(sample))?;
+            let label = train.label(sample);
             write_row(&mut regions, &io.labels, slot, bytemuck::bytes_of(&label))?;
         }
         self.train.train_step(&mut regions, self.learning_rate)?;
@@ -450,23 +444,19 @@ impl<'b, 's, 'm, K: Kernels<Memory = Host> + Clone> Trainer<'b, 's, 'm, K> {
         let classes = self.bundle.classes();
         let total = self.memory.held_out.len();
         let io = self.bundle.header.eval_io;
-        let mut regions = Regions {
-            frozen: self.bundle.frozen,
-            state: &mut self.memory.state[..self.state_len],
-            arena: &mut *self.memory.arena,
-        };
+        let (mut regions, _, held_out) = self.memory.regions(self.bundle.frozen, self.state_len);
         let real = batch.min(total - first);
         for slot in 0..batch {
             // A last partial batch is padded with its first sample; only real ones count.
             let sample = first + if slot < real { slot } else { 0 };
-            write_row(&mut regions, &io.features, slot, self.memory.held_out.row(sample))?;
+            write_row(&mut regions, &io.features, slot, held_out.row(sample))?;
         }
         self.eval.run(&mut regions)?;
         let logits = regions.read::<f32>(&io.logits)?;
         let mut correct = 0;
         for slot in 0..real {
             let row = &logits[slot * classes..(slot + 1) * classes];
-            if argmax(row) as i32 == self.memory.held_out.label(first + slot) {
+            if argmax(row) as i32 == held_out.label(first + slot) {
                 correct += 1;
             }
         }

@@ -189,6 +189,9 @@ fn train(args: &TrainArgs) -> Result<()> {
         );
     }
     if args.stream || device.info().streams {
+        if args.keep_samples {
+            bail!("the device trains from its input and stores no sample: --keep-samples does not apply");
+        }
         return train_streamed(args, &mut device, &samples);
     }
     if !args.keep_samples {

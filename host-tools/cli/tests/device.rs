@@ -129,6 +129,30 @@ fn train_sends_the_data_folder_and_reports_the_device_progress() {
     assert!(app.samples.iter().all(|(_, _, pixels)| pixels.len() == SHAPE.bytes() as usize));
 }
 
+#[test]
+fn train_streams_every_epoch_to_a_device_that_trains_from_its_input() {
+    let folder = tempfile::tempdir().unwrap();
+    let data = leaves(folder.path());
+    let (app, port) = device(Vec::new());
+    let train = ["device", "train", "--port", &port, "--data", data.to_str().unwrap()];
+    // A device that stores its samples takes no streamed run.
+    fails(&[&train[..], &["--stream"]].concat(), "trains from stored samples");
+    app.lock().unwrap().streams = true;
+    fails(&[&train[..], &["--keep-samples"]].concat(), "--keep-samples does not apply");
+
+    // Its hello says it streams: the held-out samples score the start, then every epoch
+    // streams all 15 (training ones first).
+    let stdout = ok(&[&train[..], &["--epochs", "3"]].concat());
+    assert!(stdout.contains("trained 3 of 3 epochs"), "{stdout}");
+    let app = app.lock().unwrap();
+    let held_out = app.streamed.iter().take_while(|(_, split)| *split == Split::Validation).count();
+    assert!(held_out > 0 && held_out < 15, "{held_out} held out");
+    assert_eq!((app.samples.len(), app.streamed.len()), (0, held_out + 3 * 15));
+    let first_epoch = &app.streamed[held_out..held_out + 15];
+    let trained = first_epoch.iter().take_while(|(_, split)| *split == Split::Train).count();
+    assert_eq!(trained, 15 - held_out);
+}
+
 /// A data folder of the fake device's classes and sample size, 5 images per class.
 fn leaves(folder: &Path) -> std::path::PathBuf {
     let data = folder.join("leaves");

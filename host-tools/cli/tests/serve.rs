@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use common::{fails, ok, s, serve_token as token, start_serve, tiny_model, Scratch};
 use serde_json::{json, Value};
 use sprout_core::format::device_checkpoint::{self as checkpoint, CheckpointInfo};
-use sprout_core::link::Split;
+use sprout_core::link::{DeviceApp, Split, TrainingState};
 use support::fake_app::{spawn_tcp_device, FakeApp, CLASSES, MODEL_HASH};
 
 /// A running service on a free loopback port, killed on drop.
@@ -96,6 +96,18 @@ impl Server {
                 line.strip_prefix("data: ").map(|d| serde_json::from_str(d).unwrap())
             })
             .collect()
+    }
+
+    /// Waits until job `id`'s event stream tells an epoch.
+    fn wait_for_epoch(&self, id: i64, token: &str) {
+        let url = format!("{}/api/v1/jobs/{id}/events", self.base);
+        let stream =
+            self.agent.get(&url).header("Authorization", format!("Bearer {token}")).call().unwrap();
+        let first_epoch = BufReader::new(stream.into_body().into_reader())
+            .lines()
+            .map(Result::unwrap)
+            .find(|line| line.contains(r#""kind":"epoch""#));
+        assert!(first_epoch.is_some(), "job {id} reported no epoch");
     }
 
     /// Waits (at most a minute) until job `id` has a status in `wanted`.
@@ -814,11 +826,34 @@ fn a_zip_archive_of_class_folders_uploads_and_refuses_escaping_names() {
     );
 }
 
+/// A service for the board test `test`: its scratch folder, an admin's and a trainer's
+/// token, model `base` (the tiny model, `tiny.sprout` in the scratch folder) and data set
+/// `leaves` (5 photos per class).
+fn board_service(test: &str) -> (Scratch, String, String, Server) {
+    let scratch = Scratch::new(test);
+    let data = scratch.path("data");
+    let (admin, trainer) = (token(&data, "admin"), token(&data, "train"));
+    let server = Server::start(&data, &[]);
+    upload_base(&server, &trainer, &scratch);
+    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 5));
+    (scratch, admin, trainer, server)
+}
+
 /// A fake board (the device tests' app behind the real link, on a local TCP port) running a
 /// bundle of model `model_hash`, holding `checkpoint`.
 fn fake_board(model_hash: u64, checkpoint: Vec<u8>) -> (Arc<Mutex<FakeApp>>, String) {
+    fake_board_with(model_hash, checkpoint, |_| {})
+}
+
+/// [`fake_board`], its app set up by `setup` first.
+fn fake_board_with(
+    model_hash: u64,
+    checkpoint: Vec<u8>,
+    setup: impl FnOnce(&mut FakeApp),
+) -> (Arc<Mutex<FakeApp>>, String) {
     let mut app = FakeApp::new(checkpoint);
     app.model_hash = model_hash;
+    setup(&mut app);
     let app = Arc::new(Mutex::new(app));
     let port = spawn_tcp_device(app.clone(), |_| false);
     (app, format!("tcp:127.0.0.1:{port}"))
@@ -845,12 +880,7 @@ fn device_checkpoint_of(bundle: &[u8]) -> Vec<u8> {
 
 #[test]
 fn boards_train_and_pull_into_the_registry_and_take_pushed_versions() {
-    let scratch = Scratch::new("serve-boards");
-    let data = scratch.path("data");
-    let (admin, trainer) = (token(&data, "admin"), token(&data, "train"));
-    let server = Server::start(&data, &[]);
-    upload_base(&server, &trainer, &scratch);
-    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 5));
+    let (_scratch, admin, trainer, server) = board_service("serve-boards");
     let (status, bundle) = server.call(
         "GET",
         "/api/v1/models/base/versions/1/file?format=bundle",
@@ -917,18 +947,7 @@ fn boards_train_and_pull_into_the_registry_and_take_pushed_versions() {
     }
 
     // Pulling: version 2 of base is version 1 with the board's trained tensors.
-    let (status, job) =
-        server.json("POST", "/api/v1/boards/bench/pull", Some(&trainer), Some(json!({})));
-    assert_eq!(status, 201, "{job}");
-    let job = server.wait_for(job["id"].as_i64().unwrap(), &trainer, &["succeeded", "failed"]);
-    assert_eq!((job["status"].as_str(), job["version"].as_u64()), (Some("succeeded"), Some(2)));
-    let (_, model) = server.json("GET", "/api/v1/models/base", Some(&trainer), None);
-    let metrics = &model["versions"][1]["metrics"];
-    assert_eq!(
-        (metrics["board"].as_str(), metrics["device_epoch"].as_u64()),
-        (Some("bench"), Some(3)),
-        "{model}"
-    );
+    pull_bench_into_version_2(&server, &trainer);
     let file = |version: u32| {
         let path = format!("/api/v1/models/base/versions/{version}/file");
         server.call("GET", &path, Some(&trainer), None).1
@@ -1005,13 +1024,117 @@ fn boards_train_and_pull_into_the_registry_and_take_pushed_versions() {
 }
 
 #[test]
+fn a_board_that_trains_from_its_input_is_streamed_the_images_every_epoch() {
+    let (scratch, admin, trainer, server) = board_service("serve-board-stream");
+    // The board's firmware bundle trains every layer, the first included, a sample a step.
+    let path = scratch.path("streams.bundle");
+    let model = scratch.path("tiny.sprout");
+    ok(&["bundle", s(&model), "--trainable", "all", "--batch-size", "1", "-o", s(&path)]);
+    let bundle = std::fs::read(&path).unwrap();
+    let (header, _) = sprout_core::format::bundle::read_header(&bundle).unwrap();
+    assert!(header.streams());
+    let (bench, port) = fake_board_with(header.model_hash, device_checkpoint_of(&bundle), |app| {
+        app.streams = true;
+    });
+
+    // Registered with the options its firmware's bundle was made with, or refused naming
+    // what differs: the head-only default (stored samples), or a streamed update of other
+    // tensors (the checkpoint it holds has another size).
+    let register = |options: Value| {
+        let body =
+            json!({"name": "bench", "port": port, "model": "base", "bundle_options": options});
+        server.json("POST", "/api/v1/boards", Some(&admin), Some(body))
+    };
+    let (status, body) = register(json!({}));
+    assert_eq!(error(status, &body, "trains from its input"), 422);
+    let (status, body) = register(json!({"trainable": "head,features.0.bias", "batch_size": 1}));
+    assert_eq!(error(status, &body, "-byte checkpoint"), 422);
+    let (status, body) = register(json!({"trainable": "all", "batch_size": 1, "epochs": 2}));
+    assert_eq!(status, 422, "{body}");
+    let (status, board) = register(json!({"trainable": "all", "batch_size": 1}));
+    assert_eq!((status, &board["streams"]), (201, &json!(true)), "{board}");
+
+    let train = |request: Value| {
+        let (status, job) =
+            server.json("POST", "/api/v1/boards/bench/train", Some(&trainer), Some(request));
+        assert_eq!(status, 201, "{job}");
+        job["id"].as_i64().unwrap()
+    };
+    let epochs_of = |id: i64| -> Vec<u64> {
+        let events = server.events(id, &trainer).into_iter().filter(|e| e["kind"] == "epoch");
+        events.map(|e| e["data"]["epoch"].as_u64().unwrap()).collect()
+    };
+    let request = json!({"dataset": "leaves", "epochs": 3, "keep_samples": true});
+    let (status, body) =
+        server.json("POST", "/api/v1/boards/bench/train", Some(&trainer), Some(request));
+    assert_eq!(error(status, &body, "stores no sample"), 422);
+
+    // A job streams the held-out images (the start's score), then every epoch all of
+    // them, training ones first; each epoch is an event.
+    let id = train(json!({"dataset": "leaves", "epochs": 3}));
+    let job = server.wait_for(id, &trainer, &["succeeded", "failed"]);
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(epochs_of(id), [1, 2, 3]);
+    {
+        let app = bench.lock().unwrap();
+        let held_out = |range: std::ops::Range<usize>| {
+            app.streamed[range].iter().filter(|(_, split)| *split == Split::Validation).count()
+        };
+        // 5 images of each of 3 classes, one of each held out.
+        assert_eq!((app.samples.len(), app.streamed.len()), (0, 3 + 3 * 15));
+        assert_eq!((held_out(0..3), held_out(3..15), held_out(15..18)), (3, 0, 3));
+    }
+
+    // Cancelled mid-run, its process dies and the board is left on the run; the next job
+    // stops that run and trains.
+    bench.lock().unwrap().compute = Duration::from_millis(30);
+    let id = train(json!({"dataset": "leaves", "epochs": 50}));
+    server.wait_for_epoch(id, &trainer);
+    let (status, _) =
+        server.json("POST", &format!("/api/v1/jobs/{id}/cancel"), Some(&trainer), None);
+    assert_eq!(status, 202);
+    let started = Instant::now();
+    server.wait_for(id, &trainer, &["cancelled"]);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let running = bench.lock().unwrap().progress();
+    assert_eq!(running.state, TrainingState::Running, "{running:?}");
+    assert!(running.epoch < 50, "{running:?}");
+    bench.lock().unwrap().compute = Duration::ZERO;
+    let id = train(json!({"dataset": "leaves", "epochs": 1}));
+    let job = server.wait_for(id, &trainer, &["succeeded", "failed"]);
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let events = server.events(id, &trainer);
+    let stopped = events.iter().any(|e| {
+        e["data"]["line"].as_str().is_some_and(|l| l.contains("was still training (epoch"))
+    });
+    assert!(stopped, "{events:#?}");
+    assert_eq!(bench.lock().unwrap().progress().state, TrainingState::Finished);
+
+    // The pull takes the checkpoint of the streamed update's bundle into the registry.
+    pull_bench_into_version_2(&server, &trainer);
+}
+
+/// Pulls board `bench`'s checkpoint: version 2 of `base` must record the board and the
+/// checkpoint's epoch (3, as [`device_checkpoint_of`] writes it).
+fn pull_bench_into_version_2(server: &Server, trainer: &str) {
+    let (status, job) =
+        server.json("POST", "/api/v1/boards/bench/pull", Some(trainer), Some(json!({})));
+    assert_eq!(status, 201, "{job}");
+    let job = server.wait_for(job["id"].as_i64().unwrap(), trainer, &["succeeded", "failed"]);
+    assert_eq!((job["status"].as_str(), job["version"].as_u64()), (Some("succeeded"), Some(2)));
+    let (_, model) = server.json("GET", "/api/v1/models/base", Some(trainer), None);
+    let metrics = &model["versions"][1]["metrics"];
+    assert_eq!(
+        (metrics["board"].as_str(), metrics["device_epoch"].as_u64()),
+        (Some("bench"), Some(3)),
+        "{model}"
+    );
+}
+
+#[test]
 fn a_board_job_killed_with_its_service_runs_again_and_takes_the_board_over() {
-    let scratch = Scratch::new("serve-board-restart");
+    let (scratch, admin, trainer, server) = board_service("serve-board-restart");
     let data = scratch.path("data");
-    let (admin, trainer) = (token(&data, "admin"), token(&data, "train"));
-    let server = Server::start(&data, &[]);
-    upload_base(&server, &trainer, &scratch);
-    upload_dataset(&server, &trainer, "leaves", &photos(&scratch, 5));
     let (_, bundle) = server.call(
         "GET",
         "/api/v1/models/base/versions/1/file?format=bundle",
@@ -1031,14 +1154,7 @@ fn a_board_job_killed_with_its_service_runs_again_and_takes_the_board_over() {
 
     // Killed (SIGKILL, with its `sprout device train` child) once the board reported an
     // epoch: the board trains on, for no one.
-    let url = format!("{}/api/v1/jobs/{id}/events", server.base);
-    let stream =
-        server.agent.get(&url).header("Authorization", format!("Bearer {trainer}")).call().unwrap();
-    let first_epoch = BufReader::new(stream.into_body().into_reader())
-        .lines()
-        .map(Result::unwrap)
-        .find(|line| line.contains(r#""kind":"epoch""#));
-    assert!(first_epoch.is_some(), "the job reported no epoch");
+    server.wait_for_epoch(id, &trainer);
     drop(server);
     let snapshot = data.join("jobs").join(id.to_string()).join("data");
     let start = Instant::now();

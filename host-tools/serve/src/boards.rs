@@ -1,8 +1,10 @@
 //! Boards around the box: microcontroller boards running sprout's firmware, registered by
 //! their port (a serial device or `tcp:HOST:PORT`) with the registry version their
-//! firmware's bundle was made from, and the jobs that talk to them through `sprout device`
-//! child processes: push a version as a device checkpoint, train on a data set's images, pull
-//! the board's checkpoint back into the registry as a new version.
+//! firmware's bundle was made from (and how: `sprout bundle`'s options), and the jobs that
+//! talk to them through `sprout device` child processes: push a version as a device
+//! checkpoint, train on a data set's images (sent once, or streamed every epoch to a board
+//! that trains from its input), pull the board's checkpoint back into the registry as a new
+//! version.
 
 use std::path::Path;
 
@@ -45,6 +47,47 @@ pub struct NewBoard {
     pub model: String,
     /// Its version (default: the current one).
     pub version: Option<u32>,
+    /// How the firmware's bundle was made from that version (default: `sprout bundle`'s
+    /// defaults, the head-only update).
+    #[serde(default)]
+    pub bundle_options: BundleOptions,
+}
+
+/// `sprout bundle`'s options: what the board trains and how; each absent one is the
+/// command's default.
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BundleOptions {
+    /// `--trainable`: head, bias, all, or comma-separated name patterns with `*` (e.g. the
+    /// stem update's `head,features.0.*.bias,features.1.*.bias,features.2.*.bias`).
+    pub trainable: Option<String>,
+    /// `--sparse-budget`, in bytes (instead of `trainable`).
+    pub sparse_budget: Option<u64>,
+    /// `--cache-samples` (with `sparse_budget`).
+    pub cache_samples: Option<u64>,
+    /// `--batch-size`.
+    pub batch_size: Option<u64>,
+    /// `--lr`.
+    pub lr: Option<f32>,
+    /// `--momentum`.
+    pub momentum: Option<f32>,
+}
+
+impl BundleOptions {
+    /// `sprout bundle` with these options, each value joined to its flag (so that no value
+    /// reads as a flag).
+    fn command(&self) -> Vec<String> {
+        let options = [
+            ("trainable", self.trainable.clone()),
+            ("sparse-budget", self.sparse_budget.map(|n| n.to_string())),
+            ("cache-samples", self.cache_samples.map(|n| n.to_string())),
+            ("batch-size", self.batch_size.map(|n| n.to_string())),
+            ("lr", self.lr.map(|x| x.to_string())),
+            ("momentum", self.momentum.map(|x| x.to_string())),
+        ];
+        let given = options.into_iter().filter_map(|(flag, v)| Some(format!("--{flag}={}", v?)));
+        std::iter::once("bundle".to_string()).chain(given).collect()
+    }
 }
 
 /// A registered board.
@@ -63,6 +106,10 @@ pub struct BoardInfo {
     pub classes: Vec<String>,
     pub sample_width: u32,
     pub sample_height: u32,
+    /// The board trains from its input (its bundle's first trained layer is the model's
+    /// first, as the stem update's): it stores no sample, and a `train` job streams the
+    /// data set's samples every epoch (`sprout device train --stream`).
+    pub streams: bool,
     /// Unix seconds.
     pub created: i64,
     /// The board's queued or running jobs, oldest first.
@@ -74,7 +121,8 @@ fn default_epochs() -> u16 {
 }
 
 /// `POST /api/v1/boards/{name}/train`: a job sending the data set's images (every fifth
-/// of each class held out for validation) and training on the board.
+/// of each class held out for validation) and training on the board; to a board that
+/// trains from its input, the images are streamed every epoch.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TrainOnBoard {
@@ -83,7 +131,8 @@ pub struct TrainOnBoard {
     pub epochs: u16,
     /// Learning rate of the first epoch (the device's own when absent).
     pub lr: Option<f32>,
-    /// Add to the samples already on the board instead of replacing them.
+    /// Add to the samples already on the board instead of replacing them (not for a board
+    /// that trains from its input, which stores none).
     #[serde(default)]
     pub keep_samples: bool,
 }
@@ -124,18 +173,20 @@ fn load(state: &AppState, name: &str) -> Result<BoardInfo, ApiError> {
     let db = state.db.lock();
     let found = db.query_row(
         "SELECT port, baud, model, version, bundle, model_hash, classes, sample_width, \
-         sample_height, created FROM boards WHERE name = ?1",
+         sample_height, streams, created FROM boards WHERE name = ?1",
         [name],
         |r| {
             Ok((
                 (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?),
-                (r.get(5)?, r.get::<_, String>(6)?, r.get(7)?, r.get(8)?, r.get(9)?),
+                (r.get(5)?, r.get::<_, String>(6)?, r.get(7)?, r.get(8)?),
+                (r.get(9)?, r.get(10)?),
             ))
         },
     );
     let (
         (port, baud, model, version, bundle),
-        (model_hash, classes, sample_width, sample_height, created),
+        (model_hash, classes, sample_width, sample_height),
+        (streams, created),
     ) = match found {
         Ok(row) => row,
         Err(rusqlite::Error::QueryReturnedNoRows) => {
@@ -160,6 +211,7 @@ fn load(state: &AppState, name: &str) -> Result<BoardInfo, ApiError> {
         classes: serde_json::from_str(&classes).map_err(ApiError::internal)?,
         sample_width,
         sample_height,
+        streams,
         created,
         jobs,
     })
@@ -193,6 +245,9 @@ struct Hello {
     classes: Vec<String>,
     width: u32,
     height: u32,
+    streams: bool,
+    /// The length of the checkpoint it holds, if it holds one.
+    checkpoint: Option<u32>,
 }
 
 /// Says hello to the board on `spec`, or a 502 naming the port when it does not answer as
@@ -215,11 +270,13 @@ fn hello(spec: PortSpec) -> Result<Hello, ApiError> {
         classes,
         width: u32::from(info.sample.width),
         height: u32::from(info.sample.height),
+        streams: info.streams,
+        checkpoint: info.checkpoint.map(|c| c.len),
     })
 }
 
 #[utoipa::path(post, path = "/api/v1/boards", tag = "boards", request_body = NewBoard,
-    description = "Registers a board: makes the device bundle of the model version (as `sprout bundle` does), says hello to the board and checks that it runs that bundle's model.",
+    description = "Registers a board: makes the device bundle of the model version with `bundle_options` (as `sprout bundle` does), says hello to the board and checks that it runs that bundle: its model, whether it trains from its input, and the size of the checkpoint it holds, if any.",
     responses((status = 201, body = BoardInfo), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 502, body = ErrorBody)))]
 pub async fn register(
     _: Access<Admin>,
@@ -233,26 +290,28 @@ pub async fn register(
     }
     let version = models::resolve_version(&state, &request.model, request.version)?;
     let model = state.layout.model(&models::version_hash(&state, &request.model, version)?);
-    let bytes = models::convert(&state, &model, &["bundle"], "a device bundle").await?;
+    let command = request.bundle_options.command();
+    let command: Vec<&str> = command.iter().map(String::as_str).collect();
+    let bytes = models::convert(&state, &model, &command, "a device bundle").await?;
     let (header, _) = bundle::read_header(&bytes).map_err(ApiError::internal)?;
-    let bundle_model = header.model_hash;
     let bundle_hash = sha256(&bytes);
     Staged::write(&state.layout.tmp(), "bundle", &bytes)?
         .place(&state.layout.device_file(&bundle_hash, "bundle"))?;
-    let Hello { model_hash, classes, width, height } =
+    let board =
         tokio::task::spawn_blocking(move || hello(spec)).await.map_err(ApiError::internal)??;
-    if model_hash != bundle_model {
-        return Err(ApiError::invalid(format!(
-            "the board on {} runs model {model_hash:#018x}, but version {version} of '{}' \
-             bundles to model {bundle_model:#018x}: register it with the version its firmware \
-             was built from",
-            request.port, request.model
-        )));
-    }
+    let what = format!("version {version} of '{}'", request.model);
+    check_firmware(&board, &header, &what).map_err(|why| {
+        ApiError::invalid(format!(
+            "the board on {} {why}: register it with the version and bundle options its \
+             firmware was built from",
+            request.port
+        ))
+    })?;
+    let Hello { model_hash, classes, width, height, streams, .. } = board;
     let inserted = state.db.lock().execute(
         "INSERT OR IGNORE INTO boards (name, port, baud, model, version, bundle, model_hash, \
-         classes, sample_width, sample_height, created) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         classes, sample_width, sample_height, streams, created) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         rusqlite::params![
             request.name,
             request.port,
@@ -264,6 +323,7 @@ pub async fn register(
             serde_json::to_string(&classes).map_err(ApiError::internal)?,
             width,
             height,
+            streams,
             now()
         ],
     )?;
@@ -271,6 +331,41 @@ pub async fn register(
         return Err(ApiError::conflict(format!("board '{}' exists already", request.name)));
     }
     Ok((StatusCode::CREATED, axum::Json(load(&state, &request.name)?)))
+}
+
+/// Why a board that said `board` does not run the bundle `header` (made from `what`), if
+/// it does not: another model, another way of training (from its input or from stored
+/// samples), or a checkpoint of another size than the bundle's state makes.
+fn check_firmware(
+    board: &Hello,
+    header: &bundle::BundleHeader<'_>,
+    what: &str,
+) -> Result<(), String> {
+    let (runs, bundled) = (board.model_hash, header.model_hash);
+    if runs != bundled {
+        return Err(format!(
+            "runs model {runs:#018x}, but {what} bundles to model {bundled:#018x}"
+        ));
+    }
+    let how = |streams: bool| match streams {
+        true => "trains from its input (streamed samples)",
+        false => "trains from stored samples",
+    };
+    if board.streams != header.streams() {
+        return Err(format!(
+            "{}, but {what} bundled with these options {}",
+            how(board.streams),
+            how(header.streams())
+        ));
+    }
+    let expected = checkpoint::CHECKPOINT_HEADER_BYTES as u64 + u64::from(header.state.len);
+    match board.checkpoint {
+        Some(len) if u64::from(len) != expected => Err(format!(
+            "holds a {len}-byte checkpoint, but a checkpoint of {what} bundled with these \
+             options takes {expected} bytes (it trains other tensors)"
+        )),
+        _ => Ok(()),
+    }
 }
 
 #[utoipa::path(get, path = "/api/v1/boards", tag = "boards", responses((status = 200, body = [BoardInfo])))]
@@ -354,7 +449,7 @@ fn queue(
 }
 
 #[utoipa::path(post, path = "/api/v1/boards/{name}/train", tag = "boards", request_body = TrainOnBoard,
-    description = "Queues a job that sends the data set's images to the board and trains there (`sprout device train`); follow it at /api/v1/jobs/{id}/events.",
+    description = "Queues a job that sends the data set's images to the board and trains there (`sprout device train`), or, to a board that trains from its input, streams them every epoch (`--stream`); follow it at /api/v1/jobs/{id}/events.",
     responses((status = 201, body = JobInfo), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn train_job(
     _: Access<Train>,
@@ -380,6 +475,12 @@ pub async fn train_job(
     }
     if dataset.images == 0 {
         return Err(ApiError::invalid(format!("data set '{}' has no images", request.dataset)));
+    }
+    if board.streams && request.keep_samples {
+        return Err(ApiError::invalid(format!(
+            "board '{name}' trains from its input and stores no sample: keep_samples does not \
+             apply, every epoch streams the data set's images"
+        )));
     }
     let task = BoardTask::Train(request.clone());
     queue(&state, &name, &request.dataset, &board.model, &task)
@@ -548,6 +649,9 @@ pub fn run(state: &AppState, id: i64, board: &str, task: &BoardTask) -> anyhow::
             }
             if request.keep_samples {
                 args.push("--keep-samples".into());
+            }
+            if board.streams {
+                args.push("--stream".into());
             }
             args.push("--progress-json".into());
         }

@@ -99,6 +99,10 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE models ADD COLUMN last_version INTEGER NOT NULL DEFAULT 0;
     UPDATE models SET last_version =
         (SELECT COALESCE(MAX(version), 0) FROM model_versions WHERE model = models.name);",
+    // 4: whether a board trains from its input (its samples streamed every epoch). Boards
+    // registered before had the head-only bundle (the only one the service made then),
+    // which never does.
+    "ALTER TABLE boards ADD COLUMN streams INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// The schema version this build writes.

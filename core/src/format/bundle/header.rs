@@ -118,3 +118,13 @@ pub struct BundleHeader<'a> {
     /// The state region's initial image: trainable head weights and optimizer state.
     pub state: Section,
 }
+
+impl BundleHeader<'_> {
+    /// Whether the bundle trains from its input, one sample a step: its first trained layer
+    /// is the model's first, so the backbone plan hands on the (quantized) sample itself.
+    /// A device cannot cache such features for every sample: the host streams the samples
+    /// every epoch instead.
+    pub fn streams(&self) -> bool {
+        self.backbone_io.features.len == self.sample_shape.numel() && self.head_batch == 1
+    }
+}

@@ -48,12 +48,9 @@ impl Bundle<'_, '_> {
         self.header.head_batch as usize
     }
 
-    /// Whether the bundle trains from its input, one sample a step: its first trained layer
-    /// is the model's first, so the backbone plan hands on the (quantized) sample itself.
-    /// A device cannot cache such features for every sample: the host streams the samples
-    /// every epoch instead.
+    /// Whether the bundle trains from its input ([`BundleHeader::streams`]).
     pub fn streams(&self) -> bool {
-        self.feature_len() == self.header.sample_shape.numel() && self.head_batch() == 1
+        self.header.streams()
     }
 
     /// Arena bytes the largest of the three plans needs.

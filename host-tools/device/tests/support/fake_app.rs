@@ -1,7 +1,7 @@
 //! `FakeApp`: an in-memory stand-in for the firmware behind a [`DeviceSession`]: it keeps
 //! samples and one checkpoint in vectors and "trains" one epoch per progress query (or,
-//! `hung`, none). The serving helpers run a session on a thread over a pipe or a TCP
-//! listener.
+//! `hung`, none); one that `streams` stores no sample and ends an epoch per streamed pass
+//! instead. The serving helpers run a session on a thread over a pipe or a TCP listener.
 
 use std::cell::Cell;
 use std::net::TcpListener;
@@ -37,6 +37,12 @@ pub struct FakeApp {
     pub compute: Duration,
     /// Training, once started, stays running at step 0 (a hung trainer).
     pub hung: bool,
+    /// Trains from its input: refuses stored samples, takes streamed runs.
+    pub streams: bool,
+    /// Complete streamed samples, in arrival order: label and split.
+    pub streamed: Vec<(u16, Split)>,
+    /// Passes the streamed run in progress ended.
+    passes: u16,
     training: Cell<TrainingProgress>,
 }
 
@@ -60,6 +66,9 @@ impl FakeApp {
             reads: Vec::new(),
             compute: Duration::ZERO,
             hung: false,
+            streams: false,
+            streamed: Vec::new(),
+            passes: 0,
             training: Cell::new(idle),
         };
         app.set_checkpoint(checkpoint);
@@ -74,6 +83,20 @@ impl FakeApp {
     fn running(&self) -> bool {
         self.training.get().state == TrainingState::Running
     }
+
+    /// Takes a sample's chunk; returns its pixels once the last chunk arrived (after
+    /// [`FakeApp::compute`]).
+    fn complete(&mut self, chunk: SampleChunk<'_>) -> Option<Vec<u8>> {
+        if chunk.offset == 0 {
+            self.partial.clear();
+        }
+        self.partial.extend_from_slice(chunk.bytes);
+        if chunk.offset as usize + chunk.bytes.len() < chunk.total as usize {
+            return None;
+        }
+        thread::sleep(self.compute);
+        Some(std::mem::take(&mut self.partial))
+    }
 }
 
 impl DeviceApp for FakeApp {
@@ -84,7 +107,7 @@ impl DeviceApp for FakeApp {
             sample: SHAPE,
             samples: self.samples.len() as u32,
             checkpoint: self.checkpoint_info,
-            streams: false,
+            streams: self.streams,
         }
     }
 
@@ -101,18 +124,19 @@ impl DeviceApp for FakeApp {
     }
 
     fn receive_sample(&mut self, chunk: SampleChunk<'_>) -> Result<(), DeviceError> {
-        if chunk.offset == 0 {
-            self.partial.clear();
+        if self.streams {
+            return Err(DeviceError::StreamsSamples);
         }
-        self.partial.extend_from_slice(chunk.bytes);
-        if chunk.offset as usize + chunk.bytes.len() == chunk.total as usize {
-            thread::sleep(self.compute);
-            self.samples.push((chunk.label, chunk.split, std::mem::take(&mut self.partial)));
+        if let Some(pixels) = self.complete(chunk) {
+            self.samples.push((chunk.label, chunk.split, pixels));
         }
         Ok(())
     }
 
     fn start_training(&mut self, config: TrainingConfig) -> Result<(), DeviceError> {
+        if self.streams {
+            return Err(DeviceError::StreamsSamples);
+        }
         if self.samples.is_empty() {
             return Err(DeviceError::NoSamples);
         }
@@ -129,10 +153,11 @@ impl DeviceApp for FakeApp {
         self.training.set(progress);
     }
 
-    /// Each query while running finishes one epoch of one step per sample.
+    /// Each query while running a stored-sample run finishes one epoch of one step per
+    /// sample.
     fn progress(&self) -> TrainingProgress {
         let mut progress = self.training.get();
-        if progress.state == TrainingState::Running && !self.hung {
+        if progress.state == TrainingState::Running && !self.hung && !self.streams {
             progress.epoch += 1;
             progress.step += self.samples.len() as u32;
             progress.loss = 1.0 / f32::from(progress.epoch);
@@ -170,6 +195,69 @@ impl DeviceApp for FakeApp {
         let bytes = std::mem::take(&mut self.incoming);
         self.set_checkpoint(bytes);
         Ok(())
+    }
+
+    fn start_stream(&mut self, config: TrainingConfig) -> Result<(), DeviceError> {
+        if !self.streams {
+            return Err(DeviceError::NotStreamed);
+        }
+        if self.running() {
+            return Err(DeviceError::Busy);
+        }
+        let mut progress = self.training.get();
+        progress.state = match config.epochs {
+            0 => TrainingState::Finished,
+            _ => TrainingState::Running,
+        };
+        (progress.epoch, progress.epochs, progress.step) = (0, config.epochs, 0);
+        self.training.set(progress);
+        self.passes = 0;
+        Ok(())
+    }
+
+    /// A training sample counts a step when complete.
+    fn stream_sample(&mut self, chunk: SampleChunk<'_>) -> Result<(), DeviceError> {
+        if !self.streams || !self.running() {
+            return Err(DeviceError::NoStream);
+        }
+        if self.complete(chunk).is_some() {
+            self.streamed.push((chunk.label, chunk.split));
+            if chunk.split == Split::Train {
+                let mut progress = self.training.get();
+                progress.step += 1;
+                self.training.set(progress);
+            }
+        }
+        Ok(())
+    }
+
+    /// Pass 0 scores 25 %, epoch `e` has loss `1 / e` and accuracy `1 - 1 / 2e`.
+    fn end_epoch(&mut self, epoch: u16) -> Result<TrainingProgress, DeviceError> {
+        if !self.streams {
+            return Err(DeviceError::NoStream);
+        }
+        if epoch < self.passes {
+            return Ok(self.training.get());
+        }
+        if !self.running() {
+            return Err(DeviceError::NoStream);
+        }
+        if epoch > self.passes {
+            return Err(DeviceError::WrongEpoch { device: self.passes, host: epoch });
+        }
+        self.passes += 1;
+        let mut progress = self.training.get();
+        progress.accuracy = Some(0.25);
+        if epoch > 0 {
+            progress.epoch = epoch;
+            progress.loss = 1.0 / f32::from(epoch);
+            progress.accuracy = Some(1.0 - progress.loss / 2.0);
+        }
+        if epoch >= progress.epochs {
+            progress.state = TrainingState::Finished;
+        }
+        self.training.set(progress);
+        Ok(progress)
     }
 }
 
