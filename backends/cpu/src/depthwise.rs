@@ -26,6 +26,7 @@ use crate::epilogue::Epilogue;
 use crate::parallel::{for_each_chunk, partials_len, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
 use crate::same_depthwise as same;
+#[cfg(target_arch = "x86_64")]
 use crate::strided_depthwise as strided;
 use sprout_core::geometry::Conv2dGeometry;
 
@@ -480,6 +481,7 @@ pub fn conv2d(
     if same::runs_in_place(g) {
         return same::conv2d(pool, scratch, x, w, b, then, y, g);
     }
+    #[cfg(target_arch = "x86_64")]
     if strided::runs_here(g) {
         return strided::conv2d(pool, x, w, b, then, y, g);
     }
@@ -638,7 +640,9 @@ pub(crate) mod tests {
             (2, (2, 2), 16, 8, (5, 5)),
             (2, (0, 0), 8, 8, (1, 1)),
         ];
-        let (mut in_place, mut strided) = (0, 0);
+        let mut in_place = 0;
+        #[cfg(target_arch = "x86_64")]
+        let mut strided = 0;
         for (stride, padding, w, h, (kh, kw)) in cases {
             let c = 3;
             let out = |size: usize, pad: usize, k: usize| (size + 2 * pad - k) / stride + 1;
@@ -657,7 +661,10 @@ pub(crate) mod tests {
                 out_w: out(w, padding.1, kw),
             };
             in_place += usize::from(same::runs_in_place(&g));
-            strided += usize::from(strided::runs_here(&g));
+            #[cfg(target_arch = "x86_64")]
+            {
+                strided += usize::from(strided::runs_here(&g));
+            }
             let (x, wt) = (random(g.n * c * h * w, &mut rng), random(c * kh * kw, &mut rng));
             let (b, dy) = (random(c, &mut rng), random(g.n * c * g.out_h * g.out_w, &mut rng));
             let mut want_y = vec![0.0; dy.len()];

@@ -380,6 +380,7 @@ impl Batch<'_> {
 
     /// Where rows `first..first + rows` of matrix 0 start, after checking that those rows
     /// of every matrix lie inside the slice: matrix `n`'s are `n·stride` values on.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn rows_at(&self, first: usize, rows: usize) -> *const f32 {
         let end =

@@ -41,6 +41,7 @@ mod pointwise;
 mod pool;
 mod profile;
 mod same_depthwise;
+#[cfg(target_arch = "x86_64")]
 mod strided_depthwise;
 mod window;
 

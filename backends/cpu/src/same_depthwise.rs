@@ -58,7 +58,8 @@ struct Shape<'a> {
     /// The same masks block by block: block `m`'s, tap after tap, at `m·taps·BLOCK`.
     block_masks: &'a [f32],
     /// The same masks as bits (lane `j` in bit `j`), block `m`'s tap `t` at `m·taps + t`,
-    /// each kept in an `f32`'s bits (`f32::from_bits`).
+    /// each kept in an `f32`'s bits (`f32::from_bits`): the AVX-512 loops' masks.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     lane_bits: &'a [f32],
     /// Reads of a block starting at `p` span `p - reach .. p + BLOCK + reach`.
     reach: usize,

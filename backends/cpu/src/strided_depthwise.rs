@@ -1,4 +1,5 @@
-//! Stride-2 depthwise convolution straight from the input planes, in AVX-512 registers, for
+//! Stride-2 depthwise convolution straight from the input planes, in AVX-512 registers (an
+//! x86-64 module; elsewhere the phase planes of `depthwise` serve every stride), for
 //! the shapes of a MobileNet's downsampling layers: input rows twice as wide as the output
 //! rows, output rows of 4, 8 or 16 values (planes of 8, 16 or 32 columns).
 //!
@@ -35,15 +36,7 @@ pub fn runs_here(g: &Conv2dGeometry) -> bool {
         && (g.out_h * g.out_w).is_multiple_of(BLOCK)
         && g.kh <= MAX_KH
         && g.kw <= MAX_KW;
-    #[cfg(target_arch = "x86_64")]
-    {
-        shape && std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = shape;
-        false
-    }
+    shape && std::arch::is_x86_feature_detected!("avx512f")
 }
 
 /// Forward pass, each output plane then put through `then`, if any; planes split over
@@ -68,7 +61,6 @@ pub fn conv2d(
                 let (plane, c) = (first + i, (first + i) % g.c_out);
                 let (x, filter) = (&x[plane * in_len..][..in_len], &w[c * taps..][..taps]);
                 let start = b.map_or(0.0, |b| b[c]);
-                #[cfg(target_arch = "x86_64")]
                 // SAFETY: `runs_here` (asserted above) checked that the CPU has AVX-512F and
                 // that the rows are 8, 16 or 32 values wide.
                 unsafe {
@@ -115,7 +107,6 @@ impl Columns {
 /// # Safety
 /// The CPU has AVX-512F; `g` [`runs_here`] with `g.w == W`, `x` holds one input plane and
 /// `y` one output plane.
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn plane_avx512<const W: usize>(
     columns: &Columns,
@@ -157,7 +148,6 @@ unsafe fn plane_avx512<const W: usize>(
 }
 
 /// Loads `row`, input row `r` of a block's window of rows of `W` values, into `window`.
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
 fn load_row<const W: usize>(window: &mut [std::arch::x86_64::__m512; 2], row: &[f32], r: usize) {
