@@ -1,7 +1,9 @@
-//! What a fused convolution ([`ConvKernels::conv2d_norm_act`]) does to each output plane
-//! while it is still in cache: an evaluation-mode batch norm, then a rectifier, with the
+//! What a fused convolution ([`ConvKernels::conv2d_norm_act`]) does to its outputs while
+//! they are still in cache: an evaluation-mode batch norm, then a rectifier, with the
 //! arithmetic of the separate kernels (`norm::normalize`, the rectifiers of `pointwise`), so
-//! fusing changes no result.
+//! fusing changes no result. A plane at a time ([`Epilogue::apply`]), or as a row map
+//! ([`Epilogue::rows`], [`with_row_map!`]) that the GEMM and the direct depthwise loops
+//! apply to each block of values right after storing it.
 //!
 //! [`ConvKernels::conv2d_norm_act`]: sprout_core::backend::ConvKernels::conv2d_norm_act
 
