@@ -282,6 +282,14 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             let grads = GradsMut { dgamma: o.f32_mut()?, dbeta: o.f32_mut()? };
             k.batch_norm_grad_params_rectified(x, p, saved, dy, grads, d, r)
         }
+        KernelCall::BatchNormGradParamsRectifiedF16(d, r) => {
+            let x = o.read()?;
+            let p = Affine { gamma: o.f32()?, beta: o.f32()? };
+            let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
+            let dy = o.f32_mut()?;
+            let grads = GradsMut { dgamma: o.f32_mut()?, dbeta: o.f32_mut()? };
+            k.batch_norm_grad_params_rectified_f16(x, p, saved, dy, grads, d, r)
+        }
         KernelCall::Dropout(cfg, _) => k.dropout(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch),
         KernelCall::DropoutGrad(cfg, _) => {
             k.dropout_grad(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch)

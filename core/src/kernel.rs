@@ -333,6 +333,12 @@ kernels! {
         /// `dy, w_p (i8), w_p_scale, mask_p (i8), w (i8), w_scale, mask (i8) → db_depthwise,
         /// db, scratch`: [`KernelCall::QBlockGrad`] without the block's input gradient.
         113 => QBlockBiasGrad { depthwise: Conv2dGeometry, c_out: usize },
+        /// `x (f16), gamma, beta, saved_mean, saved_invstd, [dy → dy_gated], dgamma, dbeta`:
+        /// [`KernelCall::BatchNormGradParamsRectified`] of a batch norm in f16 storage, its
+        /// input `x` read as f16 and the rectifier's input rounded to f16 (the widened f16
+        /// copy of the batch norm's output that a mixed-precision step rectifies), folded
+        /// with the rectifier's recomputation when the plan is compiled.
+        114 => BatchNormGradParamsRectifiedF16(dims: ChannelDims, rectifier: Rectifier),
     }
 }
 
@@ -515,6 +521,11 @@ impl KernelCall {
             KernelCall::BatchNormGradParamsRectified(d, _) => {
                 let c = d.channels;
                 let s = s.read(d.len()).read(c).read(c).read(c).read(c).update(d.len());
+                s.write(c).write(c)
+            }
+            KernelCall::BatchNormGradParamsRectifiedF16(d, _) => {
+                let (c, s) = (d.channels, s.slot(Access::Read, DType::F16, d.len()));
+                let s = s.read(c).read(c).read(c).read(c).update(d.len());
                 s.write(c).write(c)
             }
             KernelCall::Softmax(r) | KernelCall::LogSoftmax(r) => {
@@ -730,7 +741,8 @@ impl KernelCall {
             | KernelCall::BatchNormRunning(d, _)
             | KernelCall::BatchNormGradInputRunning(d)
             | KernelCall::BatchNormGradInputFromSums(d)
-            | KernelCall::BatchNormGradParamsRectified(d, _) => d.check(),
+            | KernelCall::BatchNormGradParamsRectified(d, _)
+            | KernelCall::BatchNormGradParamsRectifiedF16(d, _) => d.check(),
             KernelCall::Softmax(r)
             | KernelCall::SoftmaxGrad(r)
             | KernelCall::LogSoftmax(r)
@@ -829,7 +841,8 @@ impl KernelCall {
             KernelCall::BatchNormGradInput(d) => 8 * d.len(),
             KernelCall::BatchNormGradInputFromSums(d) => 5 * d.len(),
             KernelCall::BatchNormGradParams(d) => 4 * d.len(),
-            KernelCall::BatchNormGradParamsRectified(d, _) => 9 * d.len(),
+            KernelCall::BatchNormGradParamsRectified(d, _)
+            | KernelCall::BatchNormGradParamsRectifiedF16(d, _) => 9 * d.len(),
             KernelCall::Softmax(r)
             | KernelCall::SoftmaxGrad(r)
             | KernelCall::LogSoftmax(r)
@@ -951,6 +964,9 @@ impl KernelCall {
             KernelCall::BatchNormGradInputRunning(_) => "batch_norm_grad_input_running",
             KernelCall::BatchNormGradInputFromSums(_) => "batch_norm_grad_input_from_sums",
             KernelCall::BatchNormGradParamsRectified(..) => "batch_norm_grad_params_rectified",
+            KernelCall::BatchNormGradParamsRectifiedF16(..) => {
+                "batch_norm_grad_params_rectified_f16"
+            }
             KernelCall::Dropout(..) => "dropout",
             KernelCall::DropoutGrad(..) => "dropout_grad",
             KernelCall::Softmax(_) => "softmax",

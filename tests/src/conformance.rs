@@ -673,15 +673,30 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         // Rectifiers after the batch norm: ReLU, and ReLU6 with a gamma that takes many
         // pre-activations past 6.
         let wide_gamma: Vec<f32> = gamma.iter().map(|g| 6.0 * g).collect();
+        let x_half: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
         for (relu6, gamma) in [(false, &gamma), (true, &wide_gamma)] {
             let p = Affine { gamma: &gamma[..], beta: &beta[..] };
             let rectifier = Rectifier { relu6 };
             let outputs = vec![dy.clone(), stat.clone(), stat.clone()];
             let case = format!("{d:?}, {rectifier:?}");
-            self.compare("batch_norm_grad_params_rectified", &case, tol, outputs, &|k, o| {
+            self.compare(
+                "batch_norm_grad_params_rectified",
+                &case,
+                tol,
+                outputs.clone(),
+                &|k, o| {
+                    let [dy, dgamma, dbeta] = o else { unreachable!("three buffers") };
+                    let grads = GradsMut { dgamma: &mut dgamma[..], dbeta: &mut dbeta[..] };
+                    k.batch_norm_grad_params_rectified(&x, p, saved, dy, grads, d, rectifier)
+                },
+            );
+            // In f16 storage: `x` read as f16 (f16 in, f32 out), the gate worked out from
+            // pre-activations rounded to f16.
+            let name = "batch_norm_grad_params_rectified_f16";
+            self.compare(name, &case, tol, outputs, &|k, o| {
                 let [dy, dgamma, dbeta] = o else { unreachable!("three buffers") };
                 let grads = GradsMut { dgamma: &mut dgamma[..], dbeta: &mut dbeta[..] };
-                k.batch_norm_grad_params_rectified(&x, p, saved, dy, grads, d, rectifier)
+                k.batch_norm_grad_params_rectified_f16(&x_half, p, saved, dy, grads, d, rectifier)
             });
         }
         // The sums of the parameter gradients, from the reference, for the input gradient.

@@ -322,6 +322,22 @@ impl NormKernels for Cpu {
         let sums = [grads.dbeta, grads.dgamma];
         norm::grad_sums_rectified(&self.pool, dy, x, channels, rectifier, pairs, sums, d)
     }
+    fn batch_norm_grad_params_rectified_f16(
+        &mut self,
+        x: &[f16],
+        p: Affine<'_, Host>,
+        saved: Saved<'_, Host>,
+        dy: &mut [f32],
+        grads: GradsMut<'_, Host>,
+        d: ChannelDims,
+        rectifier: Rectifier,
+    ) {
+        let pairs = grow(&mut self.scratch, norm::pairs_len(&self.pool, d));
+        let (gamma, beta, mean, invstd) = (p.gamma, p.beta, saved.mean, saved.invstd);
+        let channels = norm::Channels { gamma, beta, mean, invstd };
+        let sums = [grads.dbeta, grads.dgamma];
+        norm::grad_sums_rectified_f16(&self.pool, dy, x, channels, rectifier, pairs, sums, d)
+    }
     fn batch_norm_running(
         &mut self,
         x: &[f32],

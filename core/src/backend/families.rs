@@ -281,6 +281,20 @@ pub trait NormKernels: Backend {
         d: ChannelDims,
         rectifier: Rectifier,
     );
+    /// [`NormKernels::batch_norm_grad_params_rectified`] of a batch norm in f16 storage:
+    /// `x` read as f16, and the gate worked out from each pre-activation rounded to f16
+    /// (what the rectifier read), with the same sums.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_grad_params_rectified_f16(
+        &mut self,
+        x: In<'_, Self, f16>,
+        p: Affine<'_, Self::Memory>,
+        saved: Saved<'_, Self::Memory>,
+        dy: Out<'_, Self, f32>,
+        grads: GradsMut<'_, Self::Memory>,
+        d: ChannelDims,
+        rectifier: Rectifier,
+    );
     /// Training that normalises with the running statistics (which stay as they are) and
     /// saves them, as mean and inverse standard deviation, for the backward pass.
     #[allow(clippy::too_many_arguments)]

@@ -282,6 +282,22 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Norm>> NormKernels for
             dy, x, p.gamma, p.beta, mean, invstd, dgamma, dbeta, d, rectifier,
         )
     }
+    fn batch_norm_grad_params_rectified_f16(
+        &mut self,
+        x: &[f16],
+        p: Affine<'_, Host>,
+        saved: Saved<'_, Host>,
+        dy: &mut [f32],
+        grads: GradsMut<'_, Host>,
+        d: ChannelDims,
+        rectifier: Rectifier,
+    ) {
+        let (dgamma, dbeta) = (grads.dgamma, grads.dbeta);
+        let (mean, invstd) = (saved.mean, saved.invstd);
+        r::batch_norm_grad_params_rectified_f16(
+            dy, x, p.gamma, p.beta, mean, invstd, dgamma, dbeta, d, rectifier,
+        )
+    }
     fn batch_norm_running(
         &mut self,
         x: &[f32],

@@ -308,6 +308,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::BatchNormGradInputRunning(_)
         | KernelCall::BatchNormGradInputFromSums(_)
         | KernelCall::BatchNormGradParamsRectified(..)
+        | KernelCall::BatchNormGradParamsRectifiedF16(..)
         | KernelCall::Softmax(_)
         | KernelCall::SoftmaxGrad(_)
         | KernelCall::LogSoftmax(_)

@@ -1,0 +1,192 @@
+//! A rectifier's gradient in f16 storage folded into the parameter gradient of the batch
+//! norm before it: a mixed-precision step widens the f16 copy of the batch norm's output,
+//! rectifies it again and gates the gradient with that, each a pass over memory; the batch
+//! norm's kernel ([`KernelCall::BatchNormGradParamsRectifiedF16`]) instead recomputes each
+//! pre-activation from the f16 copy of its input, rounds it to f16 and gates the gradient
+//! in place, with the same results.
+
+use super::Lowered;
+use crate::graph::{producers, Graph};
+use crate::kernel::{Access, KernelCall};
+use crate::ops::Op;
+use crate::reference::Rectifier;
+use crate::tensor::{DType, Role, TensorId};
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// `lowered` with every batch norm parameter gradient (`dz, xr, mean, invstd → dgamma,
+/// dbeta`) folded, where `dz` is a rectifier's gradient (`ar, g → dz`, then perhaps a copy)
+/// through the rectifier recomputed from a widened f16 copy (`zh → zr`, `zr → ar`) of that
+/// batch norm's training output, and `xr` the widened f16 copy `yh` of its input: the
+/// rectifier's steps vanish and the fused step gates `g` in place, which later steps read
+/// instead of `dz`. `keep` are tensors the caller reads after the run.
+pub(super) fn fold(graph: &Graph, lowered: Vec<Lowered>, keep: &[TensorId]) -> Vec<Lowered> {
+    let tensors = graph.tensors().len();
+    let mut uses = vec![0usize; tensors];
+    let mut written_by = vec![None; tensors];
+    let mut kernel_of = vec![None; graph.nodes().len()];
+    for (i, l) in lowered.iter().enumerate() {
+        kernel_of[l.node] = Some(l.kernel);
+        for (t, slot) in l.operands.iter().zip(&l.kernel.signature().slots) {
+            uses[t.index()] += 1;
+            if slot.access == Access::Write {
+                written_by[t.index()] = Some(i);
+            }
+        }
+    }
+    for t in keep {
+        uses[t.index()] += 1;
+    }
+    let chains = Chains {
+        graph,
+        lowered: &lowered,
+        keep,
+        uses,
+        written_by,
+        kernel_of,
+        producer: producers(graph.nodes(), tensors),
+    };
+    let found: Vec<(usize, Fold)> =
+        (0..lowered.len()).filter_map(|j| Some((j, chains.fold(j)?))).collect();
+    let mut dropped = vec![false; lowered.len()];
+    let mut rename: Vec<Option<TensorId>> = vec![None; tensors];
+    let mut fused: Vec<Option<Lowered>> = lowered.iter().map(|_| None).collect();
+    for (j, f) in found {
+        for &s in &f.dropped {
+            dropped[s] = true;
+        }
+        rename[f.gated.index()] = Some(f.g);
+        fused[j] = Some(f.step);
+    }
+    lowered
+        .into_iter()
+        .zip(fused)
+        .zip(dropped)
+        .filter(|(_, dropped)| !dropped)
+        .map(|((l, fused), _)| {
+            let mut step = fused.unwrap_or(l);
+            for t in &mut step.operands {
+                *t = rename[t.index()].unwrap_or(*t);
+            }
+            step
+        })
+        .collect()
+}
+
+/// One fold: the fused step, the steps it replaces, and the gradient it gates (`g`) in
+/// place of the one the rectifier wrote (`gated`).
+struct Fold {
+    step: Lowered,
+    dropped: Vec<usize>,
+    g: TensorId,
+    gated: TensorId,
+}
+
+/// What the matching reads: the lowered steps, the tensors the caller keeps, how often each
+/// tensor is used, the step that writes it, each node's kernel and the graph's producers.
+struct Chains<'a> {
+    graph: &'a Graph,
+    lowered: &'a [Lowered],
+    keep: &'a [TensorId],
+    uses: Vec<usize>,
+    written_by: Vec<Option<usize>>,
+    kernel_of: Vec<Option<KernelCall>>,
+    producer: Vec<Option<usize>>,
+}
+
+impl Chains<'_> {
+    /// The step writing `t`, when `t` is read once (by the step after it in the chain).
+    fn passed_on(&self, t: TensorId) -> Option<(usize, &Lowered)> {
+        let i = self.written_by[t.index()]?;
+        (self.uses[t.index()] == 2).then(|| (i, &self.lowered[i]))
+    }
+
+    /// The graph node writing `t`.
+    fn node_of(&self, t: TensorId) -> Option<&crate::graph::Node> {
+        Some(&self.graph.nodes()[self.producer[t.index()]?])
+    }
+
+    /// The f16 tensor that the graph widens into `t`.
+    fn widened_from(&self, t: TensorId) -> Option<TensorId> {
+        let cast = self.node_of(t).filter(|n| n.op == Op::Cast)?;
+        let half = *cast.inputs.first()?;
+        (self.graph.tensor(half).dtype == DType::F16).then_some(half)
+    }
+
+    /// The fold of step `j`, if it is a batch norm's parameter gradient of the chain.
+    fn fold(&self, j: usize) -> Option<Fold> {
+        let params = &self.lowered[j];
+        let KernelCall::BatchNormGradParams(dims) = params.kernel else { return None };
+        let [gated, xr, mean, invstd, dgamma, dbeta] = params.operands[..] else { return None };
+        let mut dropped = Vec::new();
+        // The rectifier's gradient, perhaps copied (a round trip of values on f16's grid).
+        let mut at = self.written_by[gated.index()]?;
+        if let KernelCall::Copy(_) = self.lowered[at].kernel {
+            dropped.push(at);
+            at = self.passed_on(self.lowered[at].operands[0])?.0;
+        }
+        let step = &self.lowered[at];
+        let relu6 = match step.kernel {
+            KernelCall::ReluGrad(_) => false,
+            KernelCall::Relu6Grad(_) => true,
+            _ => return None,
+        };
+        let grad_at = at;
+        dropped.push(at);
+        let [ar, g, _] = step.operands[..] else { return None };
+        let (at, rectify) = self.passed_on(ar)?;
+        dropped.push(at);
+        let same_rectifier = match rectify.kernel {
+            KernelCall::Relu(_) => !relu6,
+            KernelCall::Relu6(_) => relu6,
+            _ => false,
+        };
+        let (at, widen) = self.passed_on(*rectify.operands.first()?)?;
+        dropped.push(at);
+        let KernelCall::CastF16ToF32(_) = widen.kernel else { return None };
+        let zh = *widen.operands.first()?;
+        // `zh` is the f16 copy of a training batch norm's output, whose input is widened
+        // from the f16 copy that `xr` widens too.
+        let z = *self.node_of(zh).filter(|n| n.op == Op::Cast)?.inputs.first()?;
+        let norm_index = self.producer[z.index()]?;
+        let norm = &self.graph.nodes()[norm_index];
+        let trained = matches!(
+            self.kernel_of[norm_index],
+            Some(KernelCall::BatchNormTrain(..) | KernelCall::BatchNormRunning(..))
+        );
+        let yh = self.widened_from(xr)?;
+        let same_norm = matches!(norm.op, Op::BatchNorm2d(_))
+            && norm.outputs.first() == Some(&z)
+            && norm.outputs.get(1..3) == Some(&[mean, invstd][..])
+            && self.widened_from(*norm.inputs.first()?) == Some(yh);
+        // `g` is gated in place, so nothing else may read it; the gated gradient is read
+        // first by this step, which reads it in its place.
+        let role = self.graph.tensor(g).role;
+        let own = self.uses[g.index()] == 2
+            && matches!(role, Role::Activation | Role::Gradient)
+            && !self.keep.contains(&gated);
+        let first_read = (grad_at + 1..j).all(|s| dropped.contains(&s) || !self.reads(s, gated));
+        let steps = dropped.iter().map(|&s| &self.lowered[s]);
+        let one_program = steps.chain([params]).all(|s| s.per_update == params.per_update);
+        if !(same_rectifier && trained && same_norm && own && first_read && one_program) {
+            return None;
+        }
+        // Nothing else reads the widened input: its cast goes too.
+        if self.uses[xr.index()] == 2 {
+            dropped.push(self.written_by[xr.index()]?);
+        }
+        let (gamma, beta) = (*norm.inputs.get(1)?, *norm.inputs.get(2)?);
+        let step = Lowered {
+            node: params.node,
+            kernel: KernelCall::BatchNormGradParamsRectifiedF16(dims, Rectifier { relu6 }),
+            operands: vec![yh, gamma, beta, mean, invstd, g, dgamma, dbeta],
+            per_update: params.per_update,
+        };
+        Some(Fold { step, dropped, g, gated })
+    }
+
+    /// Whether step `s` reads or writes `t`.
+    fn reads(&self, s: usize, t: TensorId) -> bool {
+        self.lowered[s].operands.contains(&t)
+    }
+}
