@@ -269,6 +269,12 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             let sums = GradSums { dgamma: o.f32()?, dbeta: o.f32()? };
             k.batch_norm_grad_input_from_sums(dy, x, gamma, saved, sums, o.f32_mut()?, d)
         }
+        KernelCall::BatchNormGradInputFromSumsF16(d) => {
+            let (dy, x, gamma) = (o.f32()?, o.read()?, o.f32()?);
+            let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
+            let sums = GradSums { dgamma: o.f32()?, dbeta: o.f32()? };
+            k.batch_norm_grad_input_from_sums_f16(dy, x, gamma, saved, sums, o.f32_mut()?, d)
+        }
         KernelCall::BatchNormGradParams(d) => {
             let (dy, x) = (o.f32()?, o.f32()?);
             let saved = Saved { mean: o.f32()?, invstd: o.f32()? };

@@ -339,6 +339,12 @@ kernels! {
         /// copy of the batch norm's output that a mixed-precision step rectifies), folded
         /// with the rectifier's recomputation when the plan is compiled.
         114 => BatchNormGradParamsRectifiedF16(dims: ChannelDims, rectifier: Rectifier),
+        /// `dy, x (f16), gamma, saved_mean, saved_invstd, dgamma, dbeta → dx`:
+        /// [`KernelCall::BatchNormGradInputFromSums`] of a batch norm in f16 storage, its
+        /// input `x` read as f16 and `dx` rounded to f16 (held as f32): the widening of `x`
+        /// and the round trip of `dx` that a mixed-precision step runs around it, folded
+        /// into it when the plan is compiled.
+        115 => BatchNormGradInputFromSumsF16(dims: ChannelDims),
     }
 }
 
@@ -497,6 +503,10 @@ impl KernelCall {
                 let c = d.channels;
                 let s = s.read(d.len()).read(d.len()).read(c).read(c).read(c);
                 s.read(c).read(c).write(d.len())
+            }
+            KernelCall::BatchNormGradInputFromSumsF16(d) => {
+                let (c, s) = (d.channels, s.read(d.len()).slot(Access::Read, DType::F16, d.len()));
+                s.read(c).read(c).read(c).read(c).read(c).write(d.len())
             }
             KernelCall::BatchNormRunning(d, _) => {
                 let c = d.channels;
@@ -741,6 +751,7 @@ impl KernelCall {
             | KernelCall::BatchNormRunning(d, _)
             | KernelCall::BatchNormGradInputRunning(d)
             | KernelCall::BatchNormGradInputFromSums(d)
+            | KernelCall::BatchNormGradInputFromSumsF16(d)
             | KernelCall::BatchNormGradParamsRectified(d, _)
             | KernelCall::BatchNormGradParamsRectifiedF16(d, _) => d.check(),
             KernelCall::Softmax(r)
@@ -840,6 +851,8 @@ impl KernelCall {
             KernelCall::BatchNormGradInputRunning(d) => 2 * d.len(),
             KernelCall::BatchNormGradInput(d) => 8 * d.len(),
             KernelCall::BatchNormGradInputFromSums(d) => 5 * d.len(),
+            // And the rounding of `dx`.
+            KernelCall::BatchNormGradInputFromSumsF16(d) => 6 * d.len(),
             KernelCall::BatchNormGradParams(d) => 4 * d.len(),
             KernelCall::BatchNormGradParamsRectified(d, _)
             | KernelCall::BatchNormGradParamsRectifiedF16(d, _) => 9 * d.len(),
@@ -963,6 +976,7 @@ impl KernelCall {
             KernelCall::BatchNormRunning(..) => "batch_norm_running",
             KernelCall::BatchNormGradInputRunning(_) => "batch_norm_grad_input_running",
             KernelCall::BatchNormGradInputFromSums(_) => "batch_norm_grad_input_from_sums",
+            KernelCall::BatchNormGradInputFromSumsF16(_) => "batch_norm_grad_input_from_sums_f16",
             KernelCall::BatchNormGradParamsRectified(..) => "batch_norm_grad_params_rectified",
             KernelCall::BatchNormGradParamsRectifiedF16(..) => {
                 "batch_norm_grad_params_rectified_f16"

@@ -704,8 +704,12 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         Reference.batch_norm_grad_params(&dy, &x, saved, &mut dgamma, &mut dbeta, d);
         let sums = GradSums { dgamma: &dgamma[..], dbeta: &dbeta[..] };
         let nans = vec![Self::nans(d.len())];
-        self.compare("batch_norm_grad_input_from_sums", &case, tol, nans, &|k, o| {
+        self.compare("batch_norm_grad_input_from_sums", &case, tol, nans.clone(), &|k, o| {
             k.batch_norm_grad_input_from_sums(&dy, &x, &gamma, saved, sums, &mut o[0], d)
+        });
+        // In f16 storage: `x` read as f16 (f16 in), `dx` rounded to f16 (f32 out).
+        self.compare("batch_norm_grad_input_from_sums_f16", &case, tol, nans, &|k, o| {
+            k.batch_norm_grad_input_from_sums_f16(&dy, &x_half, &gamma, saved, sums, &mut o[0], d)
         });
         let running_outputs = vec![y.clone(), stat.clone(), stat.clone()];
         self.compare("batch_norm_running", &case, EXACT, running_outputs, &|k, o| {

@@ -207,6 +207,10 @@ fn fused_f16_round_trips_keep_mixed_precision_training_exact() {
     // Each rectifier after a training batch norm: its recomputation and gradient folded
     // into the batch norm's parameter gradient, which reads the f16 copy of its input.
     assert_eq!(steps_running(&fused, "batch_norm_grad_params_rectified_f16"), rectifiers);
+    // Each training batch norm's input gradient reads the f16 copy of its input and rounds
+    // its output itself.
+    let norms = steps_running(&separate, "batch_norm_grad_input_from_sums");
+    assert_eq!(steps_running(&fused, "batch_norm_grad_input_from_sums_f16"), norms);
     for kernel in ["relu6_grad_in_place", "batch_norm_grad_params_rectified"] {
         assert_eq!(steps_running(&fused, kernel), 0, "{kernel}");
     }

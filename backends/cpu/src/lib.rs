@@ -293,6 +293,19 @@ impl NormKernels for Cpu {
         let (mean, invstd, sums) = (saved.mean, saved.invstd, [sums.dbeta, sums.dgamma]);
         norm::grad_input(&self.pool, dy, x, gamma, mean, invstd, sums, dx, d)
     }
+    fn batch_norm_grad_input_from_sums_f16(
+        &mut self,
+        dy: &[f32],
+        x: &[f16],
+        gamma: &[f32],
+        saved: Saved<'_, Host>,
+        sums: GradSums<'_, Host>,
+        dx: &mut [f32],
+        d: ChannelDims,
+    ) {
+        let (mean, invstd, sums) = (saved.mean, saved.invstd, [sums.dbeta, sums.dgamma]);
+        norm::grad_input_f16(&self.pool, dy, x, gamma, mean, invstd, sums, dx, d)
+    }
     fn batch_norm_grad_params(
         &mut self,
         dy: &[f32],

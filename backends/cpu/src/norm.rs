@@ -527,7 +527,7 @@ multiversion!(gated_row_pieces = gated_row_pieces_generic(sums: &mut [[f32; LANE
 /// arithmetic (no fused multiply-adds), the same lanes.
 #[cfg(target_arch = "x86_64")]
 mod f16c {
-    use super::{normalized, Rectifier, LANES};
+    use super::{grad_input_row_f16, normalized, Rectifier, LANES};
     use core::arch::x86_64::{
         __m128i, __m256, _mm256_add_ps, _mm256_and_ps, _mm256_cmp_ps, _mm256_cvtph_ps,
         _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
@@ -596,6 +596,30 @@ mod f16c {
         let rest = dy_rest.iter().zip(x_rest);
         (dy_rest.iter().sum(), rest.map(|(&dy, x)| dy * (x.to_f32() - m) * s).sum())
     }
+
+    /// [`grad_input_row_f16`] eight values at a time, the same arithmetic.
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) fn grad_input_row(dx: &mut [f32], dy: &[f32], x: &[f16], k: [f32; 6]) {
+        assert!(dy.len() == dx.len() && x.len() == dx.len(), "dx, dy and x hold the row");
+        let body = dx.len() - dx.len() % 8;
+        let [factor, count, sum_dy, sum_xhat, m, s] = k.map(|v| _mm256_set1_ps(v));
+        let (dx_body, dx_rest) = dx.split_at_mut(body);
+        let rows = dx_body.chunks_exact_mut(8).zip(dy.chunks_exact(8)).zip(x.chunks_exact(8));
+        for ((dx, dy), x) in rows {
+            // SAFETY: 8 f16 (16 bytes) of `x` and 8 f32 of `dy` and `dx` each; the
+            // intrinsics take unaligned addresses.
+            unsafe {
+                let xv = _mm256_cvtph_ps(_mm_loadu_si128(x.as_ptr().cast::<__m128i>()));
+                let xhat = _mm256_mul_ps(_mm256_sub_ps(xv, m), s);
+                let scaled =
+                    _mm256_sub_ps(_mm256_mul_ps(count, _mm256_loadu_ps(dy.as_ptr())), sum_dy);
+                let v = _mm256_mul_ps(factor, _mm256_sub_ps(scaled, _mm256_mul_ps(xhat, sum_xhat)));
+                let rounded = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v));
+                _mm256_storeu_ps(dx.as_mut_ptr(), rounded);
+            }
+        }
+        grad_input_row_f16(dx_rest, &dy[body..], &x[body..], k);
+    }
 }
 
 /// [`grad_sums_rectified`] of a batch norm in f16 storage: `x` stored as f16 and the gate
@@ -644,6 +668,66 @@ pub fn grad_input(
         let (dy, x) = (&dy[at..][..dx.len()], &x[at..][..dx.len()]);
         grad_input_blocks(dx, dy, x, d, p, sum_xhat)
     });
+}
+
+/// [`grad_input`] of a batch norm in f16 storage: `x` stored as f16, and `dx` rounded to
+/// f16 (held as f32), samples split over threads; F16C vector loops where the CPU has them.
+#[allow(clippy::too_many_arguments)]
+pub fn grad_input_f16(
+    pool: &Pool,
+    dy: &[f32],
+    x: &[f16],
+    gamma: &[f32],
+    mean: &[f32],
+    invstd: &[f32],
+    sums: [&[f32]; 2],
+    dx: &mut [f32],
+    d: ChannelDims,
+) {
+    if d.inner == 0 {
+        return;
+    }
+    let [sum_dy, sum_xhat] = sums;
+    let (block, count) = (d.channels * d.inner, d.per_channel() as f32);
+    let f16c = f16c_available();
+    for_each_chunk(pool, sample_workers(pool, d), dx, block, &mut [], 0, |first, dx, _| {
+        let at = first * block;
+        let (dy, x) = (&dy[at..][..dx.len()], &x[at..][..dx.len()]);
+        let rows = dx.chunks_mut(d.inner).zip(dy.chunks(d.inner)).zip(x.chunks(d.inner));
+        for (row, ((dx, dy), x)) in rows.enumerate() {
+            let c = row % d.channels;
+            let factor = gamma[c] * invstd[c] / count;
+            let k = [factor, count, sum_dy[c], sum_xhat[c], mean[c], invstd[c]];
+            match f16c {
+                true => grad_input_row_f16c(dx, dy, x, k),
+                false => grad_input_row_f16(dx, dy, x, k),
+            }
+        }
+    });
+}
+
+/// One row of [`grad_input_f16`]: `dx = f16(factor · (count · dy − Σdy − x̂ · Σ(dy · x̂)))`
+/// with `x̂ = (x − mean) · invstd`, [`grad_input_blocks`]' formula; `k` holds `[factor,
+/// count, Σdy, Σ(dy · x̂), mean, invstd]`.
+fn grad_input_row_f16(dx: &mut [f32], dy: &[f32], x: &[f16], k: [f32; 6]) {
+    let [factor, count, sum_dy, sum_xhat, m, s] = k;
+    for ((dx, &dy), x) in dx.iter_mut().zip(dy).zip(x) {
+        let xhat = (x.to_f32() - m) * s;
+        *dx = f16::from_f32(factor * (count * dy - sum_dy - xhat * sum_xhat)).to_f32();
+    }
+}
+
+/// [`grad_input_row_f16`] by [`f16c::grad_input_row`]; only called where
+/// [`f16c_available`].
+fn grad_input_row_f16c(dx: &mut [f32], dy: &[f32], x: &[f16], k: [f32; 6]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert!(f16c_available(), "the CPU converts f16 with F16C");
+        // SAFETY: the CPU supports F16C (and so AVX), asserted just above.
+        unsafe { f16c::grad_input_row(dx, dy, x, k) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("F16C is x86's")
 }
 
 #[cfg(test)]
@@ -873,6 +957,53 @@ mod tests {
             let mut got = (dy.clone(), [[0.5f32; LANES]; 2]);
             let got_rest = gated_row_f16c(&mut got.1, &mut got.0, &x, affine, rectifier);
             assert_eq!((got, got_rest), (want, want_rest), "{len} values, {rectifier:?}");
+        }
+    }
+
+    /// The input gradient in f16 storage is the reference's bit for bit, on one thread and
+    /// two, with F16C and without, over rows with a tail.
+    #[test]
+    fn f16_grad_input_matches_the_reference() {
+        let mut rng = SplitMix::new(17);
+        let d = ChannelDims { outer: 3, channels: 2, inner: 8 * 5 + 3 };
+        let mut random = |len: usize, lo: f32, hi: f32| -> Vec<f32> {
+            (0..len).map(|_| rng.uniform(lo, hi)).collect()
+        };
+        let x: Vec<f16> = random(d.len(), -2.0, 3.0).into_iter().map(f16::from_f32).collect();
+        let dy = random(d.len(), -1.0, 1.0);
+        let (gamma, mean, invstd) = (
+            random(d.channels, 0.5, 2.0),
+            random(d.channels, -0.5, 0.5),
+            random(d.channels, 0.5, 2.0),
+        );
+        let (dgamma, dbeta) = (random(d.channels, -3.0, 3.0), random(d.channels, -3.0, 3.0));
+        let mut want = vec![f32::NAN; d.len()];
+        r::batch_norm_grad_input_from_sums_f16(
+            &dy, &x, &gamma, &mean, &invstd, &dgamma, &dbeta, &mut want, d,
+        );
+        assert!(want.iter().all(|&v| f16::from_f32(v).to_f32() == v), "rounded to f16");
+        for threads in [1, 2] {
+            let mut got = vec![f32::NAN; d.len()];
+            let sums = [&dbeta[..], &dgamma[..]];
+            grad_input_f16(
+                &Pool::eager(threads),
+                &dy,
+                &x,
+                &gamma,
+                &mean,
+                &invstd,
+                sums,
+                &mut got,
+                d,
+            );
+            assert_eq!(got, want, "{threads} threads");
+        }
+        let k = [0.75, 40.0, 0.5, -1.25, 0.125, 1.5];
+        let (mut generic, mut f16c) = (vec![f32::NAN; d.inner], vec![f32::NAN; d.inner]);
+        grad_input_row_f16(&mut generic, &dy[..d.inner], &x[..d.inner], k);
+        if f16c_available() {
+            grad_input_row_f16c(&mut f16c, &dy[..d.inner], &x[..d.inner], k);
+            assert_eq!(f16c, generic, "with F16C and without");
         }
     }
 

@@ -257,6 +257,19 @@ pub trait NormKernels: Backend {
         dx: Out<'_, Self, f32>,
         d: ChannelDims,
     );
+    /// [`NormKernels::batch_norm_grad_input_from_sums`] of a batch norm in f16 storage: `x`
+    /// read as f16, and `dx` rounded to f16 (held as f32).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_grad_input_from_sums_f16(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        x: In<'_, Self, f16>,
+        gamma: In<'_, Self, f32>,
+        saved: Saved<'_, Self::Memory>,
+        sums: GradSums<'_, Self::Memory>,
+        dx: Out<'_, Self, f32>,
+        d: ChannelDims,
+    );
     fn batch_norm_grad_params(
         &mut self,
         dy: In<'_, Self, f32>,

@@ -255,6 +255,19 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Norm>> NormKernels for
             d,
         )
     }
+    fn batch_norm_grad_input_from_sums_f16(
+        &mut self,
+        dy: &[f32],
+        x: &[f16],
+        gamma: &[f32],
+        saved: Saved<'_, Host>,
+        sums: GradSums<'_, Host>,
+        dx: &mut [f32],
+        d: ChannelDims,
+    ) {
+        let (mean, invstd, dgamma, dbeta) = (saved.mean, saved.invstd, sums.dgamma, sums.dbeta);
+        r::batch_norm_grad_input_from_sums_f16(dy, x, gamma, mean, invstd, dgamma, dbeta, dx, d)
+    }
     fn batch_norm_grad_params(
         &mut self,
         dy: &[f32],

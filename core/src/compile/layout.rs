@@ -307,6 +307,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::BatchNormRunning(..)
         | KernelCall::BatchNormGradInputRunning(_)
         | KernelCall::BatchNormGradInputFromSums(_)
+        | KernelCall::BatchNormGradInputFromSumsF16(_)
         | KernelCall::BatchNormGradParamsRectified(..)
         | KernelCall::BatchNormGradParamsRectifiedF16(..)
         | KernelCall::Softmax(_)

@@ -2,7 +2,7 @@
 //! and place every tensor (the `layout` module). Entry points for inference and training.
 
 mod f16_grid;
-mod f16_rectified;
+mod f16_norm;
 mod host_plan;
 mod layout;
 mod norm_act;
@@ -165,7 +165,7 @@ fn compile(
     }
     if options.fuse_casts {
         lowered = f16_grid::skip_exact(round_trip::fuse(lowered), graph.tensors().len(), keep);
-        lowered = f16_rectified::fold(graph, lowered, keep);
+        lowered = f16_norm::fold(graph, lowered, keep);
     }
     layout::place(graph, lowered, accumulation, keep, options)
 }

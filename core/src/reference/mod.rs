@@ -37,9 +37,10 @@ pub use loss::{check_labels, cross_entropy, cross_entropy_grad, mse, mse_grad};
 pub use loss_scale::{unscale_gradient, update_loss_scale};
 pub use norm::{
     batch_norm_apply, batch_norm_eval, batch_norm_eval_in_place, batch_norm_grad_input,
-    batch_norm_grad_input_from_sums, batch_norm_grad_input_running, batch_norm_grad_params,
-    batch_norm_grad_params_rectified, batch_norm_grad_params_rectified_f16, batch_norm_train,
-    batch_norm_train_in_place, save_running_statistics,
+    batch_norm_grad_input_from_sums, batch_norm_grad_input_from_sums_f16,
+    batch_norm_grad_input_running, batch_norm_grad_params, batch_norm_grad_params_rectified,
+    batch_norm_grad_params_rectified_f16, batch_norm_train, batch_norm_train_in_place,
+    save_running_statistics,
 };
 pub use optim::{accumulate, adamw_update, clip_coefficient, sgd_update, sum_squares, AdamWStep};
 pub use pointwise::{

@@ -294,10 +294,36 @@ pub fn batch_norm_grad_input_from_sums(
     }
 }
 
-/// Channel `c` of the input gradient, its `[gamma, mean, invstd]` and `sums` given.
-fn grad_input_channel(
+/// [`batch_norm_grad_input_from_sums`] of a batch norm in f16 storage: `x` stored as f16,
+/// and each `dx` rounded to f16 (held as f32), as the f16 round trip of the gradient after
+/// it would.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_grad_input_from_sums_f16(
     dy: &[f32],
-    x: &[f32],
+    x: &[f16],
+    gamma: &[f32],
+    saved_mean: &[f32],
+    saved_invstd: &[f32],
+    dgamma: &[f32],
+    dbeta: &[f32],
+    dx: &mut [f32],
+    d: ChannelDims,
+) {
+    debug_assert_eq!((dy.len(), x.len(), dx.len()), (d.len(), d.len(), d.len()));
+    debug_assert_per_channel(&[gamma, saved_mean, saved_invstd, dgamma, dbeta], d);
+    for c in 0..d.channels {
+        let sums = GradSums { dy: dbeta[c], dy_xhat: dgamma[c] };
+        grad_input_channel(dy, x, dx, d, c, [gamma[c], saved_mean[c], saved_invstd[c]], sums);
+        for i in channel_indices(d, c) {
+            dx[i] = f16::from_f32(dx[i]).to_f32();
+        }
+    }
+}
+
+/// Channel `c` of the input gradient, its `[gamma, mean, invstd]` and `sums` given.
+fn grad_input_channel<X: Copy + Into<f32>>(
+    dy: &[f32],
+    x: &[X],
     dx: &mut [f32],
     d: ChannelDims,
     c: usize,
@@ -307,7 +333,7 @@ fn grad_input_channel(
     let count = d.per_channel() as f32;
     let factor = gamma * invstd / count;
     for i in channel_indices(d, c) {
-        let xhat = (x[i] - mean) * invstd;
+        let xhat = (x[i].into() - mean) * invstd;
         dx[i] = factor * (count * dy[i] - sums.dy - xhat * sums.dy_xhat);
     }
 }

@@ -1,9 +1,11 @@
-//! A rectifier's gradient in f16 storage folded into the parameter gradient of the batch
-//! norm before it: a mixed-precision step widens the f16 copy of the batch norm's output,
-//! rectifies it again and gates the gradient with that, each a pass over memory; the batch
-//! norm's kernel ([`KernelCall::BatchNormGradParamsRectifiedF16`]) instead recomputes each
-//! pre-activation from the f16 copy of its input, rounds it to f16 and gates the gradient
-//! in place, with the same results.
+//! A batch norm's backward pass in f16 storage folded with the casts around it. A
+//! mixed-precision step widens the f16 copy of the batch norm's output, rectifies it again
+//! and gates the gradient with that; widens the f16 copy of its input for both gradient
+//! kernels; and rounds the input gradient through f16: each a pass over memory. Instead,
+//! [`KernelCall::BatchNormGradParamsRectifiedF16`] recomputes each pre-activation from the
+//! f16 copy of the input, rounds it to f16 and gates the gradient in place, and
+//! [`KernelCall::BatchNormGradInputFromSumsF16`] reads that copy and rounds its output
+//! itself, with the same results.
 
 use super::Lowered;
 use crate::graph::{producers, Graph};
@@ -14,13 +16,20 @@ use crate::tensor::{DType, Role, TensorId};
 use alloc::vec;
 use alloc::vec::Vec;
 
-/// `lowered` with every batch norm parameter gradient (`dz, xr, mean, invstd → dgamma,
-/// dbeta`) folded, where `dz` is a rectifier's gradient (`ar, g → dz`, then perhaps a copy)
-/// through the rectifier recomputed from a widened f16 copy (`zh → zr`, `zr → ar`) of that
-/// batch norm's training output, and `xr` the widened f16 copy `yh` of its input: the
-/// rectifier's steps vanish and the fused step gates `g` in place, which later steps read
-/// instead of `dz`. `keep` are tensors the caller reads after the run.
+/// `lowered` with both folds applied, the rectifier's first (it leaves the widened input
+/// to the input gradient alone). `keep` are tensors the caller reads after the run.
 pub(super) fn fold(graph: &Graph, lowered: Vec<Lowered>, keep: &[TensorId]) -> Vec<Lowered> {
+    let lowered = apply(graph, lowered, keep, |c, j| c.rectified(j));
+    apply(graph, lowered, keep, |c, j| c.grad_input(j))
+}
+
+/// `lowered` with every step `fold` finds a fold for replaced by it.
+fn apply(
+    graph: &Graph,
+    lowered: Vec<Lowered>,
+    keep: &[TensorId],
+    fold: impl Fn(&Chains<'_>, usize) -> Option<Fold>,
+) -> Vec<Lowered> {
     let tensors = graph.tensors().len();
     let mut uses = vec![0usize; tensors];
     let mut written_by = vec![None; tensors];
@@ -47,7 +56,7 @@ pub(super) fn fold(graph: &Graph, lowered: Vec<Lowered>, keep: &[TensorId]) -> V
         producer: producers(graph.nodes(), tensors),
     };
     let found: Vec<(usize, Fold)> =
-        (0..lowered.len()).filter_map(|j| Some((j, chains.fold(j)?))).collect();
+        (0..lowered.len()).filter_map(|j| Some((j, fold(&chains, j)?))).collect();
     let mut dropped = vec![false; lowered.len()];
     let mut rename: Vec<Option<TensorId>> = vec![None; tensors];
     let mut fused: Vec<Option<Lowered>> = lowered.iter().map(|_| None).collect();
@@ -55,7 +64,9 @@ pub(super) fn fold(graph: &Graph, lowered: Vec<Lowered>, keep: &[TensorId]) -> V
         for &s in &f.dropped {
             dropped[s] = true;
         }
-        rename[f.gated.index()] = Some(f.g);
+        if let Some((from, to)) = f.rename {
+            rename[from.index()] = Some(to);
+        }
         fused[j] = Some(f.step);
     }
     lowered
@@ -73,13 +84,12 @@ pub(super) fn fold(graph: &Graph, lowered: Vec<Lowered>, keep: &[TensorId]) -> V
         .collect()
 }
 
-/// One fold: the fused step, the steps it replaces, and the gradient it gates (`g`) in
-/// place of the one the rectifier wrote (`gated`).
+/// One fold: the fused step, the steps it replaces, and a tensor later steps read in
+/// place of another (`(from, to)`), if any.
 struct Fold {
     step: Lowered,
     dropped: Vec<usize>,
-    g: TensorId,
-    gated: TensorId,
+    rename: Option<(TensorId, TensorId)>,
 }
 
 /// What the matching reads: the lowered steps, the tensors the caller keeps, how often each
@@ -113,8 +123,13 @@ impl Chains<'_> {
         (self.graph.tensor(half).dtype == DType::F16).then_some(half)
     }
 
-    /// The fold of step `j`, if it is a batch norm's parameter gradient of the chain.
-    fn fold(&self, j: usize) -> Option<Fold> {
+    /// The fold of step `j`, if it is the parameter gradient (`dz, xr, mean, invstd →
+    /// dgamma, dbeta`) of a training batch norm whose `dz` is a rectifier's gradient (`ar,
+    /// g → dz`, then perhaps a copy) through the rectifier recomputed from a widened f16
+    /// copy (`zh → zr`, `zr → ar`) of the batch norm's output, `xr` the widened f16 copy
+    /// `yh` of its input: the rectifier's steps vanish and the fused step gates `g` in
+    /// place, which later steps read instead of `dz`.
+    fn rectified(&self, j: usize) -> Option<Fold> {
         let params = &self.lowered[j];
         let KernelCall::BatchNormGradParams(dims) = params.kernel else { return None };
         let [gated, xr, mean, invstd, dgamma, dbeta] = params.operands[..] else { return None };
@@ -171,10 +186,7 @@ impl Chains<'_> {
         if !(same_rectifier && trained && same_norm && own && first_read && one_program) {
             return None;
         }
-        // Nothing else reads the widened input: its cast goes too.
-        if self.uses[xr.index()] == 2 {
-            dropped.push(self.written_by[xr.index()]?);
-        }
+        dropped.extend(self.widening_read_once(xr));
         let (gamma, beta) = (*norm.inputs.get(1)?, *norm.inputs.get(2)?);
         let step = Lowered {
             node: params.node,
@@ -182,7 +194,51 @@ impl Chains<'_> {
             operands: vec![yh, gamma, beta, mean, invstd, g, dgamma, dbeta],
             per_update: params.per_update,
         };
-        Some(Fold { step, dropped, g, gated })
+        Some(Fold { step, dropped, rename: Some((gated, g)) })
+    }
+
+    /// The fold of step `j`, if it is the input gradient from sums (`dy, xr, gamma, mean,
+    /// invstd, dgamma, dbeta → dx`) of a batch norm whose input `xr` is widened from an f16
+    /// copy `yh`, and `dx` is read only by a round trip through f16 (`dx → h, y`) whose f16
+    /// copy `h` nothing reads: the fused step reads `yh` and writes `y` itself.
+    fn grad_input(&self, j: usize) -> Option<Fold> {
+        let step = &self.lowered[j];
+        let KernelCall::BatchNormGradInputFromSums(dims) = step.kernel else { return None };
+        let [dy, xr, gamma, mean, invstd, dgamma, dbeta, dx] = step.operands[..] else {
+            return None;
+        };
+        let yh = self.widened_from(xr)?;
+        let (at, round_trip) = self.read_once(dx, j)?;
+        let [_, h, y] = round_trip.operands[..] else { return None };
+        let unread = self.uses[h.index()] == 1;
+        let one_program = round_trip.per_update == step.per_update;
+        if !(matches!(round_trip.kernel, KernelCall::RoundThroughF16(_)) && unread && one_program) {
+            return None;
+        }
+        let mut dropped = vec![at];
+        dropped.extend(self.widening_read_once(xr));
+        let step = Lowered {
+            node: step.node,
+            kernel: KernelCall::BatchNormGradInputFromSumsF16(dims),
+            operands: vec![dy, yh, gamma, mean, invstd, dgamma, dbeta, y],
+            per_update: step.per_update,
+        };
+        Some(Fold { step, dropped, rename: None })
+    }
+
+    /// The one step after `j` that reads `t`, where `t` is used by `j` and that step only.
+    fn read_once(&self, t: TensorId, j: usize) -> Option<(usize, &Lowered)> {
+        if self.uses[t.index()] != 2 {
+            return None;
+        }
+        let at = (j + 1..self.lowered.len()).find(|&s| self.reads(s, t))?;
+        Some((at, &self.lowered[at]))
+    }
+
+    /// The step widening `xr`, when the step being folded is the only one that reads it:
+    /// it goes too.
+    fn widening_read_once(&self, xr: TensorId) -> Option<usize> {
+        (self.uses[xr.index()] == 2).then_some(self.written_by[xr.index()]?)
     }
 
     /// Whether step `s` reads or writes `t`.
