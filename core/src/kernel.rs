@@ -335,9 +335,10 @@ kernels! {
         113 => QBlockBiasGrad { depthwise: Conv2dGeometry, c_out: usize },
         /// `x (f16), gamma, beta, saved_mean, saved_invstd, [dy → dy_gated], dgamma, dbeta`:
         /// [`KernelCall::BatchNormGradParamsRectified`] of a batch norm in f16 storage, its
-        /// input `x` read as f16 and the rectifier's input rounded to f16 (the widened f16
-        /// copy of the batch norm's output that a mixed-precision step rectifies), folded
-        /// with the rectifier's recomputation when the plan is compiled.
+        /// input `x` read as f16, the rectifier's input rounded to f16 (the widened f16 copy
+        /// of the batch norm's output that a mixed-precision step rectifies) and `dy` rounded
+        /// to f16 (the gradient's round trip), folded with the rectifier's recomputation and
+        /// that round trip when the plan is compiled.
         114 => BatchNormGradParamsRectifiedF16(dims: ChannelDims, rectifier: Rectifier),
         /// `dy, x (f16), gamma, saved_mean, saved_invstd, dgamma, dbeta → dx`:
         /// [`KernelCall::BatchNormGradInputFromSums`] of a batch norm in f16 storage, its

@@ -426,9 +426,10 @@ fn gate_piece<const RELU6: bool>(dy: &mut [f32], z: &[f32]) {
     }
 }
 
-/// [`rectified_channel_sums`] of a batch norm in f16 storage: `x` stored as f16, and the
-/// gate worked out from each pre-activation rounded to f16, then the sums [`grad_sums`]
-/// takes of the gated `dy`, lane by lane as [`add_row`] adds: F16C vector loops where the
+/// [`rectified_channel_sums`] of a batch norm in f16 storage: `x` stored as f16, `dy`
+/// rounded to f16 (the round trip of the gradient before it) and gated where the rectifier
+/// passes the pre-activation rounded to f16, then the sums [`grad_sums`] takes of the gated
+/// `dy`, lane by lane as [`add_row`] adds: F16C vector loops where the
 /// CPU has them, else [`gated_row_pieces`].
 fn rectified_channel_sums_f16(
     dy: ChannelRows,
@@ -489,7 +490,7 @@ fn gated_row_f16c(
 }
 
 /// One row of [`rectified_channel_sums_f16`] without F16C: a [`PIECE`] at a time widened,
-/// normalised, rounded through f16 and gated, then summed by [`add_row`]; returns the sums
+/// normalised and rounded through f16, `dy` rounded and gated, then summed by [`add_row`]; returns the sums
 /// over the values past the last whole [`LANES`].
 #[inline(always)]
 fn gated_row_pieces_generic(
@@ -510,6 +511,8 @@ fn gated_row_pieces_generic(
         }
         cast::f32_to_f16(pre, half);
         cast::f16_to_f32(half, pre);
+        cast::f32_to_f16(dy, half);
+        cast::f16_to_f32(half, dy);
         match rectifier.relu6 {
             true => gate_piece::<true>(dy, pre),
             false => gate_piece::<false>(dy, pre),
@@ -536,8 +539,8 @@ mod f16c {
     };
     use half::f16;
 
-    /// One row: `dy` gated in place where the rectifier (ReLU6 when `RELU6`) passes the
-    /// pre-activation of `x` rounded to f16, the gated values and their products with
+    /// One row: `dy` rounded to f16 and gated in place where the rectifier (ReLU6 when
+    /// `RELU6`) passes the pre-activation of `x` rounded to f16, the gated values and their products with
     /// `x̂` added to `sums`; returns the sums over the values past the last whole [`LANES`].
     #[target_feature(enable = "avx,f16c")]
     pub(super) fn gated_row<const RELU6: bool>(
@@ -572,7 +575,9 @@ mod f16c {
                     if RELU6 {
                         passes = _mm256_and_ps(passes, _mm256_cmp_ps::<_CMP_LT_OQ>(z, six));
                     }
-                    let gated = _mm256_and_ps(_mm256_loadu_ps(dy.as_ptr().add(8 * h)), passes);
+                    let dyv = _mm256_loadu_ps(dy.as_ptr().add(8 * h));
+                    let dyv = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(dyv));
+                    let gated = _mm256_and_ps(dyv, passes);
                     _mm256_storeu_ps(dy.as_mut_ptr().add(8 * h), gated);
                     first[h] = _mm256_add_ps(first[h], gated);
                     let weighted = _mm256_mul_ps(_mm256_mul_ps(gated, centred), sv);
@@ -590,7 +595,7 @@ mod f16c {
         let rectifier = Rectifier { relu6: RELU6 };
         for (dy, x) in dy_rest.iter_mut().zip(x_rest) {
             let z = f16::from_f32(normalized(x.to_f32(), g, b, m, s)).to_f32();
-            *dy = if rectifier.passes(z) { *dy } else { 0.0 };
+            *dy = if rectifier.passes(z) { f16::from_f32(*dy).to_f32() } else { 0.0 };
         }
         // As `add_row` sums its rest.
         let rest = dy_rest.iter().zip(x_rest);
@@ -622,9 +627,10 @@ mod f16c {
     }
 }
 
-/// [`grad_sums_rectified`] of a batch norm in f16 storage: `x` stored as f16 and the gate
-/// worked out from each pre-activation rounded to f16 (what the rectifier read). The same
-/// split over threads and the same sums as [`grad_sums`] of the gated `dy`.
+/// [`grad_sums_rectified`] of a batch norm in f16 storage: `x` stored as f16, `dy` rounded
+/// to f16 (a no-op where it holds f16 values already) and the gate worked out from each
+/// pre-activation rounded to f16 (what the rectifier read). The same split over threads
+/// and the same sums as [`grad_sums`] of the gated `dy`.
 #[allow(clippy::too_many_arguments)]
 pub fn grad_sums_rectified_f16(
     pool: &Pool,

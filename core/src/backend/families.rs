@@ -295,8 +295,8 @@ pub trait NormKernels: Backend {
         rectifier: Rectifier,
     );
     /// [`NormKernels::batch_norm_grad_params_rectified`] of a batch norm in f16 storage:
-    /// `x` read as f16, and the gate worked out from each pre-activation rounded to f16
-    /// (what the rectifier read), with the same sums.
+    /// `x` read as f16, the gate worked out from each pre-activation rounded to f16 (what
+    /// the rectifier read) and `dy` rounded to f16 as it passes, with the same sums.
     #[allow(clippy::too_many_arguments)]
     fn batch_norm_grad_params_rectified_f16(
         &mut self,

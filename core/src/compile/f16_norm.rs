@@ -148,7 +148,20 @@ impl Chains<'_> {
         };
         let grad_at = at;
         dropped.push(at);
-        let [ar, g, _] = step.operands[..] else { return None };
+        let [ar, mut g, _] = step.operands[..] else { return None };
+        // The gradient's round trip through f16 before it, whose f16 copy nothing reads:
+        // the fused step rounds the gradient itself, in place of the round trip's input.
+        if let Some((at, [x, h, _])) = self.passed_on(g).and_then(|(at, s)| match s.kernel {
+            KernelCall::RoundThroughF16(_) => {
+                Some((at, <[TensorId; 3]>::try_from(&s.operands[..]).ok()?))
+            }
+            _ => None,
+        }) {
+            if self.uses[h.index()] == 1 && self.uses[x.index()] == 2 {
+                dropped.push(at);
+                g = x;
+            }
+        }
         let (at, rectify) = self.passed_on(ar)?;
         dropped.push(at);
         let same_rectifier = match rectify.kernel {

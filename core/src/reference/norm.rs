@@ -378,12 +378,14 @@ pub fn batch_norm_grad_params_rectified(
     rectifier: Rectifier,
 ) {
     let p = [gamma, beta, saved_mean, saved_invstd];
-    gated_grad_params(dy, x, p, [dgamma, dbeta], d, |z| rectifier.passes(z))
+    gated_grad_params(dy, x, p, [dgamma, dbeta], d, |z| rectifier.passes(z), |dy| dy)
 }
 
 /// [`batch_norm_grad_params_rectified`] of a batch norm in f16 storage: `x` stored as f16,
-/// and the rectifier applied to the pre-activation rounded to f16 (the widened f16 copy of
-/// the batch norm's output), so the gate passes where it passes that rounded value.
+/// the rectifier applied to the pre-activation rounded to f16 (the widened f16 copy of the
+/// batch norm's output), so the gate passes where it passes that rounded value, and `dy`
+/// rounded to f16 as it passes (the round trip of the gradient before it; a no-op on values
+/// that are f16 already).
 #[allow(clippy::too_many_arguments)]
 pub fn batch_norm_grad_params_rectified_f16(
     dy: &mut [f32],
@@ -398,13 +400,13 @@ pub fn batch_norm_grad_params_rectified_f16(
     rectifier: Rectifier,
 ) {
     let p = [gamma, beta, saved_mean, saved_invstd];
-    let passes = |z: f32| rectifier.passes(f16::from_f32(z).to_f32());
-    gated_grad_params(dy, x, p, [dgamma, dbeta], d, passes)
+    let round = |v: f32| f16::from_f32(v).to_f32();
+    gated_grad_params(dy, x, p, [dgamma, dbeta], d, |z| rectifier.passes(round(z)), round)
 }
 
 /// `dy` zeroed where `passes` rejects the pre-activation `gamma · (x − mean) · invstd + beta`
-/// (the arithmetic of [`batch_norm_train`] and [`batch_norm_apply`]), then
-/// [`batch_norm_grad_params`] of the gated `dy`.
+/// (the arithmetic of [`batch_norm_train`] and [`batch_norm_apply`]) and `round`ed where it
+/// passes, then [`batch_norm_grad_params`] of the gated `dy`.
 fn gated_grad_params<X: Copy + Into<f32>>(
     dy: &mut [f32],
     x: &[X],
@@ -412,6 +414,7 @@ fn gated_grad_params<X: Copy + Into<f32>>(
     [dgamma, dbeta]: [&mut [f32]; 2],
     d: ChannelDims,
     passes: impl Fn(f32) -> bool,
+    round: impl Fn(f32) -> f32,
 ) {
     debug_assert_eq!(dy.len(), d.len());
     debug_assert_eq!(x.len(), d.len());
@@ -420,9 +423,10 @@ fn gated_grad_params<X: Copy + Into<f32>>(
         let (mean, invstd, gamma, beta) = (saved_mean[c], saved_invstd[c], gamma[c], beta[c]);
         let norm = ChannelNorm { mean, invstd, gamma, beta };
         for i in channel_indices(d, c) {
-            if !passes(norm.apply(x[i].into())) {
-                dy[i] = 0.0;
-            }
+            dy[i] = match passes(norm.apply(x[i].into())) {
+                true => round(dy[i]),
+                false => 0.0,
+            };
         }
         let sums = grad_sums(dy, x, d, c, mean, invstd);
         dgamma[c] = sums.dy_xhat;
@@ -708,7 +712,7 @@ mod rectified_f16_tests {
 
     /// In f16 storage, the rectified parameter gradient is the chain a mixed-precision step
     /// runs, bit for bit: the f16 input widened, normalised, rounded through f16, rectified,
-    /// the rectifier's gradient, the parameter gradient. Pre-activations just below 6 and
+    /// the rectifier's gradient of the gradient rounded through f16, the parameter gradient. Pre-activations just below 6 and
     /// just above 0 round onto the kinks, where the gate of the unrounded values would pass.
     #[test]
     fn f16_rectified_gradients_gate_on_pre_activations_rounded_to_f16() {
@@ -717,7 +721,8 @@ mod rectified_f16_tests {
             [6.0, 0.0, 3.0, -1.0, 2.5, 0.0, 1.0, 7.0, 6.0, 0.5, 0.0, -2.0, 1.5, 4.0, 5.0, 0.25];
         let x: Vec<f16> = values.into_iter().map(f16::from_f32).collect();
         let wide: Vec<f32> = x.iter().map(|&h| h.to_f32()).collect();
-        let dy: Vec<f32> = (0..d.len()).map(|i| 0.25 + i as f32).collect();
+        // Off f16's grid: the chain rounds the gradient through f16 before the rectifier.
+        let dy: Vec<f32> = (0..d.len()).map(|i| 0.1 + 1.37 * i as f32).collect();
         // Channel 0 shifts 6 to 5.9995 (rounds to 6), channel 1 shifts 0 to 1e-8 (rounds to 0).
         let (gamma, beta, mean, invstd) = ([1.0, 1.0], [-0.0005, 1e-8], [0.0, 0.0], [1.0, 1.0]);
         for relu6 in [false, true] {
@@ -725,7 +730,7 @@ mod rectified_f16_tests {
             batch_norm_apply(&wide, &gamma, &beta, &mean, &invstd, &mut y, d);
             let unrounded = y.clone();
             y.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
-            let mut want_dy = dy.clone();
+            let mut want_dy: Vec<f32> = dy.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
             match relu6 {
                 true => relu6_in_place(&mut y),
                 false => relu_in_place(&mut y),
