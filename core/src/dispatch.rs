@@ -442,6 +442,12 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         KernelCall::RoundThroughF16InPlace(_) => {
             k.round_through_f16_in_place(o.f32_mut()?, o.write()?)
         }
+        KernelCall::RectifyThroughF16(_, r) => {
+            k.rectify_through_f16(o.f32()?, o.f32_mut()?, o.write()?, r)
+        }
+        KernelCall::RectifyThroughF16InPlace(_, r) => {
+            k.rectify_through_f16_in_place(o.f32_mut()?, o.write()?, r)
+        }
         KernelCall::UnscaleGradient(_) => {
             let (g, scale) = (o.f32()?, o.scalar()?);
             let found_inf = o.f32_mut()?;

@@ -346,6 +346,12 @@ kernels! {
         /// and the round trip of `dx` that a mixed-precision step runs around it, folded
         /// into it when the plan is compiled.
         115 => BatchNormGradInputFromSumsF16(dims: ChannelDims),
+        /// `x → y, h (f16)`: `y = rectifier(f32(f16(x)))` and `h = f16(y)`: a round trip
+        /// through f16 whose f16 copy nothing reads, the rectifier of its result and the
+        /// cast of that to f16, as one pass (folded when the plan is compiled).
+        116 => RectifyThroughF16(len: usize, rectifier: Rectifier),
+        /// `[x] → h (f16)`: [`KernelCall::RectifyThroughF16`] with `y` written over `x`.
+        117 => RectifyThroughF16InPlace(len: usize, rectifier: Rectifier),
     }
 }
 
@@ -647,6 +653,12 @@ impl KernelCall {
             KernelCall::CastF16ToF32(n) => s.slot(Access::Read, DType::F16, n).write(n),
             KernelCall::RoundThroughF16(n) => s.read(n).slot(Access::Write, DType::F16, n).write(n),
             KernelCall::RoundThroughF16InPlace(n) => s.update(n).slot(Access::Write, DType::F16, n),
+            KernelCall::RectifyThroughF16(n, _) => {
+                s.read(n).write(n).slot(Access::Write, DType::F16, n)
+            }
+            KernelCall::RectifyThroughF16InPlace(n, _) => {
+                s.update(n).slot(Access::Write, DType::F16, n)
+            }
             KernelCall::UnscaleGradient(n) => s.read(n).read(1).update(1).write(n),
             KernelCall::UpdateLossScale(_) => s.read(1).update(1).update(1),
             KernelCall::Activation(_, n) => s.read(n).write(n),
@@ -790,6 +802,8 @@ impl KernelCall {
             | KernelCall::CastF16ToF32(_)
             | KernelCall::RoundThroughF16(_)
             | KernelCall::RoundThroughF16InPlace(_)
+            | KernelCall::RectifyThroughF16(..)
+            | KernelCall::RectifyThroughF16InPlace(..)
             | KernelCall::UnscaleGradient(_)
             | KernelCall::UpdateLossScale(_)
             | KernelCall::Quantize(..)
@@ -915,6 +929,9 @@ impl KernelCall {
             | KernelCall::CastF16ToF32(n)
             | KernelCall::UnscaleGradient(n) => n,
             KernelCall::RoundThroughF16(n) | KernelCall::RoundThroughF16InPlace(n) => 2 * n,
+            KernelCall::RectifyThroughF16(n, _) | KernelCall::RectifyThroughF16InPlace(n, _) => {
+                3 * n
+            }
             KernelCall::UpdateLossScale(_) => 0,
             KernelCall::Activation(f, n) => f.flops_per_element() * n,
             // The slope (a few operations) times the upstream gradient.
@@ -1031,6 +1048,8 @@ impl KernelCall {
             KernelCall::CastF16ToF32(_) => "cast_f16_to_f32",
             KernelCall::RoundThroughF16(_) => "round_through_f16",
             KernelCall::RoundThroughF16InPlace(_) => "round_through_f16_in_place",
+            KernelCall::RectifyThroughF16(..) => "rectify_through_f16",
+            KernelCall::RectifyThroughF16InPlace(..) => "rectify_through_f16_in_place",
             KernelCall::UnscaleGradient(_) => "unscale_gradient",
             KernelCall::UpdateLossScale(_) => "update_loss_scale",
             KernelCall::Activation(..) => "activation",

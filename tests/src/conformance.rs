@@ -319,7 +319,26 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
             k.round_through_f16(&x, &mut fused_half, &mut fused);
             let (mut in_place_half, mut in_place) = (vec![f16::NAN; x.len()], x.clone());
             k.round_through_f16_in_place(&mut in_place, &mut in_place_half);
-            [widened(&half), back, widened(&fused_half), fused, widened(&in_place_half), in_place]
+            // With a rectifier after the round trip and the cast of its output (f32 in,
+            // f32 and f16 out): ReLU6 apart, ReLU in place.
+            let relu6 = Rectifier { relu6: true };
+            let (mut rectified_half, mut rectified) =
+                (vec![f16::NAN; x.len()], vec![f32::NAN; x.len()]);
+            k.rectify_through_f16(&x, &mut rectified, &mut rectified_half, relu6);
+            let (mut relu_half, mut relu) = (vec![f16::NAN; x.len()], x.clone());
+            k.rectify_through_f16_in_place(&mut relu, &mut relu_half, Rectifier { relu6: false });
+            [
+                widened(&half),
+                back,
+                widened(&fused_half),
+                fused,
+                widened(&in_place_half),
+                in_place,
+                widened(&rectified_half),
+                rectified,
+                widened(&relu_half),
+                relu,
+            ]
         };
         let (got, want) = (casts(&mut self.backend), casts(&mut Reference));
         let kernels = [
@@ -329,6 +348,10 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
             "round_through_f16 (f32)",
             "round_through_f16_in_place (f16)",
             "round_through_f16_in_place (f32)",
+            "rectify_through_f16 (f16)",
+            "rectify_through_f16 (f32)",
+            "rectify_through_f16_in_place (f16)",
+            "rectify_through_f16_in_place (f32)",
         ];
         for ((kernel, got), want) in kernels.into_iter().zip(got).zip(want) {
             for ((g, w), x) in got.iter().zip(&want).zip(&x) {

@@ -463,6 +463,21 @@ pub trait HalfKernels: Backend {
     );
     /// [`HalfKernels::round_through_f16`] with `y` written over `x`.
     fn round_through_f16_in_place(&mut self, x: Out<'_, Self, f32>, h: Out<'_, Self, f16>);
+    /// `y = rectifier(f32(f16(x)))` and `h = f16(y)` in one pass.
+    fn rectify_through_f16(
+        &mut self,
+        x: In<'_, Self, f32>,
+        y: Out<'_, Self, f32>,
+        h: Out<'_, Self, f16>,
+        rectifier: Rectifier,
+    );
+    /// [`HalfKernels::rectify_through_f16`] with `y` written over `x`.
+    fn rectify_through_f16_in_place(
+        &mut self,
+        x: Out<'_, Self, f32>,
+        h: Out<'_, Self, f16>,
+        rectifier: Rectifier,
+    );
 }
 
 /// Dynamic loss scaling of mixed-precision training.

@@ -463,6 +463,12 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Half>> HalfKernels for
     fn round_through_f16_in_place(&mut self, x: &mut [f32], h: &mut [f16]) {
         r::round_through_f16_in_place(x, h)
     }
+    fn rectify_through_f16(&mut self, x: &[f32], y: &mut [f32], h: &mut [f16], r: Rectifier) {
+        r::rectify_through_f16(x, y, h, r)
+    }
+    fn rectify_through_f16_in_place(&mut self, x: &mut [f32], h: &mut [f16], r: Rectifier) {
+        r::rectify_through_f16_in_place(x, h, r)
+    }
 }
 
 impl<B: Backend<Memory = Host> + InheritReference<family::LossScale>> LossScaleKernels for B {

@@ -5,7 +5,9 @@
 //! [`KernelCall::BatchNormGradParamsRectifiedF16`] recomputes each pre-activation from the
 //! f16 copy of the input, rounds it to f16 and gates the gradient in place, and
 //! [`KernelCall::BatchNormGradInputFromSumsF16`] reads that copy and rounds its output
-//! itself, with the same results.
+//! itself, with the same results. In the forward pass, a rectifier of a round trip through
+//! f16 and the cast of its output run as one [`KernelCall::RectifyThroughF16`], once the
+//! backward pass no longer reads that round trip's f16 copy.
 
 use super::Lowered;
 use crate::graph::{producers, Graph};
@@ -20,7 +22,8 @@ use alloc::vec::Vec;
 /// to the input gradient alone). `keep` are tensors the caller reads after the run.
 pub(super) fn fold(graph: &Graph, lowered: Vec<Lowered>, keep: &[TensorId]) -> Vec<Lowered> {
     let lowered = apply(graph, lowered, keep, |c, j| c.rectified(j));
-    apply(graph, lowered, keep, |c, j| c.grad_input(j))
+    let lowered = apply(graph, lowered, keep, |c, j| c.grad_input(j));
+    apply(graph, lowered, keep, |c, j| c.rectify(j))
 }
 
 /// `lowered` with every step `fold` finds a fold for replaced by it.
@@ -237,6 +240,41 @@ impl Chains<'_> {
             per_update: step.per_update,
         };
         Some(Fold { step, dropped, rename: None })
+    }
+
+    /// The fold of step `j`, if it is a rectifier (`z' → a`) of a round trip through f16
+    /// (`z → zh, z'`) whose f16 copy `zh` nothing reads (the backward pass reads the batch
+    /// norm's input instead, see [`Chains::rectified`]), and a later cast makes the f16
+    /// copy of its output (`a → ah`): one step writes `a` and `ah`, the round trip and the
+    /// cast vanish.
+    fn rectify(&self, j: usize) -> Option<Fold> {
+        let step = &self.lowered[j];
+        let rectifier = match step.kernel {
+            KernelCall::Relu(_) => Rectifier { relu6: false },
+            KernelCall::Relu6(_) => Rectifier { relu6: true },
+            _ => return None,
+        };
+        let [rounded, a] = step.operands[..] else { return None };
+        let (at, round_trip) = self.passed_on(rounded)?;
+        let KernelCall::RoundThroughF16(len) = round_trip.kernel else { return None };
+        let [z, zh, _] = round_trip.operands[..] else { return None };
+        let cast = (j + 1..self.lowered.len()).find(|&s| {
+            let s = &self.lowered[s];
+            matches!(s.kernel, KernelCall::CastF32ToF16(_)) && s.operands.first() == Some(&a)
+        })?;
+        let ah = *self.lowered[cast].operands.get(1)?;
+        let steps = [round_trip, &self.lowered[cast]];
+        let one_program = steps.iter().all(|s| s.per_update == step.per_update);
+        if !(self.uses[zh.index()] == 1 && one_program) {
+            return None;
+        }
+        let step = Lowered {
+            node: step.node,
+            kernel: KernelCall::RectifyThroughF16(len, rectifier),
+            operands: vec![z, a, ah],
+            per_update: step.per_update,
+        };
+        Some(Fold { step, dropped: vec![at, cast], rename: None })
     }
 
     /// The one step after `j` that reads `t`, where `t` is used by `j` and that step only.

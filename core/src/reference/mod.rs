@@ -23,7 +23,10 @@ pub use activation::{
     log_softmax, log_softmax_grad, relu, relu6, relu6_grad, relu6_grad_in_place, relu6_in_place,
     relu_grad, relu_grad_in_place, relu_in_place, softmax, softmax_grad, Rectifier,
 };
-pub use cast::{cast_f16_to_f32, cast_f32_to_f16, round_through_f16, round_through_f16_in_place};
+pub use cast::{
+    cast_f16_to_f32, cast_f32_to_f16, rectify_through_f16, rectify_through_f16_in_place,
+    round_through_f16, round_through_f16_in_place,
+};
 pub use conv::{
     conv2d, conv2d_grad_input, conv2d_grad_weight, conv2d_norm_act, norm_act_in_place, FrozenNorm,
 };
