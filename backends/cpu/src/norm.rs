@@ -394,11 +394,34 @@ pub fn grad_sums_rectified(
     sums: [&mut [f32]; 2],
     d: ChannelDims,
 ) {
+    let sums_of = rectified_channel_sums;
+    gated_grad_sums(pool, dy, x, p, rectifier, pairs, sums, d, sums_of)
+}
+
+/// What a gated gradient's channel sums take: the rows of `dy`, those of `x`, their
+/// dimensions, the channel, its values and the rectifier.
+type GatedSums<X> =
+    fn(ChannelRows, &[X], ChannelDims, usize, Channels<'_>, Rectifier) -> (f32, f32);
+
+/// [`grad_sums_rectified`] and its f16 variant: `sums_of` gates and sums each channel of
+/// a part of the batch, split over threads as [`grad_sums`] splits (the same partial sums).
+#[allow(clippy::too_many_arguments)]
+fn gated_grad_sums<X: Sync>(
+    pool: &Pool,
+    dy: &mut [f32],
+    x: &[X],
+    p: Channels<'_>,
+    rectifier: Rectifier,
+    pairs: &mut [f32],
+    sums: [&mut [f32]; 2],
+    d: ChannelDims,
+    sums_of: GatedSums<X>,
+) {
     assert_eq!((dy.len(), x.len()), (d.len(), d.len()), "dy and x hold the batch");
     let rows = ChannelRows { data: dy.as_mut_ptr(), len: dy.len() };
     reduce_channels(pool, d, 2 * d.len(), pairs, sums, |c, at| {
         let (at, part) = samples(d, at);
-        rectified_channel_sums(rows.part(at.clone()), &x[at], part, c, p, rectifier)
+        sums_of(rows.part(at.clone()), &x[at], part, c, p, rectifier)
     });
 }
 
@@ -642,12 +665,8 @@ pub fn grad_sums_rectified_f16(
     sums: [&mut [f32]; 2],
     d: ChannelDims,
 ) {
-    assert_eq!((dy.len(), x.len()), (d.len(), d.len()), "dy and x hold the batch");
-    let rows = ChannelRows { data: dy.as_mut_ptr(), len: dy.len() };
-    reduce_channels(pool, d, 2 * d.len(), pairs, sums, |c, at| {
-        let (at, part) = samples(d, at);
-        rectified_channel_sums_f16(rows.part(at.clone()), &x[at], part, c, p, rectifier)
-    });
+    let sums_of = rectified_channel_sums_f16;
+    gated_grad_sums(pool, dy, x, p, rectifier, pairs, sums, d, sums_of)
 }
 
 /// The input gradient from [`grad_sums`]' sums, samples split over threads.

@@ -654,6 +654,18 @@ mod rectified_tests {
 
     const CFG: BatchNormConfig = BatchNormConfig { eps: 1e-5, momentum: 0.1 };
 
+    /// The rectifier (ReLU6 when `relu6`) of `y` in place, then its gradient of `dy`.
+    fn rectifier_gradient(y: &mut [f32], dy: &mut [f32], relu6: bool) {
+        match relu6 {
+            true => relu6_in_place(y),
+            false => relu_in_place(y),
+        }
+        match relu6 {
+            true => relu6_grad_in_place(y, dy),
+            false => relu_grad_in_place(y, dy),
+        }
+    }
+
     /// The rectified parameter gradient is the rectifier's gradient from its output and then
     /// the parameter gradient, bit for bit: the same gate where the batch norm's output sits
     /// exactly on a rectifier's kink (0, and 6 for ReLU6) and at NaN.
@@ -676,14 +688,7 @@ mod rectified_tests {
             let mut y = vec![0.0; d.len()];
             batch_norm_apply(&x, &gamma, &beta, &mean, &invstd, &mut y, d);
             let mut want_dy = dy.clone();
-            match relu6 {
-                true => relu6_in_place(&mut y),
-                false => relu_in_place(&mut y),
-            }
-            match relu6 {
-                true => relu6_grad_in_place(&y, &mut want_dy),
-                false => relu_grad_in_place(&y, &mut want_dy),
-            }
+            rectifier_gradient(&mut y, &mut want_dy, relu6);
             let (mut want_dgamma, mut want_dbeta) = ([0.0; 2], [0.0; 2]);
             let (wg, wb) = (&mut want_dgamma, &mut want_dbeta);
             batch_norm_grad_params(&want_dy, &x, &mean, &invstd, wg, wb, d);
@@ -699,21 +704,12 @@ mod rectified_tests {
             assert!(gated > 0 && gated < d.len(), "{r:?} gates some of dy, not all: {gated}");
         }
     }
-}
-
-#[cfg(test)]
-mod rectified_f16_tests {
-    use super::*;
-    use crate::reference::{
-        relu6_grad_in_place, relu6_in_place, relu_grad_in_place, relu_in_place,
-    };
-    use alloc::vec;
-    use alloc::vec::Vec;
 
     /// In f16 storage, the rectified parameter gradient is the chain a mixed-precision step
     /// runs, bit for bit: the f16 input widened, normalised, rounded through f16, rectified,
-    /// the rectifier's gradient of the gradient rounded through f16, the parameter gradient. Pre-activations just below 6 and
-    /// just above 0 round onto the kinks, where the gate of the unrounded values would pass.
+    /// the rectifier's gradient of the gradient rounded through f16, the parameter gradient.
+    /// Pre-activations just below 6 and just above 0 round onto the kinks, where the gate
+    /// of the unrounded values would pass.
     #[test]
     fn f16_rectified_gradients_gate_on_pre_activations_rounded_to_f16() {
         let d = ChannelDims { outer: 2, channels: 2, inner: 4 };
@@ -731,14 +727,7 @@ mod rectified_f16_tests {
             let unrounded = y.clone();
             y.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
             let mut want_dy: Vec<f32> = dy.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
-            match relu6 {
-                true => relu6_in_place(&mut y),
-                false => relu_in_place(&mut y),
-            }
-            match relu6 {
-                true => relu6_grad_in_place(&y, &mut want_dy),
-                false => relu_grad_in_place(&y, &mut want_dy),
-            }
+            rectifier_gradient(&mut y, &mut want_dy, relu6);
             let (mut want_dgamma, mut want_dbeta) = ([0.0; 2], [0.0; 2]);
             let (wg, wb) = (&mut want_dgamma, &mut want_dbeta);
             batch_norm_grad_params(&want_dy, &wide, &mean, &invstd, wg, wb, d);
