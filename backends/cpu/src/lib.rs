@@ -512,31 +512,30 @@ impl HalfKernels for Cpu {
             cast::f16_to_f32(h, x)
         })
     }
-    /// The round trip, the rectifier (the kernel `relu6_in_place` runs) and the cast of a
-    /// span while it is in cache.
+    /// The round trip, the rectifier and the cast of a span while it is in cache.
     fn rectify_through_f16(&mut self, x: &[f32], y: &mut [f32], h: &mut [f16], r: Rectifier) {
         for_each_span_pair(&self.pool, y, h, |at, y, h| {
-            cast::f32_to_f16(&x[at..][..y.len()], h);
-            rectify_half(h, y, r)
+            y.copy_from_slice(&x[at..][..y.len()]);
+            rectify_through_span(y, h, r)
         })
     }
     fn rectify_through_f16_in_place(&mut self, x: &mut [f32], h: &mut [f16], r: Rectifier) {
-        for_each_span_pair(&self.pool, x, h, |_, x, h| {
-            cast::f32_to_f16(x, h);
-            rectify_half(h, x, r)
-        })
+        for_each_span_pair(&self.pool, x, h, |_, x, h| rectify_through_span(x, h, r))
     }
 }
 
-/// `y = rectifier(f32(h))` and `h = f16(y)`: the widening, rectifier and narrowing of a
-/// span of [`HalfKernels::rectify_through_f16`].
-fn rectify_half(h: &mut [f16], y: &mut [f32], rectifier: Rectifier) {
-    cast::f16_to_f32(h, y);
+/// A span of [`HalfKernels::rectify_through_f16_in_place`]: F16C loops over whole eights,
+/// the rest cast there and back around the rectifier loop `relu6_in_place` runs.
+fn rectify_through_span(x: &mut [f32], h: &mut [f16], rectifier: Rectifier) {
+    let done = cast::rectify_through_f16c(x, h, rectifier.relu6);
+    let (x, h) = (&mut x[done..], &mut h[done..]);
+    cast::f32_to_f16(x, h);
+    cast::f16_to_f32(h, x);
     match rectifier.relu6 {
-        true => pointwise::relu6_in_place(y),
-        false => pointwise::relu_in_place(y),
+        true => pointwise::relu6_in_place(x),
+        false => pointwise::relu_in_place(x),
     }
-    cast::f32_to_f16(y, h)
+    cast::f32_to_f16(x, h)
 }
 
 impl Int8LayerKernels for Cpu {
