@@ -269,6 +269,12 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             let sums = GradSums { dgamma: o.f32()?, dbeta: o.f32()? };
             k.batch_norm_grad_input_from_sums(dy, x, gamma, saved, sums, o.f32_mut()?, d)
         }
+        KernelCall::BatchNormGradInputFromSumsF16(d) => {
+            let (dy, x, gamma) = (o.f32()?, o.read()?, o.f32()?);
+            let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
+            let sums = GradSums { dgamma: o.f32()?, dbeta: o.f32()? };
+            k.batch_norm_grad_input_from_sums_f16(dy, x, gamma, saved, sums, o.f32_mut()?, d)
+        }
         KernelCall::BatchNormGradParams(d) => {
             let (dy, x) = (o.f32()?, o.f32()?);
             let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
@@ -281,6 +287,14 @@ pub fn run_kernel<K: Kernels + ?Sized>(
             let dy = o.f32_mut()?;
             let grads = GradsMut { dgamma: o.f32_mut()?, dbeta: o.f32_mut()? };
             k.batch_norm_grad_params_rectified(x, p, saved, dy, grads, d, r)
+        }
+        KernelCall::BatchNormGradParamsRectifiedF16(d, r) => {
+            let x = o.read()?;
+            let p = Affine { gamma: o.f32()?, beta: o.f32()? };
+            let saved = Saved { mean: o.f32()?, invstd: o.f32()? };
+            let dy = o.f32_mut()?;
+            let grads = GradsMut { dgamma: o.f32_mut()?, dbeta: o.f32_mut()? };
+            k.batch_norm_grad_params_rectified_f16(x, p, saved, dy, grads, d, r)
         }
         KernelCall::Dropout(cfg, _) => k.dropout(o.f32()?, o.f32_mut()?, cfg, ctx.micro_batch),
         KernelCall::DropoutGrad(cfg, _) => {
@@ -427,6 +441,12 @@ pub fn run_kernel<K: Kernels + ?Sized>(
         KernelCall::RoundThroughF16(_) => k.round_through_f16(o.f32()?, o.write()?, o.f32_mut()?),
         KernelCall::RoundThroughF16InPlace(_) => {
             k.round_through_f16_in_place(o.f32_mut()?, o.write()?)
+        }
+        KernelCall::RectifyThroughF16(_, r) => {
+            k.rectify_through_f16(o.f32()?, o.f32_mut()?, o.write()?, r)
+        }
+        KernelCall::RectifyThroughF16InPlace(_, r) => {
+            k.rectify_through_f16_in_place(o.f32_mut()?, o.write()?, r)
         }
         KernelCall::UnscaleGradient(_) => {
             let (g, scale) = (o.f32()?, o.scalar()?);

@@ -333,6 +333,25 @@ kernels! {
         /// `dy, w_p (i8), w_p_scale, mask_p (i8), w (i8), w_scale, mask (i8) → db_depthwise,
         /// db, scratch`: [`KernelCall::QBlockGrad`] without the block's input gradient.
         113 => QBlockBiasGrad { depthwise: Conv2dGeometry, c_out: usize },
+        /// `x (f16), gamma, beta, saved_mean, saved_invstd, [dy → dy_gated], dgamma, dbeta`:
+        /// [`KernelCall::BatchNormGradParamsRectified`] of a batch norm in f16 storage, its
+        /// input `x` read as f16, the rectifier's input rounded to f16 (the widened f16 copy
+        /// of the batch norm's output that a mixed-precision step rectifies) and `dy` rounded
+        /// to f16 (the gradient's round trip), folded with the rectifier's recomputation and
+        /// that round trip when the plan is compiled.
+        114 => BatchNormGradParamsRectifiedF16(dims: ChannelDims, rectifier: Rectifier),
+        /// `dy, x (f16), gamma, saved_mean, saved_invstd, dgamma, dbeta → dx`:
+        /// [`KernelCall::BatchNormGradInputFromSums`] of a batch norm in f16 storage, its
+        /// input `x` read as f16 and `dx` rounded to f16 (held as f32): the widening of `x`
+        /// and the round trip of `dx` that a mixed-precision step runs around it, folded
+        /// into it when the plan is compiled.
+        115 => BatchNormGradInputFromSumsF16(dims: ChannelDims),
+        /// `x → y, h (f16)`: `y = rectifier(f32(f16(x)))` and `h = f16(y)`: a round trip
+        /// through f16 whose f16 copy nothing reads, the rectifier of its result and the
+        /// cast of that to f16, as one pass (folded when the plan is compiled).
+        116 => RectifyThroughF16(len: usize, rectifier: Rectifier),
+        /// `[x] → h (f16)`: [`KernelCall::RectifyThroughF16`] with `y` written over `x`.
+        117 => RectifyThroughF16InPlace(len: usize, rectifier: Rectifier),
     }
 }
 
@@ -492,6 +511,10 @@ impl KernelCall {
                 let s = s.read(d.len()).read(d.len()).read(c).read(c).read(c);
                 s.read(c).read(c).write(d.len())
             }
+            KernelCall::BatchNormGradInputFromSumsF16(d) => {
+                let (c, s) = (d.channels, s.read(d.len()).slot(Access::Read, DType::F16, d.len()));
+                s.read(c).read(c).read(c).read(c).read(c).write(d.len())
+            }
             KernelCall::BatchNormRunning(d, _) => {
                 let c = d.channels;
                 s.read(d.len()).read(c).read(c).read(c).read(c).write(d.len()).write(c).write(c)
@@ -515,6 +538,11 @@ impl KernelCall {
             KernelCall::BatchNormGradParamsRectified(d, _) => {
                 let c = d.channels;
                 let s = s.read(d.len()).read(c).read(c).read(c).read(c).update(d.len());
+                s.write(c).write(c)
+            }
+            KernelCall::BatchNormGradParamsRectifiedF16(d, _) => {
+                let (c, s) = (d.channels, s.slot(Access::Read, DType::F16, d.len()));
+                let s = s.read(c).read(c).read(c).read(c).update(d.len());
                 s.write(c).write(c)
             }
             KernelCall::Softmax(r) | KernelCall::LogSoftmax(r) => {
@@ -625,6 +653,12 @@ impl KernelCall {
             KernelCall::CastF16ToF32(n) => s.slot(Access::Read, DType::F16, n).write(n),
             KernelCall::RoundThroughF16(n) => s.read(n).slot(Access::Write, DType::F16, n).write(n),
             KernelCall::RoundThroughF16InPlace(n) => s.update(n).slot(Access::Write, DType::F16, n),
+            KernelCall::RectifyThroughF16(n, _) => {
+                s.read(n).write(n).slot(Access::Write, DType::F16, n)
+            }
+            KernelCall::RectifyThroughF16InPlace(n, _) => {
+                s.update(n).slot(Access::Write, DType::F16, n)
+            }
             KernelCall::UnscaleGradient(n) => s.read(n).read(1).update(1).write(n),
             KernelCall::UpdateLossScale(_) => s.read(1).update(1).update(1),
             KernelCall::Activation(_, n) => s.read(n).write(n),
@@ -730,7 +764,9 @@ impl KernelCall {
             | KernelCall::BatchNormRunning(d, _)
             | KernelCall::BatchNormGradInputRunning(d)
             | KernelCall::BatchNormGradInputFromSums(d)
-            | KernelCall::BatchNormGradParamsRectified(d, _) => d.check(),
+            | KernelCall::BatchNormGradInputFromSumsF16(d)
+            | KernelCall::BatchNormGradParamsRectified(d, _)
+            | KernelCall::BatchNormGradParamsRectifiedF16(d, _) => d.check(),
             KernelCall::Softmax(r)
             | KernelCall::SoftmaxGrad(r)
             | KernelCall::LogSoftmax(r)
@@ -766,6 +802,8 @@ impl KernelCall {
             | KernelCall::CastF16ToF32(_)
             | KernelCall::RoundThroughF16(_)
             | KernelCall::RoundThroughF16InPlace(_)
+            | KernelCall::RectifyThroughF16(..)
+            | KernelCall::RectifyThroughF16InPlace(..)
             | KernelCall::UnscaleGradient(_)
             | KernelCall::UpdateLossScale(_)
             | KernelCall::Quantize(..)
@@ -828,8 +866,11 @@ impl KernelCall {
             KernelCall::BatchNormGradInputRunning(d) => 2 * d.len(),
             KernelCall::BatchNormGradInput(d) => 8 * d.len(),
             KernelCall::BatchNormGradInputFromSums(d) => 5 * d.len(),
+            // And the rounding of `dx`.
+            KernelCall::BatchNormGradInputFromSumsF16(d) => 6 * d.len(),
             KernelCall::BatchNormGradParams(d) => 4 * d.len(),
-            KernelCall::BatchNormGradParamsRectified(d, _) => 9 * d.len(),
+            KernelCall::BatchNormGradParamsRectified(d, _)
+            | KernelCall::BatchNormGradParamsRectifiedF16(d, _) => 9 * d.len(),
             KernelCall::Softmax(r)
             | KernelCall::SoftmaxGrad(r)
             | KernelCall::LogSoftmax(r)
@@ -888,6 +929,9 @@ impl KernelCall {
             | KernelCall::CastF16ToF32(n)
             | KernelCall::UnscaleGradient(n) => n,
             KernelCall::RoundThroughF16(n) | KernelCall::RoundThroughF16InPlace(n) => 2 * n,
+            KernelCall::RectifyThroughF16(n, _) | KernelCall::RectifyThroughF16InPlace(n, _) => {
+                3 * n
+            }
             KernelCall::UpdateLossScale(_) => 0,
             KernelCall::Activation(f, n) => f.flops_per_element() * n,
             // The slope (a few operations) times the upstream gradient.
@@ -950,7 +994,11 @@ impl KernelCall {
             KernelCall::BatchNormRunning(..) => "batch_norm_running",
             KernelCall::BatchNormGradInputRunning(_) => "batch_norm_grad_input_running",
             KernelCall::BatchNormGradInputFromSums(_) => "batch_norm_grad_input_from_sums",
+            KernelCall::BatchNormGradInputFromSumsF16(_) => "batch_norm_grad_input_from_sums_f16",
             KernelCall::BatchNormGradParamsRectified(..) => "batch_norm_grad_params_rectified",
+            KernelCall::BatchNormGradParamsRectifiedF16(..) => {
+                "batch_norm_grad_params_rectified_f16"
+            }
             KernelCall::Dropout(..) => "dropout",
             KernelCall::DropoutGrad(..) => "dropout_grad",
             KernelCall::Softmax(_) => "softmax",
@@ -1000,6 +1048,8 @@ impl KernelCall {
             KernelCall::CastF16ToF32(_) => "cast_f16_to_f32",
             KernelCall::RoundThroughF16(_) => "round_through_f16",
             KernelCall::RoundThroughF16InPlace(_) => "round_through_f16_in_place",
+            KernelCall::RectifyThroughF16(..) => "rectify_through_f16",
+            KernelCall::RectifyThroughF16InPlace(..) => "rectify_through_f16_in_place",
             KernelCall::UnscaleGradient(_) => "unscale_gradient",
             KernelCall::UpdateLossScale(_) => "update_loss_scale",
             KernelCall::Activation(..) => "activation",

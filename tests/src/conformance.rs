@@ -319,7 +319,26 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
             k.round_through_f16(&x, &mut fused_half, &mut fused);
             let (mut in_place_half, mut in_place) = (vec![f16::NAN; x.len()], x.clone());
             k.round_through_f16_in_place(&mut in_place, &mut in_place_half);
-            [widened(&half), back, widened(&fused_half), fused, widened(&in_place_half), in_place]
+            // With a rectifier after the round trip and the cast of its output (f32 in,
+            // f32 and f16 out): ReLU6 apart, ReLU in place.
+            let relu6 = Rectifier { relu6: true };
+            let (mut rectified_half, mut rectified) =
+                (vec![f16::NAN; x.len()], vec![f32::NAN; x.len()]);
+            k.rectify_through_f16(&x, &mut rectified, &mut rectified_half, relu6);
+            let (mut relu_half, mut relu) = (vec![f16::NAN; x.len()], x.clone());
+            k.rectify_through_f16_in_place(&mut relu, &mut relu_half, Rectifier { relu6: false });
+            [
+                widened(&half),
+                back,
+                widened(&fused_half),
+                fused,
+                widened(&in_place_half),
+                in_place,
+                widened(&rectified_half),
+                rectified,
+                widened(&relu_half),
+                relu,
+            ]
         };
         let (got, want) = (casts(&mut self.backend), casts(&mut Reference));
         let kernels = [
@@ -329,6 +348,10 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
             "round_through_f16 (f32)",
             "round_through_f16_in_place (f16)",
             "round_through_f16_in_place (f32)",
+            "rectify_through_f16 (f16)",
+            "rectify_through_f16 (f32)",
+            "rectify_through_f16_in_place (f16)",
+            "rectify_through_f16_in_place (f32)",
         ];
         for ((kernel, got), want) in kernels.into_iter().zip(got).zip(want) {
             for ((g, w), x) in got.iter().zip(&want).zip(&x) {
@@ -673,15 +696,30 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         // Rectifiers after the batch norm: ReLU, and ReLU6 with a gamma that takes many
         // pre-activations past 6.
         let wide_gamma: Vec<f32> = gamma.iter().map(|g| 6.0 * g).collect();
+        let x_half: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
         for (relu6, gamma) in [(false, &gamma), (true, &wide_gamma)] {
             let p = Affine { gamma: &gamma[..], beta: &beta[..] };
             let rectifier = Rectifier { relu6 };
             let outputs = vec![dy.clone(), stat.clone(), stat.clone()];
             let case = format!("{d:?}, {rectifier:?}");
-            self.compare("batch_norm_grad_params_rectified", &case, tol, outputs, &|k, o| {
+            self.compare(
+                "batch_norm_grad_params_rectified",
+                &case,
+                tol,
+                outputs.clone(),
+                &|k, o| {
+                    let [dy, dgamma, dbeta] = o else { unreachable!("three buffers") };
+                    let grads = GradsMut { dgamma: &mut dgamma[..], dbeta: &mut dbeta[..] };
+                    k.batch_norm_grad_params_rectified(&x, p, saved, dy, grads, d, rectifier)
+                },
+            );
+            // In f16 storage: `x` read as f16 (f16 in, f32 out), the gate worked out from
+            // pre-activations rounded to f16.
+            let name = "batch_norm_grad_params_rectified_f16";
+            self.compare(name, &case, tol, outputs, &|k, o| {
                 let [dy, dgamma, dbeta] = o else { unreachable!("three buffers") };
                 let grads = GradsMut { dgamma: &mut dgamma[..], dbeta: &mut dbeta[..] };
-                k.batch_norm_grad_params_rectified(&x, p, saved, dy, grads, d, rectifier)
+                k.batch_norm_grad_params_rectified_f16(&x_half, p, saved, dy, grads, d, rectifier)
             });
         }
         // The sums of the parameter gradients, from the reference, for the input gradient.
@@ -689,8 +727,12 @@ impl<K: Kernels<Memory = Host>> Suite<K> {
         Reference.batch_norm_grad_params(&dy, &x, saved, &mut dgamma, &mut dbeta, d);
         let sums = GradSums { dgamma: &dgamma[..], dbeta: &dbeta[..] };
         let nans = vec![Self::nans(d.len())];
-        self.compare("batch_norm_grad_input_from_sums", &case, tol, nans, &|k, o| {
+        self.compare("batch_norm_grad_input_from_sums", &case, tol, nans.clone(), &|k, o| {
             k.batch_norm_grad_input_from_sums(&dy, &x, &gamma, saved, sums, &mut o[0], d)
+        });
+        // In f16 storage: `x` read as f16 (f16 in), `dx` rounded to f16 (f32 out).
+        self.compare("batch_norm_grad_input_from_sums_f16", &case, tol, nans, &|k, o| {
+            k.batch_norm_grad_input_from_sums_f16(&dy, &x_half, &gamma, saved, sums, &mut o[0], d)
         });
         let running_outputs = vec![y.clone(), stat.clone(), stat.clone()];
         self.compare("batch_norm_running", &case, EXACT, running_outputs, &|k, o| {

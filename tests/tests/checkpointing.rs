@@ -204,6 +204,21 @@ fn fused_f16_round_trips_keep_mixed_precision_training_exact() {
     assert!(rectifiers > 10, "{rectifiers} rectifiers");
     let skipped = casts(&separate) - casts(&fused) - 2 * round_trips;
     assert!(skipped >= 3 * rectifiers, "{skipped} casts skipped");
+    // Each rectifier after a training batch norm: its recomputation and gradient folded
+    // into the batch norm's parameter gradient, which reads the f16 copy of its input.
+    assert_eq!(steps_running(&fused, "batch_norm_grad_params_rectified_f16"), rectifiers);
+    // Each training batch norm's input gradient reads the f16 copy of its input and rounds
+    // its output itself.
+    let norms = steps_running(&separate, "batch_norm_grad_input_from_sums");
+    assert_eq!(steps_running(&fused, "batch_norm_grad_input_from_sums_f16"), norms);
+    // And in the forward pass each of those rectifiers, its input's round trip and the
+    // cast of its output run as one kernel, but for the last: only the global pooling
+    // reads its output, whose gradient does not, so nothing casts it to f16.
+    assert_eq!(steps_running(&fused, "rectify_through_f16_in_place"), rectifiers - 1);
+    assert_eq!(steps_running(&fused, "relu6_in_place"), 1);
+    for kernel in ["relu6_grad_in_place", "batch_norm_grad_params_rectified"] {
+        assert_eq!(steps_running(&fused, kernel), 0, "{kernel}");
+    }
     assert!(fused.plan.sizes.arena <= separate.plan.sizes.arena);
     let trained = train_twice(&model, &fused);
     let mut initial = fused.plan.initial_memory(&fused.graph);

@@ -295,6 +295,19 @@ impl NormKernels for Cpu {
         let (mean, invstd, sums) = (saved.mean, saved.invstd, [sums.dbeta, sums.dgamma]);
         norm::grad_input(&self.pool, dy, x, gamma, mean, invstd, sums, dx, d)
     }
+    fn batch_norm_grad_input_from_sums_f16(
+        &mut self,
+        dy: &[f32],
+        x: &[f16],
+        gamma: &[f32],
+        saved: Saved<'_, Host>,
+        sums: GradSums<'_, Host>,
+        dx: &mut [f32],
+        d: ChannelDims,
+    ) {
+        let (mean, invstd, sums) = (saved.mean, saved.invstd, [sums.dbeta, sums.dgamma]);
+        norm::grad_input_f16(&self.pool, dy, x, gamma, mean, invstd, sums, dx, d)
+    }
     fn batch_norm_grad_params(
         &mut self,
         dy: &[f32],
@@ -323,6 +336,22 @@ impl NormKernels for Cpu {
         let channels = norm::Channels { gamma, beta, mean, invstd };
         let sums = [grads.dbeta, grads.dgamma];
         norm::grad_sums_rectified(&self.pool, dy, x, channels, rectifier, pairs, sums, d)
+    }
+    fn batch_norm_grad_params_rectified_f16(
+        &mut self,
+        x: &[f16],
+        p: Affine<'_, Host>,
+        saved: Saved<'_, Host>,
+        dy: &mut [f32],
+        grads: GradsMut<'_, Host>,
+        d: ChannelDims,
+        rectifier: Rectifier,
+    ) {
+        let pairs = grow(&mut self.scratch, norm::pairs_len(&self.pool, d));
+        let (gamma, beta, mean, invstd) = (p.gamma, p.beta, saved.mean, saved.invstd);
+        let channels = norm::Channels { gamma, beta, mean, invstd };
+        let sums = [grads.dbeta, grads.dgamma];
+        norm::grad_sums_rectified_f16(&self.pool, dy, x, channels, rectifier, pairs, sums, d)
     }
     fn batch_norm_running(
         &mut self,
@@ -485,6 +514,30 @@ impl HalfKernels for Cpu {
             cast::f16_to_f32(h, x)
         })
     }
+    /// The round trip, the rectifier and the cast of a span while it is in cache.
+    fn rectify_through_f16(&mut self, x: &[f32], y: &mut [f32], h: &mut [f16], r: Rectifier) {
+        for_each_span_pair(&self.pool, y, h, |at, y, h| {
+            y.copy_from_slice(&x[at..][..y.len()]);
+            rectify_through_span(y, h, r)
+        })
+    }
+    fn rectify_through_f16_in_place(&mut self, x: &mut [f32], h: &mut [f16], r: Rectifier) {
+        for_each_span_pair(&self.pool, x, h, |_, x, h| rectify_through_span(x, h, r))
+    }
+}
+
+/// A span of [`HalfKernels::rectify_through_f16_in_place`]: F16C loops over whole eights,
+/// the rest cast there and back around the rectifier loop `relu6_in_place` runs.
+fn rectify_through_span(x: &mut [f32], h: &mut [f16], rectifier: Rectifier) {
+    let done = cast::rectify_through_f16c(x, h, rectifier.relu6);
+    let (x, h) = (&mut x[done..], &mut h[done..]);
+    cast::f32_to_f16(x, h);
+    cast::f16_to_f32(h, x);
+    match rectifier.relu6 {
+        true => pointwise::relu6_in_place(x),
+        false => pointwise::relu_in_place(x),
+    }
+    cast::f32_to_f16(x, h)
 }
 
 impl Int8LayerKernels for Cpu {

@@ -13,6 +13,9 @@ use sprout_core::geometry::ChannelDims;
 use sprout_core::hyperparams::BatchNormConfig;
 use sprout_core::reference::Rectifier;
 
+use half::f16;
+
+use crate::cast;
 use crate::parallel::{for_each_chunk, partials_len, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
 
@@ -391,12 +394,279 @@ pub fn grad_sums_rectified(
     sums: [&mut [f32]; 2],
     d: ChannelDims,
 ) {
+    let sums_of = rectified_channel_sums;
+    gated_grad_sums(pool, dy, x, p, rectifier, pairs, sums, d, sums_of)
+}
+
+/// What a gated gradient's channel sums take: the rows of `dy`, those of `x`, their
+/// dimensions, the channel, its values and the rectifier.
+type GatedSums<X> =
+    fn(ChannelRows, &[X], ChannelDims, usize, Channels<'_>, Rectifier) -> (f32, f32);
+
+/// [`grad_sums_rectified`] and its f16 variant: `sums_of` gates and sums each channel of
+/// a part of the batch, split over threads as [`grad_sums`] splits (the same partial sums).
+#[allow(clippy::too_many_arguments)]
+fn gated_grad_sums<X: Sync>(
+    pool: &Pool,
+    dy: &mut [f32],
+    x: &[X],
+    p: Channels<'_>,
+    rectifier: Rectifier,
+    pairs: &mut [f32],
+    sums: [&mut [f32]; 2],
+    d: ChannelDims,
+    sums_of: GatedSums<X>,
+) {
     assert_eq!((dy.len(), x.len()), (d.len(), d.len()), "dy and x hold the batch");
     let rows = ChannelRows { data: dy.as_mut_ptr(), len: dy.len() };
     reduce_channels(pool, d, 2 * d.len(), pairs, sums, |c, at| {
         let (at, part) = samples(d, at);
-        rectified_channel_sums(rows.part(at.clone()), &x[at], part, c, p, rectifier)
+        sums_of(rows.part(at.clone()), &x[at], part, c, p, rectifier)
     });
+}
+
+/// Values of a row that the f16 variant of [`grad_sums_rectified`] widens and gates at a
+/// time, in the first-level cache: whole [`LANES`], so each lane sums the values it would
+/// sum over the whole row.
+const PIECE: usize = 16 * LANES;
+
+/// `dy` zeroed where the rectifier (ReLU6 when `RELU6`) does not pass the pre-activation
+/// `z` (a stored value of each element: written whole, see [`add_gated_row`]).
+#[inline(always)]
+fn gate_piece<const RELU6: bool>(dy: &mut [f32], z: &[f32]) {
+    let rectifier = Rectifier { relu6: RELU6 };
+    let gate = |dy: f32, z: f32| if rectifier.passes(z) { dy } else { 0.0 };
+    let (dy_body, dy_rest) = dy.as_chunks_mut::<LANES>();
+    let (z_body, z_rest) = z.as_chunks::<LANES>();
+    for (dy, z) in dy_body.iter_mut().zip(z_body) {
+        let old = core::hint::black_box(*dy);
+        for i in 0..LANES {
+            dy[i] = gate(old[i], z[i]);
+        }
+    }
+    for (dy, &z) in dy_rest.iter_mut().zip(z_rest) {
+        *dy = gate(*dy, z);
+    }
+}
+
+/// [`rectified_channel_sums`] of a batch norm in f16 storage: `x` stored as f16, `dy`
+/// rounded to f16 (the round trip of the gradient before it) and gated where the rectifier
+/// passes the pre-activation rounded to f16, then the sums [`grad_sums`] takes of the gated
+/// `dy`, lane by lane as [`add_row`] adds: F16C vector loops where the
+/// CPU has them, else [`gated_row_pieces`].
+fn rectified_channel_sums_f16(
+    dy: ChannelRows,
+    x: &[f16],
+    d: ChannelDims,
+    c: usize,
+    p: Channels<'_>,
+    rectifier: Rectifier,
+) -> (f32, f32) {
+    let affine = [p.gamma[c], p.beta[c], p.mean[c], p.invstd[c]];
+    let mut sums = [[0.0f32; LANES]; 2];
+    let mut tail = (0.0, 0.0);
+    let f16c = cfg!(target_arch = "x86_64") && f16c_available();
+    for o in 0..d.outer {
+        // SAFETY: this thread holds channel `c` of these samples (see `reduce_channels`).
+        let dy = unsafe { dy.row(o, c, d) };
+        let x = &x[(o * d.channels + c) * d.inner..][..d.inner];
+        let (a, b) = match f16c {
+            true => gated_row_f16c(&mut sums, dy, x, affine, rectifier),
+            false => gated_row_pieces(&mut sums, dy, x, affine, rectifier),
+        };
+        tail.0 += a;
+        tail.1 += b;
+    }
+    (sums[0].iter().sum::<f32>() + tail.0, sums[1].iter().sum::<f32>() + tail.1)
+}
+
+/// Whether the CPU converts f16 with F16C.
+fn f16c_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("f16c");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// One row of [`rectified_channel_sums_f16`] by [`f16c::gated_row`]; only called where
+/// [`f16c_available`].
+fn gated_row_f16c(
+    sums: &mut [[f32; LANES]; 2],
+    dy: &mut [f32],
+    x: &[f16],
+    affine: [f32; 4],
+    rectifier: Rectifier,
+) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert!(f16c_available(), "the CPU converts f16 with F16C");
+        // SAFETY: the CPU supports F16C (and so AVX), asserted just above.
+        unsafe {
+            match rectifier.relu6 {
+                true => f16c::gated_row::<true>(sums, dy, x, affine),
+                false => f16c::gated_row::<false>(sums, dy, x, affine),
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("F16C is x86's")
+}
+
+/// One row of [`rectified_channel_sums_f16`] without F16C: a [`PIECE`] at a time widened,
+/// normalised and rounded through f16, `dy` rounded and gated, then summed by [`add_row`]; returns the sums
+/// over the values past the last whole [`LANES`].
+#[inline(always)]
+fn gated_row_pieces_generic(
+    sums: &mut [[f32; LANES]; 2],
+    dy: &mut [f32],
+    x: &[f16],
+    [g, b, m, s]: [f32; 4],
+    rectifier: Rectifier,
+) -> (f32, f32) {
+    let mut tail = (0.0, 0.0);
+    let (mut wide, mut pre, mut half) = ([0.0f32; PIECE], [0.0f32; PIECE], [f16::ZERO; PIECE]);
+    for (dy, x) in dy.chunks_mut(PIECE).zip(x.chunks(PIECE)) {
+        let n = x.len();
+        let (wide, pre, half) = (&mut wide[..n], &mut pre[..n], &mut half[..n]);
+        cast::f16_to_f32(x, wide);
+        for (z, &x) in pre.iter_mut().zip(&*wide) {
+            *z = normalized(x, g, b, m, s);
+        }
+        cast::f32_to_f16(pre, half);
+        cast::f16_to_f32(half, pre);
+        cast::f32_to_f16(dy, half);
+        cast::f16_to_f32(half, dy);
+        match rectifier.relu6 {
+            true => gate_piece::<true>(dy, pre),
+            false => gate_piece::<false>(dy, pre),
+        }
+        let [first, second] = sums;
+        tail.0 += add_row(first, dy, wide, |dy, _| dy);
+        tail.1 += add_row(second, dy, wide, |dy, x| dy * (x - m) * s);
+    }
+    tail
+}
+
+multiversion!(gated_row_pieces = gated_row_pieces_generic(sums: &mut [[f32; LANES]; 2], dy: &mut [f32], x: &[f16], affine: [f32; 4], rectifier: Rectifier) -> (f32, f32));
+
+/// [`gated_row_pieces`] as F16C vector loops, eight lanes of [`LANES`] at a time: the same
+/// arithmetic (no fused multiply-adds), the same lanes.
+#[cfg(target_arch = "x86_64")]
+mod f16c {
+    use super::{grad_input_row_f16, normalized, Rectifier, LANES};
+    use core::arch::x86_64::{
+        __m128i, __m256, _mm256_add_ps, _mm256_and_ps, _mm256_cmp_ps, _mm256_cvtph_ps,
+        _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
+        _mm256_storeu_ps, _mm256_sub_ps, _mm_loadu_si128, _CMP_GT_OQ, _CMP_LT_OQ,
+        _MM_FROUND_TO_NEAREST_INT,
+    };
+    use half::f16;
+
+    /// One row: `dy` rounded to f16 and gated in place where the rectifier (ReLU6 when
+    /// `RELU6`) passes the pre-activation of `x` rounded to f16, the gated values and their products with
+    /// `x̂` added to `sums`; returns the sums over the values past the last whole [`LANES`].
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) fn gated_row<const RELU6: bool>(
+        sums: &mut [[f32; LANES]; 2],
+        dy: &mut [f32],
+        x: &[f16],
+        [g, b, m, s]: [f32; 4],
+    ) -> (f32, f32) {
+        assert_eq!(dy.len(), x.len(), "dy and x hold the row");
+        let body = dy.len() - dy.len() % LANES;
+        let (dy_body, dy_rest) = dy.split_at_mut(body);
+        let (x_body, x_rest) = x.split_at(body);
+        let [gv, bv, mv, sv] = [g, b, m, s].map(|v| _mm256_set1_ps(v));
+        let (zero, six) = (_mm256_setzero_ps(), _mm256_set1_ps(6.0));
+        let load = |v: &[f32; LANES]| -> [__m256; 2] {
+            // SAFETY: both halves of the 16 values lie inside `v`.
+            unsafe { [_mm256_loadu_ps(v.as_ptr()), _mm256_loadu_ps(v.as_ptr().add(8))] }
+        };
+        let (mut first, mut second) = (load(&sums[0]), load(&sums[1]));
+        let rows = dy_body.as_chunks_mut::<LANES>().0.iter_mut();
+        for (dy, x) in rows.zip(x_body.as_chunks::<LANES>().0) {
+            for h in 0..2 {
+                // SAFETY: each half reads 8 f16 (16 bytes) of `x` and 8 f32 of `dy`, inside
+                // their 16 values; the intrinsics take unaligned addresses.
+                unsafe {
+                    let half = _mm_loadu_si128(x.as_ptr().add(8 * h).cast::<__m128i>());
+                    let xv = _mm256_cvtph_ps(half);
+                    let centred = _mm256_sub_ps(xv, mv);
+                    let z = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(gv, centred), sv), bv);
+                    let z = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(z));
+                    let mut passes = _mm256_cmp_ps::<_CMP_GT_OQ>(z, zero);
+                    if RELU6 {
+                        passes = _mm256_and_ps(passes, _mm256_cmp_ps::<_CMP_LT_OQ>(z, six));
+                    }
+                    let dyv = _mm256_loadu_ps(dy.as_ptr().add(8 * h));
+                    let dyv = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(dyv));
+                    let gated = _mm256_and_ps(dyv, passes);
+                    _mm256_storeu_ps(dy.as_mut_ptr().add(8 * h), gated);
+                    first[h] = _mm256_add_ps(first[h], gated);
+                    let weighted = _mm256_mul_ps(_mm256_mul_ps(gated, centred), sv);
+                    second[h] = _mm256_add_ps(second[h], weighted);
+                }
+            }
+        }
+        for (sums, lanes) in sums.iter_mut().zip([first, second]) {
+            // SAFETY: both halves of the 16 values lie inside `sums`.
+            unsafe {
+                _mm256_storeu_ps(sums.as_mut_ptr(), lanes[0]);
+                _mm256_storeu_ps(sums.as_mut_ptr().add(8), lanes[1]);
+            }
+        }
+        let rectifier = Rectifier { relu6: RELU6 };
+        for (dy, x) in dy_rest.iter_mut().zip(x_rest) {
+            let z = f16::from_f32(normalized(x.to_f32(), g, b, m, s)).to_f32();
+            *dy = if rectifier.passes(z) { f16::from_f32(*dy).to_f32() } else { 0.0 };
+        }
+        // As `add_row` sums its rest.
+        let rest = dy_rest.iter().zip(x_rest);
+        (dy_rest.iter().sum(), rest.map(|(&dy, x)| dy * (x.to_f32() - m) * s).sum())
+    }
+
+    /// [`grad_input_row_f16`] eight values at a time, the same arithmetic.
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) fn grad_input_row(dx: &mut [f32], dy: &[f32], x: &[f16], k: [f32; 6]) {
+        assert!(dy.len() == dx.len() && x.len() == dx.len(), "dx, dy and x hold the row");
+        let body = dx.len() - dx.len() % 8;
+        let [factor, count, sum_dy, sum_xhat, m, s] = k.map(|v| _mm256_set1_ps(v));
+        let (dx_body, dx_rest) = dx.split_at_mut(body);
+        let rows = dx_body.chunks_exact_mut(8).zip(dy.chunks_exact(8)).zip(x.chunks_exact(8));
+        for ((dx, dy), x) in rows {
+            // SAFETY: 8 f16 (16 bytes) of `x` and 8 f32 of `dy` and `dx` each; the
+            // intrinsics take unaligned addresses.
+            unsafe {
+                let xv = _mm256_cvtph_ps(_mm_loadu_si128(x.as_ptr().cast::<__m128i>()));
+                let xhat = _mm256_mul_ps(_mm256_sub_ps(xv, m), s);
+                let scaled =
+                    _mm256_sub_ps(_mm256_mul_ps(count, _mm256_loadu_ps(dy.as_ptr())), sum_dy);
+                let v = _mm256_mul_ps(factor, _mm256_sub_ps(scaled, _mm256_mul_ps(xhat, sum_xhat)));
+                let rounded = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v));
+                _mm256_storeu_ps(dx.as_mut_ptr(), rounded);
+            }
+        }
+        grad_input_row_f16(dx_rest, &dy[body..], &x[body..], k);
+    }
+}
+
+/// [`grad_sums_rectified`] of a batch norm in f16 storage: `x` stored as f16, `dy` rounded
+/// to f16 (a no-op where it holds f16 values already) and the gate worked out from each
+/// pre-activation rounded to f16 (what the rectifier read). The same split over threads
+/// and the same sums as [`grad_sums`] of the gated `dy`.
+#[allow(clippy::too_many_arguments)]
+pub fn grad_sums_rectified_f16(
+    pool: &Pool,
+    dy: &mut [f32],
+    x: &[f16],
+    p: Channels<'_>,
+    rectifier: Rectifier,
+    pairs: &mut [f32],
+    sums: [&mut [f32]; 2],
+    d: ChannelDims,
+) {
+    let sums_of = rectified_channel_sums_f16;
+    gated_grad_sums(pool, dy, x, p, rectifier, pairs, sums, d, sums_of)
 }
 
 /// The input gradient from [`grad_sums`]' sums, samples split over threads.
@@ -423,6 +693,66 @@ pub fn grad_input(
         let (dy, x) = (&dy[at..][..dx.len()], &x[at..][..dx.len()]);
         grad_input_blocks(dx, dy, x, d, p, sum_xhat)
     });
+}
+
+/// [`grad_input`] of a batch norm in f16 storage: `x` stored as f16, and `dx` rounded to
+/// f16 (held as f32), samples split over threads; F16C vector loops where the CPU has them.
+#[allow(clippy::too_many_arguments)]
+pub fn grad_input_f16(
+    pool: &Pool,
+    dy: &[f32],
+    x: &[f16],
+    gamma: &[f32],
+    mean: &[f32],
+    invstd: &[f32],
+    sums: [&[f32]; 2],
+    dx: &mut [f32],
+    d: ChannelDims,
+) {
+    if d.inner == 0 {
+        return;
+    }
+    let [sum_dy, sum_xhat] = sums;
+    let (block, count) = (d.channels * d.inner, d.per_channel() as f32);
+    let f16c = f16c_available();
+    for_each_chunk(pool, sample_workers(pool, d), dx, block, &mut [], 0, |first, dx, _| {
+        let at = first * block;
+        let (dy, x) = (&dy[at..][..dx.len()], &x[at..][..dx.len()]);
+        let rows = dx.chunks_mut(d.inner).zip(dy.chunks(d.inner)).zip(x.chunks(d.inner));
+        for (row, ((dx, dy), x)) in rows.enumerate() {
+            let c = row % d.channels;
+            let factor = gamma[c] * invstd[c] / count;
+            let k = [factor, count, sum_dy[c], sum_xhat[c], mean[c], invstd[c]];
+            match f16c {
+                true => grad_input_row_f16c(dx, dy, x, k),
+                false => grad_input_row_f16(dx, dy, x, k),
+            }
+        }
+    });
+}
+
+/// One row of [`grad_input_f16`]: `dx = f16(factor · (count · dy − Σdy − x̂ · Σ(dy · x̂)))`
+/// with `x̂ = (x − mean) · invstd`, [`grad_input_blocks`]' formula; `k` holds `[factor,
+/// count, Σdy, Σ(dy · x̂), mean, invstd]`.
+fn grad_input_row_f16(dx: &mut [f32], dy: &[f32], x: &[f16], k: [f32; 6]) {
+    let [factor, count, sum_dy, sum_xhat, m, s] = k;
+    for ((dx, &dy), x) in dx.iter_mut().zip(dy).zip(x) {
+        let xhat = (x.to_f32() - m) * s;
+        *dx = f16::from_f32(factor * (count * dy - sum_dy - xhat * sum_xhat)).to_f32();
+    }
+}
+
+/// [`grad_input_row_f16`] by [`f16c::grad_input_row`]; only called where
+/// [`f16c_available`].
+fn grad_input_row_f16c(dx: &mut [f32], dy: &[f32], x: &[f16], k: [f32; 6]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert!(f16c_available(), "the CPU converts f16 with F16C");
+        // SAFETY: the CPU supports F16C (and so AVX), asserted just above.
+        unsafe { f16c::grad_input_row(dx, dy, x, k) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("F16C is x86's")
 }
 
 #[cfg(test)]
@@ -571,6 +901,134 @@ mod tests {
                 assert_close(&got.1, &want.0, "rectified dbeta");
                 assert_close(&got.2, &want.1, "rectified dgamma");
             }
+        }
+    }
+
+    /// The f16 variant gates exactly where the rectifier passes the pre-activation rounded
+    /// to f16 (the reference's gate, rounding onto the kinks included) and sums the gated
+    /// values bit for bit as [`grad_sums`] does, over rows of several pieces and a tail.
+    #[test]
+    fn f16_rectified_sums_are_the_gate_then_grad_sums() {
+        let mut rng = SplitMix::new(9);
+        let dims = [
+            ChannelDims { outer: 3, channels: 2, inner: 2 * PIECE + LANES + 3 },
+            ChannelDims { outer: 1, channels: 3, inner: 5 },
+        ];
+        for (d, threads) in dims.into_iter().flat_map(|d| [(d, 1), (d, 2)]) {
+            let pool = Pool::eager(threads);
+            let mut x: Vec<f16> =
+                (0..d.len()).map(|_| f16::from_f32(rng.uniform(-2.0, 3.0))).collect();
+            // Onto 6 (ReLU6, gamma 3) in channel 0 and onto 0 in channel 1.
+            (x[0], x[d.inner]) = (f16::from_f32(2.0), f16::ZERO);
+            let wide: Vec<f32> = x.iter().map(|h| h.to_f32()).collect();
+            let dy: Vec<f32> = (0..d.len()).map(|_| rng.uniform(-1.0, 1.0)).collect();
+            let (mean, invstd) = (vec![0.0; d.channels], vec![1.0; d.channels]);
+            // Pre-activations `x + beta`: past 6 by a little, which rounds back onto 6, and
+            // just above 0, which rounds to 0.
+            let beta: Vec<f32> = (0..d.channels).map(|c| [-0.0005, 1e-8][c % 2]).collect();
+            for relu6 in [false, true] {
+                let rectifier = Rectifier { relu6 };
+                let gamma = vec![if relu6 { 3.0 } else { 1.0 }; d.channels];
+                let p = Channels { gamma: &gamma, beta: &beta, mean: &mean, invstd: &invstd };
+                let mut want_dy = dy.clone();
+                let (mut dgamma, mut dbeta) = (vec![0.0; d.channels], vec![0.0; d.channels]);
+                r::batch_norm_grad_params_rectified_f16(
+                    &mut want_dy,
+                    &x,
+                    &gamma,
+                    &beta,
+                    &mean,
+                    &invstd,
+                    &mut dgamma,
+                    &mut dbeta,
+                    d,
+                    rectifier,
+                );
+                let mut want = (vec![0.0; d.channels], vec![0.0; d.channels]);
+                let mut pairs = vec![f32::NAN; pairs_len(&pool, d)];
+                let sums = (&mut want.0[..], &mut want.1[..]);
+                grad_sums(&pool, &want_dy, &wide, &mean, &invstd, &mut pairs, sums.0, sums.1, d);
+                let mut got = (dy.clone(), vec![f32::NAN; d.channels], vec![f32::NAN; d.channels]);
+                let sums = [&mut got.1[..], &mut got.2[..]];
+                grad_sums_rectified_f16(&pool, &mut got.0, &x, p, rectifier, &mut pairs, sums, d);
+                assert_eq!(got.0, want_dy, "{rectifier:?} gates dy, {d:?}, {threads} threads");
+                assert_eq!((&got.1, &got.2), (&want.0, &want.1), "{rectifier:?}, {d:?}");
+                assert_close(&got.1, &dbeta, "dbeta against the reference");
+                assert_close(&got.2, &dgamma, "dgamma against the reference");
+                let unrounded = |i: usize| gamma[0] * wide[i] + beta[(i / d.inner) % d.channels];
+                let flipped = (0..d.len())
+                    .filter(|&i| rectifier.passes(unrounded(i)) && got.0[i] == 0.0 && dy[i] != 0.0);
+                assert!(flipped.count() > 0, "{rectifier:?}: some gate depends on the rounding");
+            }
+        }
+    }
+
+    /// Both ways of gating and summing a row in f16 storage agree bit for bit: the F16C
+    /// loops (where the CPU has F16C) and the pieces other CPUs run.
+    #[test]
+    fn f16_rectified_rows_agree_with_and_without_f16c() {
+        if !f16c_available() {
+            return;
+        }
+        let mut rng = SplitMix::new(13);
+        for (len, relu6) in
+            [(2 * PIECE + LANES + 3, true), (2 * PIECE + LANES + 3, false), (5, true)]
+        {
+            let x: Vec<f16> = (0..len).map(|_| f16::from_f32(rng.uniform(-2.0, 3.0))).collect();
+            let dy: Vec<f32> = (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect();
+            let (affine, rectifier) = ([3.0, -0.0005, 0.25, 1.5], Rectifier { relu6 });
+            let mut want = (dy.clone(), [[0.5f32; LANES]; 2]);
+            let want_rest = gated_row_pieces(&mut want.1, &mut want.0, &x, affine, rectifier);
+            let mut got = (dy.clone(), [[0.5f32; LANES]; 2]);
+            let got_rest = gated_row_f16c(&mut got.1, &mut got.0, &x, affine, rectifier);
+            assert_eq!((got, got_rest), (want, want_rest), "{len} values, {rectifier:?}");
+        }
+    }
+
+    /// The input gradient in f16 storage is the reference's bit for bit, on one thread and
+    /// two, with F16C and without, over rows with a tail.
+    #[test]
+    fn f16_grad_input_matches_the_reference() {
+        let mut rng = SplitMix::new(17);
+        let d = ChannelDims { outer: 3, channels: 2, inner: 8 * 5 + 3 };
+        let mut random = |len: usize, lo: f32, hi: f32| -> Vec<f32> {
+            (0..len).map(|_| rng.uniform(lo, hi)).collect()
+        };
+        let x: Vec<f16> = random(d.len(), -2.0, 3.0).into_iter().map(f16::from_f32).collect();
+        let dy = random(d.len(), -1.0, 1.0);
+        let (gamma, mean, invstd) = (
+            random(d.channels, 0.5, 2.0),
+            random(d.channels, -0.5, 0.5),
+            random(d.channels, 0.5, 2.0),
+        );
+        let (dgamma, dbeta) = (random(d.channels, -3.0, 3.0), random(d.channels, -3.0, 3.0));
+        let mut want = vec![f32::NAN; d.len()];
+        r::batch_norm_grad_input_from_sums_f16(
+            &dy, &x, &gamma, &mean, &invstd, &dgamma, &dbeta, &mut want, d,
+        );
+        assert!(want.iter().all(|&v| f16::from_f32(v).to_f32() == v), "rounded to f16");
+        for threads in [1, 2] {
+            let mut got = vec![f32::NAN; d.len()];
+            let sums = [&dbeta[..], &dgamma[..]];
+            grad_input_f16(
+                &Pool::eager(threads),
+                &dy,
+                &x,
+                &gamma,
+                &mean,
+                &invstd,
+                sums,
+                &mut got,
+                d,
+            );
+            assert_eq!(got, want, "{threads} threads");
+        }
+        let k = [0.75, 40.0, 0.5, -1.25, 0.125, 1.5];
+        let (mut generic, mut f16c) = (vec![f32::NAN; d.inner], vec![f32::NAN; d.inner]);
+        grad_input_row_f16(&mut generic, &dy[..d.inner], &x[..d.inner], k);
+        if f16c_available() {
+            grad_input_row_f16c(&mut f16c, &dy[..d.inner], &x[..d.inner], k);
+            assert_eq!(f16c, generic, "with F16C and without");
         }
     }
 

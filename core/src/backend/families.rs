@@ -257,6 +257,19 @@ pub trait NormKernels: Backend {
         dx: Out<'_, Self, f32>,
         d: ChannelDims,
     );
+    /// [`NormKernels::batch_norm_grad_input_from_sums`] of a batch norm in f16 storage: `x`
+    /// read as f16, and `dx` rounded to f16 (held as f32).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_grad_input_from_sums_f16(
+        &mut self,
+        dy: In<'_, Self, f32>,
+        x: In<'_, Self, f16>,
+        gamma: In<'_, Self, f32>,
+        saved: Saved<'_, Self::Memory>,
+        sums: GradSums<'_, Self::Memory>,
+        dx: Out<'_, Self, f32>,
+        d: ChannelDims,
+    );
     fn batch_norm_grad_params(
         &mut self,
         dy: In<'_, Self, f32>,
@@ -274,6 +287,20 @@ pub trait NormKernels: Backend {
     fn batch_norm_grad_params_rectified(
         &mut self,
         x: In<'_, Self, f32>,
+        p: Affine<'_, Self::Memory>,
+        saved: Saved<'_, Self::Memory>,
+        dy: Out<'_, Self, f32>,
+        grads: GradsMut<'_, Self::Memory>,
+        d: ChannelDims,
+        rectifier: Rectifier,
+    );
+    /// [`NormKernels::batch_norm_grad_params_rectified`] of a batch norm in f16 storage:
+    /// `x` read as f16, the gate worked out from each pre-activation rounded to f16 (what
+    /// the rectifier read) and `dy` rounded to f16 as it passes, with the same sums.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_grad_params_rectified_f16(
+        &mut self,
+        x: In<'_, Self, f16>,
         p: Affine<'_, Self::Memory>,
         saved: Saved<'_, Self::Memory>,
         dy: Out<'_, Self, f32>,
@@ -436,6 +463,21 @@ pub trait HalfKernels: Backend {
     );
     /// [`HalfKernels::round_through_f16`] with `y` written over `x`.
     fn round_through_f16_in_place(&mut self, x: Out<'_, Self, f32>, h: Out<'_, Self, f16>);
+    /// `y = rectifier(f32(f16(x)))` and `h = f16(y)` in one pass.
+    fn rectify_through_f16(
+        &mut self,
+        x: In<'_, Self, f32>,
+        y: Out<'_, Self, f32>,
+        h: Out<'_, Self, f16>,
+        rectifier: Rectifier,
+    );
+    /// [`HalfKernels::rectify_through_f16`] with `y` written over `x`.
+    fn rectify_through_f16_in_place(
+        &mut self,
+        x: Out<'_, Self, f32>,
+        h: Out<'_, Self, f16>,
+        rectifier: Rectifier,
+    );
 }
 
 /// Dynamic loss scaling of mixed-precision training.

@@ -255,6 +255,19 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Norm>> NormKernels for
             d,
         )
     }
+    fn batch_norm_grad_input_from_sums_f16(
+        &mut self,
+        dy: &[f32],
+        x: &[f16],
+        gamma: &[f32],
+        saved: Saved<'_, Host>,
+        sums: GradSums<'_, Host>,
+        dx: &mut [f32],
+        d: ChannelDims,
+    ) {
+        let (mean, invstd, dgamma, dbeta) = (saved.mean, saved.invstd, sums.dgamma, sums.dbeta);
+        r::batch_norm_grad_input_from_sums_f16(dy, x, gamma, mean, invstd, dgamma, dbeta, dx, d)
+    }
     fn batch_norm_grad_params(
         &mut self,
         dy: &[f32],
@@ -279,6 +292,22 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Norm>> NormKernels for
         let (dgamma, dbeta) = (grads.dgamma, grads.dbeta);
         let (mean, invstd) = (saved.mean, saved.invstd);
         r::batch_norm_grad_params_rectified(
+            dy, x, p.gamma, p.beta, mean, invstd, dgamma, dbeta, d, rectifier,
+        )
+    }
+    fn batch_norm_grad_params_rectified_f16(
+        &mut self,
+        x: &[f16],
+        p: Affine<'_, Host>,
+        saved: Saved<'_, Host>,
+        dy: &mut [f32],
+        grads: GradsMut<'_, Host>,
+        d: ChannelDims,
+        rectifier: Rectifier,
+    ) {
+        let (dgamma, dbeta) = (grads.dgamma, grads.dbeta);
+        let (mean, invstd) = (saved.mean, saved.invstd);
+        r::batch_norm_grad_params_rectified_f16(
             dy, x, p.gamma, p.beta, mean, invstd, dgamma, dbeta, d, rectifier,
         )
     }
@@ -433,6 +462,12 @@ impl<B: Backend<Memory = Host> + InheritReference<family::Half>> HalfKernels for
     }
     fn round_through_f16_in_place(&mut self, x: &mut [f32], h: &mut [f16]) {
         r::round_through_f16_in_place(x, h)
+    }
+    fn rectify_through_f16(&mut self, x: &[f32], y: &mut [f32], h: &mut [f16], r: Rectifier) {
+        r::rectify_through_f16(x, y, h, r)
+    }
+    fn rectify_through_f16_in_place(&mut self, x: &mut [f32], h: &mut [f16], r: Rectifier) {
+        r::rectify_through_f16_in_place(x, h, r)
     }
 }
 

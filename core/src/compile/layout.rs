@@ -268,6 +268,11 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
             let form = Some((KernelCall::RoundThroughF16InPlace(n), input_then_half));
             Some(InPlace { output: 2, inputs: &[0], form })
         }
+        KernelCall::RectifyThroughF16(n, r) => {
+            let input_then_half: InPlaceOperands = |o, x| vec![x, o[2]];
+            let form = Some((KernelCall::RectifyThroughF16InPlace(n, r), input_then_half));
+            Some(InPlace { output: 1, inputs: &[0], form })
+        }
         KernelCall::BatchNormEval(d, cfg) => {
             let ops: InPlaceOperands = |o, x| vec![o[1], o[2], o[3], o[4], x];
             let form = Some((KernelCall::BatchNormEvalInPlace(d, cfg), ops));
@@ -307,7 +312,9 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::BatchNormRunning(..)
         | KernelCall::BatchNormGradInputRunning(_)
         | KernelCall::BatchNormGradInputFromSums(_)
+        | KernelCall::BatchNormGradInputFromSumsF16(_)
         | KernelCall::BatchNormGradParamsRectified(..)
+        | KernelCall::BatchNormGradParamsRectifiedF16(..)
         | KernelCall::Softmax(_)
         | KernelCall::SoftmaxGrad(_)
         | KernelCall::LogSoftmax(_)
@@ -329,6 +336,7 @@ fn in_place(kernel: KernelCall) -> Option<InPlace> {
         | KernelCall::CastF32ToF16(_)
         | KernelCall::CastF16ToF32(_)
         | KernelCall::RoundThroughF16InPlace(_)
+        | KernelCall::RectifyThroughF16InPlace(..)
         | KernelCall::UnscaleGradient(_)
         | KernelCall::UpdateLossScale(_)
         | KernelCall::Quantize(..)

@@ -2,6 +2,7 @@
 //! and place every tensor (the `layout` module). Entry points for inference and training.
 
 mod f16_grid;
+mod f16_norm;
 mod host_plan;
 mod layout;
 mod norm_act;
@@ -36,7 +37,10 @@ pub struct PlacementOptions {
     /// Run a cast to f16 and the cast of its result back to f32 right after it as one
     /// kernel ([`KernelCall::RoundThroughF16`](crate::kernel::KernelCall)), and only the
     /// cast to f16, if anything reads its result, where the values are on f16's grid
-    /// already: the same values, one pass over memory instead of two, or none.
+    /// already: the same values, one pass over memory instead of two, or none. A rectifier
+    /// after a training batch norm then also has its gradient worked out by the batch
+    /// norm's parameter gradient from the f16 copy of its input
+    /// ([`KernelCall::BatchNormGradParamsRectifiedF16`](crate::kernel::KernelCall)).
     pub fuse_casts: bool,
 }
 
@@ -161,6 +165,7 @@ fn compile(
     }
     if options.fuse_casts {
         lowered = f16_grid::skip_exact(round_trip::fuse(lowered), graph.tensors().len(), keep);
+        lowered = f16_norm::fold(graph, lowered, keep);
     }
     layout::place(graph, lowered, accumulation, keep, options)
 }

@@ -1,6 +1,7 @@
 //! Conversions between f32 and IEEE 754 half precision (f16), the storage format of f16
 //! weights and activations: round to nearest (ties to even), ±inf beyond ±65504, NaN kept.
 
+use super::activation::Rectifier;
 use half::f16;
 
 /// `y[i] = f16(x[i])`, rounded to nearest, ties to even. Magnitudes that round above 65504
@@ -31,6 +32,21 @@ pub fn round_through_f16(x: &[f32], h: &mut [f16], y: &mut [f32]) {
 pub fn round_through_f16_in_place(x: &mut [f32], h: &mut [f16]) {
     cast_f32_to_f16(x, h);
     cast_f16_to_f32(h, x);
+}
+
+/// `y = rectifier(f32(f16(x)))` and its f16 copy `h = f16(y)` (exact: a rectifier of f16
+/// values is one): a round trip through f16, the rectifier and the cast of its output.
+pub fn rectify_through_f16(x: &[f32], y: &mut [f32], h: &mut [f16], rectifier: Rectifier) {
+    round_through_f16(x, h, y);
+    rectifier.rectify_in_place(y);
+    cast_f32_to_f16(y, h);
+}
+
+/// [`rectify_through_f16`] with `y` written over `x`.
+pub fn rectify_through_f16_in_place(x: &mut [f32], h: &mut [f16], rectifier: Rectifier) {
+    round_through_f16_in_place(x, h);
+    rectifier.rectify_in_place(x);
+    cast_f32_to_f16(x, h);
 }
 
 #[cfg(test)]

@@ -23,7 +23,10 @@ pub use activation::{
     log_softmax, log_softmax_grad, relu, relu6, relu6_grad, relu6_grad_in_place, relu6_in_place,
     relu_grad, relu_grad_in_place, relu_in_place, softmax, softmax_grad, Rectifier,
 };
-pub use cast::{cast_f16_to_f32, cast_f32_to_f16, round_through_f16, round_through_f16_in_place};
+pub use cast::{
+    cast_f16_to_f32, cast_f32_to_f16, rectify_through_f16, rectify_through_f16_in_place,
+    round_through_f16, round_through_f16_in_place,
+};
 pub use conv::{
     conv2d, conv2d_grad_input, conv2d_grad_weight, conv2d_norm_act, norm_act_in_place, FrozenNorm,
 };
@@ -37,8 +40,9 @@ pub use loss::{check_labels, cross_entropy, cross_entropy_grad, mse, mse_grad};
 pub use loss_scale::{unscale_gradient, update_loss_scale};
 pub use norm::{
     batch_norm_apply, batch_norm_eval, batch_norm_eval_in_place, batch_norm_grad_input,
-    batch_norm_grad_input_from_sums, batch_norm_grad_input_running, batch_norm_grad_params,
-    batch_norm_grad_params_rectified, batch_norm_train, batch_norm_train_in_place,
+    batch_norm_grad_input_from_sums, batch_norm_grad_input_from_sums_f16,
+    batch_norm_grad_input_running, batch_norm_grad_params, batch_norm_grad_params_rectified,
+    batch_norm_grad_params_rectified_f16, batch_norm_train, batch_norm_train_in_place,
     save_running_statistics,
 };
 pub use optim::{accumulate, adamw_update, clip_coefficient, sgd_update, sum_squares, AdamWStep};

@@ -5,6 +5,7 @@ use super::activation::Rectifier;
 use super::layout::channel_indices;
 use crate::geometry::ChannelDims;
 use crate::hyperparams::BatchNormConfig;
+use half::f16;
 
 /// Batch statistics of one channel.
 struct ChannelStats {
@@ -230,11 +231,19 @@ struct GradSums {
     dy_xhat: f32,
 }
 
-/// `Σ dy` and `Σ dy · xhat` over channel `c`, with `xhat = (x − mean) · invstd`.
-fn grad_sums(dy: &[f32], x: &[f32], d: ChannelDims, c: usize, mean: f32, invstd: f32) -> GradSums {
+/// `Σ dy` and `Σ dy · xhat` over channel `c`, with `xhat = (x − mean) · invstd` (`x` f32,
+/// or f16 widened).
+fn grad_sums<X: Copy + Into<f32>>(
+    dy: &[f32],
+    x: &[X],
+    d: ChannelDims,
+    c: usize,
+    mean: f32,
+    invstd: f32,
+) -> GradSums {
     channel_indices(d, c).fold(GradSums { dy: 0.0, dy_xhat: 0.0 }, |sums, i| GradSums {
         dy: sums.dy + dy[i],
-        dy_xhat: sums.dy_xhat + dy[i] * (x[i] - mean) * invstd,
+        dy_xhat: sums.dy_xhat + dy[i] * (x[i].into() - mean) * invstd,
     })
 }
 
@@ -285,10 +294,36 @@ pub fn batch_norm_grad_input_from_sums(
     }
 }
 
-/// Channel `c` of the input gradient, its `[gamma, mean, invstd]` and `sums` given.
-fn grad_input_channel(
+/// [`batch_norm_grad_input_from_sums`] of a batch norm in f16 storage: `x` stored as f16,
+/// and each `dx` rounded to f16 (held as f32), as the f16 round trip of the gradient after
+/// it would.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_grad_input_from_sums_f16(
     dy: &[f32],
-    x: &[f32],
+    x: &[f16],
+    gamma: &[f32],
+    saved_mean: &[f32],
+    saved_invstd: &[f32],
+    dgamma: &[f32],
+    dbeta: &[f32],
+    dx: &mut [f32],
+    d: ChannelDims,
+) {
+    debug_assert_eq!((dy.len(), x.len(), dx.len()), (d.len(), d.len(), d.len()));
+    debug_assert_per_channel(&[gamma, saved_mean, saved_invstd, dgamma, dbeta], d);
+    for c in 0..d.channels {
+        let sums = GradSums { dy: dbeta[c], dy_xhat: dgamma[c] };
+        grad_input_channel(dy, x, dx, d, c, [gamma[c], saved_mean[c], saved_invstd[c]], sums);
+        for i in channel_indices(d, c) {
+            dx[i] = f16::from_f32(dx[i]).to_f32();
+        }
+    }
+}
+
+/// Channel `c` of the input gradient, its `[gamma, mean, invstd]` and `sums` given.
+fn grad_input_channel<X: Copy + Into<f32>>(
+    dy: &[f32],
+    x: &[X],
     dx: &mut [f32],
     d: ChannelDims,
     c: usize,
@@ -298,7 +333,7 @@ fn grad_input_channel(
     let count = d.per_channel() as f32;
     let factor = gamma * invstd / count;
     for i in channel_indices(d, c) {
-        let xhat = (x[i] - mean) * invstd;
+        let xhat = (x[i].into() - mean) * invstd;
         dx[i] = factor * (count * dy[i] - sums.dy - xhat * sums.dy_xhat);
     }
 }
@@ -342,6 +377,45 @@ pub fn batch_norm_grad_params_rectified(
     d: ChannelDims,
     rectifier: Rectifier,
 ) {
+    let p = [gamma, beta, saved_mean, saved_invstd];
+    gated_grad_params(dy, x, p, [dgamma, dbeta], d, |z| rectifier.passes(z), |dy| dy)
+}
+
+/// [`batch_norm_grad_params_rectified`] of a batch norm in f16 storage: `x` stored as f16,
+/// the rectifier applied to the pre-activation rounded to f16 (the widened f16 copy of the
+/// batch norm's output), so the gate passes where it passes that rounded value, and `dy`
+/// rounded to f16 as it passes (the round trip of the gradient before it; a no-op on values
+/// that are f16 already).
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_grad_params_rectified_f16(
+    dy: &mut [f32],
+    x: &[f16],
+    gamma: &[f32],
+    beta: &[f32],
+    saved_mean: &[f32],
+    saved_invstd: &[f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+    d: ChannelDims,
+    rectifier: Rectifier,
+) {
+    let p = [gamma, beta, saved_mean, saved_invstd];
+    let round = |v: f32| f16::from_f32(v).to_f32();
+    gated_grad_params(dy, x, p, [dgamma, dbeta], d, |z| rectifier.passes(round(z)), round)
+}
+
+/// `dy` zeroed where `passes` rejects the pre-activation `gamma · (x − mean) · invstd + beta`
+/// (the arithmetic of [`batch_norm_train`] and [`batch_norm_apply`]) and `round`ed where it
+/// passes, then [`batch_norm_grad_params`] of the gated `dy`.
+fn gated_grad_params<X: Copy + Into<f32>>(
+    dy: &mut [f32],
+    x: &[X],
+    [gamma, beta, saved_mean, saved_invstd]: [&[f32]; 4],
+    [dgamma, dbeta]: [&mut [f32]; 2],
+    d: ChannelDims,
+    passes: impl Fn(f32) -> bool,
+    round: impl Fn(f32) -> f32,
+) {
     debug_assert_eq!(dy.len(), d.len());
     debug_assert_eq!(x.len(), d.len());
     debug_assert_per_channel(&[gamma, beta, saved_mean, saved_invstd, dgamma, dbeta], d);
@@ -349,9 +423,10 @@ pub fn batch_norm_grad_params_rectified(
         let (mean, invstd, gamma, beta) = (saved_mean[c], saved_invstd[c], gamma[c], beta[c]);
         let norm = ChannelNorm { mean, invstd, gamma, beta };
         for i in channel_indices(d, c) {
-            if !rectifier.passes(norm.apply(x[i])) {
-                dy[i] = 0.0;
-            }
+            dy[i] = match passes(norm.apply(x[i].into())) {
+                true => round(dy[i]),
+                false => 0.0,
+            };
         }
         let sums = grad_sums(dy, x, d, c, mean, invstd);
         dgamma[c] = sums.dy_xhat;
@@ -579,6 +654,18 @@ mod rectified_tests {
 
     const CFG: BatchNormConfig = BatchNormConfig { eps: 1e-5, momentum: 0.1 };
 
+    /// The rectifier (ReLU6 when `relu6`) of `y` in place, then its gradient of `dy`.
+    fn rectifier_gradient(y: &mut [f32], dy: &mut [f32], relu6: bool) {
+        match relu6 {
+            true => relu6_in_place(y),
+            false => relu_in_place(y),
+        }
+        match relu6 {
+            true => relu6_grad_in_place(y, dy),
+            false => relu_grad_in_place(y, dy),
+        }
+    }
+
     /// The rectified parameter gradient is the rectifier's gradient from its output and then
     /// the parameter gradient, bit for bit: the same gate where the batch norm's output sits
     /// exactly on a rectifier's kink (0, and 6 for ReLU6) and at NaN.
@@ -601,14 +688,7 @@ mod rectified_tests {
             let mut y = vec![0.0; d.len()];
             batch_norm_apply(&x, &gamma, &beta, &mean, &invstd, &mut y, d);
             let mut want_dy = dy.clone();
-            match relu6 {
-                true => relu6_in_place(&mut y),
-                false => relu_in_place(&mut y),
-            }
-            match relu6 {
-                true => relu6_grad_in_place(&y, &mut want_dy),
-                false => relu_grad_in_place(&y, &mut want_dy),
-            }
+            rectifier_gradient(&mut y, &mut want_dy, relu6);
             let (mut want_dgamma, mut want_dbeta) = ([0.0; 2], [0.0; 2]);
             let (wg, wb) = (&mut want_dgamma, &mut want_dbeta);
             batch_norm_grad_params(&want_dy, &x, &mean, &invstd, wg, wb, d);
@@ -622,6 +702,59 @@ mod rectified_tests {
             assert_eq!((bits(&dgamma), bits(&dbeta)), (bits(&want_dgamma), bits(&want_dbeta)));
             let gated = got_dy.iter().filter(|&&v| v == 0.0).count();
             assert!(gated > 0 && gated < d.len(), "{r:?} gates some of dy, not all: {gated}");
+        }
+    }
+
+    /// In f16 storage, the rectified parameter gradient is the chain a mixed-precision step
+    /// runs, bit for bit: the f16 input widened, normalised, rounded through f16, rectified,
+    /// the rectifier's gradient of the gradient rounded through f16, the parameter gradient.
+    /// Pre-activations just below 6 and just above 0 round onto the kinks, where the gate
+    /// of the unrounded values would pass.
+    #[test]
+    fn f16_rectified_gradients_gate_on_pre_activations_rounded_to_f16() {
+        let d = ChannelDims { outer: 2, channels: 2, inner: 4 };
+        let values =
+            [6.0, 0.0, 3.0, -1.0, 2.5, 0.0, 1.0, 7.0, 6.0, 0.5, 0.0, -2.0, 1.5, 4.0, 5.0, 0.25];
+        let x: Vec<f16> = values.into_iter().map(f16::from_f32).collect();
+        let wide: Vec<f32> = x.iter().map(|&h| h.to_f32()).collect();
+        // Off f16's grid: the chain rounds the gradient through f16 before the rectifier.
+        let dy: Vec<f32> = (0..d.len()).map(|i| 0.1 + 1.37 * i as f32).collect();
+        // Channel 0 shifts 6 to 5.9995 (rounds to 6), channel 1 shifts 0 to 1e-8 (rounds to 0).
+        let (gamma, beta, mean, invstd) = ([1.0, 1.0], [-0.0005, 1e-8], [0.0, 0.0], [1.0, 1.0]);
+        for relu6 in [false, true] {
+            let mut y = vec![0.0; d.len()];
+            batch_norm_apply(&wide, &gamma, &beta, &mean, &invstd, &mut y, d);
+            let unrounded = y.clone();
+            y.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
+            let mut want_dy: Vec<f32> = dy.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+            rectifier_gradient(&mut y, &mut want_dy, relu6);
+            let (mut want_dgamma, mut want_dbeta) = ([0.0; 2], [0.0; 2]);
+            let (wg, wb) = (&mut want_dgamma, &mut want_dbeta);
+            batch_norm_grad_params(&want_dy, &wide, &mean, &invstd, wg, wb, d);
+            let (mut got_dy, mut dgamma, mut dbeta) = (dy.clone(), [0.0; 2], [0.0; 2]);
+            let r = Rectifier { relu6 };
+            let (g, b, dg, db) = (&gamma, &beta, &mut dgamma, &mut dbeta);
+            batch_norm_grad_params_rectified_f16(
+                &mut got_dy,
+                &x,
+                g,
+                b,
+                &mean,
+                &invstd,
+                dg,
+                db,
+                d,
+                r,
+            );
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got_dy), bits(&want_dy), "{r:?}");
+            assert_eq!((bits(&dgamma), bits(&dbeta)), (bits(&want_dgamma), bits(&want_dbeta)));
+            // Where the rounding moved the pre-activation onto a kink, the gate differs from
+            // the gate of the unrounded value.
+            let flipped = (0..d.len()).filter(|&i| {
+                (got_dy[i] == 0.0) == r.passes(unrounded[i]) && r.passes(unrounded[i])
+            });
+            assert!(flipped.count() > 0, "{r:?}: some gate depends on the rounding");
         }
     }
 }
