@@ -509,7 +509,10 @@ fn gated_row_f16c(
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("F16C is x86's")
+    {
+        let _ = (sums, dy, x, affine, rectifier);
+        unreachable!("F16C is x86's")
+    }
 }
 
 /// One row of [`rectified_channel_sums_f16`] without F16C: a [`PIECE`] at a time widened,
@@ -752,7 +755,10 @@ fn grad_input_row_f16c(dx: &mut [f32], dy: &[f32], x: &[f16], k: [f32; 6]) {
         unsafe { f16c::grad_input_row(dx, dy, x, k) }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("F16C is x86's")
+    {
+        let _ = (dx, dy, x, k);
+        unreachable!("F16C is x86's")
+    }
 }
 
 #[cfg(test)]
