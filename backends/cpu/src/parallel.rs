@@ -1,18 +1,14 @@
 //! Splitting independent work over the backend's thread pool: the output is cut into whole
-//! items (rows, samples, planes), handed out in contiguous runs of items, several runs per
-//! worker so that one that starts late or loses its core holds back little; each
-//! participant keeps its own scratch across the runs it takes. Sums over the batch (weight
-//! gradients, batch statistics) split the batch instead, one partial sum per thread.
+//! items (rows, samples, planes), handed out as one contiguous share of items per worker,
+//! always the same share to the same end of the pool; a thread done with its own share
+//! takes one that no thread has started. Each participant keeps its own scratch across the
+//! shares it takes. Sums over the batch (weight gradients, batch statistics) split the
+//! batch instead, one partial sum per thread.
 
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
 use crate::pool::Pool;
-
-/// Runs of items each worker of a split gets on average. A split ends when its last run
-/// does, so a run is the longest one thread may wait for another at the end of every
-/// kernel: many short runs keep that wait short, and taking a run costs one lock.
-const RUNS_PER_WORKER: usize = 16;
 
 /// How many workers of `pool` share `items` independent items worth `work`
 /// multiply-accumulates (or values touched) in all: at least one, at most one per item,
@@ -67,11 +63,14 @@ fn for_each_run<T: Send, F>(
         f(0, out, &mut scratch[..scratch_len]);
         return;
     }
-    let per_run = items.div_ceil(workers * RUNS_PER_WORKER);
+    let per_run = items.div_ceil(workers);
     // What is left to hand out: the rest of the output and its items, and of the scratch.
-    // The calling thread takes runs from the front, helpers from the back: with two
-    // threads each keeps to its own end of every kernel's output, so the samples one
-    // kernel leaves in a core's cache are mostly the ones the next kernel reads there.
+    // The calling thread takes shares from the front, helpers from the back, each share
+    // whole: with two threads each keeps to exactly its own half of every kernel's output,
+    // so the samples one kernel leaves in a core's cache are the ones the next kernel
+    // reads there. Many short runs would even out a thread that starts late, but they
+    // move the halves' boundary from kernel to kernel, and on two cores training ran
+    // slower with them than with whole shares.
     let rest = Mutex::new((out, 0..items));
     let pieces = Mutex::new(scratch);
     let caller = std::thread::current().id();
@@ -134,9 +133,8 @@ pub struct Scratch<'a> {
 /// depends on the number of threads but never on which thread ran what. Each thread first
 /// reads the samples that the sample-split kernels before it wrote there (the caller the
 /// front part, a helper a back one, as in [`for_each_chunk`]), where a split over the
-/// items would read half of every sample from the other core's cache; the items of each
-/// part are handed out in runs like [`for_each_chunk`]'s, so a thread that finishes its
-/// own part takes over the rest of a slower one's. Where splitting the
+/// items would read half of every sample from the other core's cache; a thread that
+/// finishes its own part takes one that no thread has started. Where splitting the
 /// items gives more threads work (a batch of one), the items are split, each summed over
 /// the whole batch.
 pub fn sum_over_batch<F>(
@@ -160,10 +158,9 @@ pub fn sum_over_batch<F>(
         });
         return;
     }
-    // Runs of items of every part of the batch, the parts' partial sums one after the
-    // other: each thread starts on its own part (the caller the first, a helper the last)
-    // and then helps with the others' items, so a thread that runs slow holds back
-    // little; every item's sum is the same whoever computes it.
+    // The parts' partial sums one after the other, each part one share of the split: each
+    // thread starts on its own part (the caller the first, a helper the last) and then
+    // takes any part not yet started; every item's sum is the same whoever computes it.
     let partials = &mut partials[..parts * len];
     let bound = |k: usize| (k / items) * len + ((k % items) * item_len).min(len);
     let pieces = Pieces { scratch: pieces, len: piece_len };
@@ -282,35 +279,37 @@ mod tests {
             );
             let expected: Vec<f32> = (0..8).flat_map(|i| [i as f32; 3]).take(23).collect();
             assert_eq!(out, expected);
-            // Eight items, fewer than the runs three workers take: runs of one.
-            assert_eq!(runs.into_inner(), 8);
+            // Eight items over three workers: shares of three, three and two.
+            assert_eq!(runs.into_inner(), 3);
             if scratch_len > 0 {
                 let counted: f32 = scratch.iter().step_by(scratch_len).sum();
-                assert_eq!(counted, 8.0, "{scratch:?}");
+                assert_eq!(counted, 3.0, "{scratch:?}");
             }
         }
     }
 
-    /// The calling thread's items are a prefix and the helper's the rest, whoever takes
-    /// how many: each keeps to its own end of the output.
+    /// The calling thread's items are the first half and the helper's the second, or the
+    /// caller's all of them when the helper came too late: each keeps to its own end of
+    /// the output, in whole shares.
     #[test]
-    fn the_caller_takes_the_front_and_helpers_the_back() {
+    fn the_caller_takes_the_front_half_and_helpers_the_back() {
         let pool = Pool::eager(2);
         let caller = std::thread::current().id();
         let mut helped = 0;
         for _ in 0..20 {
             let mut out = vec![0.0; 64];
             for_each_chunk(&pool, 2, &mut out, 1, &mut [], 0, |_, chunk, _| {
-                // Slow runs, so that the helper takes some.
+                // A slow share, so that the helper comes in time for the other.
                 std::thread::sleep(std::time::Duration::from_micros(200));
                 let by_caller = std::thread::current().id() == caller;
                 chunk.iter_mut().for_each(|v| *v = if by_caller { 1.0 } else { 2.0 });
             });
             let front = out.iter().take_while(|&&v| v == 1.0).count();
             assert!(out[front..].iter().all(|&v| v == 2.0), "{out:?}");
+            assert!(front == 32 || front == 64, "the caller took {front} items");
             helped += usize::from(front < out.len());
         }
-        assert!(helped > 0, "the helper took no run in 20 splits");
+        assert!(helped > 0, "the helper took no share in 20 splits");
     }
 
     /// Each (sample, item) pair is summed once, by parts of the batch or by items, the
@@ -343,25 +342,23 @@ mod tests {
         }
     }
 
-    /// A slow helper holds back little: the caller, done with its own part of the batch,
-    /// sums items of the helper's part too, and the result is the same.
+    /// Each part of the batch is one share: summed whole by one thread, in one call, the
+    /// caller's the first part; a helper's slowness never splits a part it started.
     #[test]
-    fn the_caller_takes_over_items_of_a_slow_helpers_part() {
+    fn each_part_of_the_batch_is_summed_whole_by_one_thread() {
         let pool = Pool::eager(2);
         let caller = std::thread::current().id();
         let (samples, items) = (4, 32);
         let mut out = vec![f32::NAN; items];
         let mut partials = vec![f32::NAN; partials_len(2, items)];
         let scratch = Scratch { partials: &mut partials, pieces: &mut [], piece_len: 0 };
-        let helped = std::sync::atomic::AtomicUsize::new(0);
+        let calls = Mutex::new(Vec::new());
         sum_over_batch(&pool, samples, 1000, &mut out, 1, scratch, |first, at, sums, _| {
-            // Slow enough that the helper joins, and the helper far slower.
             let by_caller = std::thread::current().id() == caller;
+            // The helper far slower than the caller.
             let pause = if by_caller { 300 } else { 5000 };
             std::thread::sleep(std::time::Duration::from_micros(pause));
-            if by_caller && at.start > 0 {
-                helped.fetch_add(sums.len(), std::sync::atomic::Ordering::Relaxed);
-            }
+            calls.lock().unwrap().push((at.clone(), first, sums.len(), by_caller));
             for (i, sum) in sums.iter_mut().enumerate() {
                 *sum = at.clone().map(|n| (n * items + first + i) as f32).sum();
             }
@@ -370,7 +367,11 @@ mod tests {
             let want: f32 = (0..samples).map(|n| (n * items + i) as f32).sum();
             assert_eq!(*sum, want, "item {i}");
         }
-        assert!(helped.into_inner() > 0, "the caller took no item of the second part");
+        let mut calls = calls.into_inner().unwrap();
+        calls.sort_by_key(|(at, ..)| at.start);
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert_eq!(calls[0], (0..2, 0, items, true));
+        assert_eq!((calls[1].0.clone(), calls[1].1, calls[1].2), (2..4, 0, items));
     }
 
     #[test]
