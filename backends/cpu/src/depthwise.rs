@@ -22,7 +22,7 @@
 //! and run in place (`same_depthwise`); on AVX-512 CPUs the forward pass of stride-2 layers
 //! on planes of 8, 16 or 32 columns reads its input directly (`strided_depthwise`).
 
-use crate::epilogue::Epilogue;
+use crate::epilogue::{map_plane, with_row_map, Epilogue};
 use crate::parallel::{for_each_chunk, partials_len, sum_over_batch, workers, Scratch};
 use crate::pool::Pool;
 use crate::same_depthwise as same;
@@ -489,22 +489,22 @@ pub fn conv2d(
     let (in_len, out_len, taps) = (g.h * g.w, g.out_h * g.out_w, g.kh * g.kw);
     let order = Taps::forward(&l);
     let workers = workers(pool, g.n * g.c_out, g.macs());
-    for_each_chunk(pool, workers, y, out_len, scratch, l.scratch(), |first, planes, scratch| {
-        let (phases, _, flat) = l.split(scratch);
-        let flat = &mut flat[..l.outputs];
-        // Every plane writes the same places of the phases: the padding stays zero.
-        phases.fill(0.0);
-        for (i, y_plane) in planes.chunks_mut(out_len).enumerate() {
-            let plane = first + i;
-            let c = plane % g.c_out;
-            split_phases(&l, &x[plane * in_len..][..in_len], phases);
-            let start = b.map_or(0.0, |b| b[c]);
-            accumulate(start, &w[c * taps..][..taps], order.offsets(), phases, flat);
-            l.keep_outputs(flat, y_plane);
-            if let Some(then) = then {
-                then.apply(c, y_plane);
+    with_row_map!(then, |rows| {
+        for_each_chunk(pool, workers, y, out_len, scratch, l.scratch(), |first, planes, scratch| {
+            let (phases, _, flat) = l.split(scratch);
+            let flat = &mut flat[..l.outputs];
+            // Every plane writes the same places of the phases: the padding stays zero.
+            phases.fill(0.0);
+            for (i, y_plane) in planes.chunks_mut(out_len).enumerate() {
+                let plane = first + i;
+                let c = plane % g.c_out;
+                split_phases(&l, &x[plane * in_len..][..in_len], phases);
+                let start = b.map_or(0.0, |b| b[c]);
+                accumulate(start, &w[c * taps..][..taps], order.offsets(), phases, flat);
+                l.keep_outputs(flat, y_plane);
+                map_plane(rows, c, y_plane);
             }
-        }
+        })
     });
 }
 

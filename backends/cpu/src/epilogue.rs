@@ -1,9 +1,9 @@
 //! What a fused convolution ([`ConvKernels::conv2d_norm_act`]) does to its outputs while
 //! they are still in cache: an evaluation-mode batch norm, then a rectifier, with the
 //! arithmetic of the separate kernels (`norm::normalize`, the rectifiers of `pointwise`), so
-//! fusing changes no result. A plane at a time ([`Epilogue::apply`]), or as a row map
-//! ([`Epilogue::rows`], [`with_row_map!`]) that the GEMM and the direct depthwise loops
-//! apply to each block of values right after storing it.
+//! fusing changes no result, as a row map ([`Epilogue::rows`], [`with_row_map!`]) that the
+//! GEMM and the direct depthwise loops apply to each block of values right after storing
+//! it, or that a kernel applies to a whole plane ([`map_plane`]).
 //!
 //! [`ConvKernels::conv2d_norm_act`]: sprout_core::backend::ConvKernels::conv2d_norm_act
 
@@ -20,17 +20,6 @@ pub struct Epilogue<'a> {
 }
 
 impl Epilogue<'_> {
-    /// Normalises and rectifies `plane`, values of output channel `c`, in one vector pass
-    /// while it is in cache.
-    pub fn apply(&self, c: usize, plane: &mut [f32]) {
-        let norm = self.norm_of(c);
-        match self.rectifier {
-            None => map_in_place(plane, norm),
-            Some(Rectifier { relu6: true }) => map_in_place(plane, move |x| relu6_value(norm(x))),
-            Some(Rectifier { relu6: false }) => map_in_place(plane, move |x| relu_value(norm(x))),
-        }
-    }
-
     /// Channel `c`'s normalisation of one value.
     #[inline(always)]
     fn norm_of(&self, c: usize) -> impl Fn(f32) -> f32 {
@@ -84,13 +73,21 @@ macro_rules! with_row_map {
 }
 pub(crate) use with_row_map;
 
+/// `plane`, values of output channel `c`, through `rows`' map in one vector pass while it
+/// is in cache (nothing to do for [`crate::gemm::Unmapped`]).
+pub fn map_plane<R: RowMap>(rows: &R, c: usize, plane: &mut [f32]) {
+    if !R::IDENTITY {
+        map_in_place(plane, rows.row(c));
+    }
+}
+
 /// [`Epilogue::rows`]' rectifiers, fixed when the product is compiled.
 pub const NO_RECTIFIER: u8 = 0;
 pub const RELU: u8 = 1;
 pub const RELU6: u8 = 2;
 
-/// An [`Epilogue`] applied by a matrix product to each value it stores ([`Epilogue::rows`]),
-/// with the arithmetic of [`Epilogue::apply`].
+/// An [`Epilogue`] applied by a matrix product to each value it stores ([`Epilogue::rows`]):
+/// the separate batch norm's and rectifier's arithmetic.
 pub struct EpilogueRows<'a, const RECTIFIER: u8>(&'a Epilogue<'a>);
 
 impl<const RECTIFIER: u8> RowMap for EpilogueRows<'_, RECTIFIER> {
