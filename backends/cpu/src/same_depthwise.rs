@@ -212,7 +212,11 @@ fn correlate_generic<const FUSED: bool>(
     }
 }
 
-/// [`plane_generic`] in AVX-512 registers, four blocks at a time: each tap's read of a
+/// Blocks the AVX-512 loops accumulate at once, one register each.
+#[cfg(target_arch = "x86_64")]
+const GROUP: usize = 4;
+
+/// [`plane_generic`] in AVX-512 registers, [`GROUP`] blocks at a time: each tap's read of a
 /// block is a masked load (lanes off the plane are neither read nor added), so no block
 /// needs the scalar loop, and each output is the same chain of fused multiply-adds.
 #[cfg(target_arch = "x86_64")]
@@ -221,7 +225,6 @@ fn plane_avx512(s: &Shape, start: f32, w: &[f32], x: &[f32], p0: usize, y: &mut 
     use std::arch::x86_64::{
         _mm512_mask3_fmadd_ps, _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps,
     };
-    const GROUP: usize = 4;
     assert!(p0 + y.len() <= x.len() && y.len() == s.plane, "a whole plane of x");
     let taps = s.offsets().iter().zip(w);
     let mut m = 0;
@@ -287,7 +290,6 @@ fn planes_avx512(
     use std::arch::x86_64::{
         _mm512_mask3_fmadd_ps, _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps,
     };
-    const GROUP: usize = 4;
     let (per_plane, channels) = (s.plane / BLOCK, w.len() / s.taps);
     let start = |c: usize| bias.map_or(0.0, |b| b[c]);
     if per_plane >= GROUP {
