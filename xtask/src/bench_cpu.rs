@@ -23,7 +23,10 @@
 //! Beside sprout's speedup from threads, each repetition also runs one one-thread sprout
 //! process per core at once: what the cores deliver together against one alone is the most
 //! any thread pool could get from them at that moment (on a shared virtual machine two cores
-//! may share one physical core's arithmetic units, or a neighbour's load).
+//! may share one physical core's arithmetic units, or a neighbour's load). It also times a
+//! cache line's round trip between the first two cores ([`core_distance`]): where that is
+//! slow, what one thread writes and the other reads next is too, which the processes,
+//! sharing no memory, do not feel.
 
 use std::fs;
 use std::io::Read;
@@ -38,6 +41,7 @@ use sprout_zoo::leafnet::{CHANNELS, CLASS_NAMES, SIZE};
 
 use crate::bench;
 use crate::bench_data::{spawn_measured, wait_measured};
+use crate::core_distance;
 
 /// The PyTorch side, relative to the workspace root.
 const SCRIPT: &str = "xtask/bench/leafnet.py";
@@ -53,6 +57,8 @@ const IMAGES: usize = 1024;
 const MIN_STEPS: usize = 4;
 /// Untimed steps before the timed ones (PyTorch), and the steps of sprout's shorter run.
 const WARMUP_STEPS: usize = 2;
+/// Round trips of a cache line between the first two cores timed in each repetition.
+const ROUND_TRIPS: u64 = 100_000;
 /// AdamW's learning rate and weight decay, on both sides.
 const LR: &str = "0.001";
 const WEIGHT_DECAY: &str = "0.01";
@@ -197,13 +203,15 @@ fn precision_line(label: &str, mixed: f64, f32: f64, ratio: f64, peaks: (f64, f6
 }
 
 /// `cpu leafnet train batch 32 all threads: sprout 1 thread 60.0 img/s, 2 threads 114.0
-/// img/s, speedup 1.90x; 2 one-thread processes at once 1.95x` (medians of the
-/// repetitions' own ratios to the one-thread speed).
+/// img/s, speedup 1.90x; 2 one-thread processes at once 1.95x; cores 0 and 1 pass a cache
+/// line and back in 65 ns` (medians of the repetitions' own ratios to the one-thread speed,
+/// and of the round trips measured in each).
 fn threads_line(label: &str, one: f64, all: f64, threads: usize, speedups: Speedups) -> String {
     format!(
         "{label} threads: sprout 1 thread {one:.1} img/s, {threads} threads {all:.1} img/s, \
-         speedup {:.2}x; {threads} one-thread processes at once {:.2}x",
-        speedups.threads, speedups.processes
+         speedup {:.2}x; {threads} one-thread processes at once {:.2}x; cores 0 and 1 pass a \
+         cache line and back in {:.0} ns",
+        speedups.threads, speedups.processes, speedups.round_trip_ns
     )
 }
 
@@ -214,6 +222,8 @@ struct Speedups {
     threads: f64,
     /// One one-thread sprout per core, all at once: their speeds summed.
     processes: f64,
+    /// A cache line's round trip between the first two cores ([`core_distance`]).
+    round_trip_ns: f64,
 }
 
 /// The number after `key` on the line of `output` that starts with it.
@@ -299,7 +309,7 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
             continue;
         }
         let (mut against_pytorch, mut against_one) = (Paired::default(), Paired::default());
-        let mut at_once = Vec::new();
+        let (mut at_once, mut round_trips) = (Vec::new(), Vec::new());
         let mut sprout_peak_mib = 0f64;
         let one_per_core: Vec<Cores> = (0..threads).map(Cores::One).collect();
         for _ in 0..options.reps {
@@ -310,6 +320,7 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
                 against_one.push(&all, &one);
                 let together = bench.sprout_speeds(config, &model, &one_per_core)?;
                 at_once.push(together.iter().map(|m| m.img_per_s).sum::<f64>() / one.img_per_s);
+                round_trips.push(core_distance::round_trip_ns(0, 1, ROUND_TRIPS)?);
             }
             if let Some(python) = python.as_deref() {
                 against_pytorch
@@ -325,7 +336,11 @@ pub fn run(root: &Path, options: &[&str]) -> Result<()> {
         println!("{}", memory_line(&label, sprout_peak_mib, pytorch_peak_mib));
         if threads > 1 {
             let (all, one, speedup) = against_one.medians();
-            let speedups = Speedups { threads: speedup, processes: median(&mut at_once) };
+            let speedups = Speedups {
+                threads: speedup,
+                processes: median(&mut at_once),
+                round_trip_ns: median(&mut round_trips),
+            };
             println!("{}", threads_line(&label, one, all, threads, speedups));
         }
     }
@@ -657,22 +672,8 @@ fn samples_x(samples: usize) -> Vec<f32> {
 #[cfg(target_os = "linux")]
 fn pin_to_core(command: &mut Command, k: usize) -> Result<()> {
     use std::os::unix::process::CommandExt;
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: cpu_set_t is plain data (zero is an empty set); sched_getaffinity fills the
-    // local it is given, and CPU_ISSET / CPU_SET index within CPU_SETSIZE.
-    let one = unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
-            return Err(std::io::Error::last_os_error()).context("reading this process's cores");
-        }
-        let cpu = (0..libc::CPU_SETSIZE as usize)
-            .filter(|&cpu| libc::CPU_ISSET(cpu, &allowed))
-            .nth(k)
-            .with_context(|| format!("this process may use fewer than {} cores", k + 1))?;
-        let mut one: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut one);
-        one
-    };
+    let one = core_distance::only(core_distance::allowed_cpu(k)?);
+    let size = std::mem::size_of_val(&one);
     // SAFETY: between fork and exec the closure only calls sched_setaffinity, which is
     // async-signal-safe, on the child itself.
     unsafe {
@@ -727,10 +728,11 @@ mod tests {
                 50.0,
                 95.0,
                 2,
-                Speedups { threads: 1.9, processes: 1.954 }
+                Speedups { threads: 1.9, processes: 1.954, round_trip_ns: 64.6 }
             ),
             "cpu leafnet infer batch 32 threads: sprout 1 thread 50.0 img/s, 2 threads 95.0 \
-             img/s, speedup 1.90x; 2 one-thread processes at once 1.95x"
+             img/s, speedup 1.90x; 2 one-thread processes at once 1.95x; cores 0 and 1 pass a \
+             cache line and back in 65 ns"
         );
     }
 

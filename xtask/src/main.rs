@@ -11,6 +11,7 @@ mod bench_serve;
 mod boards;
 mod cmd;
 mod cmsis;
+mod core_distance;
 mod debian;
 mod demo;
 mod fleet;
