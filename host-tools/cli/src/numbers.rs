@@ -1,4 +1,5 @@
-//! Value parsers for the numeric options (learning rate, momentum, weight decay, fractions):
+//! Value parsers for the numeric options (learning rate, momentum, weight decay, fractions,
+//! logit adjustment):
 //! NaN, infinities and values outside each option's range are refused at parse time.
 
 /// A float in `range`, or an error saying which range `text` is outside.
@@ -24,6 +25,11 @@ pub fn weight_decay(text: &str) -> Result<f32, String> {
     float_in(text, |v| (0.0..=1.0).contains(&v), "in [0, 1], e.g. 0.0005")
 }
 
+/// A logit adjustment's tau: 0 or more.
+pub fn logit_adjust(text: &str) -> Result<f32, String> {
+    float_in(text, |v| v >= 0.0, "of 0 or more, e.g. 1")
+}
+
 /// A fraction strictly between 0 and 1.
 pub fn fraction(text: &str) -> Result<f32, String> {
     float_in(text, |v| v > 0.0 && v < 1.0, "between 0 and 1 (exclusive), e.g. 0.2")
@@ -45,5 +51,9 @@ mod tests {
         assert!(weight_decay("-0.1").is_err() && weight_decay("inf").is_err());
         assert!(fraction("1").is_err() && fraction("nan").is_err());
         assert_eq!(fraction("0.2"), Ok(0.2));
+        assert!(logit_adjust("-0.5").is_err() && logit_adjust("nan").is_err());
+        assert!(logit_adjust("inf").is_err());
+        assert_eq!(logit_adjust("0"), Ok(0.0));
+        assert_eq!(logit_adjust("1.5"), Ok(1.5));
     }
 }

@@ -13,8 +13,8 @@ use sprout_core::hyperparams::BatchNormStats;
 use sprout_core::save_model;
 use sprout_train::{
     check_output, folder_classes, open_data, run_folder, train, write_atomic, DataOptions,
-    EpochRecord, KernelTime, Model, OptimizerChoice, RunRecord, ScheduleChoice, SplitKind,
-    TrainEvent, TrainOptions,
+    EpochRecord, KernelTime, LogitAdjust, Model, OptimizerChoice, RunRecord, ScheduleChoice,
+    SplitKind, TrainEvent, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -110,6 +110,11 @@ pub struct TrainArgs {
     /// What the batch norms normalise with while training.
     #[arg(long, value_enum, default_value_t = BatchNormArg::Batch)]
     batch_norm: BatchNormArg,
+    /// Logit adjustment for label skew: the training loss reads logits + TAU * ln(prior),
+    /// the prior being the training split's class frequencies (a class without images
+    /// counts one); validation and the saved model read the plain logits (0: off).
+    #[arg(long, value_name = "TAU", default_value_t = 0.0, value_parser = crate::numbers::logit_adjust)]
+    logit_adjust: f32,
     /// Time every kernel call of the training steps and print, at the end, each kernel's
     /// calls, milliseconds and share of the total.
     #[arg(long)]
@@ -309,6 +314,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     record.set("--resume", args.resume.as_deref().map(absolute));
     record.set("--out-dir", absolute(&out_dir));
     record.set("--output", absolute(&args.output));
+    let class_counts = opened.split.classes.iter().map(|c| c.train).collect();
     record.data = Some(opened.split);
     let options = TrainOptions {
         trainable: args.trainable.clone(),
@@ -337,6 +343,8 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             BatchNormArg::Batch => BatchNormStats::Batch,
             BatchNormArg::Running => BatchNormStats::Running,
         },
+        logit_adjust: (args.logit_adjust > 0.0)
+            .then_some(LogitAdjust { tau: args.logit_adjust, class_counts }),
     };
     let images_per_batch = model.batch() as u64;
     let (mut epochs, mut per_epoch, mut images) = (0u32, 0u64, 0u64);

@@ -343,6 +343,9 @@ fn tokens_scopes_and_bad_requests_get_json_errors() {
     let prox = json!({"dataset": "leaves", "base": {"zoo": "mlp"}, "proximal_mu": -0.5});
     let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(prox));
     assert_eq!(error(status, &body, "proximal_mu must be a number of 0 or more"), 422);
+    let skew = json!({"dataset": "leaves", "base": {"zoo": "mlp"}, "logit_adjust": -1.0});
+    let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(skew));
+    assert_eq!(error(status, &body, "logit_adjust must be a number of 0 or more"), 422);
     let linear = json!({"dataset": "leaves", "base": {"zoo": "mlp"}, "schedule": "linear"});
     let (status, body) = server.json("POST", "/api/v1/jobs", Some(&trainer), Some(linear));
     assert_eq!(error(status, &body, "unknown variant `linear`"), 422);

@@ -96,6 +96,7 @@ def train(message: Message, context: Context) -> Message:
             # FedProx sends its mu; FedAvg none.
             "proximal_mu": float(config.get("proximal-mu", 0.0)),
             "batch_norm": str(config.get("batch-norm", "batch")),
+            "logit_adjust": float(config.get("logit-adjust", 0.0)),
         }
     )
     trained = box.layout(job["version"], trainable)

@@ -2,7 +2,9 @@
 bench's photos, seeds and pretrained base), the same API calls as the ClientApp, FedAvg with
 pooled batch-norm statistics in numpy, so variants of the local training and of the pooled
 baseline are measured in minutes, without a SuperLink. Results are printed and appended to
-`WORK/replay.jsonl`.
+`WORK/replay.jsonl`. The defaults are the bench's setting before it moved to 8 local epochs
+at lr 0.0025 with FixBN after 1 round (`local-epochs=8 lr=0.0025 fix-batch-norm-after=1`;
+its baselines `epochs=80 lr=0.0025`), so the README's earlier tables replay as written.
 
     python -m sprout_fleet.replay --sprout target/release/sprout --work target/fleet-replay \\
         'fedavg rounds=10 local-epochs=2' 'pooled epochs=4' 'pooled epochs=20 batch=40'
@@ -14,13 +16,15 @@ single over the job), `seed` (1: the jobs' shuffling and split), and for fedavg 
 `cosine` decays it over the job), `server-lr` (1), `scaffold` (1: SCAFFOLD's control variates, the jobs' `gradient_offset`),
 `domain-stats` (1: also evaluate the final model with batch-norm statistics recomputed,
 at lr 1e-9 for 10 epochs, on one box per domain, each domain's held-out photos with its
-own, and on all photos pooled), `fix-batch-norm-after` (3, as the bench: later rounds' jobs
+own, and on all photos pooled), `fix-batch-norm-after` (3: later rounds' jobs
 train with `batch_norm` "running"; 0: never), `fixed-batch` (those rounds' batch; 0: `batch`),
 `refresh-stats` (N: before the first fixed round, every box re-estimates the statistics in
 a job at lr 1e-9 for N epochs, pooled), `carry-momentum` (`none`; `box`, `average`: momentum
 carried across rounds, emulated by `CarriedMomentum`), `local-bn` (1: each box keeps its
 own batch-norm weights, shifts and statistics, FedBN-like; the global model still averages
-them); for pooled and single `epochs` (20). `--base-seed N` pretrains another base.
+them), `logit-adjust` (TAU: every job's loss reads logits + TAU * ln(its class
+frequencies), the job request's `logit_adjust`; 0: off); for pooled and single `epochs`
+(20). `--base-seed N` pretrains another base.
 Needs numpy and safetensors, not Flower.
 """
 
@@ -64,6 +68,7 @@ DEFAULTS = {
     "fix-batch-norm-after": 3,
     "fixed-batch": 0,
     "refresh-stats": 0,
+    "logit-adjust": 0.0,
 }
 
 
@@ -111,7 +116,8 @@ class Box:
         line = self.process.stdout.readline().strip()
         if not line.startswith("listening on "):
             raise RuntimeError(f"sprout serve printed '{line}'")
-        self.service = Service(line.removeprefix("listening on "), token)
+        # A loaded machine took over 120 s (the default) to answer a job request.
+        self.service = Service(line.removeprefix("listening on "), token, timeout=600.0)
         for name, parts in datasets.items():
             self.service._json("POST", "/datasets", body={"name": name, "classes": CLASSES})
             kind, body = multipart(parts)
@@ -169,6 +175,8 @@ def job(box: Box, dataset: str, version: int, lr: float, epochs: int, settings: 
         "batch_size": int(settings["batch"]), "schedule": schedule, "seed": seed,
         "batch_norm": str(settings["batch-norm"]),
     }
+    if float(settings["logit-adjust"]) > 0:
+        request["logit_adjust"] = float(settings["logit-adjust"])
     if offset is not None:
         request["gradient_offset"] = encode_offset(offset)
     return box.service.train(request)

@@ -16,6 +16,7 @@ Run config: see `[tool.flwr.app.config]` in pyproject.toml.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable
 from logging import INFO, WARNING
@@ -306,6 +307,28 @@ def choose_strategy(config, common: dict):
     return ScreenedFedAvg(**common)
 
 
+def train_settings(config) -> ConfigRecord:
+    """What every box's training job gets from the run config, checked: `batch-norm` is
+    "batch" or "running", `logit-adjust` a finite number of 0 or more (absent: 0)."""
+    batch_norm = str(config["batch-norm"])
+    if batch_norm not in ("batch", "running"):
+        raise ValueError(f"run config: batch-norm must be 'batch' or 'running', not '{batch_norm}'")
+    logit_adjust = float(config.get("logit-adjust", 0.0))
+    if not (math.isfinite(logit_adjust) and logit_adjust >= 0):
+        raise ValueError(f"run config: logit-adjust must be a finite number of 0 or more, not {logit_adjust}")
+    return ConfigRecord(
+        {
+            "trainable": str(config["trainable"]),
+            "local-epochs": int(config["local-epochs"]),
+            "lr": float(config["lr"]),
+            "batch-size": int(config["batch-size"]),
+            "optimizer": str(config["optimizer"]),
+            "batch-norm": batch_norm,
+            "logit-adjust": logit_adjust,
+        }
+    )
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     config = context.run_config
@@ -331,23 +354,11 @@ def main(grid: Grid, context: Context) -> None:
         train_metrics_aggr_fn=report.trained,
         evaluate_metrics_aggr_fn=report.evaluated,
     )
-    batch_norm = str(config["batch-norm"])
-    if batch_norm not in ("batch", "running"):
-        raise ValueError(f"run config: batch-norm must be 'batch' or 'running', not '{batch_norm}'")
+    train_config = train_settings(config)
     common["fix_batch_norm_after"] = int(config["fix-batch-norm-after"])
-    if batch_norm == "running" and common["fix_batch_norm_after"] > 0:
+    if train_config["batch-norm"] == "running" and common["fix_batch_norm_after"] > 0:
         raise ValueError("run config: fix-batch-norm-after > 0 takes batch-norm 'batch' (its first rounds)")
     strategy = choose_strategy(config, common)
-    train_config = ConfigRecord(
-        {
-            "trainable": trainable,
-            "local-epochs": int(config["local-epochs"]),
-            "lr": float(config["lr"]),
-            "batch-size": int(config["batch-size"]),
-            "optimizer": str(config["optimizer"]),
-            "batch-norm": batch_norm,
-        }
-    )
     result = strategy.start(
         grid=grid,
         initial_arrays=initial,

@@ -22,6 +22,7 @@ from sprout_fleet.server_app import (
     choose_strategy,
     refusal,
     round_lr,
+    train_settings,
 )
 from sprout_fleet.averaging import control_offset, control_update, fedavg, zero_control
 from sprout_fleet.replay import CarriedMomentum, parse
@@ -143,6 +144,16 @@ class Screening(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "proximal-mu > 0 takes server-momentum 0 and server-lr 1"):
             chosen(**{"proximal-mu": 1.0, "server-lr": 2.0})
 
+    def test_the_run_config_sets_the_boxes_jobs(self) -> None:
+        base = {"trainable": "all", "local-epochs": 2, "lr": 0.005, "batch-size": 8, "optimizer": "sgd", "batch-norm": "batch"}
+        self.assertEqual(train_settings(base)["logit-adjust"], 0.0)
+        self.assertEqual(train_settings(dict(base, **{"logit-adjust": 1.5}))["logit-adjust"], 1.5)
+        for bad in (-0.5, float("nan"), float("inf")):
+            with self.assertRaisesRegex(ValueError, "logit-adjust must be a finite number of 0 or more"):
+                train_settings(dict(base, **{"logit-adjust": bad}))
+        with self.assertRaisesRegex(ValueError, "batch-norm must be 'batch' or 'running', not 'frozen'"):
+            train_settings(dict(base, **{"batch-norm": "frozen"}))
+
     def test_batch_norms_train_fixed_after_the_configured_rounds(self) -> None:
         class Grid:
             def get_node_ids(self) -> list[int]:
@@ -244,7 +255,7 @@ class Averaging(unittest.TestCase):
     def test_the_replay_refuses_unknown_settings(self) -> None:
         kind, settings = parse("fedavg local-epochs=8 scaffold=1")
         self.assertEqual((kind, settings["local-epochs"], settings["lr"]), ("fedavg", "8", 0.005))
-        # As the bench: batch norms fixed after 3 rounds unless told otherwise.
+        # The previous bench's setting: batch norms fixed after 3 rounds unless told otherwise.
         self.assertEqual(settings["fix-batch-norm-after"], 3)
         self.assertEqual(parse("fedavg fix-batch-norm-after=0")[1]["fix-batch-norm-after"], "0")
         with self.assertRaisesRegex(ValueError, "unknown setting 'momentum=0.5'"):

@@ -117,6 +117,11 @@ pub struct JobRequest {
     pub gradient_offset: Option<String>,
     #[serde(default)]
     pub batch_norm: BatchNorm,
+    /// Logit adjustment for label skew: the training loss reads `logits + logit_adjust *
+    /// ln(prior)`, the prior being the training split's class frequencies (`sprout train
+    /// --logit-adjust`; 0: off).
+    #[serde(default)]
+    pub logit_adjust: f32,
     /// Samples per step (default 16 for a zoo model, else the batch the file records).
     pub batch_size: Option<u32>,
     #[serde(default)]
@@ -363,6 +368,9 @@ pub async fn create(
     }
     if !(request.proximal_mu.is_finite() && request.proximal_mu >= 0.0) {
         return Err(ApiError::invalid("proximal_mu must be a number of 0 or more"));
+    }
+    if !(request.logit_adjust.is_finite() && request.logit_adjust >= 0.0) {
+        return Err(ApiError::invalid("logit_adjust must be a number of 0 or more"));
     }
     let dataset = datasets::get_info(&state, &request.dataset)?;
     if let Some(empty) = dataset.classes.iter().find(|c| c.images == 0) {

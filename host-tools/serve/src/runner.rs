@@ -339,6 +339,9 @@ fn arguments(
     if request.batch_norm == BatchNorm::Running {
         args.extend(["--batch-norm".into(), "running".into()]);
     }
+    if request.logit_adjust > 0.0 {
+        args.extend(["--logit-adjust".into(), request.logit_adjust.to_string()]);
+    }
     args.extend([
         "--epochs".into(),
         request.epochs.to_string(),

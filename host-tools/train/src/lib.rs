@@ -25,6 +25,7 @@ mod closest_calibration;
 mod error;
 mod files;
 mod kind;
+mod logit_adjust;
 mod memory;
 mod metrics;
 mod metrics_csv;
@@ -51,6 +52,7 @@ pub use checkpoint::{
 pub use error::{CheckpointError, TrainError};
 pub use files::{check_output, write_atomic};
 pub use kind::{expect_kind, read_kind, FileKind};
+pub use logit_adjust::{adjusted_loss, LogitAdjust};
 pub use memory::{check_graph, graph_bytes, initial_memory};
 pub use metrics::{argmax, softmax, Metrics};
 pub use metrics_csv::{

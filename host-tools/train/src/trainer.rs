@@ -21,6 +21,7 @@ use sprout_zoo::ZooModel;
 use crate::checkpoint::{read_checkpoint, write_checkpoint, Checkpoint, EpochRecord};
 use crate::error::CheckpointError;
 use crate::files::write_atomic;
+use crate::logit_adjust::{adjusted_loss, LogitAdjust};
 use crate::metrics::Metrics;
 use crate::metrics_csv::{read_metrics, write_metrics, MetricsRow, METRICS_FILE};
 use crate::model::{Inference, Model};
@@ -90,6 +91,8 @@ pub struct TrainOptions {
     /// What the batch norms normalise with while training (their running statistics stay
     /// as they are with [`BatchNormStats::Running`]).
     pub batch_norm: BatchNormStats,
+    /// Logit adjustment of the training loss for label skew (none: the plain loss).
+    pub logit_adjust: Option<LogitAdjust>,
     /// Time every kernel call of the training steps ([`Outcome::profile`]).
     pub profile: bool,
 }
@@ -111,6 +114,7 @@ impl Default for TrainOptions {
             proximal_mu: 0.0,
             gradient_offset: Vec::new(),
             batch_norm: BatchNormStats::Batch,
+            logit_adjust: None,
             profile: false,
         }
     }
@@ -153,6 +157,10 @@ impl TrainOptions {
         // Recorded only when given, so runs recorded before the flag existed still resume.
         if self.batch_norm == BatchNormStats::Running {
             record.set("--batch-norm", "running");
+        }
+        // Recorded only when given, so runs recorded before the flag existed still resume.
+        if let Some(adjust) = &self.logit_adjust {
+            record.set_f32("--logit-adjust", adjust.tau);
         }
     }
 }
@@ -446,8 +454,13 @@ pub fn train(
         batch_norm: options.batch_norm,
     };
     crate::memory::check_graph(&z.graph, "the model to train")?;
+    let adjusted = match &options.logit_adjust {
+        Some(adjust) => Some(adjusted_loss(&z.graph, z.loss, adjust)?),
+        None => None,
+    };
+    let (graph, loss) = adjusted.as_ref().map_or((&z.graph, z.loss), |(g, l)| (g, *l));
     let training =
-        compile_training_step_with(&z.graph, z.loss, &trainable, &cfg, &MemoryOptions::default())?;
+        compile_training_step_with(graph, loss, &trainable, &cfg, &MemoryOptions::default())?;
     let plan = &training.plan;
     let mut memory = crate::memory::initial_memory(plan, &training.graph, "the training step")?;
     let anchor = Anchor::new(options, &z.graph, plan, &trainable, &memory)?;

@@ -1,6 +1,6 @@
-//! Training end to end on tiny models and tensor files written here: one SGD step against an
-//! independent f64 computation, bit-identical resume, checkpoint retention and corruption,
-//! and tensor files of the wrong shape.
+//! Training end to end on tiny models and tensor files written here: one SGD step (plain and
+//! logit-adjusted) against an independent f64 computation, bit-identical resume, checkpoint
+//! retention and corruption, and tensor files of the wrong shape.
 
 use std::fs;
 use std::io::Write;
@@ -10,8 +10,8 @@ use sprout_core::format::WeightValues;
 use sprout_core::{nn, save_model, Graph, Metadata, ModelFile, Shape};
 use sprout_train::{
     calibrate_with_progress, encode_npy, even_pick, open_calibration, open_data, read_metrics,
-    train, CheckpointError, DataOptions, Inference, Model, OptimizerChoice, Outcome, RangeMethod,
-    TrainData, TrainError, TrainEvent, TrainOptions,
+    train, CheckpointError, DataOptions, Inference, LogitAdjust, Model, OptimizerChoice, Outcome,
+    RangeMethod, TrainData, TrainError, TrainEvent, TrainOptions,
 };
 use sprout_zoo::Architecture;
 
@@ -74,7 +74,24 @@ fn f32_weight(file: &ModelFile, name: &str) -> Vec<f32> {
 
 #[test]
 fn one_sgd_step_matches_an_independent_f64_computation() {
-    let dir = temp_dir("sgd");
+    sgd_step_against_f64("sgd", None);
+}
+
+#[test]
+fn a_logit_adjusted_step_matches_its_definition_in_f64() {
+    // Counts unlike the data's (balanced) so the adjustment changes the step.
+    let adjust = LogitAdjust { tau: 1.5, class_counts: vec![5, 1, 2] };
+    let adjusted = sgd_step_against_f64("logit-adjust", Some(adjust));
+    let plain = sgd_step_against_f64("logit-plain", None);
+    let moved = adjusted.iter().zip(&plain).map(|(a, p)| (a - p).abs()).fold(0.0, f32::max);
+    assert!(moved > 1e-3, "the adjustment must change the step: {moved}");
+}
+
+/// One SGD step (lr 0.1, no momentum) of a two-layer network on 4 samples of 3 classes,
+/// checked against the same step in f64 whose loss reads `logits + tau * ln(prior)` with
+/// `adjust` (the plain loss without); returns the head's bias after the step.
+fn sgd_step_against_f64(name: &str, adjust: Option<LogitAdjust>) -> Vec<f32> {
+    let dir = temp_dir(name);
     let (n, k, h, c) = (4, 6, 5, 3);
     let mut g = Graph::new(3);
     let x = g.input("x", Shape::d2(n, k)).unwrap();
@@ -104,9 +121,19 @@ fn one_sgd_step_matches_an_independent_f64_computation() {
         optimizer: OptimizerChoice::Sgd { momentum: 0.0, weight_decay: 0.0, nesterov: false },
         learning_rate: lr,
         epochs: 1,
+        logit_adjust: adjust.clone(),
         ..TrainOptions::default()
     };
     let out = train(&model, &mut train_set, &mut val, &options, &mut |_| {}).unwrap();
+    // The definition: tau * ln(n_c / sum n) per class.
+    let shift: Vec<f64> = match &adjust {
+        None => vec![0.0; c],
+        Some(a) => {
+            let total: usize = a.class_counts.iter().sum();
+            let prior = |m: usize| a.class_counts[m] as f64 / total as f64;
+            (0..c).map(|m| f64::from(a.tau) * prior(m).ln()).collect()
+        }
+    };
 
     // The same step in f64: forward, mean cross-entropy, backward, w -= lr * grad.
     let w1: Vec<f64> = f32_weight(&file, "hidden.weight").into_iter().map(f64::from).collect();
@@ -121,8 +148,9 @@ fn one_sgd_step_matches_an_independent_f64_computation() {
         let z: Vec<f64> =
             (0..h).map(|j| b1[j] + (0..k).map(|i| w1[j * k + i] * xi[i]).sum::<f64>()).collect();
         let a: Vec<f64> = z.iter().map(|&v| v.max(0.0)).collect();
-        let o: Vec<f64> =
-            (0..c).map(|m| b2[m] + (0..h).map(|j| w2[m * h + j] * a[j]).sum::<f64>()).collect();
+        let o: Vec<f64> = (0..c)
+            .map(|m| shift[m] + b2[m] + (0..h).map(|j| w2[m * h + j] * a[j]).sum::<f64>())
+            .collect();
         let max = o.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let sum: f64 = o.iter().map(|v| (v - max).exp()).sum();
         let d_o: Vec<f64> = (0..c)
@@ -156,6 +184,7 @@ fn one_sgd_step_matches_an_independent_f64_computation() {
     check("head.weight", &w2, &gw2);
     check("head.bias", &b2, &gb2);
     let _ = fs::remove_dir_all(&dir);
+    f32_weight(&out.model, "head.bias")
 }
 
 fn run_mlp(data: &Path, epochs: u32, out_dir: &Path, resume: Option<PathBuf>) -> Outcome {
